@@ -1,0 +1,3 @@
+from offbench.cli import main
+
+main()

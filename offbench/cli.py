@@ -1,0 +1,130 @@
+"""The `offbench` command line (Typer). Exit codes: 0 success, 2 bad input (one line on stderr), 1 other."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import click
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from offbench.errors import OffbenchError
+
+app = typer.Typer(
+    name="offbench",
+    help="Benchmark offline and in-context RL: datasets, generators, baselines, leaderboards.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+
+
+@app.command("list")
+def list_datasets(
+    kind: Optional[str] = typer.Option(None, help="Only cards of this kind (offline, learning-history, multi-task)."),
+) -> None:
+    """Registered datasets (cards), one line each."""
+    from offbench.data.cards import all_cards
+    from offbench.data.resolve import native_path
+    from offbench.data.store import is_native
+
+    table = Table(box=None, header_style="bold")
+    for column in ("id", "kind", "source", "local", "description"):
+        table.add_column(column)
+    for card in all_cards().values():
+        if kind and card.kind != kind:
+            continue
+        local = "yes" if is_native(native_path(card)) else ""
+        table.add_row(card.id, card.kind, card.source_kind, local, card.description.splitlines()[0][:70])
+    console.print(table)
+
+
+def _describe(id_or_path: str) -> tuple[object, str, object]:
+    """(store, format name, card or None) for an id or path, fetching registered data if needed."""
+    from offbench.data.cards import get_card
+    from offbench.data.formats import detect_format, load_path
+    from offbench.data.resolve import ensure_local
+
+    path = Path(id_or_path)
+    if path.exists():
+        fmt = detect_format(path)
+        return load_path(path, fmt), fmt, None
+    card = get_card(id_or_path)
+    local = ensure_local(card)
+    return load_path(local, "offbench"), card.format, card
+
+
+@app.command()
+def info(id_or_path: str = typer.Argument(..., help="Dataset id or path.")) -> None:
+    """Card, format found, episodes, transitions, spaces, checksum."""
+    store, fmt, card = _describe(id_or_path)
+    lengths = store.episode_lengths
+    returns = store.episode_returns()
+    rows = [
+        ("id", (card.id if card else store.card.get("id", "-"))),
+        ("format found", fmt),
+        ("file", str(store.path)),
+        ("episodes", f"{store.num_episodes:,}"),
+        ("transitions", f"{store.num_transitions:,}"),
+        ("episode length", f"min {lengths.min()}  mean {lengths.mean():.1f}  max {lengths.max()}"),
+        ("terminations / truncations", f"{int(store.terminations.sum()):,} / {int(store.truncations.sum()):,}"),
+        ("episode return", f"mean {returns.mean():.3f}  min {returns.min():.3f}  max {returns.max():.3f}"),
+        ("observation space", str(store.observation_space)),
+        ("action space", str(store.action_space)),
+        ("extra columns", ", ".join(sorted(store.columns)) or "-"),
+        ("content sha256", store.content_sha256()),
+    ]
+    if card is not None:
+        rows.insert(1, ("description", card.description))
+        if card.env:
+            rows.append(("environment", f"{card.env.get('id')} ({card.env.get('suite', 'gymnasium')})"))
+        if card.ref_min_score is not None:
+            rows.append(("reference scores", f"min {card.ref_min_score}  max {card.ref_max_score}"))
+    table = Table(box=None, show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    for key, value in rows:
+        table.add_row(key, str(value))
+    console.print(table)
+
+
+@app.command()
+def verify(id_or_path: str = typer.Argument(..., help="Dataset id or path.")) -> None:
+    """Recompute checksums and structural checks."""
+    from offbench.data.store import stored_checksum
+
+    store, fmt, _ = _describe(id_or_path)
+    store.validate()
+    recomputed = store.content_sha256()
+    if fmt == "offbench" or (store.path and store.path.suffix == ".h5"):
+        recorded = stored_checksum(store.path)
+        if recorded is not None and recorded != recomputed:
+            raise OffbenchError(f"{store.path}: content checksum mismatch (recorded {recorded[:12]}..., now {recomputed[:12]}...)")
+    console.print(f"ok: {store.path} ({fmt}, {store.num_episodes:,} episodes, {store.num_transitions:,} transitions, sha256 {recomputed})")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: turns OffbenchError into one line on stderr and exit code 2."""
+    err = Console(stderr=True)
+    try:
+        app(args=argv, standalone_mode=False)
+    except OffbenchError as exc:
+        err.print(f"offbench: error: {exc}", highlight=False, soft_wrap=True)
+        sys.exit(2)
+    except click.exceptions.UsageError as exc:
+        err.print(f"offbench: error: {exc.format_message()}", highlight=False, soft_wrap=True)
+        sys.exit(2)
+    except click.exceptions.Abort:
+        err.print("offbench: aborted")
+        sys.exit(1)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,282 @@
+"""The native on-disk format: one columnar HDF5 file per dataset.
+
+Layout of a file (all arrays contiguous, uncompressed by default so they open memory-mapped):
+
+    /observations         (N, *obs_shape)   observation *before* each step
+    /actions              (N, *act_shape)
+    /rewards              (N,) float32
+    /terminations         (N,) bool         the MDP ended (no bootstrapping past this step)
+    /truncations          (N,) bool         the episode was cut (time limit); the MDP did not end
+    /episode_starts       (E + 1,) int64    episode e is rows [starts[e], starts[e + 1]); starts[E] == N
+    /final_observations   (E, *obs_shape)   observation after the last step of each episode
+    /columns/<name>       (N, ...)          optional per-step columns: task_id, history_id,
+                                            episode_in_history, optimal_action, infos/<key>, ...
+    attrs: format="offbench", format_version, card (JSON), observation_space / action_space (JSON),
+           content_sha256
+
+Episodes are stored in order, so the episodes of one learning history are contiguous and a sampler
+can cut windows that cross episode boundaries. The next observation of step t is observations[t + 1]
+inside an episode and final_observations[e] at its last step: nothing is lost at episode ends.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import h5py
+import numpy as np
+
+from offbench.data.spaces import space_from_json, space_to_json
+from offbench.errors import OffbenchError
+
+FORMAT_NAME = "offbench"
+FORMAT_VERSION = 1
+CORE_ARRAYS = (
+    "observations",
+    "actions",
+    "rewards",
+    "terminations",
+    "truncations",
+    "episode_starts",
+    "final_observations",
+)
+
+
+@dataclass
+class EpisodeStore:
+    """A dataset of whole episodes held as contiguous arrays (in memory or memory-mapped)."""
+
+    observations: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    terminations: np.ndarray
+    truncations: np.ndarray
+    episode_starts: np.ndarray
+    final_observations: np.ndarray
+    columns: dict[str, np.ndarray] = field(default_factory=dict)
+    observation_space: gym.Space | None = None
+    action_space: gym.Space | None = None
+    card: dict[str, Any] = field(default_factory=dict)
+    path: Path | None = None
+
+    def __post_init__(self) -> None:
+        self.episode_starts = np.asarray(self.episode_starts, dtype=np.int64)
+        self.validate()
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_episodes(cls, episodes: list[dict[str, np.ndarray]], **kwargs: Any) -> EpisodeStore:
+        """Build from per-episode dicts with keys observations (T + 1 rows, final included), actions,
+        rewards, terminations, truncations, and optional per-step columns (T rows)."""
+        if not episodes:
+            raise OffbenchError("cannot build a dataset from zero episodes")
+        core = {"observations", "actions", "rewards", "terminations", "truncations"}
+        lengths = np.array([len(ep["actions"]) for ep in episodes], dtype=np.int64)
+        starts = np.concatenate([[0], np.cumsum(lengths)])
+        extra_keys = sorted(set(episodes[0]) - core)
+        return cls(
+            observations=np.concatenate([np.asarray(ep["observations"])[:-1] for ep in episodes]),
+            final_observations=np.stack([np.asarray(ep["observations"])[-1] for ep in episodes]),
+            actions=np.concatenate([np.asarray(ep["actions"]) for ep in episodes]),
+            rewards=np.concatenate([np.asarray(ep["rewards"], dtype=np.float32) for ep in episodes]),
+            terminations=np.concatenate([np.asarray(ep["terminations"], dtype=bool) for ep in episodes]),
+            truncations=np.concatenate([np.asarray(ep["truncations"], dtype=bool) for ep in episodes]),
+            episode_starts=starts,
+            columns={k: np.concatenate([np.asarray(ep[k]) for ep in episodes]) for k in extra_keys},
+            **kwargs,
+        )
+
+    # ------------------------------------------------------------------ sizes and indices
+    @property
+    def num_transitions(self) -> int:
+        return int(self.episode_starts[-1])
+
+    @property
+    def num_episodes(self) -> int:
+        return len(self.episode_starts) - 1
+
+    @cached_property
+    def episode_lengths(self) -> np.ndarray:
+        return np.diff(self.episode_starts)
+
+    @cached_property
+    def step_episode(self) -> np.ndarray:
+        """Episode index of every step (N,)."""
+        return np.repeat(np.arange(self.num_episodes, dtype=np.int64), self.episode_lengths)
+
+    @cached_property
+    def is_last_step(self) -> np.ndarray:
+        """True at the last step of every episode (N,)."""
+        last = np.zeros(self.num_transitions, dtype=bool)
+        last[self.episode_starts[1:] - 1] = True
+        return last
+
+    def next_observations(self, index: np.ndarray | None = None) -> np.ndarray:
+        """s' for the given step indices (all steps if None), using final_observations at episode ends."""
+        index = np.arange(self.num_transitions) if index is None else np.asarray(index)
+        last = self.is_last_step[index]
+        inner = np.minimum(index + 1, self.num_transitions - 1)
+        nxt = np.asarray(self.observations[inner])
+        if last.any():
+            nxt[last] = self.final_observations[self.step_episode[index[last]]]
+        return nxt
+
+    def episode_returns(self) -> np.ndarray:
+        return np.add.reduceat(np.asarray(self.rewards, dtype=np.float64), self.episode_starts[:-1])
+
+    def episode(self, i: int) -> dict[str, np.ndarray]:
+        """One episode as arrays, observations with T + 1 rows (final observation included)."""
+        if not 0 <= i < self.num_episodes:
+            raise IndexError(f"episode {i} out of range (dataset has {self.num_episodes})")
+        lo, hi = int(self.episode_starts[i]), int(self.episode_starts[i + 1])
+        out = {
+            "observations": np.concatenate([self.observations[lo:hi], self.final_observations[i : i + 1]]),
+            "actions": np.asarray(self.actions[lo:hi]),
+            "rewards": np.asarray(self.rewards[lo:hi]),
+            "terminations": np.asarray(self.terminations[lo:hi]),
+            "truncations": np.asarray(self.truncations[lo:hi]),
+        }
+        out.update({k: np.asarray(v[lo:hi]) for k, v in self.columns.items()})
+        return out
+
+    # ------------------------------------------------------------------ checks
+    def validate(self) -> None:
+        """Structural checks; raises OffbenchError naming the file (if any) and the problem."""
+        where = f"{self.path}: " if self.path else ""
+        n, starts = len(self.actions), self.episode_starts
+        if starts.ndim != 1 or len(starts) < 2 or starts[0] != 0 or starts[-1] != n:
+            raise OffbenchError(f"{where}episode_starts must run from 0 to the number of steps ({n})")
+        if np.any(np.diff(starts) <= 0):
+            raise OffbenchError(f"{where}episode_starts has an empty or negative-length episode")
+        for name in ("observations", "rewards", "terminations", "truncations", *self.columns):
+            arr = getattr(self, name) if name in CORE_ARRAYS else self.columns[name]
+            if len(arr) != n:
+                raise OffbenchError(f"{where}{name} has {len(arr)} rows, expected {n}")
+        if len(self.final_observations) != self.num_episodes:
+            raise OffbenchError(
+                f"{where}final_observations has {len(self.final_observations)} rows, "
+                f"expected one per episode ({self.num_episodes})"
+            )
+        ended = np.asarray(self.terminations) | np.asarray(self.truncations)
+        if np.any(ended & ~self.is_last_step):
+            step = int(np.flatnonzero(ended & ~self.is_last_step)[0])
+            raise OffbenchError(f"{where}step {step} ends an episode but is not an episode's last step")
+
+    def content_sha256(self) -> str:
+        """Checksum of the arrays (names, dtypes, shapes, bytes), independent of HDF5 layout and attrs."""
+        digest = hashlib.sha256()
+        arrays = {name: getattr(self, name) for name in CORE_ARRAYS}
+        arrays.update({f"columns/{k}": v for k, v in self.columns.items()})
+        for name in sorted(arrays):
+            arr = np.ascontiguousarray(arrays[name])
+            digest.update(f"{name}|{arr.dtype.str}|{arr.shape}|".encode())
+            step = max(1, (64 << 20) // max(1, arr[:1].nbytes))  # hash in ~64 MB blocks
+            for lo in range(0, len(arr), step):
+                digest.update(np.ascontiguousarray(arr[lo : lo + step]).data)
+        return digest.hexdigest()
+
+    # ------------------------------------------------------------------ disk
+    def save(self, path: str | Path, compression: str | None = None) -> Path:
+        """Write atomically (temp file in the same folder, then rename). Uncompressed files open memory-mapped."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        try:
+            with h5py.File(tmp, "w", track_order=True) as f:
+                f.attrs["format"] = FORMAT_NAME
+                f.attrs["format_version"] = FORMAT_VERSION
+                f.attrs["card"] = json.dumps(self.card, sort_keys=True)
+                f.attrs["observation_space"] = space_to_json(self.observation_space)
+                f.attrs["action_space"] = space_to_json(self.action_space)
+                f.attrs["content_sha256"] = self.content_sha256()
+                for name in CORE_ARRAYS:
+                    _write_array(f, name, np.asarray(getattr(self, name)), compression)
+                for name, arr in self.columns.items():
+                    _write_array(f, f"columns/{name}", np.asarray(arr), compression)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        self.path = path
+        return path
+
+
+def _write_array(f: h5py.File, name: str, arr: np.ndarray, compression: str | None) -> None:
+    if arr.dtype.kind in "US":
+        arr = arr.astype(h5py.string_dtype()) if arr.dtype.kind == "U" else arr
+    chunked = compression is not None and arr.size > 0
+    f.create_dataset(name, data=arr, compression=compression if chunked else None, chunks=True if chunked else None)
+
+
+def is_native(path: Path) -> bool:
+    """True if `path` is an HDF5 file written by offbench."""
+    if not path.is_file() or not h5py.is_hdf5(path):
+        return False
+    try:
+        with h5py.File(path, "r") as f:
+            return f.attrs.get("format") == FORMAT_NAME
+    except OSError:
+        return False
+
+
+def load_native(path: str | Path, mmap: bool = True) -> EpisodeStore:
+    """Open a native file. Contiguous uncompressed arrays are memory-mapped (nothing read until used)."""
+    path = Path(path)
+    if not path.is_file():
+        raise OffbenchError(f"{path}: no such file")
+    try:
+        f = h5py.File(path, "r")
+    except OSError as exc:
+        raise OffbenchError(f"{path}: not a readable HDF5 file ({exc.__class__.__name__}: truncated or corrupt?)") from None
+    with f:
+        if f.attrs.get("format") != FORMAT_NAME:
+            raise OffbenchError(f"{path}: not an offbench dataset (HDF5 file without format='offbench')")
+        version = int(f.attrs.get("format_version", 0))
+        if version > FORMAT_VERSION:
+            raise OffbenchError(f"{path}: format version {version} is newer than this offbench supports ({FORMAT_VERSION})")
+        missing = [name for name in CORE_ARRAYS if name not in f]
+        if missing:
+            raise OffbenchError(f"{path}: missing array(s) {', '.join(missing)}")
+        try:
+            core = {name: _read_array(path, f[name], mmap) for name in CORE_ARRAYS}
+            columns: dict[str, np.ndarray] = {}
+            if "columns" in f:
+                f["columns"].visititems(
+                    lambda name, obj: columns.__setitem__(name, _read_array(path, obj, mmap))
+                    if isinstance(obj, h5py.Dataset)
+                    else None
+                )
+            card = json.loads(f.attrs.get("card", "{}"))
+            obs_space = space_from_json(f.attrs.get("observation_space", "null"))
+            act_space = space_from_json(f.attrs.get("action_space", "null"))
+        except (OSError, ValueError, KeyError) as exc:
+            raise OffbenchError(f"{path}: unreadable dataset ({exc})") from None
+    return EpisodeStore(**core, columns=columns, observation_space=obs_space, action_space=act_space, card=card, path=path)
+
+
+def stored_checksum(path: str | Path) -> str | None:
+    """The content checksum recorded when the file was written (cheap: reads one attribute)."""
+    with h5py.File(path, "r") as f:
+        value = f.attrs.get("content_sha256")
+    return None if value is None else str(value)
+
+
+def _read_array(path: Path, ds: h5py.Dataset, mmap: bool) -> np.ndarray:
+    if ds.dtype.kind == "O" or h5py.check_string_dtype(ds.dtype) is not None:
+        return ds.asstr()[()] if ds.size else np.array([], dtype=str)
+    offset = ds.id.get_offset()
+    if mmap and ds.chunks is None and ds.compression is None and offset is not None and ds.size > 0:
+        expected = offset + ds.size * ds.dtype.itemsize
+        if expected > path.stat().st_size:
+            raise OSError(f"array {ds.name} runs past the end of the file (truncated)")
+        return np.memmap(path, dtype=ds.dtype, mode="r", offset=offset, shape=ds.shape)
+    return ds[()]

@@ -1,0 +1,1 @@
+"""Benchmark environments that no package ships, and the factory that rebuilds any card's environment."""

@@ -1,0 +1,55 @@
+"""Rebuild the environment a dataset card names, through a string-keyed registry of suites.
+
+A card's [env] table says `suite` (gymnasium, offbench, metaworld, minigrid), `id`, and optional
+`kwargs`; multi-task suites also take a task name. Suites that need an optional package import it
+lazily and name the extra when it is missing.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import gymnasium as gym
+
+from offbench.errors import OffbenchError
+
+EnvBuilder = Callable[..., gym.Env]
+
+ENV_SUITES: dict[str, EnvBuilder] = {}
+
+
+def register_suite(name: str) -> Callable[[EnvBuilder], EnvBuilder]:
+    def decorator(fn: EnvBuilder) -> EnvBuilder:
+        ENV_SUITES[name] = fn
+        return fn
+
+    return decorator
+
+
+@register_suite("gymnasium")
+def _make_gymnasium(env_id: str, task: Any = None, **kwargs: Any) -> gym.Env:
+    if env_id.split("-")[0] in {"HalfCheetah", "Hopper", "Walker2d", "Ant", "Humanoid", "InvertedPendulum"}:
+        from offbench.errors import require
+
+        require("mujoco", "mujoco")
+    try:
+        return gym.make(env_id, **kwargs)
+    except gym.error.Error as exc:
+        raise OffbenchError(f"cannot make environment '{env_id}': {exc}") from None
+
+
+def make_env(env_spec: dict[str, Any], task: Any = None) -> gym.Env:
+    """An environment from a card's [env] table (and a task, for multi-task suites)."""
+    if "id" not in env_spec:
+        raise OffbenchError("the dataset card has no [env] id, so it cannot be evaluated in an environment")
+    suite = env_spec.get("suite", "gymnasium")
+    if suite not in ENV_SUITES:
+        import importlib
+
+        try:  # suites register themselves on import: offbench.envs.<suite>
+            importlib.import_module(f"offbench.envs.{suite}")
+        except ModuleNotFoundError:
+            pass
+    if suite not in ENV_SUITES:
+        raise OffbenchError(f"unknown environment suite '{suite}' (known: {', '.join(sorted(ENV_SUITES))})")
+    return ENV_SUITES[suite](env_spec["id"], task=task, **env_spec.get("kwargs", {}))

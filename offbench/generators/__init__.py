@@ -1,0 +1,49 @@
+"""Dataset generators, behind a string-keyed registry so a card's recipe names the one that makes it.
+
+A generator is a function `(params: dict, seed: int, out: Path, quiet: bool) -> Path` that writes a
+native dataset file at `out` (atomically) and returns its path. Cards name it in `source.recipe`:
+
+    [source.recipe]
+    generator = "darkroom"
+    seed = 0
+    params = { tasks = 8, episodes = 100 }
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any, Callable
+
+from offbench.errors import OffbenchError
+
+Generator = Callable[[dict[str, Any], int, Path, bool], Path]
+
+GENERATORS: dict[str, Generator] = {}
+
+# Modules that register generators when imported (kept lazy: some need optional extras).
+_GENERATOR_MODULES: list[str] = []
+
+
+def register_generator(name: str) -> Callable[[Generator], Generator]:
+    def decorator(fn: Generator) -> Generator:
+        GENERATORS[name] = fn
+        return fn
+
+    return decorator
+
+
+def get_generator(name: str) -> Generator:
+    if name not in GENERATORS:
+        for module in _GENERATOR_MODULES:
+            importlib.import_module(module)
+    if name not in GENERATORS:
+        raise OffbenchError(f"unknown generator '{name}' (known: {', '.join(sorted(GENERATORS)) or 'none'})")
+    return GENERATORS[name]
+
+
+def generate_from_card(card, out: Path, quiet: bool = False) -> Path:
+    """Generate the dataset a recipe card describes (used on first `offbench.load` of its id)."""
+    recipe = card.source["recipe"]
+    generator = get_generator(recipe["generator"])
+    return generator(dict(recipe.get("params", {})), int(recipe.get("seed", 0)), out, quiet)

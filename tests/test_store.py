@@ -1,0 +1,72 @@
+import h5py
+import numpy as np
+import pytest
+
+from conftest import make_store
+from offbench.data.store import EpisodeStore, load_native
+from offbench.errors import OffbenchError
+
+
+def test_round_trip_is_memory_mapped_and_identical(tmp_path):
+    store = make_store(task_id=lambda n: np.full(n, 3, np.int32))
+    path = store.save(tmp_path / "d.h5")
+    loaded = load_native(path)
+    assert isinstance(loaded.observations, np.memmap)
+    for name in ("observations", "actions", "rewards", "terminations", "truncations", "episode_starts", "final_observations"):
+        np.testing.assert_array_equal(np.asarray(getattr(loaded, name)), np.asarray(getattr(store, name)))
+    np.testing.assert_array_equal(loaded.columns["task_id"], store.columns["task_id"])
+    assert loaded.content_sha256() == store.content_sha256()
+    assert loaded.action_space == store.action_space
+    assert loaded.card == {"id": "test/hand-built"}
+
+
+def test_next_observation_uses_final_observation_at_episode_end():
+    store = make_store()
+    nxt = store.next_observations()
+    ep0 = store.episode(0)
+    np.testing.assert_array_equal(nxt[:3], ep0["observations"][1:])
+    np.testing.assert_array_equal(nxt[2], store.final_observations[0])
+    assert not np.array_equal(nxt[2], store.observations[3])  # not the next episode's reset observation
+
+
+def test_episode_returns_and_lengths():
+    store = make_store()
+    assert store.episode_lengths.tolist() == [3, 5, 2]
+    np.testing.assert_allclose(store.episode_returns()[1], store.rewards[3:8].sum(), rtol=1e-6)
+
+
+def test_done_flag_inside_an_episode_is_rejected():
+    store = make_store()
+    terms = np.asarray(store.terminations).copy()
+    terms[0] = True
+    with pytest.raises(OffbenchError, match="step 0 ends an episode"):
+        EpisodeStore(store.observations, store.actions, store.rewards, terms, store.truncations, store.episode_starts, store.final_observations)
+
+
+def test_truncated_file_gives_one_line_error(tmp_path):
+    path = make_store().save(tmp_path / "d.h5")
+    data = path.read_bytes()
+    bad = tmp_path / "bad.h5"
+    bad.write_bytes(data[: len(data) // 2])
+    with pytest.raises(OffbenchError, match="bad.h5"):
+        load_native(bad)
+    assert bad.read_bytes() == data[: len(data) // 2]
+
+
+def test_foreign_hdf5_is_refused(tmp_path):
+    path = tmp_path / "foreign.h5"
+    with h5py.File(path, "w") as f:
+        f["x"] = np.arange(3)
+    with pytest.raises(OffbenchError, match="not an offbench dataset"):
+        load_native(path)
+
+
+def test_failed_save_leaves_existing_file_untouched(tmp_path, monkeypatch):
+    store = make_store()
+    path = store.save(tmp_path / "d.h5")
+    before = path.read_bytes()
+    monkeypatch.setattr(EpisodeStore, "content_sha256", lambda self: (_ for _ in ()).throw(RuntimeError("boom")))
+    with pytest.raises(RuntimeError):
+        store.save(path)
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["d.h5"]
