@@ -107,6 +107,14 @@ def verify(id_or_path: str = typer.Argument(..., help="Dataset id or path.")) ->
     console.print(f"ok: {store.path} ({fmt}, {store.num_episodes:,} episodes, {store.num_transitions:,} transitions, sha256 {recomputed})")
 
 
+from offbench.leaderboard.commands import leaderboard_app, submit  # noqa: E402
+from offbench.plotting.commands import plot  # noqa: E402
+
+app.command("submit")(submit)
+app.add_typer(leaderboard_app, name="leaderboard")
+app.command("plot")(plot)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: turns OffbenchError into one line on stderr and exit code 2."""
     err = Console(stderr=True)

@@ -1,0 +1,1 @@
+"""Leaderboards: benchmark specs, validated submissions (JSON entries), roll-up statistics, Markdown and HTML."""

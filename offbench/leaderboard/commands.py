@@ -1,0 +1,135 @@
+"""`offbench submit` and `offbench leaderboard show|build|render` (wired into offbench/cli.py)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from filelock import FileLock
+from rich.console import Console
+from rich.table import Table
+
+from offbench.errors import OffbenchError
+from offbench.leaderboard.spec import BenchmarkSpec, load_spec
+
+console = Console()
+err_console = Console(stderr=True)
+leaderboard_app = typer.Typer(help="Leaderboard tables: show in the terminal, build results.json, render Markdown + HTML.",
+                              no_args_is_help=True)
+
+ROOT_OPTION = typer.Option(None, "--root", envvar="OFFBENCH_LEADERBOARDS",
+                           help="Folder of benchmarks (default: the checkout's leaderboards/).")
+RUNS_OPTION = typer.Option(None, "--runs", help="Also show these run directories (or folders of runs), not yet submitted.")
+
+
+def submit(
+    run_dirs: list[Path] = typer.Argument(..., help="Run directories, or folders holding run directories."),
+    benchmark: str = typer.Option(..., "--benchmark", "-b", help="Benchmark name (a folder of leaderboards/)."),
+    label: Optional[str] = typer.Option(None, help="Row name (default: the baseline's name); use it for a variant config."),
+    render: bool = typer.Option(True, "--render/--no-render", help="Re-render README.md, index.html and figures after accepting."),
+    root: Optional[Path] = ROOT_OPTION,
+) -> None:
+    """Validate runs against a benchmark and add them to its leaderboard (refusals name the rule that failed)."""
+    from offbench.leaderboard.runs import expand_run_dirs
+    from offbench.leaderboard.submit import submit as submit_runs
+
+    spec = load_spec(benchmark, root)
+    written = submit_runs(spec, expand_run_dirs(run_dirs), label=label, render=render)
+    for path in written:
+        console.print(f"accepted: {path}")
+    if render:
+        console.print(f"rendered: {spec.folder / 'README.md'} and {spec.folder / 'index.html'}")
+
+
+def _preview_entries(spec: BenchmarkSpec, paths: list[Path], with_entries: bool) -> list[dict[str, Any]]:
+    """Entries for unsubmitted runs that pass every rule; each refused run or group is reported and left out."""
+    from offbench.leaderboard.runs import Refused, expand_run_dirs, read_run
+    from offbench.leaderboard.submit import check_against_accepted, check_run, load_entries, validate_runs
+
+    accepted = load_entries(spec) if with_entries else []
+    groups: dict[tuple[str, str], list] = defaultdict(list)
+    for path in expand_run_dirs(paths):
+        try:
+            run = read_run(path)
+            check_run(run, spec)
+            groups[(run.baseline, run.dataset_id)].append(run)
+        except Refused as exc:
+            err_console.print(f"not shown: {exc}", highlight=False, soft_wrap=True)
+    entries = []
+    for members in groups.values():
+        try:
+            for entry in validate_runs(spec, members):
+                check_against_accepted(entry, accepted)
+                entries.append(entry)
+        except Refused as exc:
+            err_console.print(f"not shown: {exc}", highlight=False, soft_wrap=True)
+    return entries
+
+
+def _board(benchmark: str, root: Optional[Path], runs: Optional[list[Path]]):
+    from offbench.leaderboard.render import build_board
+
+    spec = load_spec(benchmark, root)
+    previews = _preview_entries(spec, runs, with_entries=True) if runs else []
+    return spec, build_board(spec, previews)
+
+
+def _require_out_for_preview(runs: Optional[list[Path]], out: Optional[Path]) -> None:
+    if runs and out is None:
+        raise OffbenchError("--runs previews runs that were not submitted: give --out so the accepted leaderboard is left as it is")
+
+
+@leaderboard_app.command("show")
+def show(benchmark: str = typer.Argument(..., help="Benchmark name."), runs: Optional[list[Path]] = RUNS_OPTION,
+         root: Optional[Path] = ROOT_OPTION) -> None:
+    """The table in the terminal: mean [95% interval] (n seeds) per baseline and dataset, then the aggregates."""
+    from offbench.leaderboard.table import compute_results, improvement_table, main_table
+
+    spec, board = _board(benchmark, root, runs)
+    console.print(f"[bold]{spec.title}[/bold]: {spec.score_label}; cells are mean [95% bootstrap interval] (n = seeds)")
+    if board.scores.empty:
+        console.print("no accepted entries yet")
+        return
+    results = compute_results(board)
+    for frame in (main_table(board, results), improvement_table(results)):
+        if frame.empty:
+            continue
+        table = Table(header_style="bold")
+        for column in frame.columns:
+            table.add_column(str(column))
+        for row in frame.itertuples(index=False):
+            table.add_row(*map(str, row))
+        console.print(table)
+
+
+@leaderboard_app.command("build")
+def build(benchmark: str = typer.Argument(..., help="Benchmark name."), runs: Optional[list[Path]] = RUNS_OPTION,
+          out: Optional[Path] = typer.Option(None, "--out", help="results.json to write (default: the benchmark's)."),
+          root: Optional[Path] = ROOT_OPTION) -> None:
+    """Roll the entries up into results.json: per-cell and aggregate estimates with their intervals."""
+    from offbench.leaderboard.render import write_results
+    from offbench.leaderboard.table import compute_results
+
+    _require_out_for_preview(runs, out)
+    spec, board = _board(benchmark, root, runs)
+    target = out or spec.folder / "results.json"
+    with FileLock(str(spec.folder / ".submit.lock")):
+        write_results(board, compute_results(board), target)
+    console.print(f"wrote {target} ({len(board.scores)} runs)")
+
+
+@leaderboard_app.command("render")
+def render(benchmark: str = typer.Argument(..., help="Benchmark name."), runs: Optional[list[Path]] = RUNS_OPTION,
+           out: Optional[Path] = typer.Option(None, "--out", help="Folder to write (default: the benchmark's own)."),
+           root: Optional[Path] = ROOT_OPTION) -> None:
+    """Write README.md (Markdown table), index.html (sortable table and figures), figures/ and results.json."""
+    from offbench.leaderboard.render import render_to
+
+    _require_out_for_preview(runs, out)
+    spec, board = _board(benchmark, root, runs)
+    with FileLock(str(spec.folder / ".submit.lock")):
+        written = render_to(board, out or spec.folder)
+    for path in written:
+        console.print(f"wrote {path}")

@@ -1,0 +1,176 @@
+"""Benchmark definitions: `leaderboards/<name>/benchmark.toml` says which runs a leaderboard may show.
+
+    title = "Pendulum, scripted controller data"
+    description = "..."
+    datasets = ["pendulum-scripted"]      # dataset ids (cards); one table column each
+    metric = "normalized_score"           # normalized_score | success_rate | mean_return | in_context_return
+    score = "final"                       # final (default) | best; a table never mixes the two
+    min_seeds = 3                         # seeds a submission must bring for one baseline and dataset
+    bootstrap_reps = 2000                 # stratified-bootstrap replications for every interval
+    [evaluation]                          # the protocol; every key given must equal the run's run.json
+    episodes = 10                         # evaluation episodes per evaluation
+    every_steps = 1000                    # schedule (optional)
+    steps = 5000                          # training updates, summary.json `steps` (optional)
+    target_returns = [6000.0, 12000.0]    # DT conditioning returns (optional; [] = none)
+    in_context_episodes = 20              # in-context benchmarks only
+    [dataset_checksums]                   # optional pins of each dataset's content sha256
+    "pendulum-scripted" = "..."
+    [populate]                            # how scripts/populate_leaderboards.py runs our own baselines
+    baselines = ["bc", "iql"]
+    seeds = [0, 1, 2]
+    set = ["key=value"]                   # extra `--set` options for `offbench run baseline`
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from offbench.errors import OffbenchError
+from offbench.paths import builtin_dir
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A headline number: which summary.json / evaluations.jsonl field it reads and how to label it."""
+
+    name: str
+    field: str
+    label: str  # axis and table label, units included
+    normalised: bool  # comparable across datasets (so aggregates across datasets make sense)
+
+
+METRICS = {
+    "normalized_score": Metric(
+        "normalized_score", "normalized_score", "normalised score (0 = random, 100 = expert reference)", True
+    ),
+    "success_rate": Metric("success_rate", "success_rate", "success rate (fraction of evaluation episodes)", True),
+    "mean_return": Metric("mean_return", "mean_return", "return (undiscounted sum of rewards per episode)", False),
+    "in_context_return": Metric(
+        "in_context_return", "mean_return", "return in the last in-context episode (sum of rewards)", False
+    ),
+}
+SCORE_KINDS = ("final", "best")
+PROTOCOL_KEYS = ("episodes", "every_steps", "steps", "target_returns", "in_context_episodes")
+_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+
+
+@dataclass(frozen=True)
+class BenchmarkSpec:
+    name: str
+    title: str
+    description: str
+    datasets: tuple[str, ...]
+    metric: Metric
+    score: str
+    min_seeds: int
+    protocol: dict[str, Any]
+    dataset_checksums: dict[str, str] = field(default_factory=dict)
+    bootstrap_reps: int = 2000
+    populate: dict[str, Any] = field(default_factory=dict)
+    path: Path | None = None
+
+    @property
+    def folder(self) -> Path:
+        assert self.path is not None
+        return self.path.parent
+
+    @property
+    def entries_dir(self) -> Path:
+        return self.folder / "entries"
+
+    @property
+    def score_label(self) -> str:
+        """What every cell holds, e.g. 'final normalised score (0 = random, 100 = expert reference)'."""
+        return f"{self.score} {self.metric.label}"
+
+
+def leaderboards_root(root: str | Path | None = None) -> Path:
+    """Folder holding one sub-folder per benchmark: --root, else $OFFBENCH_LEADERBOARDS, else the checkout's."""
+    if root is not None:
+        return Path(root)
+    if os.environ.get("OFFBENCH_LEADERBOARDS"):
+        return Path(os.environ["OFFBENCH_LEADERBOARDS"])
+    return builtin_dir("leaderboards")
+
+
+def known_benchmarks(root: str | Path | None = None) -> list[str]:
+    folder = leaderboards_root(root)
+    return sorted(p.parent.name for p in folder.glob("*/benchmark.toml")) if folder.is_dir() else []
+
+
+def load_spec(name: str, root: str | Path | None = None) -> BenchmarkSpec:
+    """The benchmark called `name`; an unknown name is a one-line error listing the known ones."""
+    folder = leaderboards_root(root)
+    path = folder / name / "benchmark.toml"
+    if not _NAME.match(name) or not path.is_file():
+        known = ", ".join(known_benchmarks(root)) or "none"
+        raise OffbenchError(f"unknown benchmark '{name}' in {folder} (known: {known})")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise OffbenchError(f"{path}: malformed TOML ({exc})") from None
+    return spec_from_dict(name, data, path)
+
+
+def spec_from_dict(name: str, data: dict[str, Any], path: Path | None = None) -> BenchmarkSpec:
+    where = str(path or f"benchmark '{name}'")
+
+    def fail(problem: str) -> OffbenchError:
+        return OffbenchError(f"{where}: {problem}")
+
+    datasets = data.get("datasets")
+    if not isinstance(datasets, list) or not datasets or not all(isinstance(d, str) and d for d in datasets):
+        raise fail("'datasets' must be a non-empty list of dataset ids")
+    if len(set(datasets)) != len(datasets):
+        raise fail("'datasets' lists a dataset twice")
+    metric = data.get("metric")
+    if metric not in METRICS:
+        raise fail(f"'metric' must be one of {', '.join(METRICS)}, got {metric!r}")
+    score = data.get("score", "final")
+    if score not in SCORE_KINDS:
+        raise fail(f"'score' must be 'final' or 'best', got {score!r}")
+    min_seeds = data.get("min_seeds", 3)
+    if not isinstance(min_seeds, int) or min_seeds < 1:
+        raise fail("'min_seeds' must be a positive integer")
+    reps = data.get("bootstrap_reps", 2000)
+    if not isinstance(reps, int) or reps < 100:
+        raise fail("'bootstrap_reps' must be an integer >= 100")
+    protocol = data.get("evaluation")
+    if not isinstance(protocol, dict) or "episodes" not in protocol:
+        raise fail("[evaluation] must give at least 'episodes'")
+    unknown = set(protocol) - set(PROTOCOL_KEYS)
+    if unknown:
+        raise fail(f"[evaluation] has unknown keys {sorted(unknown)} (known: {', '.join(PROTOCOL_KEYS)})")
+    for key, value in protocol.items():
+        if key == "target_returns":
+            if not isinstance(value, list) or not all(isinstance(v, (int, float)) for v in value):
+                raise fail("evaluation.target_returns must be a list of numbers ([] for none)")
+        elif not isinstance(value, int) or value < 1:
+            raise fail(f"evaluation.{key} must be a positive integer")
+    if metric == "in_context_return" and "in_context_episodes" not in protocol:
+        raise fail("metric 'in_context_return' needs evaluation.in_context_episodes")
+    checksums = data.get("dataset_checksums", {})
+    for dataset_id, sha in checksums.items():
+        if dataset_id not in datasets:
+            raise fail(f"dataset_checksums names '{dataset_id}', which is not in 'datasets'")
+        if not (isinstance(sha, str) and re.fullmatch(r"[0-9a-f]{64}", sha)):
+            raise fail(f"dataset_checksums.{dataset_id} must be 64 lowercase hex characters")
+    return BenchmarkSpec(
+        name=name,
+        title=str(data.get("title", name)),
+        description=str(data.get("description", "")).strip(),
+        datasets=tuple(datasets),
+        metric=METRICS[metric],
+        score=score,
+        min_seeds=min_seeds,
+        protocol=dict(protocol),
+        dataset_checksums=dict(checksums),
+        bootstrap_reps=reps,
+        populate=dict(data.get("populate", {})),
+        path=path,
+    )

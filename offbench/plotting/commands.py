@@ -1,0 +1,112 @@
+"""`offbench plot`: figures from run directories, or a generated dataset's learning histories."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from offbench.errors import OffbenchError
+from offbench.leaderboard.runs import RunRecord, expand_run_dirs, is_run_dir, read_run
+from offbench.leaderboard.spec import METRICS
+
+KINDS = ("auto", "curves", "in-context", "aggregate", "profile")
+
+
+def _is_runs_argument(path: Path) -> bool:
+    return is_run_dir(path) or (path.is_dir() and any(is_run_dir(child) for child in path.iterdir()))
+
+
+def _plot_histories(dataset: str, out: Path) -> Path:
+    """A learning-history dataset's source-algorithm curve (offbench.plotting.histories, from the ICRL work)."""
+    try:
+        from offbench.plotting.histories import plot_learning_histories
+    except ImportError:
+        raise OffbenchError(f"{dataset}: plotting a dataset's learning histories needs offbench.plotting.histories, "
+                            "which this installation lacks") from None
+    from offbench.data.cards import get_card
+    from offbench.data.resolve import resolve
+
+    card = None if Path(dataset).exists() else get_card(dataset)
+    return plot_learning_histories(resolve(dataset), out, card=card)
+
+
+def _frames(runs: list[RunRecord], field: str, which: str):
+    """(final scores, learning curves, in-context returns) of the runs as DataFrames, labelled by baseline."""
+    import pandas as pd
+
+    scores, curves, in_context = [], [], []
+    for run in runs:
+        key = {"label": run.baseline, "dataset": run.dataset_id, "seed": run.seed}
+        score = run.score(field, which)
+        if isinstance(score, (int, float)):
+            scores.append({**key, "score": float(score)})
+        curves += [{**key, "step": row["step"], "score": float(row[field])}
+                   for row in run.curve_rows(which) if isinstance(row.get(field), (int, float))]
+        in_context += [{**key, "episode": i, "score": float(v)} for i, v in enumerate(run.in_context_returns(which) or [], 1)]
+    return (pd.DataFrame(scores, columns=["label", "dataset", "seed", "score"]),
+            pd.DataFrame(curves, columns=["label", "dataset", "seed", "step", "score"]),
+            pd.DataFrame(in_context, columns=["label", "dataset", "seed", "episode", "score"]))
+
+
+def _metric_of(runs: list[RunRecord], metric: Optional[str]) -> str:
+    if metric is not None:
+        if metric not in METRICS:
+            raise OffbenchError(f"--metric must be one of {', '.join(METRICS)}, got {metric!r}")
+        return metric
+    named = {run.summary.get("score_metric") for run in runs}
+    if len(named) != 1 or None in named or next(iter(named)) not in METRICS:
+        raise OffbenchError(f"the runs name different or no headline metrics ({sorted(map(str, named))}); choose one with --metric")
+    return named.pop()
+
+
+def plot(
+    sources: list[str] = typer.Argument(..., help="Run directories (or folders of runs); or one dataset id/path of learning histories."),
+    out: Path = typer.Option(..., "--out", "-o", help="Figure file: .png, .svg or .pdf."),
+    kind: str = typer.Option("auto", help=f"One of {', '.join(KINDS)}; auto = in-context curves if the runs have them, else learning curves."),
+    metric: Optional[str] = typer.Option(None, help="normalized_score | success_rate | mean_return (default: the runs' headline metric)."),
+    score: str = typer.Option("final", help="final | best: which summary value aggregate plots use."),
+    reps: int = typer.Option(2000, help="Bootstrap resamples for the intervals."),
+) -> None:
+    """Learning curves, in-context curves and aggregate plots (interval estimates, performance profiles)."""
+    from offbench.plotting.figures import figure_format
+
+    figure_format(out)
+    if kind not in KINDS:
+        raise OffbenchError(f"--kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    if score not in ("final", "best"):
+        raise OffbenchError(f"--score must be final or best, got {score!r}")
+    paths = [Path(s) for s in sources]
+    if not any(_is_runs_argument(p) for p in paths):
+        if len(sources) != 1:
+            raise OffbenchError("give run directories, or exactly one dataset id/path to plot its learning histories")
+        Console().print(f"wrote {_plot_histories(sources[0], out)}")
+        return
+    runs = [read_run(path) for path in expand_run_dirs(paths)]
+    chosen = METRICS[_metric_of(runs, metric)]
+    scores, curves, in_context = _frames(runs, chosen.field, score)
+    if kind == "auto":
+        kind = "in-context" if not in_context.empty else "curves"
+    if kind == "curves":
+        from offbench.plotting.curves import plot_learning_curves
+
+        written = plot_learning_curves(curves, chosen.label, out, reps=reps)
+    elif kind == "in-context":
+        from offbench.plotting.curves import plot_in_context, source_curves
+
+        optimum = {run.dataset_id: run.optimal_return() for run in runs if run.optimal_return() is not None}
+        sources = source_curves(sorted(in_context["dataset"].unique()))
+        written = plot_in_context(in_context, out, optimum=optimum, sources=sources, reps=reps)
+    else:
+        from offbench.leaderboard.table import score_matrices
+        from offbench.plotting.aggregate import plot_aggregate_intervals, plot_performance_profiles
+
+        matrices = score_matrices(scores, sorted(scores["dataset"].unique()))
+        x_label = f"{score} {chosen.label}"
+        if kind == "aggregate":
+            written = plot_aggregate_intervals(matrices, x_label, out, reps=reps)
+        else:
+            written = plot_performance_profiles(matrices, x_label, out, reps=reps, bounded=chosen.name == "success_rate")
+    Console().print(f"wrote {written}")

@@ -1,0 +1,147 @@
+"""Learning curves (score vs update step) and in-context curves (return vs in-context episode).
+
+Both take tidy DataFrames (label, dataset, seed, x, score), as built from run directories or from
+leaderboard entries, and draw the mean over seeds with a shaded 95% bootstrap interval (rliable).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from offbench.errors import OffbenchError
+from offbench.leaderboard import stats
+from offbench.plotting.figures import label_colours, plt, save_figure
+
+
+def _wrapped(label: str) -> str:
+    """'score (units)' on two lines, so long axis labels fit beside small panels."""
+    return label.replace(" (", "\n(", 1)
+
+
+def _grid(n: int) -> tuple[int, int]:
+    cols = min(n, 3)
+    return math.ceil(n / cols), cols
+
+
+def _seed_matrix(rows: pd.DataFrame, x: str, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """(x values, seeds x points) over the x values every seed has."""
+    wide = rows.pivot_table(index="seed", columns=x, values="score", aggfunc="mean").dropna(axis=1)
+    if wide.shape[1] == 0:
+        raise OffbenchError(f"{where}: the seeds share no common {x}; cannot average their curves")
+    return wide.columns.to_numpy(), wide.to_numpy()
+
+
+def _draw_mean_band(ax, xs, matrix, colour, label, reps) -> None:
+    mean, low, high = stats.curve_intervals(matrix, reps)
+    n = matrix.shape[0]
+    ax.plot(xs, mean, color=colour, label=f"{label} (n={n})", linewidth=1.8)
+    if n > 1:
+        ax.fill_between(xs, low, high, color=colour, alpha=0.2, linewidth=0)
+
+
+def plot_learning_curves(curves: pd.DataFrame, y_label: str, out: str | Path, title: str = "", reps: int = 2000) -> Path:
+    """One panel per dataset, one line per label: evaluation score against gradient update step."""
+    if curves.empty:
+        raise OffbenchError("no evaluations to plot")
+    datasets = list(dict.fromkeys(curves["dataset"]))
+    colours = label_colours(list(curves["label"].unique()))
+    nrows, ncols = _grid(len(datasets))
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.6 * ncols, 3.4 * nrows), squeeze=False)
+    for ax, dataset in zip(axes.flat, datasets):
+        for label, rows in curves[curves.dataset == dataset].groupby("label", sort=True):
+            xs, matrix = _seed_matrix(rows, "step", f"{label} on {dataset}")
+            _draw_mean_band(ax, xs, matrix, colours[label], label, reps)
+        ax.set_title(dataset, fontsize=10)
+        ax.set_xlabel("update step (gradient updates)")
+        ax.set_ylabel(_wrapped(y_label), fontsize=8)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    for ax in list(axes.flat)[len(datasets):]:
+        ax.set_visible(False)
+    fig.suptitle(title or "Learning curves: mean over seeds, shaded 95% bootstrap interval", fontsize=11)
+    fig.tight_layout()
+    return save_figure(fig, out)
+
+
+def source_curve(store) -> np.ndarray | None:
+    """The source algorithm's learning curve in a learning-history dataset: mean return per episode index.
+
+    Needs the per-step `episode_in_history` column (see offbench/data/store.py); None without it.
+    """
+    if "episode_in_history" not in store.columns:
+        return None
+    index = np.asarray(store.columns["episode_in_history"])[store.episode_starts[:-1]]
+    returns = store.episode_returns()
+    totals = np.bincount(index, weights=returns)
+    counts = np.bincount(index)
+    seen = counts > 0
+    return totals[seen] / counts[seen]
+
+
+def source_curves(dataset_ids: list[str]) -> dict[str, np.ndarray]:
+    """Source-algorithm curves of the registered learning-history datasets present on this machine."""
+    from offbench.data.cards import get_card
+    from offbench.data.resolve import native_path
+    from offbench.data.store import is_native, load_native
+
+    out = {}
+    for dataset_id in dataset_ids:
+        try:
+            path = native_path(get_card(dataset_id))
+        except OffbenchError:  # a dataset given by path: no registered copy to read
+            continue
+        if is_native(path):
+            curve = source_curve(load_native(path))
+            if curve is not None:
+                out[dataset_id] = curve
+    return out
+
+
+def plot_in_context(
+    in_context: pd.DataFrame,
+    out: str | Path,
+    optimum: dict[str, float] | None = None,
+    sources: dict[str, np.ndarray] | None = None,
+    title: str = "",
+    reps: int = 2000,
+) -> Path:
+    """Return per in-context episode (held-out tasks), with the optimum and the source algorithm as references.
+
+    The source algorithm's curve is its learning history over the same number of episodes, and a
+    dotted line marks where its histories end (mean of their last 10% of episodes).
+    """
+    if in_context.empty:
+        raise OffbenchError("no in-context returns to plot (evaluations.jsonl has no in_context_returns)")
+    optimum, sources = optimum or {}, sources or {}
+    datasets = list(dict.fromkeys(in_context["dataset"]))
+    colours = label_colours(list(in_context["label"].unique()))
+    nrows, ncols = _grid(len(datasets))
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.6 * ncols, 3.4 * nrows), squeeze=False)
+    for ax, dataset in zip(axes.flat, datasets):
+        rows_for_dataset = in_context[in_context.dataset == dataset]
+        horizon = int(rows_for_dataset["episode"].max())
+        for label, rows in rows_for_dataset.groupby("label", sort=True):
+            xs, matrix = _seed_matrix(rows, "episode", f"{label} on {dataset}")
+            _draw_mean_band(ax, xs, matrix, colours[label], label, reps)
+        source = sources.get(dataset)
+        if source is not None and len(source):
+            shown = source[:horizon]
+            ax.plot(np.arange(1, len(shown) + 1), shown, color="0.45", linestyle="--", label="source algorithm (its history)")
+            tail = source[-max(1, len(source) // 10):].mean()
+            ax.axhline(tail, color="0.45", linestyle=":", label=f"source algorithm, end of history ({len(source)} episodes)")
+        if dataset in optimum:
+            ax.axhline(optimum[dataset], color="black", linewidth=1.0, label="optimal return")
+        ax.set_title(dataset, fontsize=10)
+        ax.set_xlabel("in-context episode (held-out tasks)")
+        ax.set_ylabel(_wrapped("return (sum of rewards per episode)"), fontsize=8)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(datasets):]:
+        ax.set_visible(False)
+    fig.suptitle(title or "In-context improvement: mean over seeds, shaded 95% bootstrap interval", fontsize=11)
+    fig.tight_layout()
+    return save_figure(fig, out)

@@ -1,0 +1,110 @@
+"""Test helpers: registered tiny datasets, run directories written exactly as docs/run-directory.md says
+(as the trainer writes them), and benchmark folders."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from conftest import make_store
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+ENV = {"id": "Pendulum-v1", "suite": "gymnasium", "kwargs": {}}
+
+
+def register_dataset(dataset_id: str, seed: int = 0) -> str:
+    """A user card plus its native file in $OFFBENCH_HOME; returns the stored content checksum."""
+    from offbench.data.cards import card_from_dict, write_card
+    from offbench.data.resolve import native_path
+    from offbench.paths import user_cards_dir
+
+    card = card_from_dict({
+        "id": dataset_id, "description": "tiny test dataset", "format": "offbench",
+        "source": {"recipe": {"generator": "test", "seed": seed}}, "env": ENV,
+        "scores": {"ref_min": -1000.0, "ref_max": 0.0},
+    })
+    write_card(card, user_cards_dir() / f"{dataset_id.replace('/', '-')}.toml")
+    store = make_store(seed=seed)
+    store.save(native_path(card))
+    return store.content_sha256()
+
+
+def write_benchmark(root: Path, name: str, datasets: list[str], **overrides: Any) -> Path:
+    spec = {
+        "title": f"Test benchmark {name}", "description": "Made by the tests.", "datasets": datasets,
+        "metric": "normalized_score", "score": "final", "min_seeds": 3, "bootstrap_reps": 100,
+        "evaluation": {"episodes": 5, "every_steps": 100, "steps": 300},
+    }
+    spec.update(overrides)
+    path = root / name / "benchmark.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(tomli_w.dumps(spec))
+    return path
+
+
+def write_run(
+    root: Path,
+    baseline: str,
+    dataset_id: str,
+    checksum: str,
+    seed: int,
+    curve: list[float],
+    every_steps: int = 100,
+    episodes: int = 5,
+    config: dict[str, Any] | None = None,
+    in_context: list[float] | None = None,
+    optimal_return: float | None = None,
+    with_summary: bool = True,
+    name: str | None = None,
+) -> Path:
+    """A finished run whose normalised score at evaluation k (step (k+1) * every_steps) is curve[k].
+
+    Returns are the inverse of the card's normalisation (ref_min -1000, ref_max 0).
+    """
+    run_dir = root / (name or f"{baseline}-{dataset_id.replace('/', '-')}-s{seed}")
+    run_dir.mkdir(parents=True)
+    run_id = run_dir.name
+    info = {
+        "schema": 1, "run_id": run_id, "baseline": baseline,
+        "dataset": {"id": dataset_id, "path": f"/data/{dataset_id}/data.h5", "content_sha256": checksum, "format": "offbench"},
+        "seed": seed, "config": {"seed": seed, "lr": 3e-4, "batch_size": 64, **(config or {})},
+        "code": {"version": "0.1.0", "git_commit": "0123456789abcdef0123456789abcdef01234567", "git_dirty": False},
+        "env": {"python": "3.11", "torch": "2.13.0", "numpy": "2.3", "platform": "linux", "cpu": "test", "device": "cpu"},
+        "evaluation": {"episodes": episodes, "every_steps": every_steps, "target_returns": None, "env": ENV},
+        "started_at": "2025-01-01T00:00:00+00:00",
+    }
+    if in_context is not None:
+        info["evaluation"]["in_context_episodes"] = len(in_context)
+    lines = []
+    for k, score in enumerate(curve):
+        mean_return = -1000.0 + 10.0 * score if not math.isnan(score) else float("nan")
+        line = {"step": (k + 1) * every_steps, "returns": [mean_return] * episodes, "lengths": [200] * episodes,
+                "mean_return": mean_return, "normalized_score": score, "success_rate": None, "target_return": None}
+        if in_context is not None:
+            line["in_context_returns"] = in_context
+            line["mean_return"] = in_context[-1]
+        if optimal_return is not None:
+            line["optimal_return"] = optimal_return
+        lines.append(line)
+    (run_dir / "run.json").write_text(json.dumps(info))
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "time_s": 0.1 * s, "loss": 1.0 / s}) + "\n"
+                                                   for s in range(every_steps, every_steps * (len(curve) + 1), every_steps)))
+    (run_dir / "evaluations.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    if with_summary:
+        def block(line):
+            return {k: line[k] for k in ("step", "mean_return", "normalized_score", "success_rate", "target_return")}
+
+        best = max(lines, key=lambda line: line["normalized_score"] if not math.isnan(line["normalized_score"]) else -math.inf)
+        summary = {"status": "completed", "steps": every_steps * len(curve), "wall_time_s": 1.0,
+                   "final": block(lines[-1]), "best": block(best), "score_metric": "normalized_score"}
+        (run_dir / "summary.json").write_text(json.dumps(summary))
+    return run_dir
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    """Every file under folder (relative path -> bytes): to check a refusal changed nothing."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file() and p.name != ".submit.lock"}
