@@ -105,6 +105,29 @@ def write_run(
     return run_dir
 
 
+def make_bench(tmp_path: Path, monkeypatch, levels: dict[str, float], datasets=("test/a", "test/b")) -> dict[str, Any]:
+    """A benchmark 'tb' over registered tiny datasets, and a folder of finished runs (3 seeds per baseline
+    and dataset; final normalised score near levels[baseline])."""
+    import numpy as np
+
+    root = tmp_path / "leaderboards"
+    monkeypatch.setenv("OFFBENCH_LEADERBOARDS", str(root))
+    checksums = {d: register_dataset(d, seed=i) for i, d in enumerate(datasets)}
+    write_benchmark(root, "tb", list(datasets))
+    runs = tmp_path / "runs"
+    rng = np.random.default_rng(0)
+    for baseline, level in levels.items():
+        for dataset in datasets:
+            for seed in range(3):
+                write_run(runs, baseline, dataset, checksums[dataset], seed, [level / 3, level / 2, level + rng.normal(0, 2)])
+    return {"root": root, "folder": root / "tb", "runs": runs, "checksums": checksums}
+
+
+def runs_of(bench: dict[str, Any], baseline: str, dataset: str | None = None) -> list[Path]:
+    pattern = f"{baseline}-{dataset.replace('/', '-')}-s*" if dataset else f"{baseline}-*"
+    return sorted(bench["runs"].glob(pattern))
+
+
 def snapshot(folder: Path) -> dict[str, bytes]:
     """Every file under folder (relative path -> bytes): to check a refusal changed nothing."""
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file() and p.name != ".submit.lock"}

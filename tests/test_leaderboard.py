@@ -6,13 +6,12 @@ import json
 import subprocess
 import sys
 import tomllib
-from pathlib import Path
 
 import numpy as np
 import pytest
 import scipy.stats
 
-from run_dirs import REPO_ROOT, register_dataset, snapshot, write_benchmark, write_run
+from run_dirs import REPO_ROOT, make_bench, register_dataset, runs_of, snapshot, write_benchmark, write_run
 
 DATASETS = ["test/a", "test/b"]
 # Final normalised scores per baseline: bc clearly below iql on both datasets.
@@ -21,24 +20,7 @@ LEVELS = {"bc": 40.0, "iql": 70.0}
 
 @pytest.fixture
 def bench(tmp_path, monkeypatch):
-    """A benchmark over two registered tiny datasets, and a folder of finished runs (3 seeds each)."""
-    root = tmp_path / "leaderboards"
-    monkeypatch.setenv("OFFBENCH_LEADERBOARDS", str(root))
-    checksums = {d: register_dataset(d, seed=i) for i, d in enumerate(DATASETS)}
-    write_benchmark(root, "tb", DATASETS)
-    runs = tmp_path / "runs"
-    rng = np.random.default_rng(0)
-    for baseline, level in LEVELS.items():
-        for dataset in DATASETS:
-            for seed in range(3):
-                curve = [level / 3, level / 2, level + rng.normal(0, 2)]
-                write_run(runs, baseline, dataset, checksums[dataset], seed, curve)
-    return {"root": root, "folder": root / "tb", "runs": runs, "checksums": checksums}
-
-
-def runs_of(bench, baseline, dataset=None):
-    pattern = f"{baseline}-{dataset.replace('/', '-')}-s*" if dataset else f"{baseline}-*"
-    return sorted(bench["runs"].glob(pattern))
+    return make_bench(tmp_path, monkeypatch, LEVELS, DATASETS)
 
 
 def submit_in_process(bench, baseline, render=False, label=None):

@@ -9,6 +9,7 @@ from typing import Any, Optional
 import typer
 from filelock import FileLock
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from offbench.errors import OffbenchError
@@ -38,9 +39,9 @@ def submit(
     spec = load_spec(benchmark, root)
     written = submit_runs(spec, expand_run_dirs(run_dirs), label=label, render=render)
     for path in written:
-        console.print(f"accepted: {path}")
+        console.print(f"accepted: {path}", highlight=False, markup=False, soft_wrap=True)
     if render:
-        console.print(f"rendered: {spec.folder / 'README.md'} and {spec.folder / 'index.html'}")
+        console.print(f"rendered: {spec.folder / 'README.md'} and {spec.folder / 'index.html'}", highlight=False, markup=False, soft_wrap=True)
 
 
 def _preview_entries(spec: BenchmarkSpec, paths: list[Path], with_entries: bool) -> list[dict[str, Any]]:
@@ -56,7 +57,7 @@ def _preview_entries(spec: BenchmarkSpec, paths: list[Path], with_entries: bool)
             check_run(run, spec)
             groups[(run.baseline, run.dataset_id)].append(run)
         except Refused as exc:
-            err_console.print(f"not shown: {exc}", highlight=False, soft_wrap=True)
+            err_console.print(f"not shown: {exc}", highlight=False, markup=False, soft_wrap=True)
     entries = []
     for members in groups.values():
         try:
@@ -64,7 +65,7 @@ def _preview_entries(spec: BenchmarkSpec, paths: list[Path], with_entries: bool)
                 check_against_accepted(entry, accepted)
                 entries.append(entry)
         except Refused as exc:
-            err_console.print(f"not shown: {exc}", highlight=False, soft_wrap=True)
+            err_console.print(f"not shown: {exc}", highlight=False, markup=False, soft_wrap=True)
     return entries
 
 
@@ -88,7 +89,7 @@ def show(benchmark: str = typer.Argument(..., help="Benchmark name."), runs: Opt
     from offbench.leaderboard.table import compute_results, improvement_table, main_table
 
     spec, board = _board(benchmark, root, runs)
-    console.print(f"[bold]{spec.title}[/bold]: {spec.score_label}; cells are mean [95% bootstrap interval] (n = seeds)")
+    console.print(f"[bold]{escape(spec.title)}[/bold]: {escape(spec.score_label)}; cells are mean \\[95% bootstrap interval] (n = seeds)")
     if board.scores.empty:
         console.print("no accepted entries yet")
         return
@@ -98,9 +99,9 @@ def show(benchmark: str = typer.Argument(..., help="Benchmark name."), runs: Opt
             continue
         table = Table(header_style="bold")
         for column in frame.columns:
-            table.add_column(str(column))
+            table.add_column(escape(str(column)))
         for row in frame.itertuples(index=False):
-            table.add_row(*map(str, row))
+            table.add_row(*(escape(str(value)) for value in row))
         console.print(table)
 
 
@@ -117,7 +118,7 @@ def build(benchmark: str = typer.Argument(..., help="Benchmark name."), runs: Op
     target = out or spec.folder / "results.json"
     with FileLock(str(spec.folder / ".submit.lock")):
         write_results(board, compute_results(board), target)
-    console.print(f"wrote {target} ({len(board.scores)} runs)")
+    console.print(f"wrote {target} ({len(board.scores)} runs)", highlight=False, markup=False, soft_wrap=True)
 
 
 @leaderboard_app.command("render")
@@ -132,4 +133,4 @@ def render(benchmark: str = typer.Argument(..., help="Benchmark name."), runs: O
     with FileLock(str(spec.folder / ".submit.lock")):
         written = render_to(board, out or spec.folder)
     for path in written:
-        console.print(f"wrote {path}")
+        console.print(f"wrote {path}", highlight=False, markup=False, soft_wrap=True)

@@ -7,6 +7,7 @@ lines of vanilla JavaScript, no external scripts) and the figures as <img> eleme
 from __future__ import annotations
 
 import html
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -148,6 +149,11 @@ document.querySelectorAll("table.sortable").forEach(function (table) {
 """
 
 
+def _inline_code(escaped: str) -> str:
+    """Markdown's `code` spans as <code> (the protocol lines are shared with the Markdown page)."""
+    return re.sub(r"`([^`]*)`", r"<code>\1</code>", escaped)
+
+
 def _html_table(frame: pd.DataFrame, table_id: str) -> str:
     return frame.to_html(index=False, escape=True, border=0, table_id=table_id, classes="sortable")
 
@@ -155,12 +161,12 @@ def _html_table(frame: pd.DataFrame, table_id: str) -> str:
 def render_html(spec: BenchmarkSpec, board: Board, results: Results, figures: list[Figure]) -> str:
     e = html.escape
     body = [f"<h1>{e(spec.title)}</h1>", f"<p>{e(spec.description)}</p>", "<h2>Protocol</h2><ul>"]
-    body += [f"<li>{e(line.replace('**', ''))}</li>" for line in _protocol_lines(spec)]
+    body += [f"<li>{_inline_code(e(line.replace('**', '')))}</li>" for line in _protocol_lines(spec)]
     body += ["</ul>", "<h2>Results</h2>"]
     if board.scores.empty:
         body.append(f"<p>No accepted entries yet. Submit runs with <code>offbench submit RUN_DIR... --benchmark {e(spec.name)}</code>.</p>")
     else:
-        body += [f'<p class="note">{e(_cell_note(spec))} Click a column header to sort.</p>', _html_table(main_table(board, results), "scores")]
+        body += [f'<p class="note">{_inline_code(e(_cell_note(spec)))} Click a column header to sort.</p>', _html_table(main_table(board, results), "scores")]
         improvement = improvement_table(results)
         if not improvement.empty:
             body += ["<h3>Probability of improvement</h3>",

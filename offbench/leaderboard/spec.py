@@ -8,10 +8,10 @@
     min_seeds = 3                         # seeds a submission must bring for one baseline and dataset
     bootstrap_reps = 2000                 # stratified-bootstrap replications for every interval
     [evaluation]                          # the protocol; every key given must equal the run's run.json
-    episodes = 10                         # evaluation episodes per evaluation
+    episodes = 10                         # evaluation episodes per evaluation (optional)
     every_steps = 1000                    # schedule (optional)
     steps = 5000                          # training updates, summary.json `steps` (optional)
-    target_returns = [6000.0, 12000.0]    # DT conditioning returns (optional; [] = none)
+    target_returns = [6000.0, 12000.0]    # return-conditioned runs (DT) must use exactly these (optional)
     in_context_episodes = 20              # in-context benchmarks only
     [dataset_checksums]                   # optional pins of each dataset's content sha256
     "pendulum-scripted" = "..."
@@ -141,8 +141,8 @@ def spec_from_dict(name: str, data: dict[str, Any], path: Path | None = None) ->
     if not isinstance(reps, int) or reps < 100:
         raise fail("'bootstrap_reps' must be an integer >= 100")
     protocol = data.get("evaluation")
-    if not isinstance(protocol, dict) or "episodes" not in protocol:
-        raise fail("[evaluation] must give at least 'episodes'")
+    if not isinstance(protocol, dict) or not protocol:
+        raise fail(f"[evaluation] must give the protocol (any of {', '.join(PROTOCOL_KEYS)})")
     unknown = set(protocol) - set(PROTOCOL_KEYS)
     if unknown:
         raise fail(f"[evaluation] has unknown keys {sorted(unknown)} (known: {', '.join(PROTOCOL_KEYS)})")

@@ -10,7 +10,8 @@ Rules, in the order they are checked (the refusal names the rule):
   benchmark-dataset              the run's dataset is one of the benchmark's datasets
   dataset-checksum               the run's dataset content sha256 equals the benchmark's pin, else the
                                  card's recorded checksum, else the checksum stored in the local copy
-  protocol                       run.json `evaluation` (and summary `steps`) equal the benchmark's protocol
+  protocol                       run.json `evaluation` (and summary `steps`) equal the benchmark's protocol,
+                                 and the run was evaluated in the dataset card's environment
   metric-finite, metric-range    the score and its learning curve are finite numbers (success in [0, 1])
   config-consistency             one entry = one baseline and one config (seed aside); a row (label) keeps
                                  one config per dataset across entries: use --label for a variant
@@ -98,6 +99,8 @@ def check_run(run: RunRecord, spec: BenchmarkSpec) -> float:
             raise Refused(where, "protocol", f"the {spec.score} evaluation has no in_context_returns of length {spec.protocol['in_context_episodes']}")
         if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in returns):
             raise Refused(where, "metric-finite", "in_context_returns holds a value that is not a finite number")
+        if not math.isclose(returns[-1], score, rel_tol=1e-9, abs_tol=1e-12):
+            raise Refused(where, "schema", f"{spec.score} mean_return {score} is not the last in-context episode's return {returns[-1]}")
     return float(score)
 
 
@@ -106,8 +109,10 @@ def _check_protocol(run: RunRecord, spec: BenchmarkSpec) -> None:
     for key, wanted in spec.protocol.items():
         if key == "steps":
             got = run.summary["steps"]
-        elif key == "target_returns":
-            got = sorted(float(v) for v in evaluation.get("target_returns") or [])
+        elif key == "target_returns":  # binds return-conditioned runs only: BC or CQL runs have none
+            if not evaluation.get("target_returns"):
+                continue
+            got = sorted(float(v) for v in evaluation["target_returns"])
             wanted = sorted(float(v) for v in wanted)
         else:
             got = evaluation.get(key)

@@ -82,7 +82,7 @@ def plot(
     if not any(_is_runs_argument(p) for p in paths):
         if len(sources) != 1:
             raise OffbenchError("give run directories, or exactly one dataset id/path to plot its learning histories")
-        Console().print(f"wrote {_plot_histories(sources[0], out)}")
+        Console().print(f"wrote {_plot_histories(sources[0], out)}", highlight=False, markup=False, soft_wrap=True)
         return
     runs = [read_run(path) for path in expand_run_dirs(paths)]
     chosen = METRICS[_metric_of(runs, metric)]
@@ -109,4 +109,4 @@ def plot(
             written = plot_aggregate_intervals(matrices, x_label, out, reps=reps)
         else:
             written = plot_performance_profiles(matrices, x_label, out, reps=reps, bounded=chosen.name == "success_rate")
-    Console().print(f"wrote {written}")
+    Console().print(f"wrote {written}", highlight=False, markup=False, soft_wrap=True)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from matplotlib.ticker import MaxNLocator
 
 from offbench.errors import OffbenchError
 from offbench.leaderboard import stats
@@ -120,26 +121,34 @@ def plot_in_context(
     datasets = list(dict.fromkeys(in_context["dataset"]))
     colours = label_colours(list(in_context["label"].unique()))
     nrows, ncols = _grid(len(datasets))
-    fig, axes = plt.subplots(nrows, ncols, figsize=(4.6 * ncols, 3.4 * nrows), squeeze=False)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(5.6 * ncols, 4.4 * nrows), squeeze=False)
     for ax, dataset in zip(axes.flat, datasets):
         rows_for_dataset = in_context[in_context.dataset == dataset]
         horizon = int(rows_for_dataset["episode"].max())
         for label, rows in rows_for_dataset.groupby("label", sort=True):
             xs, matrix = _seed_matrix(rows, "episode", f"{label} on {dataset}")
             _draw_mean_band(ax, xs, matrix, colours[label], label, reps)
+        references = []
         source = sources.get(dataset)
         if source is not None and len(source):
             shown = source[:horizon]
             ax.plot(np.arange(1, len(shown) + 1), shown, color="0.45", linestyle="--", label="source algorithm (its history)")
             tail = source[-max(1, len(source) // 10):].mean()
             ax.axhline(tail, color="0.45", linestyle=":", label=f"source algorithm, end of history ({len(source)} episodes)")
+            references.append(tail)
         if dataset in optimum:
             ax.axhline(optimum[dataset], color="black", linewidth=1.0, label="optimal return")
+            references.append(optimum[dataset])
+        if references:  # keep reference lines off the frame
+            low, high = ax.get_ylim()
+            pad = 0.05 * (high - low)
+            ax.set_ylim(min(low, min(references) - pad), max(high, max(references) + pad))
         ax.set_title(dataset, fontsize=10)
         ax.set_xlabel("in-context episode (held-out tasks)")
         ax.set_ylabel(_wrapped("return (sum of rewards per episode)"), fontsize=8)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
     for ax in list(axes.flat)[len(datasets):]:
         ax.set_visible(False)
     fig.suptitle(title or "In-context improvement: mean over seeds, shaded 95% bootstrap interval", fontsize=11)

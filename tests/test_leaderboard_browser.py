@@ -1,0 +1,50 @@
+"""The rendered HTML leaderboard in a real headless Chromium: no console errors, sorting works, figures show."""
+
+from __future__ import annotations
+
+import pytest
+
+from cdp import Browser, chromium_path
+from run_dirs import make_bench, runs_of
+
+# Label order (awac, bc, iql) differs from score order (bc < awac < iql): sorting must move rows.
+LEVELS = {"awac": 55.0, "bc": 40.0, "iql": 70.0}
+
+
+@pytest.mark.skipif(chromium_path() is None, reason="chromium is not installed (scripts/setup.sh --test installs Debian's chromium)")
+def test_leaderboard_page_in_headless_chromium(tmp_path, monkeypatch):
+    pytest.importorskip("websocket", reason="websocket-client (dev extra) drives Chromium over the DevTools protocol")
+    from offbench.leaderboard.spec import load_spec
+    from offbench.leaderboard.submit import submit
+
+    bench = make_bench(tmp_path, monkeypatch, LEVELS)
+    spec = load_spec("tb")
+    for baseline in LEVELS:
+        submit(spec, runs_of(bench, baseline), render=baseline == "iql")
+    page = bench["folder"] / "index.html"
+
+    browser = Browser(tmp_path / "chromium-profile")
+    try:
+        browser.navigate(page.as_uri())
+        rows = "Array.from(document.querySelectorAll('#scores tbody tr')).map(r => r.cells[0].textContent.trim())"
+        assert browser.evaluate(rows) == ["awac", "bc", "iql"]
+
+        # A real mouse click on the 'test/a' column header sorts ascending, a second click descending.
+        box = browser.evaluate("(() => { const th = Array.from(document.querySelectorAll('#scores thead th'))"
+                               ".find(h => h.textContent.trim() === 'test/a'); const r = th.getBoundingClientRect();"
+                               " th.scrollIntoView(); const s = th.getBoundingClientRect(); return [s.x + s.width / 2, s.y + s.height / 2]; })()")
+        browser.click(*box)
+        assert browser.evaluate(rows) == ["bc", "awac", "iql"]
+        browser.click(*box)
+        assert browser.evaluate(rows) == ["iql", "awac", "bc"]
+
+        images = browser.evaluate("Array.from(document.images).map(i => [i.getAttribute('src'), i.complete, i.naturalWidth])")
+        assert {src for src, _, _ in images} == {"figures/curves.svg", "figures/aggregates.svg", "figures/profiles.svg"}
+        assert all(complete and width > 0 for _, complete, width in images), images
+
+        assert browser.console_errors() == []
+        shot = browser.screenshot(tmp_path / "leaderboard.png")
+        assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        print(f"screenshot: {shot}")
+    finally:
+        browser.close()
