@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -105,6 +106,20 @@ def verify(id_or_path: str = typer.Argument(..., help="Dataset id or path.")) ->
         if recorded is not None and recorded != recomputed:
             raise OffbenchError(f"{store.path}: content checksum mismatch (recorded {recorded[:12]}..., now {recomputed[:12]}...)")
     console.print(f"ok: {store.path} ({fmt}, {store.num_episodes:,} episodes, {store.num_transitions:,} transitions, sha256 {recomputed})")
+
+
+@app.command()
+def download(
+    dataset_id: str = typer.Argument(..., help="Registered dataset id (see `offbench list`)."),
+    mirror: Optional[str] = typer.Option(None, help="Base URL replacing scheme and host of every source URL [env: OFFBENCH_MIRROR]."),
+    root: Optional[Path] = typer.Option(None, help="Use DIR as $OFFBENCH_HOME for this call (its data and its user cards)."),
+) -> None:
+    """Fetch (or generate, for a recipe card), verify, and print the local path."""
+    from offbench.data.download import download as fetch
+
+    if root is not None:
+        os.environ["OFFBENCH_HOME"] = str(root.expanduser().resolve())
+    typer.echo(str(fetch(dataset_id, mirror=mirror)))
 
 
 def main(argv: list[str] | None = None) -> None:
