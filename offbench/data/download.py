@@ -67,7 +67,7 @@ from offbench.data.cards import DatasetCard
 from offbench.errors import OffbenchError
 from offbench.utils import atomic_write_text
 
-MAX_ATTEMPTS = 5  # consecutive failed attempts (no byte received) before giving up
+MAX_ATTEMPTS = 5  # attempts in a row that did not grow the .part file before giving up
 RETRY_BASE_SECONDS = 0.5  # back-off: 0.5, 1, 2, 4 s
 CHUNK_BYTES = 1 << 16  # urllib3 drops a partly read chunk when the link breaks: keep the loss small
 TIMEOUT_SECONDS = (10, 60)  # (connect, read between bytes)
