@@ -111,7 +111,7 @@ def verify(id_or_path: str = typer.Argument(..., help="Dataset id or path.")) ->
 @app.command()
 def download(
     dataset_id: str = typer.Argument(..., help="Registered dataset id (see `offbench list`)."),
-    mirror: Optional[str] = typer.Option(None, help="Base URL replacing scheme and host of every source URL [env: OFFBENCH_MIRROR]."),
+    mirror: Optional[str] = typer.Option(None, envvar="OFFBENCH_MIRROR", help="Base URL replacing scheme and host of every source URL."),
     root: Optional[Path] = typer.Option(None, help="Use DIR as $OFFBENCH_HOME for this call (its data and its user cards)."),
 ) -> None:
     """Fetch (or generate, for a recipe card), verify, and print the local path."""
