@@ -107,6 +107,11 @@ def verify(id_or_path: str = typer.Argument(..., help="Dataset id or path.")) ->
     console.print(f"ok: {store.path} ({fmt}, {store.num_episodes:,} episodes, {store.num_transitions:,} transitions, sha256 {recomputed})")
 
 
+from offbench.data.commands import export  # noqa: E402
+
+app.command("export")(export)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: turns OffbenchError into one line on stderr and exit code 2."""
     err = Console(stderr=True)
