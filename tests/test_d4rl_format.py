@@ -75,7 +75,7 @@ def test_terminal_and_timeout_on_one_step_end_the_episode_once(tmp_path):
 
 def test_jump_in_next_observation_without_flag_starts_a_new_episode(tmp_path):
     arrays = d4rl_arrays(terminal_rows=[2], timeout_rows=[])
-    arrays["observations"][4:] += 1000  # as where medium-expert joins two files: row 3 is cut short
+    arrays["observations"][4:] += 1000  # two files joined mid-episode: row 3 is cut short
     arrays["next_observations"][4:] += 1000
     arrays["next_observations"][3] = [4, 40]  # row 3's true s', not row 4's observation
     store = load_d4rl(write(tmp_path / "d.hdf5", arrays))

@@ -10,9 +10,9 @@ How offbench cuts it into episodes (the definition; datasets/README.md repeats i
    once, and keeps both flags: terminations[t] = truncations[t] = True. Samplers bootstrap on
    `terminations` only, so termination wins.
 2. With `next_observations`: an episode also ends at row t when next_observations[t] differs from
-   observations[t + 1] with no flag set (e.g. where medium-expert joins the medium and expert files,
-   the medium data stop mid-episode); that row is marked truncated. Each episode's final observation is
-   next_observations of its last row, so every step keeps its true s'.
+   observations[t + 1] with no flag set (e.g. where a concatenated file such as medium-expert joins
+   two sources and the first stops mid-episode); that row is marked truncated. Each episode's final
+   observation is next_observations of its last row, so every step keeps its true s'.
 3. The rows after the last flag (D4RL files stop mid-episode) form a final episode, truncated at its
    last row; they are not dropped.
 4. Without `next_observations`, the s' of an episode's last row is not in the file:

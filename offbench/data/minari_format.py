@@ -38,6 +38,7 @@ columns (task_id, ...) are written as infos, where Minari users can see them.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -110,8 +111,6 @@ def _is_image_space(space: gym.Space) -> bool:
 def _read_leaf(node: h5py.Dataset, space: gym.Space, jpeg: bool) -> np.ndarray:
     if jpeg and _is_image_space(space) and node.ndim < 1 + len(space.shape):
         image = require("PIL.Image", "minari")
-        import io
-
         return np.stack([np.asarray(image.open(io.BytesIO(np.asarray(buf).tobytes())), dtype=np.uint8) for buf in node[()]])
     return node[()]
 
