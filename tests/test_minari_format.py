@@ -156,3 +156,19 @@ def test_jpeg_encoded_images_decode_like_minari(tmp_path):
     theirs = next(iter(minari.load_dataset("test/img-v0").iterate_episodes()))
     np.testing.assert_array_equal(store.episode(0)["observations"], theirs.observations)
     assert not np.array_equal(theirs.observations, frames)  # it really was lossy JPEG on disk
+
+
+def test_damaged_minari_folders_get_one_line_errors(tmp_path):
+    from offbench.errors import OffbenchError
+
+    dataset = export_minari(make_store(), tmp_path / "root")
+    meta_path = dataset / "data" / "metadata.json"
+    meta = json.loads(meta_path.read_text())
+    meta["total_episodes"] = 4
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(OffbenchError, match="episode_3 is missing"):
+        load_path(dataset)
+    meta_path.unlink()
+    assert detect_format(dataset) == "minari"  # by its HDF5 content
+    with pytest.raises(OffbenchError, match="metadata.json: missing"):
+        load_path(dataset)

@@ -145,14 +145,17 @@ def _read_space(node: h5py.Group | h5py.Dataset, space: gym.Space, flat_space: g
 
 # ---------------------------------------------------------------------------------------- detect
 def _locate(path: Path) -> tuple[Path, Path] | None:
-    """(metadata.json, HDF5 file) for a dataset folder, its data/ folder, or the HDF5 file; None if not Minari."""
+    """(metadata.json, HDF5 file) for a dataset folder, its data/ folder, or the HDF5 file; None if not Minari.
+
+    An HDF5 file of `episode_*` groups counts even without metadata.json, so that loading it can say what is missing.
+    """
     path = Path(path)
     if path.is_file():
-        meta = path.parent / METADATA_FILE
-        return (meta, path) if meta.is_file() and _has_episode_groups(path) else None
+        return (path.parent / METADATA_FILE, path) if _has_episode_groups(path) else None
     for folder in (path / "data", path):
-        if (folder / METADATA_FILE).is_file() and (folder / MAIN_FILE).is_file():
-            return folder / METADATA_FILE, folder / MAIN_FILE
+        meta, main = folder / METADATA_FILE, folder / MAIN_FILE
+        if main.is_file() and (meta.is_file() or _has_episode_groups(main)):
+            return meta, main
     return None
 
 
@@ -161,7 +164,8 @@ def _has_episode_groups(path: Path) -> bool:
         return False
     try:
         with h5py.File(path, "r") as f:
-            return all(key.startswith("episode_") for key in f) and "format" not in f.attrs
+            keys = list(f)
+            return bool(keys) and all(key.startswith("episode_") for key in keys) and "format" not in f.attrs
     except OSError:
         return False
 
@@ -172,6 +176,8 @@ def detect_minari(path: Path) -> bool:
 
 # ---------------------------------------------------------------------------------------- load
 def _read_metadata(meta_path: Path) -> dict[str, Any]:
+    if not meta_path.is_file():
+        raise OffbenchError(f"{meta_path}: missing (a Minari dataset keeps it beside {MAIN_FILE})")
     try:
         meta = json.loads(meta_path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
