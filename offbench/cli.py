@@ -122,6 +122,11 @@ def download(
     typer.echo(str(fetch(dataset_id, mirror=mirror)))
 
 
+from offbench.data.commands import export  # noqa: E402
+
+app.command("export")(export)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: turns OffbenchError into one line on stderr and exit code 2."""
     err = Console(stderr=True)
