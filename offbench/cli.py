@@ -34,8 +34,9 @@ def list_datasets(
     from offbench.data.store import is_native
 
     table = Table(box=None, header_style="bold")
-    for column in ("id", "kind", "source", "local", "description"):
-        table.add_column(column)
+    for column in ("id", "kind", "source", "local"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("description", no_wrap=True, overflow="ellipsis")
     for card in all_cards().values():
         if kind and card.kind != kind:
             continue

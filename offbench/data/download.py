@@ -331,7 +331,7 @@ def fetch_card(card: DatasetCard, target: Path, mirror: str | None = None, quiet
         else:
             payload = paths[0] if len(paths) == 1 else raw
         store = load_path(payload, card.format)
-        store.card = card.to_dict()
+        store.card = {**card.to_dict(), "import": store.card}
         try:
             store.save(target)
         except OSError as exc:
