@@ -33,16 +33,13 @@ def list_datasets(
     from offbench.data.resolve import native_path
     from offbench.data.store import is_native
 
-    table = Table(box=None, header_style="bold")
-    for column in ("id", "kind", "source", "local"):
-        table.add_column(column, no_wrap=True)
-    table.add_column("description", no_wrap=True, overflow="ellipsis")
-    for card in all_cards().values():
-        if kind and card.kind != kind:
-            continue
+    cards = [card for card in all_cards().values() if not kind or card.kind == kind]
+    width = max((len(card.id) for card in cards), default=2)
+    typer.echo(f"{'id':<{width}}  {'kind':<16}  {'source':<9}  {'local':<5}  description")
+    for card in cards:
         local = "yes" if is_native(native_path(card)) else ""
-        table.add_row(card.id, card.kind, card.source_kind, local, card.description.splitlines()[0][:70])
-    console.print(table)
+        summary = card.description.splitlines()[0]
+        typer.echo(f"{card.id:<{width}}  {card.kind:<16}  {card.source_kind:<9}  {local:<5}  {summary[:80]}")
 
 
 def _describe(id_or_path: str) -> tuple[object, str, object]:
