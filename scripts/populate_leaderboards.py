@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -39,7 +40,7 @@ def offbench(*args: str, dry_run: bool) -> int:
     print("$ offbench " + " ".join(args), flush=True)
     if dry_run:
         return 0
-    return subprocess.run(command, cwd=REPO).returncode
+    return subprocess.run(command).returncode
 
 
 def run_one(spec, baseline: str, dataset: str, seed: int, runs: Path, extra: list[str], dry_run: bool) -> Path | None:
@@ -68,9 +69,11 @@ def main() -> int:
     parser.add_argument("benchmarks", nargs="+", help="benchmark names (folders of leaderboards/)")
     parser.add_argument("--baselines", nargs="*", help="override the benchmark's [populate] baselines")
     parser.add_argument("--seeds", nargs="*", type=int, help="override the benchmark's [populate] seeds")
-    parser.add_argument("--runs", type=Path, default=REPO / "runs" / "leaderboards", help="where run directories go")
+    parser.add_argument("--runs", type=Path, default=Path("runs") / "leaderboards",
+                        help="where run directories go (relative to the repository, so entries record portable paths)")
     parser.add_argument("--dry-run", action="store_true", help="print the commands only")
     args = parser.parse_args()
+    os.chdir(REPO)
 
     failed: list[str] = []
     for benchmark in args.benchmarks:

@@ -91,8 +91,11 @@ def test_in_context_benchmark_accepts_in_context_runs(tmp_path, monkeypatch):
     folder = tmp_path / "icl"
     runs = [write_run(folder, "ad", "test/histories", store.content_sha256(), seed, [1.0, 2.0],
                       in_context=[2.0, 5.0, 8.0, 9.0 + seed]) for seed in range(3)]
-    [entry_path] = submit(load_spec("icl"), runs, render=False)
+    [entry_path] = submit(load_spec("icl"), runs, render=True)
     assert '"in_context_returns"' in entry_path.read_text()
+    figure = (root / "icl" / "figures" / "in_context.svg").read_text()
+    assert "in-context episode" in figure and "source algorithm" in figure
+    assert "figures/in_context.svg" in (root / "icl" / "README.md").read_text()
     short = [write_run(folder, "dpt", "test/histories", store.content_sha256(), seed, [1.0], in_context=[2.0, 5.0])
              for seed in range(3)]
     with pytest.raises(Refused, match=r"refused \(protocol\)"):
