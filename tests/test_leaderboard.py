@@ -121,6 +121,12 @@ def _other_protocol(bench, runs):
     (runs[0] / "run.json").write_text(json.dumps(info))
 
 
+def _other_environment(bench, runs):
+    info = json.loads((runs[0] / "run.json").read_text())
+    info["evaluation"]["env"] = {"id": "Pendulum-v1", "suite": "gymnasium", "kwargs": {"g": 3.7}}
+    (runs[0] / "run.json").write_text(json.dumps(info))
+
+
 def _too_few_seeds(bench, runs):
     import shutil
 
@@ -140,10 +146,11 @@ def _other_config(bench, runs):
         (_tampered_checksum, "dataset-checksum"),
         (_nan_score, "metric-finite"),
         (_other_protocol, "protocol"),
+        (_other_environment, "protocol"),
         (_too_few_seeds, "seed-count"),
         (_other_config, "config-consistency"),
     ],
-    ids=["no-summary", "tampered-checksum", "nan-score", "other-protocol", "too-few-seeds", "mixed-configs"],
+    ids=["no-summary", "tampered-checksum", "nan-score", "other-protocol", "other-environment", "too-few-seeds", "mixed-configs"],
 )
 def test_bad_runs_are_refused_and_nothing_changes(bench, run_cli, damage, rule):
     submit_in_process(bench, "bc")

@@ -121,10 +121,15 @@ def _check_protocol(run: RunRecord, spec: BenchmarkSpec) -> None:
             raise Refused(run.path, "protocol", f"{what} is {got!r}; benchmark {spec.name} requires {wanted!r}")
     from offbench.data.cards import get_card
 
-    card_env = get_card(run.dataset_id).env
+    card_env = _environment(get_card(run.dataset_id).env)
     run_env = evaluation.get("env")
-    if card_env and run_env is not None and run_env != card_env:
-        raise Refused(run.path, "protocol", f"evaluated in {run_env!r}, but the dataset card's environment is {card_env!r}")
+    if card_env["id"] and isinstance(run_env, dict) and _environment(run_env) != card_env:
+        raise Refused(run.path, "protocol", f"evaluated in {_environment(run_env)}, but the dataset card's environment is {card_env}")
+
+
+def _environment(env: dict[str, Any]) -> dict[str, Any]:
+    """What defines an evaluation environment in a card's [env] table (notes and the like aside)."""
+    return {"id": env.get("id"), "suite": env.get("suite", "gymnasium"), "kwargs": env.get("kwargs") or {}}
 
 
 def _reduced(values: list[Any]) -> list[Any]:
