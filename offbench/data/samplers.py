@@ -162,10 +162,15 @@ class _StoreSampler:
         """s' of each step: the following row inside an episode, the stored final observation at its end."""
         episode = self.episode_of(index)
         last = index + 1 == self.starts[episode + 1]
-        nxt = self.observations[np.minimum(index + 1, len(self.observations) - 1)]
+        nxt = self.gather(self.observations, np.minimum(index + 1, len(self.observations) - 1))
         if last.any():
             nxt[last] = self.final_observations[episode[last]]
         return nxt
+
+    @staticmethod
+    def gather(array: np.ndarray, index: np.ndarray) -> np.ndarray:
+        """Rows of `array` at `index` (any shape). np.take is ~3x faster than array[index] for 2-D index."""
+        return np.take(array, index, axis=0)
 
     def observation_tensor(self, obs: np.ndarray) -> torch.Tensor:
         obs = obs.astype(np.float32, copy=False) if self.normalise is None else self.normalise(obs)
@@ -178,7 +183,7 @@ class _StoreSampler:
 
     def with_task_ids(self, batch: dict[str, torch.Tensor], index: np.ndarray) -> dict[str, torch.Tensor]:
         if self.task_ids is not None:
-            batch["task_ids"] = self.tensor(self.task_ids[index], np.int64)
+            batch["task_ids"] = self.tensor(self.gather(self.task_ids, index), np.int64)
         return batch
 
 
@@ -216,11 +221,11 @@ class TransitionSampler(_StoreSampler):
         # Sorted indices read a memory-mapped file front to back; order inside a batch is irrelevant.
         index = np.sort(self.rng.integers(0, len(self.rewards), self.batch_size))
         batch = {
-            "observations": self.observation_tensor(self.observations[index]),
-            "actions": self.tensor(self.actions[index], self.action_dtype),
-            "rewards": self.tensor(self.rewards[index], np.float32),
+            "observations": self.observation_tensor(self.gather(self.observations, index)),
+            "actions": self.tensor(self.gather(self.actions, index), self.action_dtype),
+            "rewards": self.tensor(self.gather(self.rewards, index), np.float32),
             "next_observations": self.observation_tensor(self.next_observations(index)),
-            "terminals": self.tensor(self.terminations[index], np.float32),
+            "terminals": self.tensor(self.gather(self.terminations, index), np.float32),
         }
         return self.with_task_ids(batch, index)
 
@@ -279,7 +284,8 @@ class SegmentSampler(_StoreSampler):
         self.segment_length = int(segment_length)
         self.sample_by = sample_by
         self.reward_scale = float(reward_scale)
-        self.returns_to_go = returns_to_go(self.rewards, self.starts).astype(np.float32)
+        # rewards and returns-to-go side by side, so one gather fetches both (8 bytes a step)
+        self.reward_and_rtg = np.stack([self.rewards.astype(np.float32), returns_to_go(self.rewards, self.starts)], axis=1).astype(np.float32)
         self.offsets = np.arange(1 - self.segment_length, 1, dtype=np.int64)
 
     def sample(self) -> dict[str, torch.Tensor]:
@@ -297,21 +303,19 @@ class SegmentSampler(_StoreSampler):
         index = np.maximum(index, first[:, None])  # padded slots read the first step, then are zeroed
         pad = ~mask
 
-        observations = self.observations[index].astype(np.float32, copy=False)
+        observations = self.gather(self.observations, index).astype(np.float32, copy=False)
         observations = observations if self.normalise is None else self.normalise(observations)
         observations[pad] = 0.0
-        actions = self.actions[index].astype(self.action_dtype, copy=False)
+        actions = self.gather(self.actions, index).astype(self.action_dtype, copy=False)
         actions[pad] = 0
-        rewards = self.rewards[index] * np.float32(self.reward_scale)
-        rtg = self.returns_to_go[index] * np.float32(self.reward_scale)
-        rewards[pad] = 0.0
-        rtg[pad] = 0.0
+        reward_and_rtg = self.gather(self.reward_and_rtg, index) * np.float32(self.reward_scale)
+        reward_and_rtg[pad] = 0.0
         timesteps = np.where(mask, index - first[:, None], 0)
         batch = {
             "observations": self.tensor(observations),
             "actions": self.tensor(actions),
-            "rewards": self.tensor(rewards, np.float32),
-            "returns_to_go": self.tensor(rtg, np.float32),
+            "rewards": self.tensor(reward_and_rtg[..., 0]),
+            "returns_to_go": self.tensor(reward_and_rtg[..., 1]),
             "timesteps": self.tensor(timesteps, np.int64),
             "mask": self.tensor(mask),
         }
@@ -365,9 +369,9 @@ class ADWindowSampler(_StoreSampler):
         first = self.history_first[history] + (draw - self.windows_before[history])
         index = first[:, None] + self.offsets  # (B, T)
         batch = {
-            "observations": self.observation_tensor(self.observations[index]),
-            "actions": self.tensor(self.actions[index], self.action_dtype),
-            "rewards": self.tensor(self.rewards[index], np.float32),
+            "observations": self.observation_tensor(self.gather(self.observations, index)),
+            "actions": self.tensor(self.gather(self.actions, index), self.action_dtype),
+            "rewards": self.tensor(self.gather(self.rewards, index), np.float32),
         }
         return self.with_task_ids(batch, first)
 
@@ -439,11 +443,11 @@ class DPTSampler(_StoreSampler):
         context = self.rows[first[:, None] + position]  # (B, C) step indices
         query = self.rows[first + self.rng.integers(0, length)]
         batch = {
-            "query_observations": self.observation_tensor(self.observations[query]),
-            "context_observations": self.observation_tensor(self.observations[context]),
-            "context_actions": self.tensor(self.actions[context], self.action_dtype),
-            "context_rewards": self.tensor(self.rewards[context], np.float32),
+            "query_observations": self.observation_tensor(self.gather(self.observations, query)),
+            "context_observations": self.observation_tensor(self.gather(self.observations, context)),
+            "context_actions": self.tensor(self.gather(self.actions, context), self.action_dtype),
+            "context_rewards": self.tensor(self.gather(self.rewards, context), np.float32),
             "context_next_observations": self.observation_tensor(self.next_observations(context)),
-            "optimal_actions": self.tensor(self.optimal_actions[query], self.label_dtype),
+            "optimal_actions": self.tensor(self.gather(self.optimal_actions, query), self.label_dtype),
         }
         return self.with_task_ids(batch, query)
