@@ -172,9 +172,11 @@ class _StoreSampler:
         """Rows of `array` at `index` (any shape). np.take is ~3x faster than array[index] for 2-D index."""
         return np.take(array, index, axis=0)
 
+    def observation_array(self, obs: np.ndarray) -> np.ndarray:
+        return obs.astype(np.float32, copy=False) if self.normalise is None else self.normalise(obs)
+
     def observation_tensor(self, obs: np.ndarray) -> torch.Tensor:
-        obs = obs.astype(np.float32, copy=False) if self.normalise is None else self.normalise(obs)
-        return self.tensor(obs)
+        return self.tensor(self.observation_array(obs))
 
     def tensor(self, array: np.ndarray, dtype: Any = None) -> torch.Tensor:
         """Zero-copy from NumPy (the gathered arrays are fresh and contiguous), then to the device."""
@@ -303,8 +305,7 @@ class SegmentSampler(_StoreSampler):
         index = np.maximum(index, first[:, None])  # padded slots read the first step, then are zeroed
         pad = ~mask
 
-        observations = self.gather(self.observations, index).astype(np.float32, copy=False)
-        observations = observations if self.normalise is None else self.normalise(observations)
+        observations = self.observation_array(self.gather(self.observations, index))
         observations[pad] = 0.0
         actions = self.gather(self.actions, index).astype(self.action_dtype, copy=False)
         actions[pad] = 0
