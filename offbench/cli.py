@@ -107,6 +107,13 @@ def verify(id_or_path: str = typer.Argument(..., help="Dataset id or path.")) ->
     console.print(f"ok: {store.path} ({fmt}, {store.num_episodes:,} episodes, {store.num_transitions:,} transitions, sha256 {recomputed})")
 
 
+generate_app = typer.Typer(help="Make a dataset (learning histories, multi-task data) and register it.", no_args_is_help=True)
+app.add_typer(generate_app, name="generate")
+from offbench.generators.commands import add_history_commands  # noqa: E402
+
+add_history_commands(generate_app)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: turns OffbenchError into one line on stderr and exit code 2."""
     err = Console(stderr=True)

@@ -163,7 +163,7 @@ def run_histories(recipe: HistoryRecipe, seed: int, quiet: bool = True) -> tuple
     lengths = joined.pop("episode_lengths")
     episode_starts = np.concatenate([[0], np.cumsum(lengths)])
     summary = learning_summary(
-        np.add.reduceat(joined.pop("scores"), episode_starts[:-1]).reshape(len(row_task), recipe.episodes),
+        np.add.reduceat(joined.pop("scores").astype(np.float64), episode_starts[:-1]).reshape(len(row_task), recipe.episodes),
         joined.pop("optimal_returns"),
         (np.add.reduceat(joined["actions"] == joined["optimal_action"], episode_starts[:-1]) / lengths).reshape(len(row_task), -1),
         score_name=env.score_name,
