@@ -144,6 +144,7 @@ def test_every_recipe_card_validates_and_the_small_ones_generate(isolated_home):
         HistoryRecipe.from_params(recipe["generator"], recipe["params"])
         assert card.env["id"] == BENCHMARKS[recipe["generator"]].env_id and card.env["suite"] == "offbench"
     store = offbench.load("darkroom-small")
+    assert card_tasks(cards["darkroom-small"]) == card_tasks(store.card)  # recipe card and generated card agree
     assert store.num_transitions == 8 * 2 * 200 * 20
     assert store.card["learning"]["histories_improved"] == store.card["learning"]["histories"]
     assert (isolated_home / "data" / "darkroom-small" / "data.h5").is_file()

@@ -266,7 +266,7 @@ def learning_summary(scores: np.ndarray, optimal_returns: np.ndarray, optimal_ra
 
 def check_learning(summary: dict[str, Any], allow_unlearned: bool, console: Console | None = None) -> None:
     """Report histories that did not improve; refuse a dataset where most never learned."""
-    console = console or Console(stderr=True)
+    console = console or Console(stderr=True, soft_wrap=True)
     bad, total = summary["histories"] - summary["histories_improved"], summary["histories"]
     if bad:
         ids = summary["unimproved_history_ids"]
