@@ -50,6 +50,18 @@ def test_batched_grid_agrees_with_single_envs_on_random_actions(name):
     assert ended > len(tasks)
 
 
+@pytest.mark.parametrize("name", sorted(BENCHMARKS))
+def test_gymnasium_env_checker_passes_and_the_horizon_is_the_envs_own(name):
+    from gymnasium.utils.env_checker import check_env
+
+    bench = BENCHMARKS[name]
+    task = GRIDS[name]["tasks"][-1] if name in GRIDS else {"means": [0.1, 0.7, 0.4]}
+    env = gym.make(bench.env_id, **task)
+    check_env(env.unwrapped, skip_render_check=True)
+    assert env.spec.max_episode_steps is None  # no TimeLimit wrapper: truncation is the env's, as in the batched form
+    assert env.unwrapped.horizon == bench.make_batch([task]).horizon
+
+
 def test_dark_room_truncates_at_step_20_and_never_terminates():
     env = gym.make("offbench/DarkRoom-v0", goal=(4, 4))  # the goal is the start: reward on every step
     env.reset(seed=0)

@@ -71,6 +71,7 @@ class BanditEnv(gym.Env):
         self.noise, self.sigma = noise, float(sigma)
         self.observation_space = gym.spaces.Box(0.0, 1.0, shape=(1,), dtype=np.float32)
         self.action_space = gym.spaces.Discrete(len(self.means))
+        self.horizon = 1  # one pull per episode
         self.optimal_return = float(self.means.max())
 
     def optimal_action(self, observation=None) -> int:

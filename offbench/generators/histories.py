@@ -68,6 +68,9 @@ class HistoryRecipe:
             raise OffbenchError(f"unknown algorithm '{algo}' for {benchmark} (choose from: {', '.join(bench.algos)})")
         if "tasks" not in params or "held_out" not in params:
             raise OffbenchError(f"{benchmark}: a recipe needs 'tasks' and 'held_out'")
+        if not isinstance(params.get("hyperparameters", {}), dict):
+            raise OffbenchError(f"{benchmark}: 'hyperparameters' must be a table of name = value")
+        variant = params.get("variant", bench.variants[0] if bench.variants else None)
         recipe = cls(
             benchmark=benchmark,
             algo=algo,
@@ -76,7 +79,7 @@ class HistoryRecipe:
             histories_per_task=_integer(params, "histories_per_task", 1),
             episodes=_integer(params, "episodes", bench.default_episodes),
             split_seed=_integer(params, "split_seed", 0),
-            variant=None if params.get("variant") is None else str(params["variant"]),
+            variant=None if variant is None else str(variant),
             allow_unlearned=bool(params.get("allow_unlearned", False)),
             hyperparameters=dict(params.get("hyperparameters", {})),
         )
@@ -134,7 +137,7 @@ def _integer(params: dict[str, Any], name: str, default: int | None = None) -> i
 
 
 # ---------------------------------------------------------------------------------------------- rollout
-CHUNK_ROWS = 256  # histories run together; each chunk has its own seed, so results do not depend on memory or workers
+CHUNK_ROWS = 256  # at most this many histories run together, each chunk from its own seed
 
 
 def run_histories(recipe: HistoryRecipe, seed: int, quiet: bool = True) -> tuple[EpisodeStore, dict[str, Any]]:
@@ -288,8 +291,8 @@ def check_learning(summary: dict[str, Any], allow_unlearned: bool, console: Cons
 
 def _card(recipe: HistoryRecipe, bench: Benchmark, seed: int, train: list, held_out: list, summary: dict) -> dict[str, Any]:
     split = {"seed": recipe.split_seed, "train": train, "held_out": held_out}
-    if bench.variants:
-        split["variant"] = recipe.variant or bench.variants[0]
+    if recipe.variant:
+        split["variant"] = recipe.variant
     return {
         "id": recipe.dataset_id(seed),
         "description": (
