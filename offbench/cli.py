@@ -6,7 +6,10 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-import click
+try:  # typer >= 0.24 vendors click: the usage errors it raises are typer._click's, not click's
+    from typer import _click as click
+except ImportError:
+    import click
 import typer
 from rich.console import Console
 from rich.table import Table

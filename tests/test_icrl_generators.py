@@ -171,6 +171,8 @@ def test_cli_generates_registers_and_is_reproducible(run_cli, isolated_home, tmp
         (["darkroom", "--tasks", "3", "--held-out", "4"], "held-out"),
         (["keydoor", "--tasks", "3", "--episodes", "-2"], "episodes must be at least 1"),
         (["bandit", "--tasks", "3", "--algo", "q-learning"], "unknown algorithm 'q-learning' for bandit"),
+        (["keydoor", "--tasks", "3", "--variant", "uniform"], "No such option: --variant"),
+        (["keydoor"], "Missing option '--tasks'"),
     ],
 )
 def test_cli_bad_input_is_one_line_exit_2_and_writes_nothing(run_cli, isolated_home, args, message):

@@ -23,7 +23,7 @@ from offbench.errors import OffbenchError
 def add_history_commands(generate_app: typer.Typer) -> None:
     """Register one `offbench generate <name>` sub-command per benchmark."""
     for bench in BENCHMARKS.values():
-        generate_app.command(bench.name, help=f"{bench.summary}: learning histories.", no_args_is_help=True)(_command(bench))
+        generate_app.command(bench.name, help=f"{bench.summary}: learning histories.")(_command(bench))
 
 
 def _command(bench: Benchmark):
