@@ -180,3 +180,16 @@ def test_cli_bad_input_is_one_line_exit_2_and_writes_nothing(run_cli, isolated_h
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert not isolated_home.exists() or not any(p.is_file() for p in isolated_home.rglob("*"))
+
+
+def test_many_histories_run_in_seeded_chunks_and_join_in_order():
+    params = {"algo": "thompson", "tasks": 301, "held_out": 1, "histories_per_task": 2, "episodes": 8}  # 600 histories: 3 chunks
+    a, _ = run_histories(HistoryRecipe.from_params("bandit", params), 5)
+    b, _ = run_histories(HistoryRecipe.from_params("bandit", params), 5)
+    assert a.content_sha256() == b.content_sha256()
+    np.testing.assert_array_equal(a.columns["history_id"], np.repeat(np.arange(600), 8))
+    np.testing.assert_array_equal(a.columns["task_id"], np.repeat(np.arange(300), 16))
+    np.testing.assert_array_equal(a.columns["episode_in_history"], np.tile(np.arange(8), 600))
+    train, _ = card_tasks(a.card)
+    best = np.array([np.argmax(t["means"]) for t in train])
+    np.testing.assert_array_equal(a.columns["optimal_action"], best[a.columns["task_id"]])

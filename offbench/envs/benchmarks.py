@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any
+from typing import Any, Protocol
 
 import gymnasium as gym
 import numpy as np
@@ -24,6 +24,30 @@ import numpy as np
 from offbench.envs import bandits, darkroom, keydoor
 from offbench.envs.factory import register_suite
 from offbench.errors import OffbenchError
+
+
+class BatchEnv(Protocol):
+    """The batched form every benchmark has (DarkRoomBatch, KeyDoorBatch, BanditBatch): N tasks, one row each,
+    stepped together. Rows are tabular: `state_index()` numbers each row's state in [0, num_states)."""
+
+    num_envs: int
+    num_states: int
+    num_actions: int
+    horizon: int
+    optimal_returns: np.ndarray  # (N,) exact best return of each row's task
+    score_name: str  # what expected_rewards() adds up to per episode
+
+    def reset(self, mask: np.ndarray | None = None) -> np.ndarray: ...  # reset rows in mask (all if None); all observations
+
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]: ...  # obs, rewards, terminated, truncated
+
+    def state_index(self) -> np.ndarray: ...
+
+    def optimal_actions(self, states: np.ndarray | None = None, rows: np.ndarray | None = None) -> np.ndarray: ...
+
+    def observations_of(self, states: np.ndarray) -> np.ndarray: ...
+
+    def expected_rewards(self, rows: np.ndarray, actions: np.ndarray, rewards: np.ndarray) -> np.ndarray: ...
 
 
 @dataclass(frozen=True)
@@ -43,7 +67,7 @@ class Benchmark:
     def task_space_size(self) -> int | None:
         return self.family.task_space_size(**self.env_kwargs)
 
-    def make_batch(self, tasks: list[dict], seed: int | None = None):
+    def make_batch(self, tasks: list[dict], seed: int | np.random.Generator | None = None) -> BatchEnv:
         return self.batch_class.from_tasks(tasks, seed=seed, **self.env_kwargs)
 
 
@@ -103,10 +127,12 @@ def card_tasks(card) -> tuple[list[dict], list[dict]]:
     recipe = data.get("source", {}).get("recipe", {})
     params = recipe.get("params", {})
     benchmark = get_benchmark(recipe.get("generator", ""))
+    if "tasks" not in params or "held_out" not in params:
+        raise OffbenchError(f"card {data.get('id', '?')}: neither split.train / split.held_out nor a recipe with tasks and held_out")
     return split_tasks(benchmark, int(params["tasks"]), int(params["held_out"]), int(params.get("split_seed", 0)), params.get("variant"))
 
 
-def make_batch_env(env_spec: dict[str, Any], tasks: list[dict], seed: int | None = None):
+def make_batch_env(env_spec: dict[str, Any], tasks: list[dict], seed: int | None = None) -> BatchEnv:
     """The batched form of a card's [env] for a list of tasks (what evaluation steps)."""
     return benchmark_for_env(env_spec["id"]).make_batch(tasks, seed=seed)
 

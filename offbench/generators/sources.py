@@ -12,7 +12,7 @@ Hyper-parameters are the `Config` dataclass of each class; recipes may override 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 import numpy as np
 
@@ -152,7 +152,7 @@ class ThompsonSampling:
         self.sums[self.rows, actions] += rewards
 
 
-ALGORITHMS: dict[str, type] = {
+ALGORITHMS: dict[str, Callable[..., SourceAlgorithm]] = {
     "q-learning": QLearning,
     "ad-epsilon": ADEpsilon,
     "ucb": UCB1,
