@@ -7,7 +7,10 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-import click
+try:  # typer >= 0.24 vendors click: the usage errors it raises are typer._click's, not click's
+    from typer import _click as click
+except ImportError:
+    import click
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -123,6 +126,12 @@ def download(
 from offbench.data.commands import export  # noqa: E402
 
 app.command("export")(export)
+
+generate_app = typer.Typer(help="Make a dataset (learning histories, multi-task data) and register it.", no_args_is_help=True)
+app.add_typer(generate_app, name="generate")
+from offbench.generators.commands import add_history_commands  # noqa: E402
+
+add_history_commands(generate_app)
 
 from offbench.leaderboard.commands import leaderboard_app, submit  # noqa: E402
 from offbench.plotting.commands import plot  # noqa: E402
