@@ -68,37 +68,22 @@ def plot_learning_curves(curves: pd.DataFrame, y_label: str, out: str | Path, ti
     return save_figure(fig, out)
 
 
-def source_curve(store) -> np.ndarray | None:
-    """The source algorithm's learning curve in a learning-history dataset: mean return per episode index.
-
-    Needs the per-step `episode_in_history` column (see offbench/data/store.py); None without it.
-    """
-    if "episode_in_history" not in store.columns:
-        return None
-    index = np.asarray(store.columns["episode_in_history"])[store.episode_starts[:-1]]
-    returns = store.episode_returns()
-    totals = np.bincount(index, weights=returns)
-    counts = np.bincount(index)
-    seen = counts > 0
-    return totals[seen] / counts[seen]
-
-
 def source_curves(dataset_ids: list[str]) -> dict[str, np.ndarray]:
-    """Source-algorithm curves of the registered learning-history datasets present on this machine."""
+    """Source-algorithm curves (mean return per episode of the learning histories) of the registered
+    learning-history datasets present on this machine."""
     from offbench.data.cards import get_card
     from offbench.data.resolve import native_path
     from offbench.data.store import is_native, load_native
+    from offbench.plotting.histories import learning_curve
 
     out = {}
     for dataset_id in dataset_ids:
         try:
             path = native_path(get_card(dataset_id))
-        except OffbenchError:  # a dataset given by path: no registered copy to read
+            if is_native(path):
+                out[dataset_id] = learning_curve(load_native(path))[1]
+        except OffbenchError:  # given by path (no registered copy), or not a learning-history dataset
             continue
-        if is_native(path):
-            curve = source_curve(load_native(path))
-            if curve is not None:
-                out[dataset_id] = curve
     return out
 
 
