@@ -43,10 +43,12 @@ def test_rliable_imports_with_the_pinned_pandas():
 
 def test_submit_rolls_up_with_rliable_statistics(bench, run_cli):
     submit_in_process(bench, "bc")
+    folder = bench["folder"]
+    first = snapshot(folder / "entries")
     proc = run_cli("submit", *runs_of(bench, "iql"), "--benchmark", "tb")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("accepted:") == 2
-    folder = bench["folder"]
+    assert {k: v for k, v in snapshot(folder / "entries").items() if k in first} == first  # accepted entries untouched
     entries = sorted((folder / "entries").glob("*.json"))
     assert len(entries) == 4
     entry = json.loads(next(p for p in entries if "--iql--test-a--" in p.name).read_text())
