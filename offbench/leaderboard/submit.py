@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 from filelock import FileLock
 
-from offbench.errors import OffbenchError
+from offbench.errors import OffbenchError, require
 from offbench.leaderboard.runs import Refused, RunRecord, read_run
 from offbench.leaderboard.spec import BenchmarkSpec
 from offbench.utils import atomic_write_json
@@ -161,10 +161,11 @@ def make_entry(spec: BenchmarkSpec, label: str, runs: list[RunRecord], scores: l
             "score": score,
             "curve": {"step": [r["step"] for r in curve], "score": [r[spec.metric.field] for r in curve]},
         }
-        if run.in_context_returns(spec.score) is not None:
-            record["in_context_returns"] = run.in_context_returns(spec.score)
-        if run.optimal_return() is not None:
-            record["optimal_return"] = run.optimal_return()
+        in_context, optimal = run.in_context_returns(spec.score), run.optimal_return()
+        if in_context is not None:
+            record["in_context_returns"] = in_context
+        if optimal is not None:
+            record["optimal_return"] = optimal
         records.append(record)
     config = config_without_seed(first)
     return {
@@ -262,6 +263,9 @@ def _entry_filename(entry: dict[str, Any]) -> str:
 
 def submit(spec: BenchmarkSpec, run_dirs: list[Path], label: str | None = None, render: bool = True) -> list[Path]:
     """Validate run directories and add them as new entries; re-render the tables. Returns the entry files."""
+    if render:  # fail before anything is accepted, not half-way
+        require("rliable", "stats")
+        require("tabulate", "stats")
     runs = [read_run(path) for path in run_dirs]
     entries = validate_runs(spec, runs, label)
     written: list[Path] = []
