@@ -107,16 +107,22 @@ def verify(id_or_path: str = typer.Argument(..., help="Dataset id or path.")) ->
     console.print(f"ok: {store.path} ({fmt}, {store.num_episodes:,} episodes, {store.num_transitions:,} transitions, sha256 {recomputed})")
 
 
+from offbench.training.commands import evaluate_command, run_app  # noqa: E402
+
+app.add_typer(run_app, name="run")
+app.command("evaluate")(evaluate_command)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: turns OffbenchError into one line on stderr and exit code 2."""
     err = Console(stderr=True)
     try:
         app(args=argv, standalone_mode=False)
     except OffbenchError as exc:
-        err.print(f"offbench: error: {exc}", highlight=False, soft_wrap=True)
+        err.print(f"offbench: error: {exc}", highlight=False, markup=False, soft_wrap=True)
         sys.exit(2)
     except click.exceptions.UsageError as exc:
-        err.print(f"offbench: error: {exc.format_message()}", highlight=False, soft_wrap=True)
+        err.print(f"offbench: error: {exc.format_message()}", highlight=False, markup=False, soft_wrap=True)
         sys.exit(2)
     except click.exceptions.Abort:
         err.print("offbench: aborted")
