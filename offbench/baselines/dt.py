@@ -183,7 +183,7 @@ class DTPolicy:
     def act(self, observations: np.ndarray) -> np.ndarray:
         for buffer in (self.observations, self.actions, self.returns_to_go, self.timesteps, self.mask):
             buffer.copy_(buffer.roll(-1, dims=1))  # drop the oldest step; the newest goes last
-        self.observations[:, -1] = torch.as_tensor(np.asarray(observations), dtype=torch.float32, device=self.dt.device)
+        self.observations[:, -1] = torch.tensor(np.asarray(observations), dtype=torch.float32, device=self.dt.device)
         self.actions[:, -1] = 0  # placeholder: the state token that predicts it comes first, so it is never seen
         self.returns_to_go[:, -1] = self.remaining
         self.timesteps[:, -1] = self.step
@@ -200,5 +200,5 @@ class DTPolicy:
         return action.cpu().numpy().reshape(len(action), *space.shape).astype(space.dtype)
 
     def observe(self, rewards: np.ndarray, dones: np.ndarray) -> None:
-        self.remaining -= torch.as_tensor(np.asarray(rewards), dtype=torch.float32, device=self.dt.device)
+        self.remaining -= torch.tensor(np.asarray(rewards), dtype=torch.float32, device=self.dt.device)
         self.step += 1

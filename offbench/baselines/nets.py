@@ -71,7 +71,7 @@ class FeedForwardPolicy:
 
     @torch.no_grad()
     def act(self, observations: np.ndarray) -> np.ndarray:
-        actions = self._act(torch.as_tensor(np.asarray(observations), device=self._device)).cpu().numpy()
+        actions = self._act(torch.tensor(np.asarray(observations), device=self._device)).cpu().numpy()
         if self._spec.discrete:
             return actions.astype(np.int64)
         return actions.reshape(len(actions), *self._spec.action_space.shape).astype(self._spec.action_space.dtype)

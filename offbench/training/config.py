@@ -41,8 +41,8 @@ class TrainConfig:
         for key in ("steps", "batch_size", "log_every", "eval_every", "checkpoint_every"):
             if getattr(self, key) < 1:
                 raise OffbenchError(f"config: '{key}' must be at least 1, got {getattr(self, key)}")
-        if self.eval_episodes < 0:
-            raise OffbenchError(f"config: 'eval_episodes' must be 0 or more, got {self.eval_episodes}")
+        if not 0 <= self.eval_episodes <= 1000:  # episode seeds are 10_000 + 1_000 * seed + episode
+            raise OffbenchError(f"config: 'eval_episodes' must be between 0 and 1000, got {self.eval_episodes}")
 
 
 @dataclass

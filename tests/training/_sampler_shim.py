@@ -75,3 +75,10 @@ def install() -> None:
         module = types.ModuleType("offbench.data.samplers")
         module.make_sampler = make_sampler
         sys.modules["offbench.data.samplers"] = module
+
+
+if __name__ == "__main__":  # `python tests/_sampler_shim.py ARGS...` = `offbench ARGS...` with the stand-in installed
+    install()
+    from offbench.cli import main
+
+    main(sys.argv[1:])
