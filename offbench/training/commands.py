@@ -47,7 +47,11 @@ def run_baseline(
             name, dataset, config, overrides, seed=seed or 0, steps=steps, device=device or "cpu", out=out, name=run_name, loggers=logger
         ), None
     console.print(f"run directory: {run.run_dir}", highlight=False)
-    summary = run.train(checkpoint)
+    try:
+        summary = run.train(checkpoint)
+    except KeyboardInterrupt:
+        console.print(f"interrupted; continue with: offbench run baseline {name} --resume {run.run_dir}", highlight=False)
+        raise typer.Exit(130) from None
     final = summary["final"]
     if final is not None:
         metric = summary["score_metric"]

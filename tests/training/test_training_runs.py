@@ -41,7 +41,7 @@ def test_dt_run_writes_the_run_directory_contract(pendulum, cli, tmp_path):
     run = json.loads((run_dir / "run.json").read_text())
     assert run["schema"] == 1 and run["run_id"] == "dt-run" and run["baseline"] == "dt" and run["seed"] == 3
     assert run["dataset"]["id"] == "pendulum-scripted" and run["dataset"]["content_sha256"] == pendulum.content_sha256()
-    assert run["config"]["steps"] == 50 and run["config"]["embedding_dim"] == 16 and run["config"]["learning_rate"] == 1e-3
+    assert run["config"]["steps"] == 50 and run["config"]["embedding_dim"] == 16 and run["config"]["reward_scale"] == 1e-2
     assert run["config_sources"][0].endswith("baselines/dt/pendulum-scripted.toml") and run["config_sources"][1].endswith("dt-tiny.toml")
     assert run["evaluation"]["target_returns"] == [-140.0, -700.0] and run["evaluation"]["episodes"] == 2
     assert run["evaluation"]["env"] == {"suite": "gymnasium", "id": "Pendulum-v1"}
