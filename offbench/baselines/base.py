@@ -20,7 +20,7 @@ Optional, read by the trainer when present:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import gymnasium as gym
@@ -41,8 +41,8 @@ class DatasetSpec:
     num_tasks: int = 1
     # Per-dimension observation mean and std over the dataset (no epsilon added), for baselines that
     # normalise states as CORL does: (obs - mean) / (std + eps), eps chosen by the baseline.
-    observation_mean: np.ndarray | None = None
-    observation_std: np.ndarray | None = None
+    observation_mean: np.ndarray | None = field(default=None, compare=False)
+    observation_std: np.ndarray | None = field(default=None, compare=False)
 
     @classmethod
     def from_store(cls, store) -> DatasetSpec:

@@ -272,7 +272,7 @@ def load_checkpoint(run_dir: Path, device: torch.device) -> dict[str, Any] | Non
     if not path.exists():
         return None
     try:
-        return torch.load(path, map_location=device, weights_only=True)
+        return torch.load(path, map_location="cpu", weights_only=True)  # RNG states must stay CPU tensors
     except Exception as exc:  # noqa: BLE001 - any unreadable checkpoint is the same user-facing problem
         raise OffbenchError(f"{path}: unreadable checkpoint ({exc.__class__.__name__}: {str(exc).splitlines()[0][:200]})") from None
 

@@ -1,18 +1,15 @@
 """Fixtures for the training tests: the real pendulum-scripted dataset (generated once per session),
-and `offbench` run in a subprocess as a user would, one torch thread so numbers are comparable."""
+`offbench` run in this process as a user would, one torch thread."""
 
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
-CONFIGS = HERE / "configs"
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _sampler_shim  # noqa: E402
 
 _sampler_shim.install()
@@ -44,19 +41,6 @@ def pendulum(pendulum_home, monkeypatch):
     import offbench
 
     return offbench.load("pendulum-scripted")
-
-
-def offbench_command(*args: str) -> list[str]:
-    """argv for `offbench ARGS` in a subprocess (through the sampler stand-in while samplers are missing)."""
-    return [sys.executable, str(HERE / "_sampler_shim.py"), *map(str, args)]
-
-
-@pytest.fixture
-def offbench_cli():
-    def run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-        return subprocess.run(offbench_command(*args), capture_output=True, text=True, timeout=timeout)
-
-    return run
 
 
 @pytest.fixture(autouse=True)

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from _sampler_shim import make_sampler
 from offbench.baselines import get_baseline
 from offbench.baselines.base import Baseline, DatasetSpec, Policy
+from offbench.data.samplers import make_sampler
 from offbench.data.store import EpisodeStore
 
 TINY_DT = dict(segment_length=5, embedding_dim=16, num_layers=2, num_heads=2, warmup_steps=1, learning_rate=1e-3)

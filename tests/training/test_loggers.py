@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from conftest import CONFIGS, offbench_command
+from training_helpers import CONFIGS, offbench_command
 from offbench.errors import OffbenchError
 from offbench.tracking.loggers import LOGGERS, parse_logger_names
 

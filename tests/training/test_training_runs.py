@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import CONFIGS, offbench_command
+from training_helpers import CONFIGS, offbench_command
 from offbench.errors import OffbenchError
 
 CONTRACT_FILES = {"run.json", "metrics.jsonl", "evaluations.jsonl", "summary.json", "checkpoints"}
