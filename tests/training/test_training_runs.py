@@ -150,3 +150,22 @@ def test_action_kind_and_environment_are_checked_before_training(pendulum, monke
     monkeypatch.delitem(sys.modules, "mujoco")
     with pytest.raises(OffbenchError, match=r"observation shape \(3,\) differs from Hopper-v5's \(11,\)"):
         check_fit(ContinuousOnly, spec, Dataset("toy/hopper", Path("x"), "offbench", pendulum, card), evaluate=True)
+
+
+def test_dataset_path_without_card_trains_only_without_evaluation(pendulum, cli, tmp_path):
+    from offbench.data.store import EpisodeStore
+
+    path = tmp_path / "bare.h5"
+    EpisodeStore.from_episodes([pendulum.episode(i) for i in range(4)], observation_space=pendulum.observation_space,
+                               action_space=pendulum.action_space).save(path)
+    args = ["run", "baseline", "bc", "--dataset", path, "--config", CONFIGS / "bc-tiny.toml", "--out", tmp_path / "runs"]
+    code, _, err = cli(*args)
+    assert code == 2 and "no dataset card with an [env]" in err and "eval_episodes=0" in err
+    code, _, err = cli(*args, "--set", "eval_episodes=0", "--name", "bare")
+    assert code == 0, err
+    run_dir = tmp_path / "runs" / "bare"
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["dataset"]["id"] == "bare" and run["dataset"]["path"] == str(path) and run["config_sources"][0].endswith("bc/default.toml")
+    assert (run_dir / "evaluations.jsonl").read_text() == "" and len(losses(run_dir)) == 5
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["final"] is None and summary["score_metric"] == "mean_return"
