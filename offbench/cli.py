@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point: turns OffbenchError into one line on stderr and exit code 2."""
     err = Console(stderr=True)
     try:
-        app(args=argv, standalone_mode=False)
+        code = app(args=argv, standalone_mode=False)  # a typer.Exit(n) comes back as n here
     except OffbenchError as exc:
         err.print(f"offbench: error: {exc}", highlight=False, markup=False, soft_wrap=True)
         sys.exit(2)
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(1)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
-    sys.exit(0)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

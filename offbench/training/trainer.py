@@ -94,6 +94,8 @@ def check_fit(baseline_cls: type, spec: DatasetSpec, dataset: Dataset, evaluate:
 
 # ---------------------------------------------------------------------------------------------- seeds
 def seed_everything(seed: int, device: torch.device) -> None:
+    """Seed python, numpy and torch; deterministic kernels on CPU, where the same-numbers promise holds
+    (on CUDA that would also need CUBLAS_WORKSPACE_CONFIG and slower kernels: not promised)."""
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from training_helpers import CONFIGS, offbench_command
+from offbench.baselines import get_baseline
 from offbench.errors import OffbenchError
 
 CONTRACT_FILES = {"run.json", "metrics.jsonl", "evaluations.jsonl", "summary.json", "checkpoints"}
@@ -71,13 +72,39 @@ def test_dt_run_writes_the_run_directory_contract(pendulum, cli, tmp_path):
 
 
 def test_same_seed_same_numbers_other_seed_other_numbers(pendulum, cli, tmp_path):
-    for name, seed in (("a", 1), ("b", 1), ("c", 2)):
-        code, _, err = cli("run", "baseline", "bc", "--dataset", "pendulum-scripted", "--config", CONFIGS / "bc-tiny.toml",
+    for name, seed in (("a", 1), ("b", 1), ("c", 2)):  # DT: dropout draws from torch's RNG every update
+        code, _, err = cli("run", "baseline", "dt", "--dataset", "pendulum-scripted", "--config", CONFIGS / "dt-tiny.toml",
                            "--seed", seed, "--out", tmp_path, "--name", name)
         assert code == 0, err
     assert losses(tmp_path / "a") == losses(tmp_path / "b")
     assert (tmp_path / "a" / "evaluations.jsonl").read_text() == (tmp_path / "b" / "evaluations.jsonl").read_text()
     assert losses(tmp_path / "a") != losses(tmp_path / "c")
+
+
+def test_interrupted_dt_resumes_to_the_same_numbers(pendulum, cli, tmp_path, monkeypatch):
+    """Ctrl-C between checkpoints (step 37 of 50, checkpoint at 25): resuming restores the LR schedule,
+    the dropout RNG and the sampler, and truncates what was logged after the checkpoint."""
+    args = ["run", "baseline", "dt", "--dataset", "pendulum-scripted", "--config", CONFIGS / "dt-tiny.toml", "--out", tmp_path]
+    code, _, err = cli(*args, "--name", "whole")
+    assert code == 0, err
+    dt = get_baseline("dt")
+    update, calls = dt.update, []
+
+    def interrupted_update(self, batch):
+        calls.append(1)
+        if len(calls) == 37:
+            raise KeyboardInterrupt
+        return update(self, batch)
+
+    monkeypatch.setattr(dt, "update", interrupted_update)
+    code, out, _ = cli(*args, "--name", "cut")
+    assert code == 130 and "--resume" in out
+    assert [m["step"] for m in losses(tmp_path / "cut")] == [10, 20, 30]
+    monkeypatch.setattr(dt, "update", update)
+    code, _, err = cli("run", "baseline", "dt", "--resume", tmp_path / "cut")
+    assert code == 0, err
+    assert losses(tmp_path / "cut") == losses(tmp_path / "whole")
+    assert (tmp_path / "cut" / "evaluations.jsonl").read_text() == (tmp_path / "whole" / "evaluations.jsonl").read_text()
 
 
 def test_sigkill_then_resume_ends_like_an_uninterrupted_run(pendulum, cli, tmp_path):
