@@ -7,6 +7,7 @@ leaderboard entries, and draw the mean over seeds with a shaded 95% bootstrap in
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -63,7 +64,7 @@ def plot_learning_curves(curves: pd.DataFrame, y_label: str, out: str | Path, ti
         ax.legend(fontsize=8)
     for ax in list(axes.flat)[len(datasets):]:
         ax.set_visible(False)
-    fig.suptitle(title or "Learning curves: mean over seeds, shaded 95% bootstrap interval", fontsize=11)
+    fig.suptitle(textwrap.fill(title or "Learning curves: mean over seeds, shaded 95% bootstrap interval", 55 * ncols), fontsize=11)
     fig.tight_layout()
     return save_figure(fig, out)
 
@@ -136,6 +137,6 @@ def plot_in_context(
         ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
     for ax in list(axes.flat)[len(datasets):]:
         ax.set_visible(False)
-    fig.suptitle(title or "In-context improvement: mean over seeds, shaded 95% bootstrap interval", fontsize=11)
+    fig.suptitle(textwrap.fill(title or "In-context improvement: mean over seeds, shaded 95% bootstrap interval", 65 * ncols), fontsize=11)
     fig.tight_layout()
     return save_figure(fig, out)
