@@ -139,6 +139,17 @@ app.add_typer(run_app, name="run")
 app.command("evaluate")(evaluate_command)
 
 
+@app.command()
+def quickstart(
+    out: Path = typer.Option(Path("runs/quickstart"), "--out", help="Folder for everything the walk-through makes (must be new or empty)."),
+    steps: int = typer.Option(1_000, "--steps", min=1, help="Updates per training run."),
+) -> None:
+    """The main job end to end on a small default: data, sampling, training, evaluation, leaderboard, figures."""
+    from offbench.quickstart import quickstart as walk_through
+
+    walk_through(out, steps=steps)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: turns OffbenchError into one line on stderr and exit code 2."""
     err = Console(stderr=True)
