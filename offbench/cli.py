@@ -107,6 +107,15 @@ def verify(id_or_path: str = typer.Argument(..., help="Dataset id or path.")) ->
     console.print(f"ok: {store.path} ({fmt}, {store.num_episodes:,} episodes, {store.num_transitions:,} transitions, sha256 {recomputed})")
 
 
+generate_app = typer.Typer(help="Make a dataset reproducibly.", no_args_is_help=True)
+app.add_typer(generate_app, name="generate")
+
+from offbench.generators import multitask_cli  # noqa: E402  (light: Typer options only)
+
+generate_app.command("metaworld")(multitask_cli.generate_metaworld)
+generate_app.command("minigrid")(multitask_cli.generate_minigrid)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: turns OffbenchError into one line on stderr and exit code 2."""
     err = Console(stderr=True)
