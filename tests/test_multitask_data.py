@@ -168,7 +168,8 @@ def test_minigrid_data_structure_quality_and_reevaluation(minigrid_tiny):
 def test_mixed_quality_flips_a_coin_per_episode(tmp_path):
     from offbench.generators.minigrid import generate_minigrid
 
-    store = load_native(generate_minigrid({"suite": "MT3", "quality": "mixed", "episodes_per_task": 6, "workers": 1}, 0, tmp_path / "m.h5", True))
+    params = {"suite": "MT3", "quality": "mixed", "episodes_per_task": 6, "workers": 1}
+    store = load_native(generate_minigrid(params, 0, tmp_path / "m.h5", True))
     behaviour = episode_values(store, "behaviour")
     assert set(behaviour.tolist()) == {0, 1}  # 0: near-optimal, 1: sub-optimal (card's behaviour_profiles)
     assert store.card["behaviour_profiles"] == ["near-optimal", "sub-optimal"]
@@ -224,7 +225,8 @@ def test_builtin_cards_env_tables_match_their_recipes():
     from offbench.generators.minigrid import minigrid_recipe
 
     recipes = {"metaworld": metaworld_recipe, "minigrid": minigrid_recipe}
-    cards = [read_card(path) for folder in ("metaworld", "minigrid") for path in sorted((REPO / "datasets" / folder).glob("*.toml"))]
+    paths = [path for folder in ("metaworld", "minigrid") for path in sorted((REPO / "datasets" / folder).glob("*.toml"))]
+    cards = [read_card(path) for path in paths]
     assert len(cards) >= 16
     for card in cards:
         recipe = card.source["recipe"]
@@ -240,6 +242,16 @@ def test_env_factory_errors_name_the_problem():
         make_env({"suite": "metaworld", "id": "MT1", "kwargs": {"tasks": ["reach-v3"]}}, "push-v3")
     with pytest.raises(OffbenchError, match="not in Meta-World MT10"):
         make_env({"suite": "metaworld", "id": "MT10", "kwargs": {"tasks": ["hammer-v3"]}}, 0)
+
+
+def test_a_missing_suite_package_names_the_extra(monkeypatch):
+    import sys
+
+    from offbench.envs.metaworld import suite_tasks
+
+    monkeypatch.setitem(sys.modules, "metaworld", None)  # as if not installed
+    with pytest.raises(OffbenchError, match=r"offbench\[metaworld\]"):
+        suite_tasks("MT10")
 
 
 def test_cli_generates_and_registers_a_dataset(run_cli, isolated_home):

@@ -141,7 +141,7 @@ def _run_round(pool: EnvPool, lanes: Sequence[Lane], policy_factory: PolicyFacto
                 result["length"] += 1
                 if record:
                     result["observations"].append(o)
-                    result["actions"].append(actions[i])
+                    result["actions"].append(np.array(actions[i]))
                     result["rewards"].append(r)
                     result["terminations"].append(terminated)
                     result["truncations"].append(truncated)

@@ -65,7 +65,9 @@ def shortest_plan(env: gym.Env) -> list[int]:
     memory = isinstance(world, MemoryEnv)
     red_blue = isinstance(world, RedBlueDoorEnv)
     if red_blue:
-        red, blue = (next(i for i, (_, door) in enumerate(doors) if door is target) for target in (world.red_door, world.blue_door))
+        red, blue = (
+            next(i for i, (_, door) in enumerate(doors) if door is target) for target in (world.red_door, world.blue_door)
+        )
 
     def door_state(door) -> int:
         return OPEN if door.is_open else LOCKED if door.is_locked else CLOSED
@@ -175,7 +177,8 @@ def minigrid_recipe(params: dict[str, Any], seed: int) -> Recipe:
     tasks = list(params.get("tasks") or suite_tasks(suite))
     outside = sorted(set(tasks) - set(suite_tasks("MT7")))
     if outside:
-        raise OffbenchError(f"task(s) {', '.join(outside)} are not MiniGrid suite tasks (the planner knows {', '.join(suite_tasks('MT7'))})")
+        known = ", ".join(suite_tasks("MT7"))
+        raise OffbenchError(f"task(s) {', '.join(outside)} are not MiniGrid suite tasks (the planner knows {known})")
     env = {"suite": "minigrid", "id": suite, "kwargs": {"tasks": tasks, "observation": str(params.get("observation", "flat"))}}
     return Recipe(
         generator="minigrid",

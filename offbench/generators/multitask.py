@@ -119,7 +119,7 @@ def collect(collection: Collection, out: Path, quiet: bool = False) -> Path:
     total = recipe.episodes_per_task * len(task_names(recipe.env))
     with _progress(quiet, f"{recipe.generator} {recipe.env['id']} {recipe.quality}", total) as advance:
         advance(total - sum(job.stop - job.start for job in todo))
-        workers = collection.workers or os.cpu_count() or 1
+        workers = collection.workers or _usable_cores()
         if workers == 1 or len(todo) <= 1:
             if collection.worker_init is not None:
                 collection.worker_init(*collection.worker_init_args)
@@ -132,6 +132,10 @@ def collect(collection: Collection, out: Path, quiet: bool = False) -> Path:
     store.save(out)
     shutil.rmtree(work)
     return out
+
+
+def _usable_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def _run_parallel(collection: Collection, todo: list[Job], work: Path, workers: int, advance) -> None:

@@ -87,7 +87,9 @@ def _generate(
         raise OffbenchError(f"--workers must be 0 (all cores) or more, got {workers}")
     card_data = {
         "id": dataset_id or default_id(generator, params, seed),
-        "description": f"{generator} {params['suite']} {params['quality']}, {params['episodes_per_task']} episodes per task, seed {seed}",
+        "description": (
+            f"{generator} {params['suite']} {params['quality']}, {params['episodes_per_task']} episodes per task, seed {seed}"
+        ),
         "format": "offbench",
         "kind": "multi-task",
         "source": {"recipe": {"generator": generator, "seed": seed, "params": params}},
@@ -96,7 +98,8 @@ def _generate(
     target = Path(out) / "data.h5" if out else native_path(card)
     path = get_generator(generator)({**params, "workers": workers}, seed, target, quiet)
     store = load_native(path)
-    card = card_from_dict({**card_data, **{k: store.card[k] for k in ("env", "quality", "behaviour", "behaviour_profiles", "task_stats")}})
+    recorded = ("env", "quality", "behaviour", "behaviour_profiles", "task_stats")
+    card = card_from_dict({**card_data, **{key: store.card[key] for key in recorded}})
     card_path = write_card(card, Path(out) / "card.toml" if out else user_cards_dir() / f"{card.id}.toml")
 
     console = Console()
