@@ -42,14 +42,15 @@ def stats_table(cards: dict[str, dict]) -> str:
     table = pd.DataFrame(columns)
     table.loc["mean"] = table.mean()
     for column in table:
-        table[column] = table[column].map("{:.2f}".format if "success" in column else "{:.1f}".format)
+        digits = 2 if "success" in column else 1 if table[column].abs().max() >= 10 else 3
+        table[column] = table[column].map(f"{{:.{digits}f}}".format)
     return table.to_markdown()
 
 
 @app.command()
 def main(
-    metaworld_episodes: int = typer.Option(20, help="Episodes per MT10 task (full cards: 1000)."),
-    minigrid_episodes: int = typer.Option(1000, help="Episodes per MiniGrid MT7 task (full cards: 1000)."),
+    metaworld_episodes: int = typer.Option(20, help="Episodes per MT10 task (full cards: 1000; 0: skip)."),
+    minigrid_episodes: int = typer.Option(1000, help="Episodes per MiniGrid MT7 task (full cards: 1000; 0: skip)."),
     workers: int = typer.Option(2, help="Worker processes."),
 ) -> None:
     with tempfile.TemporaryDirectory() as tmp:
@@ -69,6 +70,8 @@ def main(
         print(f"\nMT10(seed=0) goal draws: {time.perf_counter() - start:.1f} s (once per collection)")
 
         for suite, generator, episodes in (("MT10", "metaworld", metaworld_episodes), ("MT7", "minigrid", minigrid_episodes)):
+            if episodes == 0:
+                continue
             cards, seconds = {}, {}
             for quality in ("near-optimal", "sub-optimal"):
                 params = {"suite": suite, "quality": quality, "episodes_per_task": episodes, "workers": workers}

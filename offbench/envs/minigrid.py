@@ -66,11 +66,8 @@ class EgocentricObservation(gym.ObservationWrapper):
             raise OffbenchError(f"unknown MiniGrid observation '{observation}' (known: {', '.join(OBSERVATIONS)})")
         self.flat = observation == "flat"
         image = env.observation_space["image"]
-        if self.flat:
-            size = int(np.prod(image.shape)) + 1
-            high = np.full(size, 255, dtype=np.uint8)
-            high[-1] = 3
-            self.observation_space = gym.spaces.Box(0, high, (size,), np.uint8)
+        if self.flat:  # (one bound for all: the direction's 0..3 fits, and the space prints in one line)
+            self.observation_space = gym.spaces.Box(0, 255, (int(np.prod(image.shape)) + 1,), np.uint8)
         else:
             self.observation_space = image
 
