@@ -261,6 +261,13 @@ def test_cli_generates_and_registers_a_dataset(run_cli, isolated_home):
     assert card.kind == "multi-task" and card.extra["task_stats"]["MiniGrid-LavaGapS7-v0"]["episodes"] == 2
     assert run_cli("info", "mine/mt3").returncode == 0
 
+    # a registered card's recipe fills that card's dataset, and the user card adds the data's statistics
+    proc = run_cli("generate", "minigrid", "--suite", "MT3", "--episodes", "5", "--workers", "1", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    card = read_card(isolated_home / "datasets" / "minigrid" / "tiny-near-optimal.toml")
+    assert card.description == builtin("minigrid/tiny-near-optimal").description and "task_stats" in card.extra
+    assert (isolated_home / "data" / "minigrid" / "tiny-near-optimal" / "data.h5").is_file()
+
     bad = run_cli("generate", "metaworld", "--quality", "great", "--quiet")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "unknown quality 'great'" in bad.stderr
     assert not list((isolated_home / "data").rglob("*.work"))

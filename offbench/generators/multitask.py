@@ -209,12 +209,20 @@ def merge_shards(collection: Collection, work: Path):
 
     recipe = collection.recipe
     names = task_names(recipe.env)
-    shards = []
-    for job in collection.jobs():
-        with np.load(work / job.shard_name, allow_pickle=False) as data:
-            shards.append({key: data[key] for key in data.files})
-    lengths = np.concatenate([s["lengths"] for s in shards])
-    cat = {key: np.concatenate([s[key] for s in shards]) for key in shards[0] if key != "lengths"}
+    paths = [work / job.shard_name for job in collection.jobs()]
+    lengths = np.concatenate([_load(path, "lengths") for path in paths])
+    # Preallocate and fill shard by shard: peak memory is the dataset plus one shard (MT50 is gigabytes).
+    with np.load(paths[0], allow_pickle=False) as first:
+        layout = {key: (first[key].dtype, first[key].shape[1:]) for key in first.files if key != "lengths"}
+    rows = {"final_observations": len(lengths)}
+    cat = {key: np.empty((rows.get(key, int(lengths.sum())), *shape), dtype) for key, (dtype, shape) in layout.items()}
+    offsets = dict.fromkeys(cat, 0)
+    for path in paths:
+        with np.load(path, allow_pickle=False) as shard:
+            for key in cat:
+                block = shard[key]
+                cat[key][offsets[key] : offsets[key] + len(block)] = block
+                offsets[key] += len(block)
     store = EpisodeStore(
         observations=cat.pop("observations"),
         final_observations=cat.pop("final_observations"),
@@ -229,6 +237,11 @@ def merge_shards(collection: Collection, work: Path):
     )
     store.card = {**recipe_card(recipe), "task_stats": task_stats(store, names)}
     return store
+
+
+def _load(path: Path, key: str) -> np.ndarray:
+    with np.load(path, allow_pickle=False) as data:
+        return data[key]
 
 
 def recipe_card(recipe: Recipe) -> dict[str, Any]:

@@ -77,7 +77,7 @@ def _generate(
     from rich.console import Console
     from rich.table import Table
 
-    from offbench.data.cards import card_from_dict, write_card
+    from offbench.data.cards import all_cards, card_from_dict, write_card
     from offbench.data.resolve import native_path
     from offbench.data.store import load_native
     from offbench.generators import get_generator
@@ -85,14 +85,18 @@ def _generate(
 
     if workers < 0:
         raise OffbenchError(f"--workers must be 0 (all cores) or more, got {workers}")
-    card_data = {
+    recipe = {"generator": generator, "seed": seed, "params": params}
+    registered = None
+    if dataset_id is None and out is None:  # the recipe of a registered card: fill that card's dataset
+        registered = next((card for card in all_cards().values() if card.source.get("recipe") == recipe), None)
+    card_data = registered.to_dict() if registered else {
         "id": dataset_id or default_id(generator, params, seed),
         "description": (
             f"{generator} {params['suite']} {params['quality']}, {params['episodes_per_task']} episodes per task, seed {seed}"
         ),
         "format": "offbench",
         "kind": "multi-task",
-        "source": {"recipe": {"generator": generator, "seed": seed, "params": params}},
+        "source": {"recipe": recipe},
     }
     card = card_from_dict(card_data)
     target = Path(out) / "data.h5" if out else native_path(card)
