@@ -149,6 +149,11 @@ def quickstart(
 
     walk_through(out, steps=steps)
 
+from offbench.generators import multitask_cli  # noqa: E402  (light: Typer options only)
+
+generate_app.command("metaworld")(multitask_cli.generate_metaworld)
+generate_app.command("minigrid")(multitask_cli.generate_minigrid)
+
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: turns OffbenchError into one line on stderr and exit code 2."""
