@@ -146,6 +146,22 @@ app.add_typer(leaderboard_app, name="leaderboard")
 app.command("plot")(plot)
 
 
+@app.command()
+def quickstart(
+    out: Path = typer.Option(Path("runs/quickstart"), "--out", help="Folder for everything the walk-through makes (must be new or empty)."),
+    steps: int = typer.Option(1_000, "--steps", min=1, help="Updates per training run."),
+) -> None:
+    """The main job end to end on a small default: data, sampling, training, evaluation, leaderboard, figures."""
+    from offbench.quickstart import quickstart as walk_through
+
+    walk_through(out, steps=steps)
+
+from offbench.generators import multitask_cli  # noqa: E402  (light: Typer options only)
+
+generate_app.command("metaworld")(multitask_cli.generate_metaworld)
+generate_app.command("minigrid")(multitask_cli.generate_minigrid)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: turns OffbenchError into one line on stderr and exit code 2."""
     err = Console(stderr=True)
