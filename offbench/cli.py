@@ -150,10 +150,10 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.UsageError as exc:
         err.print(f"offbench: error: {exc.format_message()}", highlight=False, markup=False, soft_wrap=True)
         sys.exit(2)
-    except click.exceptions.Abort:
+    except typer.Abort:  # typer.Abort / typer.Exit: the classes typer raises, vendored click or not
         err.print("offbench: aborted")
         sys.exit(1)
-    except click.exceptions.Exit as exc:
+    except typer.Exit as exc:
         sys.exit(exc.exit_code)
     sys.exit(code if isinstance(code, int) else 0)
 
