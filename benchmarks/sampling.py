@@ -1,6 +1,6 @@
 """Sampling speed: offbench vs Minari vs d3rlpy on the same 1M-transition dataset, in one run.
 
-    PYTHONPATH=. /work/venv/bin/python benchmarks/sampling.py
+    .venv/bin/python benchmarks/sampling.py
 
 One synthetic hopper-shaped dataset (1000 episodes x 1000 steps, obs 17, act 6, half the episodes
 terminated, half truncated) is written once to a temp folder as an offbench native file and as a
