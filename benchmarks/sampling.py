@@ -173,7 +173,7 @@ def main(
 
         import minari
 
-        from benchmarks.peers import run_peer
+        from peers import run_peer  # benchmarks/peers.py: a script's own folder is on sys.path
 
         # ---- load: open the file and be ready to draw the first batch
         def offbench_ready():
