@@ -97,12 +97,12 @@ def info(id_or_path: str = typer.Argument(..., help="Dataset id or path.")) -> N
 @app.command()
 def verify(id_or_path: str = typer.Argument(..., help="Dataset id or path.")) -> None:
     """Recompute checksums and structural checks."""
-    from offbench.data.store import stored_checksum
+    from offbench.data.store import is_native, stored_checksum
 
     store, fmt, _ = _describe(id_or_path)
     store.validate()
     recomputed = store.content_sha256()
-    if fmt == "offbench" or (store.path and store.path.suffix == ".h5"):
+    if store.path is not None and is_native(store.path):  # a registered dataset's native copy included
         recorded = stored_checksum(store.path)
         if recorded is not None and recorded != recomputed:
             raise OffbenchError(f"{store.path}: content checksum mismatch (recorded {recorded[:12]}..., now {recomputed[:12]}...)")

@@ -78,6 +78,7 @@ CASES = {
     "run-bad-device": (None, ["run", "baseline", "bc", "--dataset", "{tmp}/data/data.h5", "--device", "abacus"], "not a torch device"),
     "resume-missing": (None, ["run", "baseline", "bc", "--resume", "{tmp}/absent"], "no such file"),
     "evaluate-not-a-run": (None, ["evaluate", "{tmp}/data"], "run.json"),
+    "evaluate-too-many-episodes": (None, ["evaluate", "{tmp}/data", "--episodes", "5000"], "between 1 and 1000"),
 }
 
 
