@@ -36,7 +36,11 @@ def list_datasets(
     from offbench.data.resolve import native_path
     from offbench.data.store import is_native
 
-    cards = [card for card in all_cards().values() if not kind or card.kind == kind]
+    every = all_cards().values()
+    kinds = sorted({card.kind for card in every})
+    if kind and kind not in kinds:
+        raise OffbenchError(f"--kind {kind!r}: no dataset of that kind (kinds: {', '.join(kinds)})")
+    cards = [card for card in every if not kind or card.kind == kind]
     width = max((len(card.id) for card in cards), default=2)
     typer.echo(f"{'id':<{width}}  {'kind':<16}  {'source':<9}  {'local':<5}  description")
     for card in cards:

@@ -59,6 +59,7 @@ CASES = {
     "recipe-seed-not-int": (RECIPE_CARD.format(seed='"abc"', params="{}"), ["info", "mine/bad-recipe"], "seed must be a non-negative integer"),
     "recipe-params-not-table": (RECIPE_CARD.format(seed=0, params='"x"'), ["download", "mine/bad-recipe"], "params must be a table"),
     "score-is-boolean": (FILES_CARD, ["list"], "scores.ref_min must be a number"),
+    "list-unknown-kind": (None, ["list", "--kind", "offlin"], "no dataset of that kind"),
     "unknown-id": (None, ["info", "nope/nothing"], "unknown dataset id"),
     "missing-path": (None, ["verify", "{tmp}/absent.h5"], "no such file"),
     "truncated-file": (None, ["verify", "{tmp}/truncated.h5"], "truncated"),
