@@ -1,7 +1,7 @@
 """Learning-history generation speed: transitions per second, and time against transitions (linearity).
 
-    PYTHONPATH=. python benchmarks/generation.py            # full table (about a minute)
-    PYTHONPATH=. python benchmarks/generation.py --quick    # smaller sizes
+    .venv/bin/python benchmarks/generation.py            # full table (about a minute)
+    .venv/bin/python benchmarks/generation.py --quick    # smaller sizes
 
 Measures `run_histories` (everything but the HDF5 write) for Dark Room tabular Q-learning and Bernoulli
 bandit UCB1 at several numbers of histories, wall-clock and CPU time (the process is single-threaded, so

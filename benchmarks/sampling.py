@@ -1,6 +1,6 @@
 """Sampling speed: offbench vs Minari vs d3rlpy on the same 1M-transition dataset, in one run.
 
-    PYTHONPATH=. /work/venv/bin/python benchmarks/sampling.py
+    .venv/bin/python benchmarks/sampling.py
 
 One synthetic hopper-shaped dataset (1000 episodes x 1000 steps, obs 17, act 6, half the episodes
 terminated, half truncated) is written once to a temp folder as an offbench native file and as a
@@ -173,7 +173,7 @@ def main(
 
         import minari
 
-        from benchmarks.peers import run_peer
+        from peers import run_peer  # benchmarks/peers.py: a script's own folder is on sys.path
 
         # ---- load: open the file and be ready to draw the first batch
         def offbench_ready():

@@ -36,7 +36,11 @@ def list_datasets(
     from offbench.data.resolve import native_path
     from offbench.data.store import is_native
 
-    cards = [card for card in all_cards().values() if not kind or card.kind == kind]
+    every = all_cards().values()
+    kinds = sorted({card.kind for card in every})
+    if kind and kind not in kinds:
+        raise OffbenchError(f"--kind {kind!r}: no dataset of that kind (kinds: {', '.join(kinds)})")
+    cards = [card for card in every if not kind or card.kind == kind]
     width = max((len(card.id) for card in cards), default=2)
     typer.echo(f"{'id':<{width}}  {'kind':<16}  {'source':<9}  {'local':<5}  description")
     for card in cards:
@@ -97,12 +101,12 @@ def info(id_or_path: str = typer.Argument(..., help="Dataset id or path.")) -> N
 @app.command()
 def verify(id_or_path: str = typer.Argument(..., help="Dataset id or path.")) -> None:
     """Recompute checksums and structural checks."""
-    from offbench.data.store import stored_checksum
+    from offbench.data.store import is_native, stored_checksum
 
     store, fmt, _ = _describe(id_or_path)
     store.validate()
     recomputed = store.content_sha256()
-    if fmt == "offbench" or (store.path and store.path.suffix == ".h5"):
+    if store.path is not None and is_native(store.path):  # a registered dataset's native copy included
         recorded = stored_checksum(store.path)
         if recorded is not None and recorded != recomputed:
             raise OffbenchError(f"{store.path}: content checksum mismatch (recorded {recorded[:12]}..., now {recomputed[:12]}...)")
@@ -173,10 +177,10 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.UsageError as exc:
         err.print(f"offbench: error: {exc.format_message()}", highlight=False, markup=False, soft_wrap=True)
         sys.exit(2)
-    except click.exceptions.Abort:
+    except typer.Abort:  # typer.Abort / typer.Exit: the classes typer raises, vendored click or not
         err.print("offbench: aborted")
         sys.exit(1)
-    except click.exceptions.Exit as exc:
+    except typer.Exit as exc:
         sys.exit(exc.exit_code)
     sys.exit(code if isinstance(code, int) else 0)
 

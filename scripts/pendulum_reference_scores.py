@@ -4,7 +4,7 @@ ref_min: mean return of the uniform random policy; ref_max: mean return of the n
 controller the data is collected with. Both over the same reset seeds (0 .. episodes - 1), which are
 disjoint from evaluation's seeds (10_000 + 1_000 * seed + episode). Prints the [scores] table to paste.
 
-    PYTHONPATH=. python scripts/pendulum_reference_scores.py --episodes 100
+    .venv/bin/python scripts/pendulum_reference_scores.py --episodes 100
 """
 
 from __future__ import annotations

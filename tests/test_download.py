@@ -149,6 +149,19 @@ def entry(url: str, data: bytes | None, sha: bool = True) -> dict:
     return out
 
 
+def serve(server, home: Path, name: str, data: bytes, served: bytes | None = None) -> None:
+    """Serve `served` (default: `data`) at /d/<name>.h5 and register test/<name> with `data`'s size and sha256."""
+    server.files[f"/d/{name}.h5"] = data if served is None else served
+    add_card(home, f"test/{name}", [entry(server.url(f"/d/{name}.h5"), data)])
+
+
+def part_file(home: Path, name: str) -> Path:
+    """Where an interrupted download of test/<name> keeps what arrived (its folder made)."""
+    part = home / "data" / f"test/{name}" / "raw" / f"{name}.h5.part"
+    part.parent.mkdir(parents=True)
+    return part
+
+
 def assert_same_arrays(loaded, store) -> None:
     assert loaded.content_sha256() == store.content_sha256()
     np.testing.assert_array_equal(np.asarray(loaded.observations), np.asarray(store.observations))
@@ -162,8 +175,7 @@ def leftovers(home: Path, dataset_id: str) -> list[str]:
 # ------------------------------------------------------------------------------------------ tests
 def test_clean_download_cli_prints_path_then_load_works(tmp_path, server, isolated_home, run_cli):
     data, store = payload(tmp_path)
-    server.files["/d/hopper.h5"] = data
-    add_card(isolated_home, "test/clean", [entry(server.url("/d/hopper.h5"), data)])
+    serve(server, isolated_home, "clean", data)
 
     proc = run_cli("download", "test/clean", check=True)
     target = native_path(get_card("test/clean"))
@@ -172,15 +184,14 @@ def test_clean_download_cli_prints_path_then_load_works(tmp_path, server, isolat
     assert_same_arrays(loaded, store)
     assert loaded.card["id"] == "test/clean" and loaded.card["source"]["files"][0]["sha256"]
     assert leftovers(isolated_home, "test/clean") == []  # raw payload removed once converted
-    assert server.gets("/d/hopper.h5") == [None]  # one plain GET; the second use found it local
+    assert server.gets("/d/clean.h5") == [None]  # one plain GET; the second use found it local
 
 
 def test_connection_cut_half_way_resumes_with_range(tmp_path, server, isolated_home):
     data, store = payload(tmp_path)
     half = len(data) // 2
-    server.files["/d/cut.h5"] = data
+    serve(server, isolated_home, "cut", data)
     server.cut_after["/d/cut.h5"] = half
-    add_card(isolated_home, "test/cut", [entry(server.url("/d/cut.h5"), data)])
 
     path = dl.download("test/cut", quiet=True)
     first, resumed = server.gets("/d/cut.h5")
@@ -192,9 +203,8 @@ def test_connection_cut_half_way_resumes_with_range(tmp_path, server, isolated_h
 
 def test_server_errors_are_retried_with_back_off(tmp_path, server, isolated_home, monkeypatch):
     data, store = payload(tmp_path)
-    server.files["/d/busy.h5"] = data
+    serve(server, isolated_home, "busy", data)
     server.errors["/d/busy.h5"] = 3
-    add_card(isolated_home, "test/busy", [entry(server.url("/d/busy.h5"), data)])
     sleeps = []
     monkeypatch.setattr(dl.time, "sleep", sleeps.append)
 
@@ -210,10 +220,8 @@ def test_server_errors_are_retried_with_back_off(tmp_path, server, isolated_home
 
 def test_part_file_from_an_interrupted_run_is_resumed(tmp_path, server, isolated_home):
     data, store = payload(tmp_path)
-    server.files["/d/part.h5"] = data
-    add_card(isolated_home, "test/part", [entry(server.url("/d/part.h5"), data)])
-    part = isolated_home / "data" / "test/part" / "raw" / "part.h5.part"
-    part.parent.mkdir(parents=True)
+    serve(server, isolated_home, "part", data)
+    part = part_file(isolated_home, "part")
     part.write_bytes(data[:1000])
 
     assert_same_arrays(offbench.load("test/part"), store)
@@ -224,8 +232,7 @@ def test_corrupted_payload_is_rejected_and_nothing_is_left(tmp_path, server, iso
     data, _ = payload(tmp_path)
     bad = bytearray(data)
     bad[len(bad) // 2] ^= 0xFF
-    server.files["/d/bad.h5"] = bytes(bad)
-    add_card(isolated_home, "test/bad", [entry(server.url("/d/bad.h5"), data)])
+    serve(server, isolated_home, "bad", data, served=bytes(bad))
 
     with pytest.raises(OffbenchError, match=r"bad\.h5: checksum mismatch .* download discarded") as info:
         offbench.load("test/bad")
@@ -256,9 +263,8 @@ def test_404_is_one_line_and_exit_code_2(server, isolated_home, run_cli):
 
 def test_two_processes_downloading_one_id_both_succeed_with_one_transfer(tmp_path, server, isolated_home):
     data, store = payload(tmp_path)
-    server.files["/d/shared.h5"] = data
+    serve(server, isolated_home, "shared", data)
     server.gates["/d/shared.h5"] = gate = threading.Event()
-    add_card(isolated_home, "test/shared", [entry(server.url("/d/shared.h5"), data)])
     command = [sys.executable, "-m", "offbench", "download", "test/shared"]
     logs = [tmp_path / "first.err", tmp_path / "second.err"]
 
@@ -343,10 +349,8 @@ def test_no_network_errors_are_one_line(isolated_home, monkeypatch):
 
 def test_full_disk_is_one_line_and_leaves_nothing(tmp_path, server, isolated_home):
     data, _ = payload(tmp_path)
-    server.files["/d/full.h5"] = data
-    add_card(isolated_home, "test/full", [entry(server.url("/d/full.h5"), data)])
-    part = isolated_home / "data" / "test/full" / "raw" / "full.h5.part"
-    part.parent.mkdir(parents=True)
+    serve(server, isolated_home, "full", data)
+    part = part_file(isolated_home, "full")
     part.symlink_to("/dev/full")  # every write to it fails with ENOSPC, as on a full disk
 
     with pytest.raises(OffbenchError, match=r"disk full writing .*full\.h5\.part"):

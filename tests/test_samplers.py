@@ -152,6 +152,17 @@ def test_segments_task_ids_and_normalisation():
     assert set(batch["task_ids"].tolist()) <= {7, 9} and batch["task_ids"].shape == (64,)
 
 
+def test_baselines_take_the_samplers_statistics_without_cancellation():
+    """DatasetSpec's mean/std are `normalisation(store, eps=0)`: two passes, exact even far from zero."""
+    from offbench.baselines.base import DatasetSpec
+
+    store = make_store(episode_lengths=(400, 600), terminal_last=(True, True))
+    store.observations = 1e6 + np.random.default_rng(0).normal(0, 1e-3, store.observations.shape)
+    spec = DatasetSpec.from_store(store)
+    np.testing.assert_allclose(spec.observation_std, store.observations.std(0), rtol=1e-4)
+    np.testing.assert_array_equal(spec.observation_mean, normalisation(store, eps=0.0).mean)
+
+
 # ----------------------------------------------------------------------------- AD windows
 
 

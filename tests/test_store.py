@@ -82,3 +82,23 @@ def test_episode_columns_round_trip_and_are_checked(tmp_path):
     store.episode_columns = {"seed": np.zeros(2)}
     with pytest.raises(OffbenchError, match="episode column seed has 2 rows, expected 3"):
         store.validate()
+
+
+def test_written_files_get_the_usual_permissions_not_mkstemps_private_ones(tmp_path):
+    """A dataset folder shared between users must stay readable: temp-file writes end with umask-based modes."""
+    import os
+    import stat
+
+    from offbench.data.d4rl_format import export_d4rl
+    from offbench.data.minari_format import export_minari
+    from offbench.utils import atomic_write_text
+
+    umask = os.umask(0o022)
+    try:
+        store = make_store()
+        written = [store.save(tmp_path / "a" / "data.h5"), atomic_write_text(tmp_path / "card.toml", "x"), export_d4rl(store, tmp_path / "d4rl")]
+        minari_dir = export_minari(store, tmp_path / "minari")
+    finally:
+        os.umask(umask)
+    assert [stat.S_IMODE(p.stat().st_mode) for p in written] == [0o644] * 3
+    assert stat.S_IMODE(minari_dir.stat().st_mode) == 0o755

@@ -27,6 +27,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from offbench.data.samplers import normalisation
+
 
 @dataclass(frozen=True)
 class DatasetSpec:
@@ -50,7 +52,7 @@ class DatasetSpec:
         discrete = isinstance(space, gym.spaces.Discrete)
         action_dim = int(space.n) if discrete else int(np.prod(space.shape))
         num_tasks = int(np.max(store.columns["task_id"])) + 1 if "task_id" in store.columns else 1
-        mean, std = observation_statistics(store.observations)
+        stats = normalisation(store, eps=0.0)
         return cls(
             observation_space=store.observation_space,
             action_space=space,
@@ -59,22 +61,9 @@ class DatasetSpec:
             discrete=discrete,
             max_episode_length=int(store.episode_lengths.max()),
             num_tasks=num_tasks,
-            observation_mean=mean,
-            observation_std=std,
+            observation_mean=stats.mean,
+            observation_std=stats.std,
         )
-
-
-def observation_statistics(observations: np.ndarray, chunk: int = 65_536) -> tuple[np.ndarray, np.ndarray]:
-    """Mean and std per observation dimension, in float64 chunks (memory-mapped data is never copied whole)."""
-    total = np.zeros(observations.shape[1:], dtype=np.float64)
-    squares = np.zeros_like(total)
-    for lo in range(0, len(observations), chunk):
-        block = np.asarray(observations[lo : lo + chunk], dtype=np.float64)
-        total += block.sum(axis=0)
-        squares += np.square(block).sum(axis=0)
-    mean = total / len(observations)
-    std = np.sqrt(np.maximum(squares / len(observations) - np.square(mean), 0.0))
-    return mean.astype(np.float32), std.astype(np.float32)
 
 
 @runtime_checkable

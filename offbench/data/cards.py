@@ -111,14 +111,24 @@ def card_from_dict(data: dict[str, Any], card_path: Path | None = None) -> Datas
                 raise OffbenchError(f"{where}: sha256 of {entry['url']} must be 64 hex characters")
     if "recipe" in source:
         recipe = source["recipe"]
-        if not isinstance(recipe, dict) or "generator" not in recipe:
-            raise OffbenchError(f"{where}: source.recipe needs a 'generator'")
+        if not isinstance(recipe, dict) or not isinstance(recipe.get("generator"), str):
+            raise OffbenchError(f"{where}: source.recipe needs a 'generator' name")
+        seed = recipe.get("seed", 0)
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise OffbenchError(f"{where}: source.recipe.seed must be a non-negative integer, got {seed!r}")
+        if not isinstance(recipe.get("params", {}), dict):
+            raise OffbenchError(f"{where}: source.recipe.params must be a table")
     for key in ("env", "scores"):
         if key in data and not isinstance(data[key], dict):
             raise OffbenchError(f"{where}: [{key}] must be a table")
+    env = data.get("env", {})
+    if "id" in env and not isinstance(env["id"], str):
+        raise OffbenchError(f"{where}: env.id must be a string")
+    if not isinstance(env.get("kwargs", {}), dict):
+        raise OffbenchError(f"{where}: env.kwargs must be a table")
     scores = data.get("scores", {})
     for key in ("ref_min", "ref_max"):
-        if key in scores and not isinstance(scores[key], (int, float)):
+        if key in scores and (isinstance(scores[key], bool) or not isinstance(scores[key], (int, float))):
             raise OffbenchError(f"{where}: scores.{key} must be a number")
     if "ref_min" in scores and "ref_max" in scores and scores["ref_max"] == scores["ref_min"]:
         raise OffbenchError(f"{where}: scores.ref_max equals scores.ref_min")
@@ -176,6 +186,8 @@ def get_card(dataset_id: str) -> DatasetCard:
     cards = all_cards()
     if dataset_id not in cards:
         close = [c for c in cards if dataset_id.split("/")[-1] in c][:5]
+        if dataset_id.startswith(("/", ".", "~")) or dataset_id.endswith((".h5", ".hdf5")):
+            raise OffbenchError(f"{dataset_id}: no such file or folder (nor a registered dataset id)")
         hint = f" (did you mean: {', '.join(close)}?)" if close else " (see `offbench list`)"
         raise OffbenchError(f"unknown dataset id '{dataset_id}'{hint}")
     return cards[dataset_id]

@@ -36,8 +36,6 @@ per-episode columns under `metadata/offbench_*`, from which a round trip restore
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +45,7 @@ import numpy as np
 from offbench.data.spaces import space_from_json, space_to_json, widest_space
 from offbench.data.store import EpisodeStore
 from offbench.errors import OffbenchError
+from offbench.utils import atomic_path
 
 REQUIRED_KEYS = ("observations", "actions", "rewards", "terminals")
 STEP_KEYS = ("observations", "actions", "rewards", "terminals", "timeouts", "next_observations")
@@ -170,6 +169,8 @@ def from_d4rl_arrays(
         lengths = ends - starts + 1 - needs_next
         vanished = lengths == 0
         final, lengths = final[~vanished], lengths[~vanished]
+        if not len(lengths):
+            raise OffbenchError(f"{where}: every episode has one row and no next observation (no next_observations key): no transition is left")
 
     stored = _stored_metadata(metadata, where)
     card = stored.pop("card", None) or {
@@ -254,17 +255,9 @@ def export_d4rl(store: EpisodeStore, out: Path) -> Path:
         "metadata/offbench_action_space": space_to_json(store.action_space),
         **{f"metadata/offbench_episode_columns/{k}": np.asarray(v) for k, v in store.episode_columns.items()},
     }
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    os.close(fd)
-    try:
-        with h5py.File(tmp, "w") as f:
-            for key, value in arrays.items():
-                if isinstance(value, np.ndarray) and value.dtype.kind == "U":
-                    value = value.astype(h5py.string_dtype())
-                f.create_dataset(key, data=value)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_path(target) as tmp, h5py.File(tmp, "w") as f:
+        for key, value in arrays.items():
+            if isinstance(value, np.ndarray) and value.dtype.kind == "U":
+                value = value.astype(h5py.string_dtype())
+            f.create_dataset(key, data=value)
     return target

@@ -54,6 +54,7 @@ import numpy as np
 from offbench.data.spaces import widest_space
 from offbench.data.store import EpisodeStore
 from offbench.errors import OffbenchError, require
+from offbench.utils import give_default_permissions
 
 METADATA_FILE = "metadata.json"
 MAIN_FILE = "main_data.hdf5"
@@ -394,6 +395,7 @@ def export_minari(store: EpisodeStore, out: Path) -> Path:
                 _write_episode(f, store, i, {**info_columns, **{name: name for name in extra_columns}}, extra_episode)
         meta["dataset_size"] = round((tmp / "data" / MAIN_FILE).stat().st_size / 1e6, 1)
         (tmp / "data" / METADATA_FILE).write_text(json.dumps(meta))
+        give_default_permissions(tmp)
         os.rename(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

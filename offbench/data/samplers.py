@@ -183,6 +183,17 @@ class _StoreSampler:
         array = np.ascontiguousarray(array if dtype is None else array.astype(dtype, copy=False))
         return torch.from_numpy(array).to(self.device)
 
+    def step_tensors(self, index: np.ndarray, prefix: str = "", next_observations: bool = False) -> dict[str, torch.Tensor]:
+        """Observations, actions, rewards (and s' if asked) of the steps at `index` (any shape), keys prefixed."""
+        batch = {
+            f"{prefix}observations": self.observation_tensor(self.gather(self.observations, index)),
+            f"{prefix}actions": self.tensor(self.gather(self.actions, index), self.action_dtype),
+            f"{prefix}rewards": self.tensor(self.gather(self.rewards, index), np.float32),
+        }
+        if next_observations:
+            batch[f"{prefix}next_observations"] = self.observation_tensor(self.next_observations(index))
+        return batch
+
     def with_task_ids(self, batch: dict[str, torch.Tensor], index: np.ndarray) -> dict[str, torch.Tensor]:
         if self.task_ids is not None:
             batch["task_ids"] = self.tensor(self.gather(self.task_ids, index), np.int64)
@@ -222,13 +233,8 @@ class TransitionSampler(_StoreSampler):
     def sample(self) -> dict[str, torch.Tensor]:
         # Sorted indices read a memory-mapped file front to back; order inside a batch is irrelevant.
         index = np.sort(self.rng.integers(0, len(self.rewards), self.batch_size))
-        batch = {
-            "observations": self.observation_tensor(self.gather(self.observations, index)),
-            "actions": self.tensor(self.gather(self.actions, index), self.action_dtype),
-            "rewards": self.tensor(self.gather(self.rewards, index), np.float32),
-            "next_observations": self.observation_tensor(self.next_observations(index)),
-            "terminals": self.tensor(self.gather(self.terminations, index), np.float32),
-        }
+        batch = self.step_tensors(index, next_observations=True)
+        batch["terminals"] = self.tensor(self.gather(self.terminations, index), np.float32)
         return self.with_task_ids(batch, index)
 
 
@@ -369,12 +375,7 @@ class ADWindowSampler(_StoreSampler):
         history = np.searchsorted(self.windows_before, draw, side="right") - 1
         first = self.history_first[history] + (draw - self.windows_before[history])
         index = first[:, None] + self.offsets  # (B, T)
-        batch = {
-            "observations": self.observation_tensor(self.gather(self.observations, index)),
-            "actions": self.tensor(self.gather(self.actions, index), self.action_dtype),
-            "rewards": self.tensor(self.gather(self.rewards, index), np.float32),
-        }
-        return self.with_task_ids(batch, first)
+        return self.with_task_ids(self.step_tensors(index), first)
 
 
 # ----------------------------------------------------------------------------- DPT in-context sets
@@ -445,10 +446,7 @@ class DPTSampler(_StoreSampler):
         query = self.rows[first + self.rng.integers(0, length)]
         batch = {
             "query_observations": self.observation_tensor(self.gather(self.observations, query)),
-            "context_observations": self.observation_tensor(self.gather(self.observations, context)),
-            "context_actions": self.tensor(self.gather(self.actions, context), self.action_dtype),
-            "context_rewards": self.tensor(self.gather(self.rewards, context), np.float32),
-            "context_next_observations": self.observation_tensor(self.next_observations(context)),
+            **self.step_tensors(context, prefix="context_", next_observations=True),
             "optimal_actions": self.tensor(self.gather(self.optimal_actions, query), self.label_dtype),
         }
         return self.with_task_ids(batch, query)

@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -37,6 +35,7 @@ import numpy as np
 
 from offbench.data.spaces import space_from_json, space_to_json
 from offbench.errors import OffbenchError
+from offbench.utils import atomic_path
 
 FORMAT_NAME = "offbench"
 FORMAT_VERSION = 1
@@ -193,10 +192,7 @@ class EpisodeStore:
     def save(self, path: str | Path, compression: str | None = None) -> Path:
         """Write atomically (temp file in the same folder, then rename). Uncompressed files open memory-mapped."""
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        os.close(fd)
-        try:
+        with atomic_path(path) as tmp:
             with h5py.File(tmp, "w", track_order=True) as f:
                 f.attrs["format"] = FORMAT_NAME
                 f.attrs["format_version"] = FORMAT_VERSION
@@ -209,10 +205,6 @@ class EpisodeStore:
                 for group in ("columns", "episode_columns"):
                     for name, arr in getattr(self, group).items():
                         _write_array(f, f"{group}/{name}", np.asarray(arr), compression)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
         self.path = path
         return path
 

@@ -23,14 +23,14 @@ import gymnasium as gym
 import numpy as np
 
 from offbench.envs.gridworld import (
-    MOVES,
     NUM_ACTIONS,
+    GridBatch,
     all_cells,
     cell_index,
     cell_xy_table,
     check_cell,
     distance_table,
-    next_cell_table,
+    move,
     policy_table,
     start_cell,
 )
@@ -90,9 +90,7 @@ class DarkRoomEnv(gym.Env):
         return np.array(self.pos, dtype=np.int64), {}
 
     def step(self, action):
-        dx, dy = MOVES[int(action)]
-        x, y = self.pos
-        self.pos = (min(max(x + int(dx), 0), self.size - 1), min(max(y + int(dy), 0), self.size - 1))
+        self.pos = move(self.pos, action, self.size)
         self.t += 1
         on_goal = self.pos == self.goal
         reward = 1.0 if on_goal else 0.0
@@ -107,31 +105,19 @@ class DarkRoomEnv(gym.Env):
         return "\n".join(rows)
 
 
-class DarkRoomBatch:
+class DarkRoomBatch(GridBatch):
     """N Dark Room tasks stepped together, a few array operations per step (what generators and evaluation
-    use). The state is the cell index; a move is one lookup in the grid's next-cell table."""
-
-    score_name = "episode return"  # what expected_rewards sums to per episode (the learning check's score)
+    use). The state is the cell index."""
 
     def __init__(self, goals: np.ndarray, size: int = 9, horizon: int = 20, hard: bool = False):
-        self.size, self.horizon, self.hard = int(size), int(horizon), bool(hard)
+        self.hard = bool(hard)
         self.goals = np.asarray(goals, dtype=np.int64).reshape(-1, 2)
         for goal in self.goals:
-            DarkRoomEnv(goal, self.size, self.horizon, self.hard)  # same validation as one task
-        self.num_envs = len(self.goals)
-        self.num_actions = NUM_ACTIONS
-        self.num_states = self.size * self.size
+            DarkRoomEnv(goal, size, horizon, self.hard)  # same validation as one task
+        self.goal_cells = cell_index(self.goals, int(size))
+        self._setup_grid(int(size), int(horizon), len(self.goals), cell_xy_table(int(size)), policy_table(int(size))[self.goal_cells])
         self.single_observation_space = gym.spaces.Box(0, self.size - 1, shape=(2,), dtype=np.int64)
-        self.single_action_space = gym.spaces.Discrete(NUM_ACTIONS)
-        self.goal_cells = cell_index(self.goals, self.size)
         self.optimal_returns = np.array([optimal_return(g, self.size, self.horizon, self.hard) for g in self.goals])
-        self._start = int(cell_index(np.array(start_cell(self.size)), self.size))
-        self._next = next_cell_table(self.size).reshape(-1)  # [cell * actions + action]
-        self._xy = cell_xy_table(self.size)
-        self._policy = policy_table(self.size)[self.goal_cells].reshape(-1)  # [row * cells + cell]
-        self._row_offset = np.arange(self.num_envs) * self.num_states
-        self.cell = np.full(self.num_envs, self._start, dtype=np.int64)
-        self.t = np.zeros(self.num_envs, dtype=np.int64)
 
     @classmethod
     def from_tasks(cls, tasks: list[dict], seed: int | None = None, **kwargs: Any) -> DarkRoomBatch:
@@ -139,33 +125,16 @@ class DarkRoomBatch:
 
     def reset(self, mask: np.ndarray | None = None) -> np.ndarray:
         """Reset the rows in `mask` (all if None); returns every row's observation."""
-        mask = slice(None) if mask is None else mask
-        self.cell[mask] = self._start
-        self.t[mask] = 0
-        return self._xy[self.cell]
+        self._reset_grid(slice(None) if mask is None else mask)
+        return self._obs[self.cell]
 
     def step(self, actions: np.ndarray):
-        self.cell = self._next[self.cell * NUM_ACTIONS + actions]
-        self.t += 1
+        self._move(actions)
         on_goal = self.cell == self.goal_cells
         terminated = on_goal if self.hard else np.zeros(self.num_envs, dtype=bool)
         truncated = (self.t >= self.horizon) & ~terminated
-        return self._xy[self.cell], on_goal.astype(np.float32), terminated, truncated
+        return self._obs[self.cell], on_goal.astype(np.float32), terminated, truncated
 
     def state_index(self) -> np.ndarray:
         """Tabular state of every row (its cell index)."""
         return self.cell
-
-    def optimal_actions(self, states: np.ndarray | None = None, rows: np.ndarray | None = None) -> np.ndarray:
-        """Optimal action in the given tabular states of the given rows (default: every row, now)."""
-        if states is None:
-            states = self.state_index()
-        return self._policy[(self._row_offset if rows is None else self._row_offset[rows]) + states]
-
-    def observations_of(self, states: np.ndarray) -> np.ndarray:
-        """The observation of each tabular state."""
-        return self._xy[states]
-
-    def expected_rewards(self, rows: np.ndarray, actions: np.ndarray, rewards: np.ndarray) -> np.ndarray:
-        """The room is deterministic: the reward received is its expectation."""
-        return rewards

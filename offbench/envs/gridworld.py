@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from functools import cache
 
+import gymnasium as gym
 import numpy as np
 
 MOVES = np.array([[0, 0], [1, 0], [-1, 0], [0, 1], [0, -1]], dtype=np.int64)
@@ -80,3 +81,51 @@ def check_cell(name: str, xy, size: int) -> tuple[int, int]:
 
 def all_cells(size: int) -> list[tuple[int, int]]:
     return [(x, y) for y in range(size) for x in range(size)]
+
+
+def move(pos: tuple[int, int], action, size: int) -> tuple[int, int]:
+    """The cell one action leads to from `pos` in a single (unbatched) environment."""
+    dx, dy = MOVES[int(action)]
+    return min(max(pos[0] + int(dx), 0), size - 1), min(max(pos[1] + int(dy), 0), size - 1)
+
+
+class GridBatch:
+    """What the batched grid worlds share: N rows on one size x size grid, each in a tabular state that
+    indexes a table of observations (`_obs`, states x obs) and a per-row table of optimal actions
+    (`_policy`, rows x states); a move is one lookup in the grid's next-cell table."""
+
+    score_name = "episode return"  # what expected_rewards sums to per episode (the learning check's score)
+    num_actions = NUM_ACTIONS
+
+    def _setup_grid(self, size: int, horizon: int, num_envs: int, observations: np.ndarray, policy: np.ndarray) -> None:
+        self.size, self.horizon, self.num_envs = size, horizon, num_envs
+        self.num_states = len(observations)
+        self.single_action_space = gym.spaces.Discrete(NUM_ACTIONS)
+        self._obs, self._policy = observations, policy.reshape(-1)  # _policy[row * num_states + state]
+        self._row_offset = np.arange(num_envs) * self.num_states
+        self._start = int(cell_index(np.array(start_cell(size)), size))
+        self._next = next_cell_table(size).reshape(-1)  # [cell * actions + action]
+        self.cell = np.full(num_envs, self._start, dtype=np.int64)
+        self.t = np.zeros(num_envs, dtype=np.int64)
+
+    def _reset_grid(self, mask) -> None:
+        self.cell[mask] = self._start
+        self.t[mask] = 0
+
+    def _move(self, actions: np.ndarray) -> None:
+        self.cell = self._next[self.cell * NUM_ACTIONS + actions]
+        self.t += 1
+
+    def optimal_actions(self, states: np.ndarray | None = None, rows: np.ndarray | None = None) -> np.ndarray:
+        """Optimal action in the given tabular states of the given rows (default: every row, now)."""
+        if states is None:
+            states = self.state_index()
+        return self._policy[(self._row_offset if rows is None else self._row_offset[rows]) + states]
+
+    def observations_of(self, states: np.ndarray) -> np.ndarray:
+        """The observation of each tabular state."""
+        return self._obs[states]
+
+    def expected_rewards(self, rows: np.ndarray, actions: np.ndarray, rewards: np.ndarray) -> np.ndarray:
+        """The grids are deterministic: the reward received is its expectation."""
+        return rewards

@@ -20,14 +20,14 @@ import gymnasium as gym
 import numpy as np
 
 from offbench.envs.gridworld import (
-    MOVES,
     NUM_ACTIONS,
+    GridBatch,
     all_cells,
     cell_index,
     cell_xy_table,
     check_cell,
     distance_table,
-    next_cell_table,
+    move,
     policy_table,
     start_cell,
 )
@@ -97,9 +97,7 @@ class KeyDoorEnv(gym.Env):
         return self._obs(), {}
 
     def step(self, action):
-        dx, dy = MOVES[int(action)]
-        x, y = self.pos
-        self.pos = (min(max(x + int(dx), 0), self.size - 1), min(max(y + int(dy), 0), self.size - 1))
+        self.pos = move(self.pos, action, self.size)
         self.t += 1
         reward, terminated = 0.0, False
         if not self.has_key and self.pos == self.key:
@@ -116,39 +114,27 @@ class KeyDoorEnv(gym.Env):
         return "\n".join("".join(char((x, y)) for x in range(self.size)) for y in reversed(range(self.size)))
 
 
-class KeyDoorBatch:
+class KeyDoorBatch(GridBatch):
     """N Key-to-Door tasks stepped together with array operations. The tabular state is
     `has_key * cells + cell`, which indexes the observation and optimal-action tables directly."""
 
-    score_name = "episode return"  # what expected_rewards sums to per episode (the learning check's score)
-
     def __init__(self, keys: np.ndarray, doors: np.ndarray, size: int = 9, horizon: int = 50):
-        self.size, self.horizon = int(size), int(horizon)
+        size, horizon = int(size), int(horizon)
         self.keys = np.asarray(keys, dtype=np.int64).reshape(-1, 2)
         self.doors = np.asarray(doors, dtype=np.int64).reshape(-1, 2)
         for key, door in zip(self.keys, self.doors):
-            KeyDoorEnv(key, door, self.size, self.horizon)  # same validation as one task
-        cells = self.size * self.size
-        self.num_envs = len(self.keys)
-        self.num_actions = NUM_ACTIONS
-        self.num_states = 2 * cells
+            KeyDoorEnv(key, door, size, horizon)  # same validation as one task
+        self.key_cells, self.door_cells = cell_index(self.keys, size), cell_index(self.doors, size)
+        xy, policies = cell_xy_table(size), policy_table(size)
+        self._cells = size * size
+        observations = np.concatenate([np.concatenate([xy, xy]), np.repeat([[0], [1]], self._cells, axis=0)], axis=1)
+        policy = np.concatenate([policies[self.key_cells], policies[self.door_cells]], axis=1)
+        self._setup_grid(size, horizon, len(self.keys), observations, policy)
         self.single_observation_space = gym.spaces.Box(
             low=np.zeros(3, np.int64), high=np.array([self.size - 1, self.size - 1, 1]), dtype=np.int64
         )
-        self.single_action_space = gym.spaces.Discrete(NUM_ACTIONS)
-        self.key_cells, self.door_cells = cell_index(self.keys, self.size), cell_index(self.doors, self.size)
         self.optimal_returns = np.array([optimal_return(k, d, self.size, self.horizon) for k, d in zip(self.keys, self.doors)])
-        policies = policy_table(self.size)
-        self._policy = np.concatenate([policies[self.key_cells], policies[self.door_cells]], axis=1).reshape(-1)
-        xy = cell_xy_table(self.size)
-        self._obs = np.concatenate([np.concatenate([xy, xy]), np.repeat([[0], [1]], cells, axis=0)], axis=1)
-        self._start = int(cell_index(np.array(start_cell(self.size)), self.size))
-        self._next = next_cell_table(self.size).reshape(-1)
-        self._cells = cells
-        self._row_offset = np.arange(self.num_envs) * self.num_states
-        self.cell = np.full(self.num_envs, self._start, dtype=np.int64)
         self.has_key = np.zeros(self.num_envs, dtype=bool)
-        self.t = np.zeros(self.num_envs, dtype=np.int64)
 
     @classmethod
     def from_tasks(cls, tasks: list[dict], seed: int | None = None, **kwargs: Any) -> KeyDoorBatch:
@@ -156,14 +142,12 @@ class KeyDoorBatch:
 
     def reset(self, mask: np.ndarray | None = None) -> np.ndarray:
         mask = slice(None) if mask is None else mask
-        self.cell[mask] = self._start
+        self._reset_grid(mask)
         self.has_key[mask] = False
-        self.t[mask] = 0
         return self._obs[self.state_index()]
 
     def step(self, actions: np.ndarray):
-        self.cell = self._next[self.cell * NUM_ACTIONS + actions]
-        self.t += 1
+        self._move(actions)
         picks_key = ~self.has_key & (self.cell == self.key_cells)
         opens_door = self.has_key & (self.cell == self.door_cells)
         self.has_key |= picks_key
@@ -172,16 +156,3 @@ class KeyDoorBatch:
 
     def state_index(self) -> np.ndarray:
         return self.has_key * self._cells + self.cell
-
-    def optimal_actions(self, states: np.ndarray | None = None, rows: np.ndarray | None = None) -> np.ndarray:
-        """Optimal action in the given tabular states of the given rows (default: every row, now)."""
-        if states is None:
-            states = self.state_index()
-        return self._policy[(self._row_offset if rows is None else self._row_offset[rows]) + states]
-
-    def observations_of(self, states: np.ndarray) -> np.ndarray:
-        """The observation of each tabular state."""
-        return self._obs[states]
-
-    def expected_rewards(self, rows: np.ndarray, actions: np.ndarray, rewards: np.ndarray) -> np.ndarray:
-        return rewards

@@ -74,6 +74,9 @@ def generate_and_register(benchmark: str, *, seed: int, out: Path | None, quiet:
         if out.exists() and not out.is_dir():
             raise OffbenchError(f"{out}: --out must be a folder (it is a file)")
         data_path, card_path = out / "data.h5", out / "card.toml"
+        for existing in (data_path, card_path):
+            if existing.exists():
+                raise OffbenchError(f"{existing}: already exists; remove it or choose another --out")
     else:
         stub = card_from_dict({"id": dataset_id, "description": "", "format": "offbench", "source": {"recipe": {"generator": benchmark}}})
         data_path, card_path = native_path(stub), user_cards_dir() / f"{dataset_id}.toml"

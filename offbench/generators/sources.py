@@ -96,7 +96,20 @@ class ADEpsilon:
         """The curriculum follows a fixed schedule and ignores what happens."""
 
 
-class UCB1:
+class ArmStatistics:
+    """Pull counts and reward sums per arm of every row: all that the bandit learners below update."""
+
+    def __init__(self, env):
+        self.counts = np.zeros((env.num_envs, env.num_actions))
+        self.sums = np.zeros((env.num_envs, env.num_actions))
+        self.rows = np.arange(env.num_envs)
+
+    def update(self, states, actions, rewards, next_states, terminated):
+        self.counts[self.rows, actions] += 1
+        self.sums[self.rows, actions] += rewards
+
+
+class UCB1(ArmStatistics):
     """UCB1 (Auer et al. 2002): pull every arm once, then the arm maximising mean + sqrt(c ln t / n),
     with c = 2 as in the paper. Ties go to the lowest arm index."""
 
@@ -105,10 +118,8 @@ class UCB1:
         exploration: float = 2.0
 
     def __init__(self, env, num_episodes: int, rng: np.random.Generator, config: UCB1.Config):
+        super().__init__(env)
         self.config = config
-        self.counts = np.zeros((env.num_envs, env.num_actions))
-        self.sums = np.zeros((env.num_envs, env.num_actions))
-        self.rows = np.arange(env.num_envs)
 
     def act(self, states, episodes):
         pulls = np.maximum(self.counts, 1)
@@ -116,12 +127,8 @@ class UCB1:
         index = self.sums / pulls + np.sqrt(self.config.exploration * np.log(total) / pulls)
         return np.argmax(np.where(self.counts == 0, np.inf, index), axis=1)
 
-    def update(self, states, actions, rewards, next_states, terminated):
-        self.counts[self.rows, actions] += 1
-        self.sums[self.rows, actions] += rewards
 
-
-class ThompsonSampling:
+class ThompsonSampling(ArmStatistics):
     """Thompson sampling: Beta(1, 1) priors for Bernoulli arms; for Gaussian arms with known noise sigma,
     a Normal(prior_mean, prior_std^2) prior and its conjugate Normal posterior."""
 
@@ -131,11 +138,9 @@ class ThompsonSampling:
         prior_std: float = 1.0
 
     def __init__(self, env, num_episodes: int, rng: np.random.Generator, config: ThompsonSampling.Config):
+        super().__init__(env)
         self.config, self.rng = config, rng
         self.bernoulli, self.sigma = env.noise == "bernoulli", env.sigma
-        self.counts = np.zeros((env.num_envs, env.num_actions))
-        self.sums = np.zeros((env.num_envs, env.num_actions))
-        self.rows = np.arange(env.num_envs)
 
     def act(self, states, episodes):
         if self.bernoulli:
@@ -146,10 +151,6 @@ class ThompsonSampling:
             mean = (self.config.prior_mean * prior_precision + self.sums / self.sigma**2) / precision
             samples = mean + self.rng.standard_normal(mean.shape) / np.sqrt(precision)
         return np.argmax(samples, axis=1)
-
-    def update(self, states, actions, rewards, next_states, terminated):
-        self.counts[self.rows, actions] += 1
-        self.sums[self.rows, actions] += rewards
 
 
 ALGORITHMS: dict[str, Callable[..., SourceAlgorithm]] = {

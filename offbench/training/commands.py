@@ -68,13 +68,15 @@ def evaluate_command(
 
     from offbench.training.trainer import check_fit, load_checkpoint, open_run
 
+    if episodes is not None and not 1 <= episodes <= 1000:  # episode seeds 10_000 + 1_000 * seed + i stay per-seed
+        raise OffbenchError(f"--episodes must be between 1 and 1000, got {episodes}")
     run = open_run(run_dir, device)
     checkpoint = load_checkpoint(run.run_dir, run.device)
     if checkpoint is None:
         raise OffbenchError(f"{run_dir}: no checkpoint yet (checkpoints/last.pt)")
     count = episodes if episodes is not None else run.config.train.eval_episodes
     if count < 1:
-        raise OffbenchError("--episodes must be at least 1")
+        raise OffbenchError(f"{run_dir}: the run evaluates no episodes (eval_episodes = 0); give --episodes")
     check_fit(run.baseline_cls, run.spec, run.dataset, evaluate=True)
     baseline = run.build_baseline()
     baseline.load_state_dict(checkpoint["baseline"])

@@ -299,6 +299,8 @@ def start_run(
     loggers: str | None = None,
 ) -> Run:
     """Check everything, create the run directory and run.json; `run.train()` then does the work."""
+    if not 0 <= seed < 2**32:  # numpy's global seed and the evaluation episode seeds must be non-negative
+        raise OffbenchError(f"--seed must be between 0 and 2**32 - 1, got {seed}")
     baseline_cls = get_baseline(baseline_name)
     logger_names = parse_logger_names(loggers)
     torch_device = resolve_device(device)
