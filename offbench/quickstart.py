@@ -16,6 +16,7 @@ console = Console(soft_wrap=True)
 
 HISTORY_DATASET = "darkroom-small"
 CONTROL_DATASET = "pendulum-scripted"
+BENCHMARK = "pendulum-scripted"  # leaderboards/pendulum-scripted: its protocol is what the runs below follow
 
 
 def _step(title: str) -> None:
@@ -64,7 +65,7 @@ def train_baselines(out: Path, seeds: tuple[int, ...], steps: int) -> list[Path]
             steps=steps,
             out=out / "runs",
             name=f"bc-{CONTROL_DATASET}-s{seed}",
-            overrides=[f"eval_every={steps}", f"checkpoint_every={steps}", "eval_episodes=5"],
+            overrides=[f"checkpoint_every={steps}"],
         )
         summary = run.train()
         final = summary["final"]
@@ -77,7 +78,28 @@ def train_baselines(out: Path, seeds: tuple[int, ...], steps: int) -> list[Path]
     return run_dirs
 
 
-def quickstart(out: Path, seeds: tuple[int, ...] = (0, 1), steps: int = 1_000) -> None:
+def submit_and_render(out: Path, run_dirs: list[Path]) -> None:
+    """Submit the runs to a private copy of the pendulum-scripted benchmark, show and render its table."""
+    import shutil
+
+    from offbench.leaderboard.commands import show
+    from offbench.leaderboard.spec import leaderboards_root, load_spec
+    from offbench.leaderboard.submit import submit
+
+    root = out / "leaderboards"
+    (root / BENCHMARK).mkdir(parents=True)
+    shutil.copy(leaderboards_root() / BENCHMARK / "benchmark.toml", root / BENCHMARK / "benchmark.toml")
+    spec = load_spec(BENCHMARK, root)
+    for entry in submit(spec, run_dirs):
+        console.print(f"  accepted: {entry}", highlight=False)
+    show(BENCHMARK, runs=None, root=root)
+    figures = sorted((spec.folder / "figures").glob("*"))
+    console.print(f"  rendered: {spec.folder / 'README.md'}, {spec.folder / 'index.html'}", highlight=False)
+    for figure in figures:
+        console.print(f"  figure: {figure}", highlight=False)
+
+
+def quickstart(out: Path, seeds: tuple[int, ...] = (0, 1, 2), steps: int = 1_000) -> None:
     out = Path(out)
     if out.exists() and any(out.iterdir()):
         from offbench.errors import OffbenchError
@@ -87,5 +109,7 @@ def quickstart(out: Path, seeds: tuple[int, ...] = (0, 1), steps: int = 1_000) -
     _step(f"1. In-context RL data: {HISTORY_DATASET} (generated from its recipe card on first use)")
     sample_learning_histories(out)
     _step(f"2. Train and evaluate BC on {CONTROL_DATASET} ({len(seeds)} seeds, {steps} updates each)")
-    train_baselines(out, seeds, steps)
+    run_dirs = train_baselines(out, seeds, steps)
+    _step(f"3. Submit the runs to the {BENCHMARK} leaderboard (validated), show the table, render page and figures")
+    submit_and_render(out, run_dirs)
     console.print(f"\nDone. Everything is under {out}", highlight=False)
