@@ -13,7 +13,7 @@ A baseline module (one file, CORL-style) defines a config dataclass and a class 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import gymnasium as gym
@@ -32,6 +32,11 @@ class DatasetSpec:
     discrete: bool
     max_episode_length: int
     num_tasks: int = 1
+    # Dataset statistics some baselines normalise with (CORL normalises observations with the dataset's
+    # mean and std, and IQL scales rewards by the range of episode returns). None where not computed.
+    observation_mean: np.ndarray | None = field(default=None, compare=False, repr=False)
+    observation_std: np.ndarray | None = field(default=None, compare=False, repr=False)
+    return_range: tuple[float, float] | None = None
 
     @classmethod
     def from_store(cls, store) -> DatasetSpec:
@@ -39,6 +44,11 @@ class DatasetSpec:
         discrete = isinstance(space, gym.spaces.Discrete)
         action_dim = int(space.n) if discrete else int(np.prod(space.shape))
         num_tasks = int(np.max(store.columns["task_id"])) + 1 if "task_id" in store.columns else 1
+        mean = std = None
+        if store.observations.ndim == 2 and store.observations.dtype.kind in "fiub":  # flat vectors only
+            mean = np.mean(store.observations, axis=0, dtype=np.float64).astype(np.float32)
+            std = np.std(store.observations, axis=0, dtype=np.float64).astype(np.float32)
+        returns = store.episode_returns()
         return cls(
             observation_space=store.observation_space,
             action_space=space,
@@ -47,6 +57,9 @@ class DatasetSpec:
             discrete=discrete,
             max_episode_length=int(store.episode_lengths.max()),
             num_tasks=num_tasks,
+            observation_mean=mean,
+            observation_std=std,
+            return_range=(float(returns.min()), float(returns.max())),
         )
 
 
