@@ -8,56 +8,20 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from q_learning_data import (  # noqa: F401 (one_thread is an autouse fixture)
+    bandit_batch,
+    best_action_batch,
+    box_spec,
+    discrete_spec,
+    greedy_accuracy,
+    one_thread,
+)
 
 from offbench.baselines.base import DatasetSpec
 from offbench.baselines.cql import CQL, CQLConfig
 from offbench.errors import OffbenchError
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 TINY = dict(hidden_dim=32, num_hidden_layers=2, batch_size=64, cql_n_actions=4)
-
-
-def box_spec(obs_dim=3, act_dim=1, low=-1.0, high=1.0) -> DatasetSpec:
-    return DatasetSpec(
-        observation_space=gym.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float32),
-        action_space=gym.spaces.Box(low, high, (act_dim,), np.float32),
-        observation_shape=(obs_dim,),
-        action_dim=act_dim,
-        discrete=False,
-        max_episode_length=10,
-    )
-
-
-def discrete_spec(obs_dim=3, n=3) -> DatasetSpec:
-    return DatasetSpec(
-        observation_space=gym.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float32),
-        action_space=gym.spaces.Discrete(n),
-        observation_shape=(obs_dim,),
-        action_dim=n,
-        discrete=True,
-        max_episode_length=10,
-    )
-
-
-def bandit_batch(gen: torch.Generator, n=64, obs_dim=3, actions=None) -> dict[str, torch.Tensor]:
-    """One-step episodes (terminal after every step) whose reward is the first observation coordinate."""
-    obs = torch.randn(n, obs_dim, generator=gen)
-    if actions is None:
-        actions = torch.rand(n, 1, generator=gen) * 2 - 1
-    return {
-        "observations": obs,
-        "actions": actions,
-        "rewards": obs[:, 0].clone(),
-        "next_observations": torch.randn(n, obs_dim, generator=gen),
-        "terminals": torch.ones(n),
-    }
 
 
 def make(config=None, spec=None, seed=0, **overrides) -> CQL:
@@ -123,10 +87,7 @@ def test_target_critic_polyak_average_and_period():
 @pytest.mark.parametrize("spec", [box_spec(), discrete_spec()], ids=["continuous", "discrete"])
 def test_state_dict_round_trip_resumes_identically(spec):
     gen = torch.Generator().manual_seed(5)
-    batches = [bandit_batch(gen) for _ in range(6)]
-    if spec.discrete:
-        for b in batches:
-            b["actions"] = torch.randint(0, 3, (64,), generator=gen)
+    batches = [(best_action_batch if spec.discrete else bandit_batch)(gen) for _ in range(6)]
     original = make(spec=spec, seed=0)
     for b in batches[:3]:
         original.update(b)
@@ -163,23 +124,14 @@ def test_continuous_policy_maps_to_action_bounds():
 
 
 def test_discrete_uses_quantile_critic_and_learns_the_best_action():
-    """Uniform data over 3 actions, reward 1 for the action equal to argmax of the first three observation
-    coordinates: the greedy policy must pick it."""
+    """Uniform data over 3 actions, reward 1 for the best one: the greedy policy must pick it."""
     algo = make(spec=discrete_spec(), critic_lr=3e-3, n_quantiles=16)
     assert algo.discrete and "actor" not in algo.nets
     gen = torch.Generator().manual_seed(7)
-    losses = []
-    for _ in range(250):
-        batch = bandit_batch(gen)
-        batch["actions"] = torch.randint(0, 3, (64,), generator=gen)
-        batch["rewards"] = (batch["actions"] == batch["observations"].argmax(-1)).float()
-        losses.append(algo.update(batch))
+    losses = [algo.update(best_action_batch(gen)) for _ in range(250)]
     assert all(np.isfinite(v) for h in losses for v in h.values())
     assert np.mean([h["qr_loss"] for h in losses[-10:]]) < np.mean([h["qr_loss"] for h in losses[:10]])
-    obs = np.random.default_rng(1).normal(size=(200, 3)).astype(np.float32)
-    actions = algo.policy().act(obs)
-    assert actions.dtype == np.int64
-    assert np.mean(actions == obs.argmax(-1)) > 0.9
+    assert greedy_accuracy(algo.policy()) > 0.9
 
 
 def test_continuous_only_options_refuse_discrete_data():
