@@ -21,7 +21,7 @@ from offbench.baselines.base import DatasetSpec
 from offbench.baselines.cql import CQL, CQLConfig
 from offbench.errors import OffbenchError
 
-TINY = dict(hidden_dim=32, num_hidden_layers=2, batch_size=64, cql_n_actions=4)
+TINY = dict(hidden_dim=32, critic_hidden_layers=2, actor_hidden_layers=2, batch_size=64, cql_n_actions=4)
 
 
 def make(config=None, spec=None, seed=0, **overrides) -> CQL:

@@ -20,7 +20,7 @@ from q_learning_data import (  # noqa: F401 (one_thread is an autouse fixture)
 from offbench.baselines.iql import IQL, IQLConfig, expectile_loss
 from offbench.errors import OffbenchError
 
-TINY = dict(hidden_dim=32, num_hidden_layers=2, batch_size=64, normalize_reward=False, steps=1000)
+TINY = dict(hidden_dim=32, num_hidden_layers=2, batch_size=64, steps=1000)
 
 
 def make(spec=None, seed=0, **overrides) -> IQL:
@@ -62,7 +62,7 @@ def test_advantage_weighting_prefers_the_better_action(beta):
         algo.update(batch)
     action = algo.policy().act(np.random.default_rng(0).normal(size=(64, 3))).mean()
     if beta > 0:
-        assert action > 0.3
+        assert action > 0.25
     else:
         assert abs(action) < 0.1
 

@@ -41,6 +41,7 @@ from offbench.baselines.q_learning import (
     frozen,
     mlp,
     polyak_update,
+    reward_scale,
     seeded_generator,
     target_copy,
 )
@@ -63,10 +64,12 @@ class CQLConfig:
     tau: float = 5e-3  # Polyak rate of the target critics (CORL soft_target_update_rate)
     target_update_period: int = 1
     hidden_dim: int = 256
-    num_hidden_layers: int = 3  # actor and critics (CORL q_n_hidden_layers = 3; its actor has 3)
-    orthogonal_init: bool = True
+    critic_hidden_layers: int = 3  # CORL q_n_hidden_layers (5 in its AntMaze configs)
+    actor_hidden_layers: int = 3  # fixed at 3 in CORL's TanhGaussianPolicy
+    orthogonal_init: bool = True  # the critics' hidden layers (CORL's actor keeps PyTorch's default init)
     normalize_observations: bool = True  # dataset mean / (std + 1e-3), as CORL's `normalize`
-    reward_scale: float = 1.0
+    normalize_reward: bool = False  # rewards * max_episode_length / return range (True in CORL's hopper configs)
+    reward_scale: float = 1.0  # then * reward_scale + reward_bias
     reward_bias: float = 0.0
     alpha_multiplier: float = 1.0
     automatic_entropy_tuning: bool = True
@@ -90,12 +93,14 @@ class CQLConfig:
 
 
 class TanhGaussianActor(nn.Module):
-    """CORL's TanhGaussianPolicy: an MLP gives mean and log std; log std = multiplier * raw + offset, both learnt."""
+    """CORL's TanhGaussianPolicy: an MLP gives mean and log std; log std = multiplier * raw + offset, both learnt.
+    CORL initialises it with init_module_weights(base_network) without its orthogonal flag: PyTorch's default for
+    the hidden layers and Xavier with gain 1e-2 for the output layer."""
 
     def __init__(self, obs_dim: int, act_dim: int, config: CQLConfig):
         super().__init__()
-        hidden = [config.hidden_dim] * config.num_hidden_layers
-        self.net = mlp(obs_dim, 2 * act_dim, hidden, config.orthogonal_init, OUTPUT_GAIN)
+        hidden = [config.hidden_dim] * config.actor_hidden_layers
+        self.net = mlp(obs_dim, 2 * act_dim, hidden, orthogonal=False, output_gain=OUTPUT_GAIN)
         self.log_std_multiplier = nn.Parameter(torch.tensor(config.log_std_multiplier))
         self.log_std_offset = nn.Parameter(torch.tensor(config.log_std_offset))
 
@@ -152,9 +157,10 @@ class CQL:
                                     f"this dataset has {spec.action_space}")
         self.generator = seeded_generator(self.device)
         self.step = 0
-        transform = DataTransform(spec, config.normalize_observations, config.reward_scale, config.reward_bias)
+        scale = reward_scale(spec, "cql", config.normalize_reward, config.reward_scale)
+        transform = DataTransform(spec, config.normalize_observations, scale, config.reward_bias)
         obs_dim = transform.obs_mean.numel()
-        hidden = [config.hidden_dim] * config.num_hidden_layers
+        hidden = [config.hidden_dim] * config.critic_hidden_layers
         if self.discrete:
             quantiles = mlp(obs_dim, spec.action_dim * config.n_quantiles, hidden, config.orthogonal_init, OUTPUT_GAIN)
             self.nets = nn.ModuleDict({"transform": transform, "critic": quantiles})

@@ -11,7 +11,7 @@ Follows CORL's `algorithms/offline/iql.py`; per update, every loss from the para
 Continuous actions: a Gaussian actor with a tanh mean and a state-independent log std (CORL's GaussianPolicy).
 Discrete actions: the critics output one value per action and the actor is categorical (argmax to act).
 With normalize_reward, rewards are scaled by max_episode_length / (max return - min return) over the
-dataset's episodes (CORL's modify_reward for locomotion, after the IQL paper).
+dataset's episodes (CORL's modify_reward for locomotion, after the IQL paper); then * reward_scale + reward_bias.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from offbench.baselines.q_learning import (
     action_kind,
     mlp,
     polyak_update,
+    reward_scale,
     target_copy,
 )
 from offbench.errors import OffbenchError
@@ -54,7 +55,7 @@ class IQLConfig:
     exp_adv_max: float = 100.0  # CORL EXP_ADV_MAX
     deterministic_actor: bool = False  # CORL iql_deterministic
     normalize_observations: bool = True
-    normalize_reward: bool = True
+    normalize_reward: bool = False  # True in CORL's hopper configs
     reward_scale: float = 1.0  # applied after normalize_reward
     reward_bias: float = 0.0
     value_lr: float = 3e-4
@@ -101,17 +102,6 @@ def expectile_loss(diff: torch.Tensor, expectile: float) -> torch.Tensor:
     return (torch.abs(expectile - (diff < 0).float()) * diff.pow(2)).mean()
 
 
-def reward_scale_for(config: IQLConfig, spec: DatasetSpec) -> float:
-    if not config.normalize_reward:
-        return config.reward_scale
-    if spec.return_range is None or spec.return_range[1] <= spec.return_range[0]:
-        raise OffbenchError(
-            f"iql: normalize_reward needs episodes with different returns; this dataset's range is {spec.return_range}"
-        )
-    low, high = spec.return_range
-    return config.reward_scale * spec.max_episode_length / (high - low)
-
-
 class IQL:
     """IQL baseline for Box (Gaussian actor) or Discrete (categorical actor) actions, chosen from the dataset."""
 
@@ -127,7 +117,8 @@ class IQL:
         if self.discrete and config.deterministic_actor:
             raise OffbenchError(f"iql: deterministic_actor applies to continuous actions only; this dataset has {spec.action_space}")
         self.step = 0
-        transform = DataTransform(spec, config.normalize_observations, reward_scale_for(config, spec), config.reward_bias)
+        scale = reward_scale(spec, "iql", config.normalize_reward, config.reward_scale)
+        transform = DataTransform(spec, config.normalize_observations, scale, config.reward_bias)
         obs_dim = transform.obs_mean.numel()
         hidden = [config.hidden_dim] * config.num_hidden_layers
         if self.discrete:  # Q(s, .) for every action at once

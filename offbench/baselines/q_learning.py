@@ -185,6 +185,20 @@ class DataTransform(nn.Module):
         )
 
 
+def reward_scale(spec: DatasetSpec, baseline: str, normalize_reward: bool, scale: float) -> float:
+    """`scale`, times max_episode_length / (max return - min return) over the dataset's episodes when
+    `normalize_reward` (CORL's modify_reward for locomotion, after the IQL paper; CORL uses 1000 steps)."""
+    if not normalize_reward:
+        return scale
+    if spec.return_range is None or spec.return_range[1] <= spec.return_range[0]:
+        raise OffbenchError(
+            f"{baseline}: normalize_reward needs episodes with different returns; "
+            f"this dataset's return range is {spec.return_range}"
+        )
+    low, high = spec.return_range
+    return scale * spec.max_episode_length / (high - low)
+
+
 def seeded_generator(device: torch.device | str) -> torch.Generator:
     """A generator of the baseline's own, seeded from the global torch RNG (which the trainer seeds), so its
     state can be saved with the baseline and a resumed run draws the same noise."""
