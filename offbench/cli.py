@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Optional
 
-import click
+try:  # typer >= 0.24 vendors click: the usage errors it raises are typer._click's, not click's
+    from typer import _click as click
+except ImportError:
+    import click
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -32,15 +36,13 @@ def list_datasets(
     from offbench.data.resolve import native_path
     from offbench.data.store import is_native
 
-    table = Table(box=None, header_style="bold")
-    for column in ("id", "kind", "source", "local", "description"):
-        table.add_column(column)
-    for card in all_cards().values():
-        if kind and card.kind != kind:
-            continue
+    cards = [card for card in all_cards().values() if not kind or card.kind == kind]
+    width = max((len(card.id) for card in cards), default=2)
+    typer.echo(f"{'id':<{width}}  {'kind':<16}  {'source':<9}  {'local':<5}  description")
+    for card in cards:
         local = "yes" if is_native(native_path(card)) else ""
-        table.add_row(card.id, card.kind, card.source_kind, local, card.description.splitlines()[0][:70])
-    console.print(table)
+        summary = card.description.splitlines()[0]
+        typer.echo(f"{card.id:<{width}}  {card.kind:<16}  {card.source_kind:<9}  {local:<5}  {summary[:80]}")
 
 
 def _describe(id_or_path: str) -> tuple[object, str, object]:
@@ -105,6 +107,31 @@ def verify(id_or_path: str = typer.Argument(..., help="Dataset id or path.")) ->
         if recorded is not None and recorded != recomputed:
             raise OffbenchError(f"{store.path}: content checksum mismatch (recorded {recorded[:12]}..., now {recomputed[:12]}...)")
     console.print(f"ok: {store.path} ({fmt}, {store.num_episodes:,} episodes, {store.num_transitions:,} transitions, sha256 {recomputed})")
+
+
+@app.command()
+def download(
+    dataset_id: str = typer.Argument(..., help="Registered dataset id (see `offbench list`)."),
+    mirror: Optional[str] = typer.Option(None, envvar="OFFBENCH_MIRROR", help="Base URL replacing scheme and host of every source URL."),
+    root: Optional[Path] = typer.Option(None, help="Use DIR as $OFFBENCH_HOME for this call (its data and its user cards)."),
+) -> None:
+    """Fetch (or generate, for a recipe card), verify, and print the local path."""
+    from offbench.data.download import download as fetch
+
+    if root is not None:
+        os.environ["OFFBENCH_HOME"] = str(root.expanduser().resolve())
+    typer.echo(str(fetch(dataset_id, mirror=mirror)))
+
+
+from offbench.data.commands import export  # noqa: E402
+
+app.command("export")(export)
+
+generate_app = typer.Typer(help="Make a dataset (learning histories, multi-task data) and register it.", no_args_is_help=True)
+app.add_typer(generate_app, name="generate")
+from offbench.generators.commands import add_history_commands  # noqa: E402
+
+add_history_commands(generate_app)
 
 
 def main(argv: list[str] | None = None) -> None:

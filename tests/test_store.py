@@ -70,3 +70,15 @@ def test_failed_save_leaves_existing_file_untouched(tmp_path, monkeypatch):
         store.save(path)
     assert path.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["d.h5"]
+
+
+def test_episode_columns_round_trip_and_are_checked(tmp_path):
+    store = make_store()
+    store.episode_columns = {"seed": np.array([5, 6, 7], np.uint64), "reset_infos/x": np.zeros((3, 2), np.float32)}
+    loaded = load_native(store.save(tmp_path / "d.h5"))
+    assert loaded.episode_columns["seed"].tolist() == [5, 6, 7]
+    assert loaded.episode_columns["reset_infos/x"].shape == (3, 2)
+    assert loaded.content_sha256() == store.content_sha256() != make_store().content_sha256()
+    store.episode_columns = {"seed": np.zeros(2)}
+    with pytest.raises(OffbenchError, match="episode column seed has 2 rows, expected 3"):
+        store.validate()

@@ -6,6 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Protocol
 
+import h5py
+
+from offbench.data import d4rl_format, minari_format
 from offbench.data.store import EpisodeStore, is_native, load_native
 from offbench.errors import OffbenchError
 
@@ -32,11 +35,15 @@ class FunctionFormat:
 
 def _export_native(store: EpisodeStore, out: Path) -> Path:
     target = out / "data.h5" if out.suffix not in (".h5", ".hdf5") else out
+    if target.exists():
+        raise OffbenchError(f"{target}: already exists; remove it or choose another --out")
     return store.save(target)
 
 
 FORMATS: dict[str, Format] = {
     "offbench": FunctionFormat("offbench", is_native, load_native, _export_native),
+    "minari": FunctionFormat("minari", minari_format.detect_minari, minari_format.load_minari, minari_format.export_minari),
+    "d4rl": FunctionFormat("d4rl", d4rl_format.detect_d4rl, d4rl_format.load_d4rl, d4rl_format.export_d4rl),
 }
 
 
@@ -52,6 +59,11 @@ def detect_format(path: Path) -> str:
     for name, fmt in FORMATS.items():
         if fmt.detect(path):
             return name
+    if path.is_file() and h5py.is_hdf5(path):
+        try:
+            h5py.File(path, "r").close()
+        except OSError as exc:
+            raise OffbenchError(f"{path}: not a readable HDF5 file ({exc.__class__.__name__}: truncated or corrupt?)") from None
     raise OffbenchError(f"{path}: not a dataset in any known format ({', '.join(FORMATS)})")
 
 

@@ -62,3 +62,14 @@ def space_to_json(space: gym.Space | None) -> str:
 def space_from_json(text: str) -> gym.Space | None:
     spec = json.loads(text)
     return None if spec is None else space_from_dict(spec)
+
+
+def widest_space(sample: np.ndarray) -> gym.Space:
+    """A space of `sample`'s row shape and dtype admitting every value, for files that record no space."""
+    sample = np.asarray(sample)
+    if sample.dtype.kind == "f":
+        return gym.spaces.Box(-np.inf, np.inf, sample.shape[1:], sample.dtype)
+    if sample.dtype.kind == "b":
+        return gym.spaces.MultiBinary(list(sample.shape[1:]) or 1)
+    info = np.iinfo(sample.dtype)
+    return gym.spaces.Box(info.min, info.max, sample.shape[1:], sample.dtype)

@@ -11,6 +11,7 @@ Layout of a file (all arrays contiguous, uncompressed by default so they open me
     /final_observations   (E, *obs_shape)   observation after the last step of each episode
     /columns/<name>       (N, ...)          optional per-step columns: task_id, history_id,
                                             episode_in_history, optimal_action, infos/<key>, ...
+    /episode_columns/<name> (E, ...)        optional per-episode values: seed, reset_infos/<key>, ...
     attrs: format="offbench", format_version, card (JSON), observation_space / action_space (JSON),
            content_sha256
 
@@ -62,6 +63,7 @@ class EpisodeStore:
     episode_starts: np.ndarray
     final_observations: np.ndarray
     columns: dict[str, np.ndarray] = field(default_factory=dict)
+    episode_columns: dict[str, np.ndarray] = field(default_factory=dict)
     observation_space: gym.Space | None = None
     action_space: gym.Space | None = None
     card: dict[str, Any] = field(default_factory=dict)
@@ -165,6 +167,9 @@ class EpisodeStore:
                 f"{where}final_observations has {len(self.final_observations)} rows, "
                 f"expected one per episode ({self.num_episodes})"
             )
+        for name, arr in self.episode_columns.items():
+            if len(arr) != self.num_episodes:
+                raise OffbenchError(f"{where}episode column {name} has {len(arr)} rows, expected {self.num_episodes}")
         ended = np.asarray(self.terminations) | np.asarray(self.truncations)
         if np.any(ended & ~self.is_last_step):
             step = int(np.flatnonzero(ended & ~self.is_last_step)[0])
@@ -175,6 +180,7 @@ class EpisodeStore:
         digest = hashlib.sha256()
         arrays = {name: getattr(self, name) for name in CORE_ARRAYS}
         arrays.update({f"columns/{k}": v for k, v in self.columns.items()})
+        arrays.update({f"episode_columns/{k}": v for k, v in self.episode_columns.items()})
         for name in sorted(arrays):
             arr = np.ascontiguousarray(arrays[name])
             digest.update(f"{name}|{arr.dtype.str}|{arr.shape}|".encode())
@@ -200,8 +206,9 @@ class EpisodeStore:
                 f.attrs["content_sha256"] = self.content_sha256()
                 for name in CORE_ARRAYS:
                     _write_array(f, name, np.asarray(getattr(self, name)), compression)
-                for name, arr in self.columns.items():
-                    _write_array(f, f"columns/{name}", np.asarray(arr), compression)
+                for group in ("columns", "episode_columns"):
+                    for name, arr in getattr(self, group).items():
+                        _write_array(f, f"{group}/{name}", np.asarray(arr), compression)
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
@@ -248,19 +255,14 @@ def load_native(path: str | Path, mmap: bool = True) -> EpisodeStore:
             raise OffbenchError(f"{path}: missing array(s) {', '.join(missing)}")
         try:
             core = {name: _read_array(path, f[name], mmap) for name in CORE_ARRAYS}
-            columns: dict[str, np.ndarray] = {}
-            if "columns" in f:
-                f["columns"].visititems(
-                    lambda name, obj: columns.__setitem__(name, _read_array(path, obj, mmap))
-                    if isinstance(obj, h5py.Dataset)
-                    else None
-                )
+            columns = _read_group(path, f, "columns", mmap)
+            episode_columns = _read_group(path, f, "episode_columns", mmap)
             card = json.loads(f.attrs.get("card", "{}"))
             obs_space = space_from_json(f.attrs.get("observation_space", "null"))
             act_space = space_from_json(f.attrs.get("action_space", "null"))
         except (OSError, ValueError, KeyError) as exc:
             raise OffbenchError(f"{path}: unreadable dataset ({exc})") from None
-    return EpisodeStore(**core, columns=columns, observation_space=obs_space, action_space=act_space, card=card, path=path)
+    return EpisodeStore(**core, columns=columns, episode_columns=episode_columns, observation_space=obs_space, action_space=act_space, card=card, path=path)
 
 
 def stored_checksum(path: str | Path) -> str | None:
@@ -268,6 +270,16 @@ def stored_checksum(path: str | Path) -> str | None:
     with h5py.File(path, "r") as f:
         value = f.attrs.get("content_sha256")
     return None if value is None else str(value)
+
+
+def _read_group(path: Path, f: h5py.File, group: str, mmap: bool) -> dict[str, np.ndarray]:
+    """Every dataset under `group`, keyed by its path inside the group (e.g. "infos/success")."""
+    arrays: dict[str, np.ndarray] = {}
+    if group in f:
+        f[group].visititems(
+            lambda name, obj: arrays.__setitem__(name, _read_array(path, obj, mmap)) if isinstance(obj, h5py.Dataset) else None
+        )
+    return arrays
 
 
 def _read_array(path: Path, ds: h5py.Dataset, mmap: bool) -> np.ndarray:

@@ -22,7 +22,7 @@ Generator = Callable[[dict[str, Any], int, Path, bool], Path]
 GENERATORS: dict[str, Generator] = {}
 
 # Modules that register generators when imported (kept lazy: some need optional extras).
-_GENERATOR_MODULES: list[str] = []
+_GENERATOR_MODULES: list[str] = ["offbench.generators.histories"]
 
 
 def register_generator(name: str) -> Callable[[Generator], Generator]:
@@ -44,6 +44,16 @@ def get_generator(name: str) -> Generator:
 
 def generate_from_card(card, out: Path, quiet: bool = False) -> Path:
     """Generate the dataset a recipe card describes (used on first `offbench.load` of its id)."""
+    from offbench.data.store import load_native
+
     recipe = card.source["recipe"]
     generator = get_generator(recipe["generator"])
-    return generator(dict(recipe.get("params", {})), int(recipe.get("seed", 0)), out, quiet)
+    staging = out.with_name(f".{out.name}.generating")
+    try:
+        generator(dict(recipe.get("params", {})), int(recipe.get("seed", 0)), staging, quiet)
+        store = load_native(staging)
+        # The file carries the registered card (its id, description, scores) plus what the generator measured.
+        store.card = {**store.card, **card.to_dict()}
+        return store.save(out)
+    finally:
+        staging.unlink(missing_ok=True)

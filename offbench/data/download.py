@@ -1,0 +1,363 @@
+"""Fetch a registered dataset over HTTP(S), verify it, and convert it to the native format.
+
+What `fetch_card` guarantees, whatever the network does:
+
+* Streamed to `<name>.part` next to the final file, with a rich progress bar on a terminal.
+* An interrupted transfer resumes from the `.part` file with an HTTP `Range` request (within one call,
+  after a retry, and across calls, e.g. after Ctrl-C). A server that ignores `Range` gets a restart.
+* Connection errors, timeouts and HTTP 5xx/429 are retried with exponential back-off
+  (`RETRY_BASE_SECONDS * 2**k`, `MAX_ATTEMPTS` in a row without progress).
+* sha256 and size are checked *before* the file gets its final name (fsync, then atomic rename):
+  no half or unverified file ever sits under the final name. A wrong checksum deletes the payload.
+* One lock per dataset id (`filelock`): a second process downloading the same id waits, then finds
+  the dataset done.
+* 404, other HTTP errors, a wrong checksum, a full disk and no network each end in a one-line
+  `OffbenchError` naming the URL or file.
+
+A card file entry without `sha256` (D4RL publishes none) is trusted on first use: its sha256 is
+computed, recorded in `$OFFBENCH_HOME/data/<id>/raw/SHA256SUMS` (the `sha256sum` format) and every
+later re-download is checked against that record.
+
+Sources (see `offbench.data.cards`):
+
+* `files = [{url, sha256, size}, ...]`: each file is saved as `raw/<basename of the URL path>`.
+* `minari_id = "<namespace>/<name>-v<N>"`, e.g. `"mujoco/hopper/medium-v0"`, optional
+  `revision` (a branch or commit, default `main`). Minari 0.5 keeps its remote datasets on the
+  Hugging Face hub (`minari.storage.remotes.HuggingFaceStorage`, default remote
+  `hf://farama-minari`): the first component of the id names a dataset repository
+  `farama-minari/<first>`, the rest is a folder in it. The two files are
+
+      https://huggingface.co/datasets/farama-minari/<first>/resolve/<revision>/<rest>/data/metadata.json
+      https://huggingface.co/datasets/farama-minari/<first>/resolve/<revision>/<rest>/data/main_data.hdf5
+
+  e.g. `.../farama-minari/mujoco/resolve/main/hopper/medium-v0/data/main_data.hdf5`. They are placed
+  in Minari's own layout, `raw/<minari_id>/data/{metadata.json, main_data.hdf5}` (so `raw/` is a
+  valid `MINARI_DATASETS_PATH`), and the folder `raw/<minari_id>` is handed to the "minari" format.
+
+Mirrors (`mirror=` / `--mirror` / `$OFFBENCH_MIRROR`): the mirror's scheme, host and port replace
+the URL's, and the mirror's path, if any, is put in front of the URL's path:
+`apply_mirror("https://huggingface.co/datasets/x/f.h5", "http://m.local:8080/hf")` is
+`"http://m.local:8080/hf/datasets/x/f.h5"`.
+
+After the download, the raw payload is read with `offbench.data.formats.load_path(raw, card.format)`,
+saved atomically as the native file at `target` with the card in its attributes, and deleted
+(`SHA256SUMS` stays). Any registered format plugs in without a change here.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import re
+import shutil
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+import requests
+from filelock import FileLock, Timeout
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+
+from offbench.data.cards import DatasetCard
+from offbench.errors import OffbenchError
+from offbench.utils import atomic_write_text
+
+MAX_ATTEMPTS = 5  # attempts in a row that did not grow the .part file before giving up
+RETRY_BASE_SECONDS = 0.5  # back-off: 0.5, 1, 2, 4 s
+CHUNK_BYTES = 1 << 16  # urllib3 drops a partly read chunk when the link breaks: keep the loss small
+TIMEOUT_SECONDS = (10, 60)  # (connect, read between bytes)
+MINARI_REMOTE = "https://huggingface.co/datasets/farama-minari"
+MINARI_FILES = ("metadata.json", "main_data.hdf5")
+SUMS_FILE = "SHA256SUMS"
+
+_stderr = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    """One file to fetch: where from, where to (relative to raw/), and what it must hash to if known."""
+
+    url: str
+    relpath: str
+    sha256: str | None = None
+    size: int | None = None
+
+
+class _Retryable(Exception):
+    """A failure worth another attempt (network hiccup, 5xx); the message is the one-line reason."""
+
+
+# ---------------------------------------------------------------------------------------- URLs
+def apply_mirror(url: str, mirror: str | None) -> str:
+    """Replace scheme + host (+ port) of `url` by the mirror's, prefixing the mirror's path, if any."""
+    if not mirror:
+        return url
+    parts, base = urlsplit(url), urlsplit(mirror)
+    if base.scheme not in ("http", "https") or not base.netloc:
+        raise OffbenchError(f"mirror {mirror!r} is not an http(s) URL with a host")
+    return urlunsplit((base.scheme, base.netloc, base.path.rstrip("/") + parts.path, parts.query, ""))
+
+
+def minari_urls(minari_id: str, revision: str = "main") -> list[tuple[str, str]]:
+    """(url, relpath under raw/) of a Minari remote dataset's two files; see the module docstring."""
+    if not re.fullmatch(r"[\w.-]+(/[\w.-]+)*/[\w.-]+-v\d+", minari_id):
+        raise OffbenchError(f"minari_id {minari_id!r} is not of the form <namespace>/<name>-v<N>")
+    repo, path_in_repo = minari_id.split("/", 1)
+    return [
+        (f"{MINARI_REMOTE}/{repo}/resolve/{revision}/{path_in_repo}/data/{name}", f"{minari_id}/data/{name}")
+        for name in MINARI_FILES
+    ]
+
+
+def remote_files(card: DatasetCard) -> list[RemoteFile]:
+    """The files a `files` or `minari_id` card needs, with the raw/ path each one goes to."""
+    where = str(card.card_path or card.id)
+    if card.source_kind == "minari_id":
+        revision = str(card.source.get("revision", "main"))
+        return [RemoteFile(url, rel) for url, rel in minari_urls(str(card.source["minari_id"]), revision)]
+    if card.source_kind != "files":
+        raise OffbenchError(f"{where}: source '{card.source_kind}' is not downloadable")
+    files = []
+    for entry in card.source["files"]:
+        name = unquote(urlsplit(entry["url"]).path.rsplit("/", 1)[-1])
+        if not name or name in (".", ".."):
+            raise OffbenchError(f"{where}: URL {entry['url']} does not end in a file name")
+        size = entry.get("size")
+        files.append(RemoteFile(entry["url"], name, entry.get("sha256"), int(size) if size is not None else None))
+    names = [f.relpath for f in files]
+    if len(set(names)) != len(names):
+        raise OffbenchError(f"{where}: two source files share a file name ({', '.join(names)})")
+    return files
+
+
+# ---------------------------------------------------------------------------------------- checksums
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(CHUNK_BYTES):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def read_sums(raw: Path) -> dict[str, str]:
+    """relpath -> sha256 recorded by earlier unverified downloads (`sha256sum` format)."""
+    path = raw / SUMS_FILE
+    if not path.is_file():
+        return {}
+    sums = {}
+    for line in path.read_text().splitlines():
+        digest, _, rel = line.partition("  ")
+        if len(digest) == 64 and rel:
+            sums[rel] = digest
+    return sums
+
+
+def _record_sum(raw: Path, relpath: str, digest: str) -> None:
+    sums = read_sums(raw) | {relpath: digest}
+    atomic_write_text(raw / SUMS_FILE, "".join(f"{d}  {r}\n" for r, d in sorted(sums.items())))
+
+
+# ---------------------------------------------------------------------------------------- errors
+def _network_reason(exc: BaseException, url: str) -> str:
+    """One line saying why a connection failed: DNS, refused, timeout, or the bare reason."""
+    host = urlsplit(url).netloc
+    seen, todo = set(), [exc]
+    while todo:  # walk requests -> urllib3 -> socket causes
+        cause = todo.pop()
+        if cause is None or id(cause) in seen:
+            continue
+        seen.add(id(cause))
+        if isinstance(cause, socket.gaierror):
+            return f"cannot resolve host {urlsplit(url).hostname} (no network or DNS failure)"
+        if isinstance(cause, ConnectionRefusedError):
+            return f"connection refused by {host}"
+        if isinstance(cause, (socket.timeout, requests.Timeout)):
+            return f"{host} timed out"
+        todo += [getattr(cause, "reason", None), cause.__cause__, cause.__context__]
+        todo += [a for a in getattr(cause, "args", ()) if isinstance(a, BaseException)]
+    return f"network error talking to {host} ({str(exc).splitlines()[0][:160]})"
+
+
+def _is_disk_full(exc: OSError) -> bool:
+    # h5py reports a full disk as a plain OSError whose text carries the C library's message
+    return exc.errno == errno.ENOSPC or "No space left on device" in str(exc)
+
+
+def _disk_full(path: Path, need: int | None = None) -> OffbenchError:
+    free = shutil.disk_usage(path.parent).free
+    needs = f"; {need:,} bytes needed" if need else ""
+    return OffbenchError(f"disk full writing {path} ({free:,} bytes free{needs}); free space or set OFFBENCH_HOME")
+
+
+# ---------------------------------------------------------------------------------------- one file
+def _attempt(session: requests.Session, url: str, part: Path, expected_size: int | None, progress: Progress, task) -> None:
+    """One GET of `url` into `part`, resuming from its current size. Raises _Retryable on hiccups."""
+    offset = part.stat().st_size if part.is_file() else 0
+    if expected_size is not None and offset > expected_size:
+        part.unlink()
+        offset = 0
+    if expected_size is not None and offset == expected_size:
+        return  # already complete, verify next
+    headers = {"Accept-Encoding": "identity"}  # byte offsets must match the stored bytes
+    if offset:
+        headers["Range"] = f"bytes={offset}-"
+    try:
+        with session.get(url, headers=headers, stream=True, timeout=TIMEOUT_SECONDS) as response:
+            status = response.status_code
+            if status == 416 and offset:
+                if expected_size is None:
+                    return  # the part already holds the whole file
+                part.unlink()
+                raise _Retryable(f"{url}: server refused to resume (HTTP 416); starting over")
+            if status == 404:
+                raise OffbenchError(f"{url}: not found (HTTP 404)")
+            if status >= 500 or status == 429:
+                raise _Retryable(f"{url}: server error (HTTP {status} {response.reason})")
+            if status not in (200, 206):
+                raise OffbenchError(f"{url}: HTTP {status} {response.reason}")
+            if status == 206 and not response.headers.get("Content-Range", "").startswith(f"bytes {offset}-"):
+                part.unlink()
+                raise _Retryable(f"{url}: server answered a resume with the wrong range; starting over")
+            if status == 200:
+                offset = 0  # no range support (or a fresh start): rewrite from the beginning
+            length = response.headers.get("Content-Length")
+            total = expected_size or (offset + int(length) if length and length.isdigit() else None)
+            if total:
+                free = shutil.disk_usage(part.parent).free
+                if free < total - offset:
+                    raise _disk_full(part, total - offset)
+            progress.update(task, completed=offset, total=total)
+            try:
+                with open(part, "ab" if offset else "wb") as handle:
+                    for block in response.iter_content(CHUNK_BYTES):
+                        handle.write(block)
+                        progress.advance(task, len(block))
+                    handle.flush()
+                    os.fsync(handle.fileno())
+            except OSError as exc:
+                if _is_disk_full(exc):
+                    part.unlink(missing_ok=True)
+                    raise _disk_full(part) from None
+                raise
+    except requests.RequestException as exc:
+        raise _Retryable(f"{url}: {_network_reason(exc, url)}") from None
+
+
+def _download(session: requests.Session, url: str, part: Path, expected_size: int | None, progress: Progress, task) -> None:
+    """Fetch `url` into `part` completely, retrying with exponential back-off while attempts fail.
+
+    An attempt that grew the part file resets the count, so a flaky link still finishes a large file;
+    one that did not (refused, 5xx, or a server without Range support cutting at the same byte) counts.
+    """
+    failures = 0
+    while True:
+        before = part.stat().st_size if part.is_file() else 0
+        try:
+            _attempt(session, url, part, expected_size, progress, task)
+            return
+        except _Retryable as exc:
+            grew = part.is_file() and part.stat().st_size > before
+            failures = 0 if grew else failures + 1
+            if failures >= MAX_ATTEMPTS:
+                raise OffbenchError(f"{exc} (gave up after {MAX_ATTEMPTS} attempts)") from None
+            time.sleep(RETRY_BASE_SECONDS * 2 ** max(failures - 1, 0))
+
+
+def fetch_file(
+    session: requests.Session, remote: RemoteFile, raw: Path, mirror: str | None, progress: Progress
+) -> Path:
+    """Download one file to raw/<relpath>, verified before it gets its final name. Caller holds the lock."""
+    dest = raw / remote.relpath
+    url = apply_mirror(remote.url, mirror)
+    recorded = read_sums(raw).get(remote.relpath)
+    expected = remote.sha256 or recorded
+    if dest.is_file() and (expected is None or file_sha256(dest) == expected):
+        return dest  # verified when it got its name (a stale or tampered copy is fetched again)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    part = dest.with_name(dest.name + ".part")
+    task = progress.add_task(remote.relpath, total=remote.size)
+    _download(session, url, part, remote.size, progress, task)
+
+    size = part.stat().st_size
+    if remote.size is not None and size != remote.size:
+        part.unlink()
+        raise OffbenchError(f"{url}: size mismatch (got {size:,} bytes, card says {remote.size:,}); download discarded")
+    digest = file_sha256(part)
+    if expected is not None and digest != expected:
+        part.unlink()
+        source = "the card" if remote.sha256 else f"recorded in {raw / SUMS_FILE}"
+        raise OffbenchError(f"{url}: checksum mismatch (sha256 {digest[:16]}..., expected {expected[:16]}... {source}); download discarded")
+    if expected is None:  # recorded before the rename: a file under its final name is always on record
+        _record_sum(raw, remote.relpath, digest)
+        _stderr.print(f"offbench: unverified first download; recorded sha256 {digest} of {remote.relpath} in {raw / SUMS_FILE}")
+    os.replace(part, dest)
+    return dest
+
+
+# ---------------------------------------------------------------------------------------- a card
+def fetch_card(card: DatasetCard, target: Path, mirror: str | None = None, quiet: bool = False) -> Path:
+    """Download a `files` / `minari_id` card's payload, verify it, convert it to the native file `target`."""
+    from offbench.data.formats import FORMATS, load_path
+    from offbench.data.store import is_native
+
+    if card.format not in FORMATS:  # before a long download, not after
+        raise OffbenchError(f"{card.card_path or card.id}: unknown format '{card.format}' (known: {', '.join(FORMATS)})")
+    target = Path(target)
+    mirror = mirror or os.environ.get("OFFBENCH_MIRROR") or None
+    remotes = remote_files(card)
+    raw = target.parent / "raw"
+    raw.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(target.parent / ".download.lock"))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        _stderr.print(f"offbench: waiting for another download of {card.id} to finish ({lock.lock_file})")
+        lock.acquire()
+    try:
+        if is_native(target):  # the other process finished it
+            return target
+        show = not quiet and sys.stderr.isatty()
+        columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn())
+        with requests.Session() as session, Progress(*columns, console=_stderr, disable=not show) as progress:
+            session.headers["User-Agent"] = "offbench (dataset download)"
+            paths = [fetch_file(session, remote, raw, mirror, progress) for remote in remotes]
+        if card.source_kind == "minari_id":
+            payload = raw / str(card.source["minari_id"])
+        else:
+            payload = paths[0] if len(paths) == 1 else raw
+        store = load_path(payload, card.format)
+        store.card = {**card.to_dict(), "import": store.card}
+        try:
+            store.save(target)
+        except OSError as exc:
+            if _is_disk_full(exc):
+                raise _disk_full(target) from None
+            raise
+        _remove_payload(paths, raw)
+        return target
+    finally:
+        lock.release()
+
+
+def _remove_payload(paths: list[Path], raw: Path) -> None:
+    """Delete the raw files (the native file now holds the data) and the folders they leave empty.
+    SHA256SUMS stays, so a re-download is checked against what was recorded the first time."""
+    for path in paths:
+        path.unlink()
+        folder = path.parent
+        while folder != raw and not any(folder.iterdir()):
+            folder.rmdir()
+            folder = folder.parent
+
+
+def download(dataset_id: str, mirror: str | None = None, quiet: bool = False) -> Path:
+    """`offbench download`: fetch (or generate, for a recipe card) a registered dataset; its local path."""
+    from offbench.data.cards import get_card
+    from offbench.data.resolve import ensure_local
+
+    return ensure_local(get_card(dataset_id), mirror=mirror, quiet=quiet)

@@ -1,0 +1,454 @@
+"""Training batches for every kind of baseline, cut from an EpisodeStore by vectorised index arithmetic.
+
+    sampler = make_sampler("segments", store, batch_size=256, seed=0, segment_length=20)
+    batch = sampler.sample()            # dict of torch tensors, shapes as in the table below
+    state = sampler.state_dict()        # numpy Generator state: a resumed run draws the same batches
+
+| kind          | keys (B = batch size)                                                                      |
+|---------------|--------------------------------------------------------------------------------------------|
+| transitions   | observations (B,*obs), actions, rewards (B,), next_observations, terminals (B,)            |
+| segments      | observations (B,K,*obs), actions (B,K,..), rewards, returns_to_go (B,K), timesteps, mask    |
+| ad_windows    | observations (B,T,*obs), actions (B,T,..), rewards (B,T)                                   |
+| dpt           | query_observations (B,*obs), context_{observations,actions,rewards,next_observations}      |
+|               | (B,C,..), optimal_actions (B,..)                                                           |
+
+Every kind adds `task_ids` (B,) int64 when the store has a `task_id` column. Observations and rewards
+are float32; actions are int64 when the dataset's actions are integers (discrete), float32 otherwise.
+
+Nothing loops over episodes at sample time: the constructor precomputes small tables (episode offsets,
+returns-to-go, group boundaries) and `sample()` draws B indices, builds an index matrix with NumPy
+broadcasting and gathers rows from the contiguous arrays. Memory-mapped stores are gathered in place
+(only the touched pages are read), so a dataset larger than RAM still samples.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+import numpy as np
+import torch
+
+from offbench.data.store import EpisodeStore
+from offbench.errors import OffbenchError
+
+# ----------------------------------------------------------------------------- registry
+
+
+class Sampler(Protocol):
+    kind: str
+    batch_size: int
+
+    def sample(self) -> dict[str, torch.Tensor]: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+SAMPLERS: dict[str, type] = {}
+
+
+def register_sampler(kind: str) -> Callable[[type], type]:
+    def add(cls: type) -> type:
+        cls.kind = kind
+        SAMPLERS[kind] = cls
+        return cls
+
+    return add
+
+
+def make_sampler(kind: str, store: EpisodeStore, batch_size: int, seed: int, device: str | torch.device = "cpu", **opts: Any) -> Sampler:
+    """Build the sampler registered under `kind`; unknown kinds and options are one-line OffbenchErrors."""
+    if kind not in SAMPLERS:
+        raise OffbenchError(f"unknown sampler kind '{kind}' (known: {', '.join(SAMPLERS)})")
+    cls = SAMPLERS[kind]
+    params = inspect.signature(cls.__init__).parameters
+    own = {name: p for name, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    unknown = sorted(set(opts) - set(own))
+    if unknown:
+        raise OffbenchError(f"sampler '{kind}' has no option {', '.join(unknown)} (options: {', '.join(own)})")
+    missing = [name for name, p in own.items() if p.default is inspect.Parameter.empty and name not in opts]
+    if missing:
+        raise OffbenchError(f"sampler '{kind}' needs the option {', '.join(missing)}")
+    return cls(store, batch_size, seed, device, **opts)
+
+
+# ----------------------------------------------------------------------------- observation normalisation
+
+
+@dataclass(frozen=True)
+class Normalisation:
+    """Per-feature observation mean and std; baselines apply the same one at evaluation time."""
+
+    mean: np.ndarray
+    std: np.ndarray
+
+    def __call__(self, observations: np.ndarray) -> np.ndarray:
+        return ((observations - self.mean) / self.std).astype(np.float32, copy=False)
+
+    def to_dict(self) -> dict[str, list]:
+        """JSON-safe form, for checkpoints and run directories."""
+        return {"mean": self.mean.tolist(), "std": self.std.tolist()}
+
+    @classmethod
+    def from_dict(cls, state: dict[str, list]) -> Normalisation:
+        return cls(np.asarray(state["mean"], np.float32), np.asarray(state["std"], np.float32))
+
+
+def normalisation(store: EpisodeStore, eps: float = 1e-3) -> Normalisation:
+    """Mean and std (+ eps, as CORL's `compute_mean_std`) of the dataset's observations.
+
+    Two passes in float64 over ~32 MB blocks, so a memory-mapped dataset is never held whole and the
+    variance does not suffer the cancellation of a one-pass sum of squares.
+    """
+    obs = np.asarray(store.observations)
+    block = max(1, (32 << 20) // max(1, obs[:1].nbytes))
+    total = np.zeros(obs.shape[1:], np.float64)
+    for lo in range(0, len(obs), block):
+        total += obs[lo : lo + block].sum(axis=0, dtype=np.float64)
+    mean = total / len(obs)
+    squares = np.zeros_like(mean)
+    for lo in range(0, len(obs), block):
+        squares += np.square(obs[lo : lo + block] - mean).sum(axis=0)
+    std = np.sqrt(squares / len(obs)) + eps
+    return Normalisation(mean.astype(np.float32), std.astype(np.float32))
+
+
+# ----------------------------------------------------------------------------- shared machinery
+
+
+class _StoreSampler:
+    """RNG, tensor conversion, s' lookup and optional normalisation shared by every kind."""
+
+    kind: str
+
+    def __init__(self, store: EpisodeStore, batch_size: int, seed: int, device: str | torch.device, normalise: Normalisation | None):
+        if int(batch_size) < 1:
+            raise OffbenchError(f"batch_size must be at least 1, got {batch_size}")
+        self.store = store
+        self.batch_size = int(batch_size)
+        self.device = torch.device(device)
+        self.normalise = normalise
+        self.rng = np.random.default_rng(seed)
+        self.where = f"{store.path}: " if store.path else ""
+        # np.asarray turns an np.memmap into a plain ndarray view of the same mapping: still lazy, but
+        # indexing skips np.memmap's Python-level __getitem__/__array_finalize__.
+        self.observations = np.asarray(store.observations)
+        self.actions = np.asarray(store.actions)
+        self.rewards = np.asarray(store.rewards)
+        self.final_observations = np.asarray(store.final_observations)
+        self.starts = store.episode_starts
+        self.task_ids = np.asarray(store.columns["task_id"]) if "task_id" in store.columns else None
+        self.action_dtype = np.int64 if self.actions.dtype.kind in "iub" else np.float32
+
+    # -- resume
+    def state_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "rng": copy.deepcopy(self.rng.bit_generator.state)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("kind") != self.kind:
+            raise OffbenchError(f"sampler state is for kind '{state.get('kind')}', not '{self.kind}'")
+        self.rng.bit_generator.state = copy.deepcopy(state["rng"])
+
+    # -- helpers for subclasses
+    def episode_of(self, index: np.ndarray) -> np.ndarray:
+        """Episode of each step index (binary search over the E + 1 offsets; no per-step table)."""
+        return np.searchsorted(self.starts, index, side="right") - 1
+
+    def next_observations(self, index: np.ndarray) -> np.ndarray:
+        """s' of each step: the following row inside an episode, the stored final observation at its end."""
+        episode = self.episode_of(index)
+        last = index + 1 == self.starts[episode + 1]
+        nxt = self.gather(self.observations, np.minimum(index + 1, len(self.observations) - 1))
+        if last.any():
+            nxt[last] = self.final_observations[episode[last]]
+        return nxt
+
+    @staticmethod
+    def gather(array: np.ndarray, index: np.ndarray) -> np.ndarray:
+        """Rows of `array` at `index` (any shape). np.take is ~3x faster than array[index] for 2-D index."""
+        return np.take(array, index, axis=0)
+
+    def observation_array(self, obs: np.ndarray) -> np.ndarray:
+        return obs.astype(np.float32, copy=False) if self.normalise is None else self.normalise(obs)
+
+    def observation_tensor(self, obs: np.ndarray) -> torch.Tensor:
+        return self.tensor(self.observation_array(obs))
+
+    def tensor(self, array: np.ndarray, dtype: Any = None) -> torch.Tensor:
+        """Zero-copy from NumPy (the gathered arrays are fresh and contiguous), then to the device."""
+        array = np.ascontiguousarray(array if dtype is None else array.astype(dtype, copy=False))
+        return torch.from_numpy(array).to(self.device)
+
+    def with_task_ids(self, batch: dict[str, torch.Tensor], index: np.ndarray) -> dict[str, torch.Tensor]:
+        if self.task_ids is not None:
+            batch["task_ids"] = self.tensor(self.gather(self.task_ids, index), np.int64)
+        return batch
+
+
+def _contiguous_groups(values: np.ndarray, name: str, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """Runs of equal values in a per-step column: (ids, bounds) with run g = rows [bounds[g], bounds[g+1]).
+
+    Raises if one id appears in two separate runs (a learning history must stay contiguous)."""
+    values = np.asarray(values)
+    change = np.flatnonzero(values[1:] != values[:-1]) + 1
+    bounds = np.concatenate([[0], change, [len(values)]]).astype(np.int64)
+    ids = values[bounds[:-1]]
+    unique, counts = np.unique(ids, return_counts=True)
+    if len(unique) != len(ids):
+        raise OffbenchError(f"{where}{name} {unique[counts > 1][0]} is split into several separate runs of rows; it must be contiguous")
+    return ids, bounds
+
+
+# ----------------------------------------------------------------------------- transitions
+
+
+@register_sampler("transitions")
+class TransitionSampler(_StoreSampler):
+    """(s, a, r, s', terminal) drawn uniformly over all steps, for Q-learning and BC baselines.
+
+    `terminals` is 1 only where the MDP terminated; a time-limit truncation is 0 so the critic
+    bootstraps through it (D4RL's terminals-vs-timeouts rule), and s' at an episode's last step is the
+    stored final observation, never the next episode's reset observation.
+    """
+
+    def __init__(self, store: EpisodeStore, batch_size: int, seed: int, device: str | torch.device = "cpu", *, normalise: Normalisation | None = None):
+        super().__init__(store, batch_size, seed, device, normalise)
+        self.terminations = np.asarray(store.terminations)
+
+    def sample(self) -> dict[str, torch.Tensor]:
+        # Sorted indices read a memory-mapped file front to back; order inside a batch is irrelevant.
+        index = np.sort(self.rng.integers(0, len(self.rewards), self.batch_size))
+        batch = {
+            "observations": self.observation_tensor(self.gather(self.observations, index)),
+            "actions": self.tensor(self.gather(self.actions, index), self.action_dtype),
+            "rewards": self.tensor(self.gather(self.rewards, index), np.float32),
+            "next_observations": self.observation_tensor(self.next_observations(index)),
+            "terminals": self.tensor(self.gather(self.terminations, index), np.float32),
+        }
+        return self.with_task_ids(batch, index)
+
+
+# ----------------------------------------------------------------------------- Decision Transformer segments
+
+
+def returns_to_go(rewards: np.ndarray, episode_starts: np.ndarray) -> np.ndarray:
+    """Undiscounted return from each step to its episode's end, for all steps at once (float64).
+
+    A reverse cumulative sum restarted at every episode: with S the inclusive prefix sum,
+    rtg[t] = S[last step of t's episode] - S[t] + r[t] (DT's `discount_cumsum(rewards, 1.0)`).
+    """
+    rewards = np.asarray(rewards, dtype=np.float64)
+    prefix = np.cumsum(rewards)
+    episode_total_prefix = np.repeat(prefix[episode_starts[1:] - 1], np.diff(episode_starts))
+    return episode_total_prefix - prefix + rewards
+
+
+@register_sampler("segments")
+class SegmentSampler(_StoreSampler):
+    """K-step segments for Decision Transformer, ending at a sampled step and LEFT-padded.
+
+    Each segment ends at a step t and holds steps max(t-K+1, episode start) .. t; segments that would
+    start before the episode are left-padded (zeros, mask False), so every step can be the last token
+    and short contexts occur at episode starts, exactly as when the policy acts from a reset (this is
+    d3rlpy's BasicTrajectorySlicer; the original DT code instead samples the first step and pads at
+    the left when the segment runs past the episode end).
+
+    `sample_by="step"` (default) draws t uniformly over all steps, i.e. an episode with probability
+    proportional to its length, like DT's `p_sample = traj_lens / sum(traj_lens)` and CORL's
+    `sample_prob`: long, usually good episodes are not under-weighted. `"episode"` draws an episode
+    uniformly, then t uniformly inside it.
+
+    returns_to_go and rewards are multiplied by `reward_scale` (CORL's DT uses 0.001 on MuJoCo);
+    timesteps count from 0 at the episode's first step (padding: 0).
+    """
+
+    def __init__(
+        self,
+        store: EpisodeStore,
+        batch_size: int,
+        seed: int,
+        device: str | torch.device = "cpu",
+        *,
+        segment_length: int = 20,
+        sample_by: str = "step",
+        reward_scale: float = 1.0,
+        normalise: Normalisation | None = None,
+    ):
+        super().__init__(store, batch_size, seed, device, normalise)
+        if int(segment_length) < 1:
+            raise OffbenchError(f"segment_length must be at least 1, got {segment_length}")
+        if sample_by not in ("step", "episode"):
+            raise OffbenchError(f"sample_by must be 'step' or 'episode', got '{sample_by}'")
+        self.segment_length = int(segment_length)
+        self.sample_by = sample_by
+        self.reward_scale = float(reward_scale)
+        # rewards and returns-to-go side by side, so one gather fetches both (8 bytes a step)
+        self.reward_and_rtg = np.stack([self.rewards.astype(np.float32), returns_to_go(self.rewards, self.starts)], axis=1).astype(np.float32)
+        self.offsets = np.arange(1 - self.segment_length, 1, dtype=np.int64)
+
+    def sample(self) -> dict[str, torch.Tensor]:
+        if self.sample_by == "step":
+            last = self.rng.integers(0, len(self.rewards), self.batch_size)
+            episode = self.episode_of(last)
+        else:
+            episode = self.rng.integers(0, len(self.starts) - 1, self.batch_size)
+            last = self.rng.integers(self.starts[episode], self.starts[episode + 1])
+        order = np.argsort(last, kind="stable")  # front-to-back reads on a memory-mapped file
+        last, first = last[order], self.starts[episode[order]]
+
+        index = last[:, None] + self.offsets  # (B, K)
+        mask = index >= first[:, None]
+        index = np.maximum(index, first[:, None])  # padded slots read the first step, then are zeroed
+        pad = ~mask
+
+        observations = self.observation_array(self.gather(self.observations, index))
+        observations[pad] = 0.0
+        actions = self.gather(self.actions, index).astype(self.action_dtype, copy=False)
+        actions[pad] = 0
+        reward_and_rtg = self.gather(self.reward_and_rtg, index) * np.float32(self.reward_scale)
+        reward_and_rtg[pad] = 0.0
+        timesteps = np.where(mask, index - first[:, None], 0)
+        batch = {
+            "observations": self.tensor(observations),
+            "actions": self.tensor(actions),
+            "rewards": self.tensor(reward_and_rtg[..., 0]),
+            "returns_to_go": self.tensor(reward_and_rtg[..., 1]),
+            "timesteps": self.tensor(timesteps, np.int64),
+            "mask": self.tensor(mask),
+        }
+        return self.with_task_ids(batch, last)
+
+
+# ----------------------------------------------------------------------------- Algorithm Distillation windows
+
+
+@register_sampler("ad_windows")
+class ADWindowSampler(_StoreSampler):
+    """T consecutive steps of ONE learning history (`history_id` column), crossing episode boundaries.
+
+    Algorithm Distillation learns the improvement operator from windows spanning several episodes of
+    a source algorithm's history, so a window must never mix two histories. The window's first step
+    is uniform over every valid position of every history (each full window equally likely).
+    """
+
+    def __init__(
+        self,
+        store: EpisodeStore,
+        batch_size: int,
+        seed: int,
+        device: str | torch.device = "cpu",
+        *,
+        window_length: int,
+        normalise: Normalisation | None = None,
+    ):
+        super().__init__(store, batch_size, seed, device, normalise)
+        if "history_id" not in store.columns:
+            raise OffbenchError(f"{self.where}ad_windows needs a 'history_id' column (learning histories); this dataset has none")
+        if int(window_length) < 1:
+            raise OffbenchError(f"window_length must be at least 1, got {window_length}")
+        self.window_length = int(window_length)
+        ids, bounds = _contiguous_groups(store.columns["history_id"], "history_id", self.where)
+        lengths = np.diff(bounds)
+        if lengths.min() < self.window_length:
+            short = int(np.argmin(lengths))
+            raise OffbenchError(
+                f"{self.where}window_length {self.window_length} is longer than history {ids[short]} "
+                f"({lengths[short]} steps); every history must hold at least one full window"
+            )
+        windows = lengths - self.window_length + 1  # valid first steps per history
+        self.history_first = bounds[:-1]
+        self.windows_before = np.concatenate([[0], np.cumsum(windows)])
+        self.offsets = np.arange(self.window_length, dtype=np.int64)
+
+    def sample(self) -> dict[str, torch.Tensor]:
+        draw = np.sort(self.rng.integers(0, self.windows_before[-1], self.batch_size))
+        history = np.searchsorted(self.windows_before, draw, side="right") - 1
+        first = self.history_first[history] + (draw - self.windows_before[history])
+        index = first[:, None] + self.offsets  # (B, T)
+        batch = {
+            "observations": self.observation_tensor(self.gather(self.observations, index)),
+            "actions": self.tensor(self.gather(self.actions, index), self.action_dtype),
+            "rewards": self.tensor(self.gather(self.rewards, index), np.float32),
+        }
+        return self.with_task_ids(batch, first)
+
+
+# ----------------------------------------------------------------------------- DPT in-context sets
+
+
+@register_sampler("dpt")
+class DPTSampler(_StoreSampler):
+    """(query state, in-context dataset, optimal action) triples for Decision-Pretrained Transformer.
+
+    Per sample: a group (task) uniformly, C context transitions from that group's steps, one query
+    step uniformly from the same group, and the label `optimal_action[query]`. The group is
+    `history_id` when present, else `task_id` (`group_by` overrides). Group rows need not be
+    contiguous: they are taken in time order within the group.
+
+    `context="window"` (default) takes C consecutive steps of the group from a uniform start, i.e. a
+    piece of the rollouts that built the task's data, in order, as in DPT's own Dark Room data where
+    the context is a sequence of interaction. `context="random"` takes C steps uniformly with
+    replacement, kept in time order (the DPT paper's bandit setting, where D is i.i.d. pulls).
+    """
+
+    def __init__(
+        self,
+        store: EpisodeStore,
+        batch_size: int,
+        seed: int,
+        device: str | torch.device = "cpu",
+        *,
+        context_size: int,
+        context: str = "window",
+        group_by: str | None = None,
+        normalise: Normalisation | None = None,
+    ):
+        super().__init__(store, batch_size, seed, device, normalise)
+        if "optimal_action" not in store.columns:
+            raise OffbenchError(f"{self.where}dpt needs an 'optimal_action' column (the query labels); this dataset has none")
+        group_by = group_by or ("history_id" if "history_id" in store.columns else "task_id")
+        if group_by not in store.columns:
+            raise OffbenchError(f"{self.where}dpt groups steps by task: the dataset has no '{group_by}' column")
+        if context not in ("window", "random"):
+            raise OffbenchError(f"context must be 'window' or 'random', got '{context}'")
+        if int(context_size) < 1:
+            raise OffbenchError(f"context_size must be at least 1, got {context_size}")
+        self.context_size, self.context = int(context_size), context
+        self.optimal_actions = np.asarray(store.columns["optimal_action"])
+        self.label_dtype = np.int64 if self.optimal_actions.dtype.kind in "iub" else np.float32
+
+        groups = np.asarray(store.columns[group_by])
+        self.rows = np.argsort(groups, kind="stable")  # rows of each group, in time order
+        sorted_groups = groups[self.rows]
+        bounds = np.concatenate([[0], np.flatnonzero(sorted_groups[1:] != sorted_groups[:-1]) + 1, [len(groups)]])
+        self.group_first, self.group_length = bounds[:-1], np.diff(bounds)
+        if context == "window" and self.group_length.min() < self.context_size:
+            short = int(np.argmin(self.group_length))
+            raise OffbenchError(
+                f"{self.where}context_size {self.context_size} is longer than {group_by} {sorted_groups[bounds[short]]} "
+                f"({self.group_length[short]} steps)"
+            )
+        self.offsets = np.arange(self.context_size, dtype=np.int64)
+
+    def sample(self) -> dict[str, torch.Tensor]:
+        group = self.rng.integers(0, len(self.group_first), self.batch_size)
+        first, length = self.group_first[group], self.group_length[group]
+        if self.context == "window":
+            position = self.rng.integers(0, length - self.context_size + 1)[:, None] + self.offsets
+        else:
+            position = np.sort(self.rng.integers(0, length[:, None], (self.batch_size, self.context_size)), axis=1)
+        context = self.rows[first[:, None] + position]  # (B, C) step indices
+        query = self.rows[first + self.rng.integers(0, length)]
+        batch = {
+            "query_observations": self.observation_tensor(self.gather(self.observations, query)),
+            "context_observations": self.observation_tensor(self.gather(self.observations, context)),
+            "context_actions": self.tensor(self.gather(self.actions, context), self.action_dtype),
+            "context_rewards": self.tensor(self.gather(self.rewards, context), np.float32),
+            "context_next_observations": self.observation_tensor(self.next_observations(context)),
+            "optimal_actions": self.tensor(self.gather(self.optimal_actions, query), self.label_dtype),
+        }
+        return self.with_task_ids(batch, query)

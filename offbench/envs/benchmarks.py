@@ -1,0 +1,160 @@
+"""The in-context RL benchmarks: their environments (Gymnasium ids `offbench/<Name>-v0`), batched forms,
+task spaces and seeded train / held-out splits, plus the "offbench" suite that rebuilds any of them from
+a dataset card.
+
+A task is a dict of environment keyword arguments (`{"goal": [x, y]}`, `{"key": [x, y], "door": [x, y]}`,
+`{"means": [...]}`), so `gymnasium.make(env_id, **task)` and `make_env(card.env, task=task)` build it.
+
+Splits: `split_tasks(benchmark, tasks, held_out, split_seed)` is the definition. Grid worlds take a
+seeded permutation of every admissible task; bandits sample arm means (see each module). Held-out tasks
+come first in the draw, so the held-out set for a given (held_out, split_seed) does not change with the
+number of training tasks. A dataset's `task_id` column is the position in its card's `split.train`
+list; held-out task k has id `len(train) + k`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any, Protocol
+
+import gymnasium as gym
+import numpy as np
+
+from offbench.envs import bandits, darkroom, keydoor
+from offbench.envs.factory import register_suite
+from offbench.errors import OffbenchError
+
+
+class BatchEnv(Protocol):
+    """The batched form every benchmark has (DarkRoomBatch, KeyDoorBatch, BanditBatch): N tasks, one row each,
+    stepped together. Rows are tabular: `state_index()` numbers each row's state in [0, num_states)."""
+
+    num_envs: int
+    num_states: int
+    num_actions: int
+    horizon: int
+    optimal_returns: np.ndarray  # (N,) exact best return of each row's task
+    score_name: str  # what expected_rewards() adds up to per episode
+
+    def reset(self, mask: np.ndarray | None = None) -> np.ndarray: ...  # reset rows in mask (all if None); all observations
+
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]: ...  # obs, rewards, terminated, truncated
+
+    def state_index(self) -> np.ndarray: ...
+
+    def optimal_actions(self, states: np.ndarray | None = None, rows: np.ndarray | None = None) -> np.ndarray: ...
+
+    def observations_of(self, states: np.ndarray) -> np.ndarray: ...
+
+    def expected_rewards(self, rows: np.ndarray, actions: np.ndarray, rewards: np.ndarray) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str  # generator and `offbench generate` sub-command name
+    env_id: str  # Gymnasium id that dataset cards name in [env]
+    env_class: type[gym.Env]
+    batch_class: type
+    family: ModuleType  # module with sample_split() and task_space_size()
+    algos: tuple[str, ...]  # source algorithms that can generate its learning histories; first is the default
+    default_episodes: int
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    split_kwargs: dict[str, Any] = field(default_factory=dict)
+    variants: tuple[str, ...] = ()  # task distributions (first is the default)
+    summary: str = ""
+
+    def task_space_size(self) -> int | None:
+        return self.family.task_space_size(**self.env_kwargs)
+
+    def make_batch(self, tasks: list[dict], seed: int | np.random.Generator | None = None) -> BatchEnv:
+        return self.batch_class.from_tasks(tasks, seed=seed, **self.env_kwargs)
+
+
+GRID_ALGOS = ("q-learning", "ad-epsilon")
+BANDIT_ALGOS = ("ucb", "thompson", "ad-epsilon")
+
+BENCHMARKS: dict[str, Benchmark] = {
+    b.name: b
+    for b in (
+        Benchmark("darkroom", "offbench/DarkRoom-v0", darkroom.DarkRoomEnv, darkroom.DarkRoomBatch, darkroom, GRID_ALGOS, 1000,
+                  summary="Dark Room: 9x9, reward on every step on the hidden goal, 20 steps (AD)"),
+        Benchmark("darkroom-hard", "offbench/DarkRoomHard-v0", darkroom.DarkRoomEnv, darkroom.DarkRoomBatch, darkroom, GRID_ALGOS,
+                  2000, env_kwargs={"size": 17, "hard": True},
+                  summary="Dark Room Hard: 17x17, reward once on reaching the goal, 20 steps (AD)"),
+        Benchmark("keydoor", "offbench/KeyDoor-v0", keydoor.KeyDoorEnv, keydoor.KeyDoorBatch, keydoor, GRID_ALGOS, 1000,
+                  summary="Dark Key-to-Door: 9x9, +1 key, +1 door, 50 steps (AD)"),
+        Benchmark("bandit", "offbench/BernoulliBandit-v0", bandits.BanditEnv, bandits.BanditBatch, bandits, BANDIT_ALGOS, 100,
+                  env_kwargs={"noise": "bernoulli"}, split_kwargs={"num_arms": 10}, variants=bandits.VARIANTS["bernoulli"],
+                  summary="Bernoulli bandit: 10 arms, 100 pulls, adversarial or uniform split (AD)"),
+        Benchmark("bandit-gaussian", "offbench/GaussianBandit-v0", bandits.BanditEnv, bandits.BanditBatch, bandits, BANDIT_ALGOS,
+                  500, env_kwargs={"noise": "gaussian", "sigma": 0.3}, split_kwargs={"num_arms": 5},
+                  variants=bandits.VARIANTS["gaussian"],
+                  summary="Gaussian bandit: 5 arms, means U(0,1), sigma 0.3, 500 pulls (DPT)"),
+    )
+}
+_BY_ENV_ID = {b.env_id: b for b in BENCHMARKS.values()}
+
+
+def get_benchmark(name: str) -> Benchmark:
+    if name not in BENCHMARKS:
+        raise OffbenchError(f"unknown benchmark '{name}' (known: {', '.join(BENCHMARKS)})")
+    return BENCHMARKS[name]
+
+
+def benchmark_for_env(env_id: str) -> Benchmark:
+    if env_id not in _BY_ENV_ID:
+        raise OffbenchError(f"unknown offbench environment '{env_id}' (known: {', '.join(_BY_ENV_ID)})")
+    return _BY_ENV_ID[env_id]
+
+
+def split_tasks(benchmark: Benchmark, num_tasks: int, num_held_out: int, split_seed: int = 0, variant: str | None = None):
+    """(train, held_out) task lists: the benchmark's seeded split (see the module docstring)."""
+    rng = np.random.default_rng(split_seed)
+    options = {**benchmark.env_kwargs, **benchmark.split_kwargs}
+    if benchmark.variants:
+        options["variant"] = variant or benchmark.variants[0]
+    return benchmark.family.sample_split(num_tasks, num_held_out, rng, **options)
+
+
+def card_tasks(card) -> tuple[list[dict], list[dict]]:
+    """(train, held_out) tasks of a learning-history dataset card (a DatasetCard or the dict in a file):
+    the lists written at generation, or, for a recipe card not yet generated, the split its recipe implies."""
+    data = card.to_dict() if hasattr(card, "to_dict") else dict(card)
+    split = data.get("split", {})
+    if "train" in split and "held_out" in split:
+        return list(split["train"]), list(split["held_out"])
+    recipe = data.get("source", {}).get("recipe", {})
+    params = recipe.get("params", {})
+    benchmark = get_benchmark(recipe.get("generator", ""))
+    if "tasks" not in params or "held_out" not in params:
+        raise OffbenchError(f"card {data.get('id', '?')}: neither split.train / split.held_out nor a recipe with tasks and held_out")
+    return split_tasks(benchmark, int(params["tasks"]), int(params["held_out"]), int(params.get("split_seed", 0)), params.get("variant"))
+
+
+def make_batch_env(env_spec: dict[str, Any], tasks: list[dict], seed: int | None = None) -> BatchEnv:
+    """The batched form of a card's [env] for a list of tasks (what evaluation steps)."""
+    return benchmark_for_env(env_spec["id"]).make_batch(tasks, seed=seed)
+
+
+@register_suite("offbench")
+def _make_offbench(env_id: str, task: dict | None = None, **kwargs: Any) -> gym.Env:
+    benchmark = benchmark_for_env(env_id)
+    if not isinstance(task, dict):
+        raise OffbenchError(f"{env_id} needs a task: a dict of its parameters, e.g. one entry of the card's split.train")
+    try:
+        return gym.make(env_id, **{**task, **kwargs})
+    except (TypeError, ValueError) as exc:
+        raise OffbenchError(f"cannot make {benchmark.env_id} for task {task}: {exc}") from None
+
+
+def register_gymnasium_ids() -> None:
+    """Register every benchmark's Gymnasium id (idempotent). No TimeLimit wrapper: each environment
+    truncates at its own horizon, exactly as its batched form does."""
+    for benchmark in BENCHMARKS.values():
+        if benchmark.env_id not in gym.registry:
+            gym.register(
+                benchmark.env_id,
+                entry_point=f"{benchmark.env_class.__module__}:{benchmark.env_class.__name__}",
+                kwargs=dict(benchmark.env_kwargs),
+            )

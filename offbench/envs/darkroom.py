@@ -1,0 +1,171 @@
+"""Dark Room and Dark Room Hard (Laskin et al. 2022, "In-context Reinforcement Learning with Algorithm
+Distillation", section 5): a room the agent cannot see, a hidden goal that is the task.
+
+Checked against the paper's description: 9x9 grid, the agent starts in the centre, 5 actions (4 moves and
+a no-op), episodes of 20 steps, reward 1 on every step the agent is on the goal (reward for the cell the
+step lands on). Episodes end by truncation at step 20, never by termination: the room goes on, only the
+time limit cuts it, so learners bootstrap through the last step.
+
+Dark Room Hard: 17x17 and "r = 1 exactly once for reaching the goal". The paper keeps the 20-step
+horizon and does not say whether the episode continues after the reward. Here the episode terminates
+on reaching the goal: nothing after the single reward can change the return, and with the position as
+the observation the problem stays Markov (a continuing episode would need a "rewarded already" bit).
+The goal may not be the start cell (it would be reached before the first action).
+
+Observation: the agent's position as two ints (x, y). The goal is never observed; only rewards reveal it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from offbench.envs.gridworld import (
+    MOVES,
+    NUM_ACTIONS,
+    all_cells,
+    cell_index,
+    cell_xy_table,
+    check_cell,
+    distance_table,
+    next_cell_table,
+    policy_table,
+    start_cell,
+)
+
+
+def optimal_return(goal, size: int, horizon: int, hard: bool) -> float:
+    """Best return from the start: walk a shortest path (d steps), then stay on the goal."""
+    d = int(distance_table(size)[cell_index(np.asarray(goal), size), cell_index(np.asarray(start_cell(size)), size)])
+    if hard:
+        return 1.0 if d <= horizon else 0.0
+    return float(max(0, horizon - max(d, 1) + 1))  # rewarded on steps d..horizon (every step if d == 0)
+
+
+def goals(size: int, hard: bool) -> list[tuple[int, int]]:
+    """Every admissible goal: all cells (Dark Room), all but the start (Dark Room Hard)."""
+    return [c for c in all_cells(size) if not (hard and c == start_cell(size))]
+
+
+def sample_split(num_tasks: int, num_held_out: int, rng: np.random.Generator, size: int = 9, hard: bool = False, **_: Any):
+    """Train and held-out goals: a seeded permutation of all goals; its first `num_held_out` are held out,
+    the next `num_tasks - num_held_out` are the training goals (so the held-out set does not change when
+    fewer training goals are asked for). Each list is sorted by cell index."""
+    pool = goals(size, hard)
+    order = rng.permutation(len(pool))
+    pick = lambda idx: [{"goal": list(pool[i])} for i in sorted(idx)]  # noqa: E731
+    return pick(order[num_held_out:num_tasks]), pick(order[:num_held_out])
+
+
+def task_space_size(size: int = 9, hard: bool = False, **_: Any) -> int:
+    return len(goals(size, hard))
+
+
+class DarkRoomEnv(gym.Env):
+    """One Dark Room task (Gymnasium API). Plain Python on purpose: it is the reference the batched form is tested against."""
+
+    metadata = {"render_modes": ["ansi"]}
+
+    def __init__(self, goal, size: int = 9, horizon: int = 20, hard: bool = False, render_mode: str | None = None):
+        self.size, self.horizon, self.hard = int(size), int(horizon), bool(hard)
+        self.goal = check_cell("goal", goal, self.size)
+        if self.hard and self.goal == start_cell(self.size):
+            raise ValueError("in Dark Room Hard the goal cannot be the start cell")
+        self.render_mode = render_mode
+        self.observation_space = gym.spaces.Box(0, self.size - 1, shape=(2,), dtype=np.int64)
+        self.action_space = gym.spaces.Discrete(NUM_ACTIONS)
+        self.optimal_return = optimal_return(self.goal, self.size, self.horizon, self.hard)
+        self._policy = policy_table(self.size)[cell_index(np.asarray(self.goal), self.size)]
+        self.pos = start_cell(self.size)
+        self.t = 0
+
+    def optimal_action(self, observation) -> int:
+        return int(self._policy[cell_index(np.asarray(observation), self.size)])
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self.pos, self.t = start_cell(self.size), 0
+        return np.array(self.pos, dtype=np.int64), {}
+
+    def step(self, action):
+        dx, dy = MOVES[int(action)]
+        x, y = self.pos
+        self.pos = (min(max(x + int(dx), 0), self.size - 1), min(max(y + int(dy), 0), self.size - 1))
+        self.t += 1
+        on_goal = self.pos == self.goal
+        reward = 1.0 if on_goal else 0.0
+        terminated = self.hard and on_goal
+        truncated = self.t >= self.horizon and not terminated
+        return np.array(self.pos, dtype=np.int64), reward, terminated, truncated, {}
+
+    def render(self) -> str:
+        rows = []
+        for y in reversed(range(self.size)):
+            rows.append("".join("A" if (x, y) == self.pos else "G" if (x, y) == self.goal else "." for x in range(self.size)))
+        return "\n".join(rows)
+
+
+class DarkRoomBatch:
+    """N Dark Room tasks stepped together, a few array operations per step (what generators and evaluation
+    use). The state is the cell index; a move is one lookup in the grid's next-cell table."""
+
+    score_name = "episode return"  # what expected_rewards sums to per episode (the learning check's score)
+
+    def __init__(self, goals: np.ndarray, size: int = 9, horizon: int = 20, hard: bool = False):
+        self.size, self.horizon, self.hard = int(size), int(horizon), bool(hard)
+        self.goals = np.asarray(goals, dtype=np.int64).reshape(-1, 2)
+        for goal in self.goals:
+            DarkRoomEnv(goal, self.size, self.horizon, self.hard)  # same validation as one task
+        self.num_envs = len(self.goals)
+        self.num_actions = NUM_ACTIONS
+        self.num_states = self.size * self.size
+        self.single_observation_space = gym.spaces.Box(0, self.size - 1, shape=(2,), dtype=np.int64)
+        self.single_action_space = gym.spaces.Discrete(NUM_ACTIONS)
+        self.goal_cells = cell_index(self.goals, self.size)
+        self.optimal_returns = np.array([optimal_return(g, self.size, self.horizon, self.hard) for g in self.goals])
+        self._start = int(cell_index(np.array(start_cell(self.size)), self.size))
+        self._next = next_cell_table(self.size).reshape(-1)  # [cell * actions + action]
+        self._xy = cell_xy_table(self.size)
+        self._policy = policy_table(self.size)[self.goal_cells].reshape(-1)  # [row * cells + cell]
+        self._row_offset = np.arange(self.num_envs) * self.num_states
+        self.cell = np.full(self.num_envs, self._start, dtype=np.int64)
+        self.t = np.zeros(self.num_envs, dtype=np.int64)
+
+    @classmethod
+    def from_tasks(cls, tasks: list[dict], seed: int | None = None, **kwargs: Any) -> DarkRoomBatch:
+        return cls(np.array([task["goal"] for task in tasks]), **kwargs)
+
+    def reset(self, mask: np.ndarray | None = None) -> np.ndarray:
+        """Reset the rows in `mask` (all if None); returns every row's observation."""
+        mask = slice(None) if mask is None else mask
+        self.cell[mask] = self._start
+        self.t[mask] = 0
+        return self._xy[self.cell]
+
+    def step(self, actions: np.ndarray):
+        self.cell = self._next[self.cell * NUM_ACTIONS + actions]
+        self.t += 1
+        on_goal = self.cell == self.goal_cells
+        terminated = on_goal if self.hard else np.zeros(self.num_envs, dtype=bool)
+        truncated = (self.t >= self.horizon) & ~terminated
+        return self._xy[self.cell], on_goal.astype(np.float32), terminated, truncated
+
+    def state_index(self) -> np.ndarray:
+        """Tabular state of every row (its cell index)."""
+        return self.cell
+
+    def optimal_actions(self, states: np.ndarray | None = None, rows: np.ndarray | None = None) -> np.ndarray:
+        """Optimal action in the given tabular states of the given rows (default: every row, now)."""
+        if states is None:
+            states = self.state_index()
+        return self._policy[(self._row_offset if rows is None else self._row_offset[rows]) + states]
+
+    def observations_of(self, states: np.ndarray) -> np.ndarray:
+        """The observation of each tabular state."""
+        return self._xy[states]
+
+    def expected_rewards(self, rows: np.ndarray, actions: np.ndarray, rewards: np.ndarray) -> np.ndarray:
+        """The room is deterministic: the reward received is its expectation."""
+        return rewards

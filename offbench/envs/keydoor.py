@@ -1,0 +1,187 @@
+"""Dark Key-to-Door (Laskin et al. 2022, section 5): find an invisible key, then an invisible door.
+
+Checked against the paper's description: 9x9 grid, 50-step episodes, reward 1 on first reaching the key
+(the agent picks it up) and reward 1 on reaching the door while holding it; key and door positions are
+the task. Choices the paper leaves open, made here: the agent starts in the centre (as in Dark Room);
+the episode terminates when the door is reached with the key (nothing is left to earn), otherwise it is
+truncated at step 50; the key is never on the start cell and never on the door (80 x 80 = 6400 tasks);
+the door without the key does nothing.
+
+Observation: (x, y, has_key) as three ints. Key possession is part of the state (the agent knows what
+it carries; it is also implied by the rewards so far), which keeps the problem Markov for tabular
+learners and gives each observation one optimal action (DPT labels). Key and door stay unobserved.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from offbench.envs.gridworld import (
+    MOVES,
+    NUM_ACTIONS,
+    all_cells,
+    cell_index,
+    cell_xy_table,
+    check_cell,
+    distance_table,
+    next_cell_table,
+    policy_table,
+    start_cell,
+)
+
+
+def optimal_return(key, door, size: int, horizon: int) -> float:
+    """Best return from the start: a shortest path to the key, then one to the door, if time allows."""
+    dist = distance_table(size)
+    start, k, d = (int(cell_index(np.asarray(c), size)) for c in (start_cell(size), key, door))
+    to_key, key_to_door = dist[k, start], dist[d, k]
+    return float(int(to_key <= horizon) + int(to_key + key_to_door <= horizon))
+
+
+def tasks(size: int) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """Every admissible (key, door): key off the start cell, door anywhere but on the key."""
+    cells = all_cells(size)
+    return [(k, d) for k in cells if k != start_cell(size) for d in cells if d != k]
+
+
+def sample_split(num_tasks: int, num_held_out: int, rng: np.random.Generator, size: int = 9, **_: Any):
+    """A seeded permutation of all (key, door) pairs: the first `num_held_out` held out, the next
+    `num_tasks - num_held_out` for training; each list sorted by (key, door) cell index."""
+    pool = tasks(size)
+    order = rng.permutation(len(pool))
+    pick = lambda idx: [{"key": list(pool[i][0]), "door": list(pool[i][1])} for i in sorted(idx)]  # noqa: E731
+    return pick(order[num_held_out:num_tasks]), pick(order[:num_held_out])
+
+
+def task_space_size(size: int = 9, **_: Any) -> int:
+    return len(tasks(size))
+
+
+class KeyDoorEnv(gym.Env):
+    """One Key-to-Door task (Gymnasium API), written plainly as the reference for the batched form."""
+
+    metadata = {"render_modes": ["ansi"]}
+
+    def __init__(self, key, door, size: int = 9, horizon: int = 50, render_mode: str | None = None):
+        self.size, self.horizon = int(size), int(horizon)
+        self.key = check_cell("key", key, self.size)
+        self.door = check_cell("door", door, self.size)
+        if self.key == self.door or self.key == start_cell(self.size):
+            raise ValueError("the key must be neither on the door nor on the start cell")
+        self.render_mode = render_mode
+        self.observation_space = gym.spaces.Box(
+            low=np.zeros(3, np.int64), high=np.array([self.size - 1, self.size - 1, 1]), dtype=np.int64
+        )
+        self.action_space = gym.spaces.Discrete(NUM_ACTIONS)
+        self.optimal_return = optimal_return(self.key, self.door, self.size, self.horizon)
+        policies = policy_table(self.size)
+        self._policy = {
+            False: policies[cell_index(np.asarray(self.key), self.size)],
+            True: policies[cell_index(np.asarray(self.door), self.size)],
+        }
+        self.pos, self.has_key, self.t = start_cell(self.size), False, 0
+
+    def optimal_action(self, observation) -> int:
+        x, y, has_key = (int(v) for v in observation)
+        return int(self._policy[bool(has_key)][y * self.size + x])
+
+    def _obs(self) -> np.ndarray:
+        return np.array([*self.pos, int(self.has_key)], dtype=np.int64)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self.pos, self.has_key, self.t = start_cell(self.size), False, 0
+        return self._obs(), {}
+
+    def step(self, action):
+        dx, dy = MOVES[int(action)]
+        x, y = self.pos
+        self.pos = (min(max(x + int(dx), 0), self.size - 1), min(max(y + int(dy), 0), self.size - 1))
+        self.t += 1
+        reward, terminated = 0.0, False
+        if not self.has_key and self.pos == self.key:
+            self.has_key, reward = True, 1.0
+        elif self.has_key and self.pos == self.door:
+            reward, terminated = 1.0, True
+        truncated = self.t >= self.horizon and not terminated
+        return self._obs(), reward, terminated, truncated, {}
+
+    def render(self) -> str:
+        def char(cell):
+            return "A" if cell == self.pos else "K" if cell == self.key and not self.has_key else "D" if cell == self.door else "."
+
+        return "\n".join("".join(char((x, y)) for x in range(self.size)) for y in reversed(range(self.size)))
+
+
+class KeyDoorBatch:
+    """N Key-to-Door tasks stepped together with array operations. The tabular state is
+    `has_key * cells + cell`, which indexes the observation and optimal-action tables directly."""
+
+    score_name = "episode return"  # what expected_rewards sums to per episode (the learning check's score)
+
+    def __init__(self, keys: np.ndarray, doors: np.ndarray, size: int = 9, horizon: int = 50):
+        self.size, self.horizon = int(size), int(horizon)
+        self.keys = np.asarray(keys, dtype=np.int64).reshape(-1, 2)
+        self.doors = np.asarray(doors, dtype=np.int64).reshape(-1, 2)
+        for key, door in zip(self.keys, self.doors):
+            KeyDoorEnv(key, door, self.size, self.horizon)  # same validation as one task
+        cells = self.size * self.size
+        self.num_envs = len(self.keys)
+        self.num_actions = NUM_ACTIONS
+        self.num_states = 2 * cells
+        self.single_observation_space = gym.spaces.Box(
+            low=np.zeros(3, np.int64), high=np.array([self.size - 1, self.size - 1, 1]), dtype=np.int64
+        )
+        self.single_action_space = gym.spaces.Discrete(NUM_ACTIONS)
+        self.key_cells, self.door_cells = cell_index(self.keys, self.size), cell_index(self.doors, self.size)
+        self.optimal_returns = np.array([optimal_return(k, d, self.size, self.horizon) for k, d in zip(self.keys, self.doors)])
+        policies = policy_table(self.size)
+        self._policy = np.concatenate([policies[self.key_cells], policies[self.door_cells]], axis=1).reshape(-1)
+        xy = cell_xy_table(self.size)
+        self._obs = np.concatenate([np.concatenate([xy, xy]), np.repeat([[0], [1]], cells, axis=0)], axis=1)
+        self._start = int(cell_index(np.array(start_cell(self.size)), self.size))
+        self._next = next_cell_table(self.size).reshape(-1)
+        self._cells = cells
+        self._row_offset = np.arange(self.num_envs) * self.num_states
+        self.cell = np.full(self.num_envs, self._start, dtype=np.int64)
+        self.has_key = np.zeros(self.num_envs, dtype=bool)
+        self.t = np.zeros(self.num_envs, dtype=np.int64)
+
+    @classmethod
+    def from_tasks(cls, tasks: list[dict], seed: int | None = None, **kwargs: Any) -> KeyDoorBatch:
+        return cls(np.array([t["key"] for t in tasks]), np.array([t["door"] for t in tasks]), **kwargs)
+
+    def reset(self, mask: np.ndarray | None = None) -> np.ndarray:
+        mask = slice(None) if mask is None else mask
+        self.cell[mask] = self._start
+        self.has_key[mask] = False
+        self.t[mask] = 0
+        return self._obs[self.state_index()]
+
+    def step(self, actions: np.ndarray):
+        self.cell = self._next[self.cell * NUM_ACTIONS + actions]
+        self.t += 1
+        picks_key = ~self.has_key & (self.cell == self.key_cells)
+        opens_door = self.has_key & (self.cell == self.door_cells)
+        self.has_key |= picks_key
+        truncated = (self.t >= self.horizon) & ~opens_door
+        return self._obs[self.state_index()], (picks_key | opens_door).astype(np.float32), opens_door, truncated
+
+    def state_index(self) -> np.ndarray:
+        return self.has_key * self._cells + self.cell
+
+    def optimal_actions(self, states: np.ndarray | None = None, rows: np.ndarray | None = None) -> np.ndarray:
+        """Optimal action in the given tabular states of the given rows (default: every row, now)."""
+        if states is None:
+            states = self.state_index()
+        return self._policy[(self._row_offset if rows is None else self._row_offset[rows]) + states]
+
+    def observations_of(self, states: np.ndarray) -> np.ndarray:
+        """The observation of each tabular state."""
+        return self._obs[states]
+
+    def expected_rewards(self, rows: np.ndarray, actions: np.ndarray, rewards: np.ndarray) -> np.ndarray:
+        return rewards

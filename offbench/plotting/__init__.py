@@ -1,0 +1,1 @@
+"""Figures: learning curves, in-context curves and aggregate plots (matplotlib; statistics via rliable)."""

@@ -1,0 +1,68 @@
+"""The source algorithm's learning curve in a learning-history dataset: did the histories learn?"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from offbench.errors import OffbenchError
+from offbench.utils import atomic_write_bytes
+
+
+def learning_curve(store) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """(episode index, mean return, 95% half-width, histories) across all histories, per episode index.
+
+    The interval is the normal approximation 1.96 x standard error of the mean over histories."""
+    if "episode_in_history" not in store.columns:
+        raise OffbenchError(f"{store.path or 'dataset'}: no episode_in_history column; not a learning-history dataset")
+    episode_index = np.asarray(store.columns["episode_in_history"])[store.episode_starts[:-1]]
+    returns = store.episode_returns()
+    count = np.bincount(episode_index)
+    mean = np.bincount(episode_index, returns) / np.maximum(count, 1)
+    squares = np.bincount(episode_index, (returns - mean[episode_index]) ** 2)
+    std = np.sqrt(squares / np.maximum(count - 1, 1))
+    half_width = 1.96 * std / np.sqrt(np.maximum(count, 1))
+    return np.arange(len(count)), mean, half_width, int(count[0])
+
+
+def mean_optimal_return(store, card: dict[str, Any]) -> float | None:
+    """Mean over histories of their task's exact optimal return (None for a non-offbench environment)."""
+    from offbench.envs.benchmarks import card_tasks, make_batch_env
+
+    env = card.get("env", {})
+    if env.get("suite") != "offbench" or "task_id" not in store.columns:
+        return None
+    train, _ = card_tasks(card)
+    history_task = np.asarray(store.columns["task_id"])[store.episode_starts[:-1]]
+    optimal = make_batch_env(env, train).optimal_returns
+    return float(optimal[history_task].mean())
+
+
+def plot_learning_histories(store, out_path: str | Path, card: Any = None) -> Path:
+    """Mean return per episode of the learning histories with a 95% interval, and the optimal return."""
+    card = store.card if card is None else card
+    card = card.to_dict() if hasattr(card, "to_dict") else dict(card)
+    episodes, mean, half_width, histories = learning_curve(store)
+    optimal = mean_optimal_return(store, card)
+
+    fig = Figure(figsize=(6.4, 4.0), layout="constrained")
+    ax = fig.add_subplot()
+    ax.plot(episodes, mean, color="tab:blue", linewidth=1.5, label=f"mean over {histories} histories")
+    ax.fill_between(episodes, mean - half_width, mean + half_width, color="tab:blue", alpha=0.25, linewidth=0,
+                    label="95% interval of the mean (1.96 x s.e.)")
+    if optimal is not None:
+        ax.axhline(optimal, color="black", linestyle="--", linewidth=1.2, label=f"optimal return ({optimal:.3g})")
+    algo = card.get("source", {}).get("recipe", {}).get("params", {}).get("algo", "")
+    ax.set_title(f"{card.get('id', store.path)}{f' ({algo})' if algo else ''}", fontsize=10)
+    ax.set_xlabel("episode in learning history")
+    ax.set_ylabel("episode return")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    buffer = io.BytesIO()
+    out_path = Path(out_path)
+    fig.savefig(buffer, format=out_path.suffix.lstrip(".") or "png", dpi=120)
+    return atomic_write_bytes(out_path, buffer.getvalue())

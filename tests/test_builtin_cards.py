@@ -1,0 +1,46 @@
+"""Every built-in card in datasets/ parses, has a unique id, and names a format and environment that exist."""
+
+import gymnasium as gym
+import pytest
+
+from offbench.data.cards import all_cards, read_card
+from offbench.data.formats import FORMATS
+from offbench.paths import builtin_dir
+
+CARD_FILES = sorted(builtin_dir("datasets").rglob("*.toml"))
+
+
+def test_cards_parse_with_unique_ids():
+    ids = [read_card(path).id for path in CARD_FILES]
+    assert len(ids) == len(set(ids)), sorted(i for i in ids if ids.count(i) > 1)
+    assert set(all_cards()) == set(ids)
+
+
+@pytest.mark.parametrize("path", CARD_FILES, ids=lambda p: p.stem)
+def test_card_names_known_format_and_env(path):
+    card = read_card(path)
+    assert card.format in FORMATS
+    if card.env.get("suite") == "gymnasium":
+        gym.spec(card.env["id"])  # raises if gymnasium does not know the id
+
+
+def test_d4rl_locomotion_cards_have_urls_and_reference_scores():
+    cards = {c.id: c for c in all_cards().values() if c.id.startswith("d4rl/")}
+    expected_scores = {"halfcheetah": (-280.178953, 12135.0), "hopper": (-20.272305, 3234.3), "walker2d": (1.629008, 4592.3)}
+    for env, (ref_min, ref_max) in expected_scores.items():
+        for quality in ("random", "medium", "medium-replay", "medium-expert", "expert"):
+            card = cards[f"d4rl/{env}-{quality}-v2"]
+            url = card.source["files"][0]["url"]
+            assert url == f"http://rail.eecs.berkeley.edu/datasets/offline_rl/gym_mujoco_v2/{env}_{quality.replace('-', '_')}-v2.hdf5"
+            assert (card.ref_min_score, card.ref_max_score) == (ref_min, ref_max)
+            assert card.format == "d4rl" and card.license == "CC BY 4.0"
+            assert card.normalise(ref_max) == pytest.approx(100.0)
+    assert len(cards) == 15
+
+
+def test_minari_mujoco_cards_point_at_minari_ids():
+    cards = [c for c in all_cards().values() if c.format == "minari"]
+    assert {c.source["minari_id"] for c in cards} >= {"mujoco/hopper/medium-v0", "mujoco/halfcheetah/expert-v0", "mujoco/walker2d/simple-v0"}
+    for card in cards:
+        assert card.id == f"minari/{card.source['minari_id']}"
+        assert card.env["id"].endswith("-v5")

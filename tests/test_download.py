@@ -1,0 +1,402 @@
+"""`offbench download` against a real HTTP server on 127.0.0.1 serving files the test made (no outside network)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import numpy as np
+import pytest
+import tomli_w
+
+import offbench
+from conftest import make_store
+from offbench.data import download as dl
+from offbench.data.cards import get_card
+from offbench.data.formats import FORMATS, FunctionFormat
+from offbench.data.resolve import native_path
+from offbench.data.store import load_native
+from offbench.errors import OffbenchError
+
+
+# ------------------------------------------------------------------------------------------ server
+class FileServer:
+    """In-memory files over HTTP/1.1 with Range support, plus faults the tests switch on per path."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, bytes] = {}
+        self.cut_after: dict[str, int] = {}  # path -> send this many body bytes once, then drop the connection
+        self.errors: dict[str, int] = {}  # path -> answer HTTP 503 this many times first
+        self.gates: dict[str, threading.Event] = {}  # path -> send half the body, then wait for the event
+        self.log: list[tuple[str, str | None]] = []  # (path, Range header) of every GET
+        self.got_request = threading.Event()
+        self.port = 0
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def gets(self, path: str) -> list[str | None]:
+        return [rng for p, rng in self.log if p == path]
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args) -> None:  # keep pytest output clean
+        pass
+
+    def do_GET(self) -> None:
+        fs: FileServer = self.server.files  # type: ignore[attr-defined]
+        path, rng = urlsplit(self.path).path, self.headers.get("Range")
+        fs.log.append((path, rng))
+        fs.got_request.set()
+        data = fs.files.get(path)
+        if fs.errors.get(path):
+            fs.errors[path] -= 1
+            self.send_response(503)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        if data is None:
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        start = int(re.fullmatch(r"bytes=(\d+)-", rng).group(1)) if rng else 0
+        if start >= len(data):
+            self.send_response(416)
+            self.send_header("Content-Range", f"bytes */{len(data)}")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        self.send_response(206 if rng else 200)
+        if rng:
+            self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+        body = data[start:]
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if path in fs.cut_after:
+            self.wfile.write(body[: fs.cut_after.pop(path)])
+            self.wfile.flush()
+            self.close_connection = True  # the client sees the connection end short of Content-Length
+            return
+        if path in fs.gates:
+            half = len(body) // 2
+            self.wfile.write(body[:half])
+            self.wfile.flush()
+            fs.gates[path].wait(60)
+            body = body[half:]
+        self.wfile.write(body)
+
+
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request, client_address) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):  # clients that give up mid-transfer are expected
+            super().handle_error(request, client_address)
+
+
+@pytest.fixture
+def server():
+    fs = FileServer()
+    httpd = _QuietServer(("127.0.0.1", 0), _Handler)
+    httpd.files = fs  # type: ignore[attr-defined]
+    fs.port = httpd.server_address[1]
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield fs
+    for gate in fs.gates.values():
+        gate.set()
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.fixture(autouse=True)
+def fast_retries_no_proxy(monkeypatch):
+    monkeypatch.setattr(dl, "RETRY_BASE_SECONDS", 0.01)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")  # requests honours proxy variables; the server is local
+
+
+# ------------------------------------------------------------------------------------------ helpers
+def payload(tmp_path: Path, seed: int = 0, steps: int = 6000) -> tuple[bytes, object]:
+    """A native dataset file's bytes (large enough to span several network reads) and its store."""
+    store = make_store(episode_lengths=(steps, steps // 2), terminal_last=(True, False), seed=seed)
+    data = store.save(tmp_path / f"payload{seed}.h5").read_bytes()
+    return data, store
+
+
+def add_card(home: Path, dataset_id: str, files: list[dict], fmt: str = "offbench", **source) -> None:
+    card = {"id": dataset_id, "description": "served by the test", "format": fmt, "source": {"files": files} if files else source}
+    folder = home / "datasets"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{dataset_id.replace('/', '_')}.toml").write_text(tomli_w.dumps(card))
+
+
+def entry(url: str, data: bytes | None, sha: bool = True) -> dict:
+    out: dict = {"url": url}
+    if data is not None:
+        out["size"] = len(data)
+        if sha:
+            out["sha256"] = hashlib.sha256(data).hexdigest()
+    return out
+
+
+def assert_same_arrays(loaded, store) -> None:
+    assert loaded.content_sha256() == store.content_sha256()
+    np.testing.assert_array_equal(np.asarray(loaded.observations), np.asarray(store.observations))
+
+
+def leftovers(home: Path, dataset_id: str) -> list[str]:
+    raw = home / "data" / dataset_id / "raw"
+    return sorted(p.name for p in raw.rglob("*") if p.is_file()) if raw.exists() else []
+
+
+# ------------------------------------------------------------------------------------------ tests
+def test_clean_download_cli_prints_path_then_load_works(tmp_path, server, isolated_home, run_cli):
+    data, store = payload(tmp_path)
+    server.files["/d/hopper.h5"] = data
+    add_card(isolated_home, "test/clean", [entry(server.url("/d/hopper.h5"), data)])
+
+    proc = run_cli("download", "test/clean", check=True)
+    target = native_path(get_card("test/clean"))
+    assert proc.stdout.strip() == str(target)
+    loaded = offbench.load("test/clean")
+    assert_same_arrays(loaded, store)
+    assert loaded.card["id"] == "test/clean" and loaded.card["source"]["files"][0]["sha256"]
+    assert leftovers(isolated_home, "test/clean") == []  # raw payload removed once converted
+    assert server.gets("/d/hopper.h5") == [None]  # one plain GET; the second use found it local
+
+
+def test_connection_cut_half_way_resumes_with_range(tmp_path, server, isolated_home):
+    data, store = payload(tmp_path)
+    half = len(data) // 2
+    server.files["/d/cut.h5"] = data
+    server.cut_after["/d/cut.h5"] = half
+    add_card(isolated_home, "test/cut", [entry(server.url("/d/cut.h5"), data)])
+
+    path = dl.download("test/cut", quiet=True)
+    first, resumed = server.gets("/d/cut.h5")
+    assert first is None
+    start = int(resumed.removeprefix("bytes=").removesuffix("-"))
+    assert half - dl.CHUNK_BYTES < start <= half  # kept what arrived, less at most one partly read chunk
+    assert_same_arrays(load_native(path), store)
+
+
+def test_server_errors_are_retried_with_back_off(tmp_path, server, isolated_home, monkeypatch):
+    data, store = payload(tmp_path)
+    server.files["/d/busy.h5"] = data
+    server.errors["/d/busy.h5"] = 3
+    add_card(isolated_home, "test/busy", [entry(server.url("/d/busy.h5"), data)])
+    sleeps = []
+    monkeypatch.setattr(dl.time, "sleep", sleeps.append)
+
+    assert_same_arrays(offbench.load("test/busy"), store)
+    assert sleeps == [0.01, 0.02, 0.04]
+    assert server.gets("/d/busy.h5") == [None] * 4
+
+    server.errors["/d/busy.h5"] = 99
+    native_path(get_card("test/busy")).unlink()
+    with pytest.raises(OffbenchError, match=r"server error \(HTTP 503 Service Unavailable\) \(gave up after 5 attempts\)"):
+        offbench.load("test/busy")
+
+
+def test_part_file_from_an_interrupted_run_is_resumed(tmp_path, server, isolated_home):
+    data, store = payload(tmp_path)
+    server.files["/d/part.h5"] = data
+    add_card(isolated_home, "test/part", [entry(server.url("/d/part.h5"), data)])
+    part = isolated_home / "data" / "test/part" / "raw" / "part.h5.part"
+    part.parent.mkdir(parents=True)
+    part.write_bytes(data[:1000])
+
+    assert_same_arrays(offbench.load("test/part"), store)
+    assert server.gets("/d/part.h5") == ["bytes=1000-"]
+
+
+def test_corrupted_payload_is_rejected_and_nothing_is_left(tmp_path, server, isolated_home):
+    data, _ = payload(tmp_path)
+    bad = bytearray(data)
+    bad[len(bad) // 2] ^= 0xFF
+    server.files["/d/bad.h5"] = bytes(bad)
+    add_card(isolated_home, "test/bad", [entry(server.url("/d/bad.h5"), data)])
+
+    with pytest.raises(OffbenchError, match=r"bad\.h5: checksum mismatch .* download discarded") as info:
+        offbench.load("test/bad")
+    assert "\n" not in str(info.value)
+    assert leftovers(isolated_home, "test/bad") == []
+    assert not native_path(get_card("test/bad")).exists()
+
+
+def test_wrong_size_is_rejected_and_nothing_is_left(tmp_path, server, isolated_home):
+    data, _ = payload(tmp_path)
+    server.files["/d/short.h5"] = data[:-10]
+    add_card(isolated_home, "test/short", [{"url": server.url("/d/short.h5"), "size": len(data)}])
+
+    with pytest.raises(OffbenchError, match="size mismatch"):
+        offbench.load("test/short")
+    assert leftovers(isolated_home, "test/short") == []
+
+
+def test_404_is_one_line_and_exit_code_2(server, isolated_home, run_cli):
+    url = server.url("/nowhere/missing.h5")
+    add_card(isolated_home, "test/missing", [{"url": url}])
+
+    proc = run_cli("download", "test/missing")
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"offbench: error: {url}: not found (HTTP 404)"
+    assert proc.stdout == ""
+
+
+def test_two_processes_downloading_one_id_both_succeed_with_one_transfer(tmp_path, server, isolated_home):
+    data, store = payload(tmp_path)
+    server.files["/d/shared.h5"] = data
+    server.gates["/d/shared.h5"] = gate = threading.Event()
+    add_card(isolated_home, "test/shared", [entry(server.url("/d/shared.h5"), data)])
+    command = [sys.executable, "-m", "offbench", "download", "test/shared"]
+    logs = [tmp_path / "first.err", tmp_path / "second.err"]
+
+    with open(logs[0], "w") as err0, open(logs[1], "w") as err1:
+        first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=err0, text=True)
+        assert server.got_request.wait(30), "first download never reached the server"
+        second = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=err1, text=True)
+        deadline = time.monotonic() + 30
+        while "waiting for another download" not in logs[1].read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "waiting for another download of test/shared" in logs[1].read_text()
+        gate.set()  # let the first transfer finish while the second holds on the lock
+        outs = [first.communicate(timeout=60)[0], second.communicate(timeout=60)[0]]
+
+    assert (first.returncode, second.returncode) == (0, 0), [p.read_text() for p in logs]
+    target = native_path(get_card("test/shared"))
+    assert [o.strip() for o in outs] == [str(target), str(target)]
+    assert server.gets("/d/shared.h5") == [None]
+    assert_same_arrays(load_native(target), store)
+
+
+@pytest.mark.parametrize(
+    "url, mirror, expected",
+    [
+        ("https://rail.eecs.berkeley.edu/datasets/a/b.hdf5", "http://127.0.0.1:8000", "http://127.0.0.1:8000/datasets/a/b.hdf5"),
+        ("https://rail.eecs.berkeley.edu/datasets/a/b.hdf5", "http://m.local:81/hf/", "http://m.local:81/hf/datasets/a/b.hdf5"),
+        ("http://host:9/x/y.h5?download=1", "https://mirror.org/p", "https://mirror.org/p/x/y.h5?download=1"),
+        ("https://host/x.h5", None, "https://host/x.h5"),
+    ],
+)
+def test_apply_mirror(url, mirror, expected):
+    assert dl.apply_mirror(url, mirror) == expected
+
+
+def test_mirror_rewrites_every_url(tmp_path, server, isolated_home, monkeypatch):
+    data, store = payload(tmp_path)
+    server.files["/mirror/datasets/mirrored.h5"] = data
+    add_card(isolated_home, "test/mirrored", [entry("https://data.example.invalid/datasets/mirrored.h5", data)])
+
+    monkeypatch.setenv("OFFBENCH_MIRROR", server.url("/mirror"))
+    assert_same_arrays(offbench.load("test/mirrored"), store)
+    assert server.gets("/mirror/datasets/mirrored.h5") == [None]
+    with pytest.raises(OffbenchError, match="not an http"):
+        dl.apply_mirror("https://a/b", "ftp://mirror")
+
+
+def test_unknown_sha256_is_recorded_then_enforced(tmp_path, server, isolated_home, capsys):
+    data, store = payload(tmp_path)
+    server.files["/d/nosum.hdf5"] = data
+    add_card(isolated_home, "test/nosum", [entry(server.url("/d/nosum.hdf5"), data, sha=False)])
+    digest = hashlib.sha256(data).hexdigest()
+
+    assert_same_arrays(offbench.load("test/nosum"), store)
+    assert f"unverified first download; recorded sha256 {digest}" in capsys.readouterr().err
+    sums = isolated_home / "data" / "test/nosum" / "raw" / "SHA256SUMS"
+    assert sums.read_text() == f"{digest}  nosum.hdf5\n"
+
+    native_path(get_card("test/nosum")).unlink()  # force a re-download, now of different bytes
+    other, _ = payload(tmp_path, seed=1)
+    server.files["/d/nosum.hdf5"] = other[: len(data)].ljust(len(data), b"\0")
+    with pytest.raises(OffbenchError, match=r"checksum mismatch .* recorded in .*SHA256SUMS"):
+        offbench.load("test/nosum")
+    assert leftovers(isolated_home, "test/nosum") == ["SHA256SUMS"]
+
+
+def test_no_network_errors_are_one_line(isolated_home, monkeypatch):
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    add_card(isolated_home, "test/refused", [{"url": f"http://127.0.0.1:{port}/x.h5"}])
+    with pytest.raises(OffbenchError, match=rf"connection refused by 127\.0\.0\.1:{port} \(gave up after 5 attempts\)"):
+        offbench.load("test/refused")
+
+    def no_dns(*args, **kwargs):
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_dns)  # what an offline machine answers, without asking anyone
+    add_card(isolated_home, "test/nodns", [{"url": "https://data.example.invalid/x.h5"}])
+    with pytest.raises(OffbenchError, match=r"cannot resolve host data\.example\.invalid \(no network or DNS failure\)"):
+        offbench.load("test/nodns")
+
+
+def test_full_disk_is_one_line_and_leaves_nothing(tmp_path, server, isolated_home):
+    data, _ = payload(tmp_path)
+    server.files["/d/full.h5"] = data
+    add_card(isolated_home, "test/full", [entry(server.url("/d/full.h5"), data)])
+    part = isolated_home / "data" / "test/full" / "raw" / "full.h5.part"
+    part.parent.mkdir(parents=True)
+    part.symlink_to("/dev/full")  # every write to it fails with ENOSPC, as on a full disk
+
+    with pytest.raises(OffbenchError, match=r"disk full writing .*full\.h5\.part"):
+        offbench.load("test/full")
+    assert not part.is_symlink() and leftovers(isolated_home, "test/full") == []
+
+
+def test_minari_urls_follow_the_hugging_face_layout():
+    urls = dl.minari_urls("mujoco/hopper/medium-v0")
+    base = "https://huggingface.co/datasets/farama-minari/mujoco/resolve/main/hopper/medium-v0/data"
+    assert urls == [
+        (f"{base}/metadata.json", "mujoco/hopper/medium-v0/data/metadata.json"),
+        (f"{base}/main_data.hdf5", "mujoco/hopper/medium-v0/data/main_data.hdf5"),
+    ]
+    with pytest.raises(OffbenchError, match="not of the form"):
+        dl.minari_urls("hopper-medium")
+
+
+def test_minari_source_fetched_through_mirror_into_minari_layout(tmp_path, server, isolated_home, monkeypatch):
+    prefix = "/hf/datasets/farama-minari/mujoco/resolve/main/hopper/medium-v0/data"
+    metadata = json.dumps({"dataset_id": "mujoco/hopper/medium-v0", "total_episodes": 2}).encode()
+    server.files[f"{prefix}/metadata.json"] = metadata
+    server.files[f"{prefix}/main_data.hdf5"] = b"hdf5 bytes stand-in"
+    add_card(isolated_home, "test/minari-hopper", [], fmt="minari", minari_id="mujoco/hopper/medium-v0")
+    seen = []
+
+    def load_minari_folder(path: Path):
+        """Stands in for the 'minari' format: checks it is handed a folder in Minari's own layout."""
+        seen.append(path)
+        assert json.loads((path / "data" / "metadata.json").read_text())["dataset_id"] == "mujoco/hopper/medium-v0"
+        assert (path / "data" / "main_data.hdf5").read_bytes() == b"hdf5 bytes stand-in"
+        return make_store()
+
+    monkeypatch.setitem(FORMATS, "minari", FunctionFormat("minari", lambda p: False, load_minari_folder, None))
+    path = dl.download("test/minari-hopper", mirror=server.url("/hf"), quiet=True)
+
+    assert seen == [isolated_home / "data" / "test/minari-hopper" / "raw" / "mujoco/hopper/medium-v0"]
+    assert load_native(path).card["source"] == {"minari_id": "mujoco/hopper/medium-v0"}
+    assert sorted(server.gets(f"{prefix}/metadata.json") + server.gets(f"{prefix}/main_data.hdf5"), key=str) == [None, None]
+    assert leftovers(isolated_home, "test/minari-hopper") == ["SHA256SUMS"]
+
+
+def test_download_of_a_recipe_card_generates(isolated_home, monkeypatch):
+    from offbench import generators
+
+    def tiny(params, seed, out, quiet):
+        return make_store(seed=seed).save(out)
+
+    monkeypatch.setitem(generators.GENERATORS, "test-tiny", tiny)
+    add_card(isolated_home, "test/recipe", [], recipe={"generator": "test-tiny", "seed": 3})
+    path = dl.download("test/recipe", quiet=True)
+    assert path == native_path(get_card("test/recipe"))
+    assert_same_arrays(load_native(path), make_store(seed=3))

@@ -1,0 +1,195 @@
+"""Learning-history generators: the data replays exactly in the environment, is reproducible, learned,
+and bad recipes fail before any work; the CLI writes and registers datasets."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import offbench
+from offbench.data.store import load_native
+from offbench.envs.benchmarks import BENCHMARKS, card_tasks
+from offbench.errors import OffbenchError
+from offbench.generators.histories import HistoryRecipe, generate, run_histories
+
+
+def _run(name, seed=0, **params):
+    params = {"tasks": 4, "held_out": 1, "histories_per_task": 2, "episodes": 30, **params}
+    return run_histories(HistoryRecipe.from_params(name, params), seed)
+
+
+def _replay_history(store, history):
+    """Step the recorded actions of one history through the one-task env; everything must match."""
+    card = store.card
+    train, _ = card_tasks(card)
+    episodes = np.flatnonzero(store.columns["history_id"][store.episode_starts[:-1]] == history)
+    task = train[int(store.columns["task_id"][store.episode_starts[episodes[0]]])]
+    env = gym.make(card["env"]["id"], **task).unwrapped
+    for e in episodes:
+        ep = store.episode(int(e))
+        obs, _ = env.reset(seed=0)
+        for t, action in enumerate(ep["actions"]):
+            np.testing.assert_array_equal(obs, ep["observations"][t])
+            assert env.optimal_action(obs) == ep["optimal_action"][t]
+            obs, reward, term, trunc, _ = env.step(int(action))
+            assert (reward, term, trunc) == (ep["rewards"][t], ep["terminations"][t], ep["truncations"][t])
+        np.testing.assert_array_equal(obs, ep["observations"][-1])  # the final observation is kept
+        assert term or trunc
+
+
+@pytest.mark.parametrize("name,algo", [("darkroom", "q-learning"), ("darkroom-hard", "ad-epsilon"), ("keydoor", "q-learning"), ("keydoor", "ad-epsilon")])
+def test_grid_histories_replay_exactly_and_are_laid_out_history_by_history(name, algo):
+    store, summary = _run(name, algo=algo, episodes=40)
+    cols = store.columns
+    assert store.num_episodes == 3 * 2 * 40
+    first = store.episode_starts[:-1]
+    assert np.all(np.diff(cols["history_id"]) >= 0)  # histories contiguous, in order
+    np.testing.assert_array_equal(cols["episode_in_history"][first], np.tile(np.arange(40), 6))
+    np.testing.assert_array_equal(cols["task_id"][first], np.repeat([0, 1, 2], 80))
+    assert store.terminations.sum() + store.truncations.sum() == store.num_episodes
+    if name == "darkroom":
+        assert not store.terminations.any() and np.all(store.episode_lengths == 20)  # time limit only
+    for history in (0, 5):
+        _replay_history(store, history)
+    assert summary["histories"] == 6 and store.card["learning"] == summary
+
+
+def test_key_to_door_episodes_end_by_termination_at_the_door_with_the_key():
+    store, _ = _run("keydoor", algo="ad-epsilon", episodes=60)
+    ends = store.episode_starts[1:] - 1
+    terminated = store.terminations[ends]
+    assert terminated.any() and (~terminated).any()
+    train, _ = card_tasks(store.card)
+    tasks = store.columns["task_id"][ends]
+    doors = np.array([train[t]["door"] for t in tasks])
+    finals = store.final_observations
+    assert np.all(finals[terminated, 2] == 1) and np.all(finals[terminated, :2] == doors[terminated])
+    assert np.all(store.episode_lengths[~terminated] == 50)
+    np.testing.assert_array_equal(store.episode_returns()[terminated], 2.0)
+
+
+@pytest.mark.parametrize("name,algo", [("bandit", "ucb"), ("bandit", "thompson"), ("bandit-gaussian", "ucb"), ("bandit-gaussian", "thompson"), ("bandit-gaussian", "ad-epsilon")])
+def test_bandit_histories_are_one_pull_episodes_that_learn(name, algo):
+    store, summary = _run(name, algo=algo, tasks=12, held_out=2, episodes=200)
+    assert np.all(store.episode_lengths == 1) and store.terminations.all() and not store.truncations.any()
+    train, _ = card_tasks(store.card)
+    best = np.array([np.argmax(train[t]["means"]) for t in store.columns["task_id"]])
+    np.testing.assert_array_equal(store.columns["optimal_action"], best)
+    assert summary["histories_improved"] >= 0.8 * summary["histories"]
+    assert summary["last_optimal_action_rate"] > summary["first_optimal_action_rate"] + 0.1
+
+
+def test_ucb_pulls_every_arm_once_first():
+    store, _ = _run("bandit", algo="ucb", tasks=3, held_out=1, episodes=20)
+    first = store.actions[store.columns["history_id"] == 0][:10]
+    np.testing.assert_array_equal(first, np.arange(10))
+
+
+def test_q_learning_histories_learn_towards_the_optimum():
+    store, summary = _run("darkroom", tasks=6, held_out=1, histories_per_task=2, episodes=150)
+    assert summary["histories_improved"] == summary["histories"] == 10
+    assert summary["first_fraction_of_optimal"] < 0.2 < 0.8 < summary["last_fraction_of_optimal"]
+    assert summary["last_optimal_action_rate"] > summary["first_optimal_action_rate"]
+
+
+def test_same_recipe_and_seed_give_identical_data_and_another_seed_does_not(tmp_path):
+    params = {"algo": "q-learning", "tasks": 5, "held_out": 1, "histories_per_task": 2, "episodes": 50, "allow_unlearned": True}
+    a = load_native(generate("keydoor", params, 3, tmp_path / "a.h5", quiet=True))
+    b = load_native(generate("keydoor", params, 3, tmp_path / "b.h5", quiet=True))
+    c = load_native(generate("keydoor", params, 4, tmp_path / "c.h5", quiet=True))
+    assert a.content_sha256() == b.content_sha256() != c.content_sha256()
+    assert a.card == b.card
+
+
+def test_histories_that_never_learn_are_refused_unless_allowed(tmp_path, capsys):
+    params = {"tasks": 4, "held_out": 1, "episodes": 40, "hyperparameters": {"epsilon_end": 1.0}}  # never stops acting at random
+    with pytest.raises(OffbenchError, match="learning histories improved.*--allow-unlearned"):
+        generate("darkroom", dict(params), 0, tmp_path / "d.h5", quiet=True)
+    assert not list(tmp_path.iterdir())
+    path = generate("darkroom", {**params, "allow_unlearned": True}, 0, tmp_path / "d.h5", quiet=True)
+    assert "did not improve" in capsys.readouterr().err
+    learning = load_native(path).card["learning"]
+    assert learning["histories_improved"] < learning["histories"] and learning["unimproved_history_ids"]
+
+
+@pytest.mark.parametrize(
+    "params,message",
+    [
+        ({"tasks": 0, "held_out": 0}, "tasks must be at least 1"),
+        ({"tasks": 3, "held_out": 3}, "held-out"),
+        ({"tasks": 3, "held_out": 5}, "held-out"),
+        ({"tasks": 3, "held_out": 1, "episodes": -5}, "episodes must be at least 1"),
+        ({"tasks": 3, "held_out": 1, "histories_per_task": 0}, "histories-per-task"),
+        ({"tasks": 3, "held_out": 1, "algo": "ucb"}, "unknown algorithm 'ucb' for darkroom"),
+        ({"tasks": 82, "held_out": 1}, "81 distinct tasks"),
+        ({"tasks": 3, "held_out": 1, "variant": "adversarial"}, "unknown variant"),
+        ({"tasks": 3, "held_out": 1, "hyperparameters": {"alpha": 1}}, "unknown hyper-parameter"),
+        ({"tasks": "3", "held_out": 1}, "tasks must be an integer"),
+        ({"tasks": 3, "held_out": 1, "epsiodes": 3}, "unknown recipe parameter"),
+    ],
+)
+def test_bad_recipes_fail_with_one_line_before_any_work(tmp_path, params, message):
+    with pytest.raises(OffbenchError, match=message) as info:
+        generate("darkroom", params, 0, tmp_path / "x.h5", quiet=True)
+    assert "\n" not in str(info.value)
+    assert not list(tmp_path.iterdir())
+
+
+def test_every_recipe_card_validates_and_the_small_ones_generate(isolated_home):
+    from offbench.data.cards import all_cards
+
+    cards = {c.id: c for c in all_cards().values() if c.kind == "learning-history"}
+    assert {f"{name}-small" for name in BENCHMARKS} <= set(cards) and set(BENCHMARKS) <= set(cards)
+    for card in cards.values():
+        recipe = card.source["recipe"]
+        HistoryRecipe.from_params(recipe["generator"], recipe["params"])
+        assert card.env["id"] == BENCHMARKS[recipe["generator"]].env_id and card.env["suite"] == "offbench"
+    store = offbench.load("darkroom-small")
+    assert card_tasks(cards["darkroom-small"]) == card_tasks(store.card)  # recipe card and generated card agree
+    assert store.num_transitions == 8 * 2 * 200 * 20
+    assert store.card["learning"]["histories_improved"] == store.card["learning"]["histories"]
+    assert (isolated_home / "data" / "darkroom-small" / "data.h5").is_file()
+
+
+def test_cli_generates_registers_and_is_reproducible(run_cli, isolated_home, tmp_path):
+    args = ["generate", "darkroom", "--tasks", "4", "--held-out", "1", "--histories-per-task", "2", "--episodes", "120", "-q"]
+    proc = run_cli(*args, check=True)
+    dataset_id = "generated/darkroom-q-learning-t4-ho1-h2-e120-s0"
+    assert f"registered as {dataset_id}" in proc.stdout
+    assert (isolated_home / "datasets" / f"{dataset_id}.toml").is_file()
+    info = run_cli("info", dataset_id, check=True)
+    assert "720" in info.stdout and "14,400" in info.stdout  # 3 training tasks x 2 histories x 120 episodes x 20 steps
+    first = load_native(isolated_home / "data" / dataset_id / "data.h5").content_sha256()
+    run_cli(*args, "--out", tmp_path / "out", check=True)
+    assert load_native(tmp_path / "out" / "data.h5").content_sha256() == first
+    assert (tmp_path / "out" / "card.toml").is_file()
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["darkroom", "--tasks", "0"], "tasks must be at least 1"),
+        (["darkroom", "--tasks", "3", "--held-out", "4"], "held-out"),
+        (["keydoor", "--tasks", "3", "--episodes", "-2"], "episodes must be at least 1"),
+        (["bandit", "--tasks", "3", "--algo", "q-learning"], "unknown algorithm 'q-learning' for bandit"),
+        (["keydoor", "--tasks", "3", "--variant", "uniform"], "No such option: --variant"),
+        (["keydoor"], "Missing option '--tasks'"),
+    ],
+)
+def test_cli_bad_input_is_one_line_exit_2_and_writes_nothing(run_cli, isolated_home, args, message):
+    proc = run_cli("generate", *args)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not isolated_home.exists() or not any(p.is_file() for p in isolated_home.rglob("*"))
+
+
+def test_many_histories_run_in_seeded_chunks_and_join_in_order():
+    params = {"algo": "thompson", "tasks": 301, "held_out": 1, "histories_per_task": 2, "episodes": 8}  # 600 histories: 3 chunks
+    a, _ = run_histories(HistoryRecipe.from_params("bandit", params), 5)
+    b, _ = run_histories(HistoryRecipe.from_params("bandit", params), 5)
+    assert a.content_sha256() == b.content_sha256()
+    np.testing.assert_array_equal(a.columns["history_id"], np.repeat(np.arange(600), 8))
+    np.testing.assert_array_equal(a.columns["task_id"], np.repeat(np.arange(300), 16))
+    np.testing.assert_array_equal(a.columns["episode_in_history"], np.tile(np.arange(8), 600))
+    train, _ = card_tasks(a.card)
+    best = np.array([np.argmax(t["means"]) for t in train])
+    np.testing.assert_array_equal(a.columns["optimal_action"], best[a.columns["task_id"]])

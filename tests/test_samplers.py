@@ -1,0 +1,293 @@
+"""Samplers on hand-built datasets whose every batch entry can be checked against a brute-force answer."""
+
+import io
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import make_store
+from offbench.data.samplers import SAMPLERS, make_sampler, normalisation, returns_to_go
+from offbench.data.store import load_native
+from offbench.errors import OffbenchError
+
+
+def find_rows(haystack: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Index of each row of `rows` in `haystack` (rows are random floats, so matches are unique)."""
+    flat = haystack.reshape(len(haystack), -1)
+    return np.array([int(np.flatnonzero((flat == r).all(axis=1))[0]) for r in rows.reshape(len(rows), -1)])
+
+
+def history_store():
+    """Two learning histories: history 0 = episodes of lengths 3, 4, 2; history 1 = episodes 5, 3."""
+    lengths = (3, 4, 2, 5, 3)
+    histories = iter([0, 0, 0, 1, 1])
+    tasks = iter([7, 7, 7, 9, 9])
+    return make_store(
+        episode_lengths=lengths,
+        terminal_last=(False, True, False, True, False),
+        history_id=lambda n, h=histories: np.full(n, next(h), np.int64),
+        task_id=lambda n, t=tasks: np.full(n, next(t), np.int64),
+    )
+
+
+def test_registry_has_every_kind():
+    assert set(SAMPLERS) == {"transitions", "segments", "ad_windows", "dpt"}
+
+
+# ----------------------------------------------------------------------------- transitions
+
+
+def test_transitions_next_obs_at_episode_end_is_final_observation_and_timeout_not_terminal():
+    store = make_store()  # lengths 3, 5, 2; episode 1 ends by truncation
+    batch = make_sampler("transitions", store, batch_size=400, seed=0).sample()
+    obs = batch["observations"].numpy()
+    index = find_rows(np.asarray(store.observations), obs)
+    assert set(index) == set(range(10))  # every step is reachable
+    expected_next = store.next_observations(index)
+    np.testing.assert_array_equal(batch["next_observations"].numpy(), expected_next)
+    for i, row in zip(index, batch["next_observations"].numpy()):
+        if i in (2, 7, 9):  # last steps: s' is the stored final observation
+            np.testing.assert_array_equal(row, store.final_observations[[2, 7, 9].index(i)])
+    np.testing.assert_array_equal(batch["actions"].numpy(), store.actions[index])
+    np.testing.assert_array_equal(batch["rewards"].numpy(), store.rewards[index])
+    terminals = batch["terminals"].numpy()
+    assert terminals.dtype == np.float32
+    assert set(index[terminals == 1.0]) == {2, 9}  # step 7 is a timeout: not terminal
+    assert "task_ids" not in batch
+
+
+def test_transitions_task_ids_and_discrete_actions():
+    store = make_store(task_id=lambda n: np.full(n, n, np.int32))  # task = episode length
+    store.actions = np.arange(10, dtype=np.int64) % 3
+    batch = make_sampler("transitions", store, batch_size=50, seed=1).sample()
+    index = find_rows(np.asarray(store.observations), batch["observations"].numpy())
+    assert batch["actions"].dtype == torch.int64 and batch["actions"].shape == (50,)
+    np.testing.assert_array_equal(batch["actions"].numpy(), index % 3)
+    assert batch["task_ids"].dtype == torch.int64
+    np.testing.assert_array_equal(batch["task_ids"].numpy(), store.columns["task_id"][index])
+
+
+# ----------------------------------------------------------------------------- segments
+
+
+def brute_force_rtg(store):
+    out = []
+    for e in range(store.num_episodes):
+        r = store.episode(e)["rewards"].astype(np.float64)
+        out += [sum(r[t:]) for t in range(len(r))]
+    return np.array(out)
+
+
+def test_returns_to_go_match_brute_force():
+    store = make_store(episode_lengths=(3, 1, 6, 2), terminal_last=(True, True, False, True))
+    np.testing.assert_allclose(returns_to_go(store.rewards, store.episode_starts), brute_force_rtg(store), rtol=1e-12, atol=1e-12)
+
+
+def test_segments_left_padding_mask_timesteps_and_rtg():
+    store = make_store(episode_lengths=(3, 5, 2), terminal_last=(True, False, True))
+    K = 4
+    batch = make_sampler("segments", store, batch_size=300, seed=0, segment_length=K, reward_scale=0.5).sample()
+    shapes = {k: tuple(v.shape) for k, v in batch.items()}
+    assert shapes == {"observations": (300, K, 4), "actions": (300, K, 2), "rewards": (300, K), "returns_to_go": (300, K),
+                      "timesteps": (300, K), "mask": (300, K)}
+    assert batch["mask"].dtype == torch.bool and batch["timesteps"].dtype == torch.int64
+    rtg = brute_force_rtg(store)
+    all_obs = np.asarray(store.observations)
+    seen_last = set()
+    for b in range(300):
+        mask = batch["mask"][b].numpy()
+        real = int(mask.sum())
+        assert mask.tolist() == [False] * (K - real) + [True] * real  # LEFT padding
+        last = find_rows(all_obs, batch["observations"][b, -1:].numpy())[0]
+        seen_last.add(last)
+        e = int(np.searchsorted(store.episode_starts, last, side="right") - 1)
+        first = max(last - K + 1, int(store.episode_starts[e]))
+        steps = np.arange(first, last + 1)
+        assert real == len(steps)
+        np.testing.assert_array_equal(batch["observations"][b, K - real:].numpy(), all_obs[steps])
+        np.testing.assert_array_equal(batch["actions"][b, K - real:].numpy(), store.actions[steps])
+        np.testing.assert_allclose(batch["rewards"][b, K - real:].numpy(), 0.5 * store.rewards[steps], rtol=1e-6)
+        np.testing.assert_allclose(batch["returns_to_go"][b, K - real:].numpy(), 0.5 * rtg[steps], rtol=1e-5, atol=1e-6)
+        assert batch["timesteps"][b, K - real:].tolist() == (steps - store.episode_starts[e]).tolist()
+        for key in ("observations", "actions", "rewards", "returns_to_go", "timesteps"):
+            assert not batch[key][b, : K - real].any()  # padding is zero
+    assert seen_last == set(range(10))  # every step can be the last token of a segment
+
+
+def test_segment_at_episode_start_is_mostly_padding():
+    store = make_store(episode_lengths=(3, 5, 2))
+    batch = make_sampler("segments", store, batch_size=200, seed=3, segment_length=6).sample()
+    starts = batch["mask"].sum(1) == 1  # segments whose last token is an episode's first step
+    assert starts.any()
+    assert (batch["timesteps"][starts, -1] == 0).all()
+    firsts = np.asarray(store.observations)[store.episode_starts[:-1]]
+    for row in batch["observations"][starts, -1].numpy():
+        assert (firsts == row).all(axis=1).any()
+
+
+def test_segments_sample_by_episode_is_uniform_over_episodes():
+    store = make_store(episode_lengths=(1, 9), terminal_last=(True, True))
+    sampler = make_sampler("segments", store, batch_size=4000, seed=0, segment_length=2, sample_by="episode")
+    batch = sampler.sample()
+    short_episode = (batch["mask"].sum(1) == 1) & (batch["timesteps"][:, -1] == 0)
+    # episode 0 has 1 step (always a lone token); episode 1 yields a lone token only at its first step
+    share_ep0 = float(short_episode.float().mean()) - 0.5 / 9
+    assert abs(share_ep0 - 0.5) < 0.05
+    by_step = make_sampler("segments", store, batch_size=4000, seed=0, segment_length=2).sample()
+    assert abs(float(((by_step["mask"].sum(1) == 1)).float().mean()) - 0.2) < 0.03  # 2 of 10 steps
+
+
+def test_segments_task_ids_and_normalisation():
+    store = history_store()
+    norm = normalisation(store)
+    all_obs = np.asarray(store.observations, np.float64)
+    np.testing.assert_allclose(norm.mean, all_obs.mean(0), rtol=1e-5)
+    np.testing.assert_allclose(norm.std, all_obs.std(0) + 1e-3, rtol=1e-5)
+    batch = make_sampler("segments", store, batch_size=64, seed=0, segment_length=3, normalise=norm).sample()
+    raw = make_sampler("segments", store, batch_size=64, seed=0, segment_length=3).sample()
+    mask = raw["mask"].numpy()
+    np.testing.assert_allclose(batch["observations"].numpy()[mask], norm(raw["observations"].numpy()[mask]), rtol=1e-5, atol=1e-6)
+    assert not batch["observations"].numpy()[~mask].any()
+    assert set(batch["task_ids"].tolist()) <= {7, 9} and batch["task_ids"].shape == (64,)
+
+
+# ----------------------------------------------------------------------------- AD windows
+
+
+def test_ad_windows_stay_in_one_history_and_cross_episode_boundaries():
+    store = history_store()  # history 0: steps 0..8, history 1: steps 9..16
+    T = 6
+    batch = make_sampler("ad_windows", store, batch_size=500, seed=0, window_length=T).sample()
+    assert batch["observations"].shape == (500, T, 4) and batch["rewards"].shape == (500, T)
+    hist = store.columns["history_id"]
+    firsts = set()
+    crosses = 0
+    for b in range(500):
+        index = find_rows(np.asarray(store.observations), batch["observations"][b].numpy())
+        np.testing.assert_array_equal(index, np.arange(index[0], index[0] + T))  # consecutive steps
+        assert len(set(hist[index])) == 1  # never mixes histories
+        np.testing.assert_array_equal(batch["actions"][b].numpy(), store.actions[index])
+        np.testing.assert_array_equal(batch["rewards"][b].numpy(), store.rewards[index])
+        assert batch["task_ids"][b] == store.columns["task_id"][index[0]]
+        episodes = np.searchsorted(store.episode_starts, index, side="right") - 1
+        crosses += len(set(episodes)) > 1
+        firsts.add(int(index[0]))
+    assert crosses == 500  # T=6 exceeds every episode here, so every window spans episodes
+    assert firsts == set(range(0, 9 - T + 1)) | set(range(9, 17 - T + 1))  # every valid start reached
+
+
+def test_ad_window_longer_than_a_history_is_a_one_line_error(tmp_path):
+    path = history_store().save(tmp_path / "hist.h5")
+    store = load_native(path)
+    with pytest.raises(OffbenchError, match=r"hist\.h5: window_length 20 is longer than history") as info:
+        make_sampler("ad_windows", store, batch_size=4, seed=0, window_length=20)
+    assert "\n" not in str(info.value)
+    with pytest.raises(OffbenchError, match="history_id"):
+        make_sampler("ad_windows", make_store(), batch_size=4, seed=0, window_length=2)
+
+
+def test_ad_history_split_in_two_runs_is_rejected():
+    ids = iter([0, 1, 0])
+    store = make_store(history_id=lambda n, h=ids: np.full(n, next(h)))
+    with pytest.raises(OffbenchError, match="history_id 0 is split"):
+        make_sampler("ad_windows", store, batch_size=4, seed=0, window_length=2)
+
+
+# ----------------------------------------------------------------------------- DPT
+
+
+def dpt_store():
+    store = history_store()
+    store.columns["optimal_action"] = (np.arange(store.num_transitions) * 7) % 5
+    return store
+
+
+@pytest.mark.parametrize("context", ["window", "random"])
+def test_dpt_labels_match_column_and_context_is_from_the_same_task(context):
+    store = dpt_store()
+    C = 4
+    batch = make_sampler("dpt", store, batch_size=200, seed=0, context_size=C, context=context).sample()
+    assert batch["context_observations"].shape == (200, C, 4) and batch["query_observations"].shape == (200, 4)
+    assert batch["optimal_actions"].dtype == torch.int64
+    all_obs = np.asarray(store.observations)
+    query = find_rows(all_obs, batch["query_observations"].numpy())
+    np.testing.assert_array_equal(batch["optimal_actions"].numpy(), store.columns["optimal_action"][query])
+    hist = store.columns["history_id"]
+    for b in range(200):
+        index = find_rows(all_obs, batch["context_observations"][b].numpy())
+        assert set(hist[index]) == {hist[query[b]]}
+        assert (np.diff(index) >= 0).all()  # time order
+        if context == "window":
+            np.testing.assert_array_equal(index, np.arange(index[0], index[0] + C))
+        np.testing.assert_array_equal(batch["context_next_observations"][b].numpy(), store.next_observations(index))
+        np.testing.assert_array_equal(batch["context_rewards"][b].numpy(), store.rewards[index])
+    assert set(hist[query]) == {0, 1}
+
+
+def test_dpt_needs_label_column():
+    with pytest.raises(OffbenchError, match="optimal_action"):
+        make_sampler("dpt", history_store(), batch_size=4, seed=0, context_size=2)
+
+
+# ----------------------------------------------------------------------------- seeds, resume, options
+
+
+@pytest.mark.parametrize(
+    "kind, opts",
+    [("transitions", {}), ("segments", {"segment_length": 3}), ("ad_windows", {"window_length": 4}), ("dpt", {"context_size": 3})],
+)
+def test_same_seed_same_batches_and_state_dict_resumes_the_stream(kind, opts):
+    store = dpt_store()
+    a = make_sampler(kind, store, 16, seed=5, **opts)
+    b = make_sampler(kind, store, 16, seed=5, **opts)
+    other = make_sampler(kind, store, 16, seed=6, **opts)
+    first_a, first_b = a.sample(), b.sample()
+    for key in first_a:
+        assert torch.equal(first_a[key], first_b[key])
+    assert any(not torch.equal(first_a[k], other.sample()[k]) for k in first_a)
+
+    buffer = io.BytesIO()
+    torch.save(a.state_dict(), buffer)  # a checkpoint holds it; must load without pickles
+    expected = [a.sample() for _ in range(3)]
+    resumed = make_sampler(kind, store, 16, seed=123, **opts)
+    buffer.seek(0)
+    resumed.load_state_dict(torch.load(buffer, weights_only=True))
+    for want in expected:
+        got = resumed.sample()
+        for key in want:
+            assert torch.equal(want[key], got[key])
+
+
+def test_memory_mapped_store_samples_like_in_memory(tmp_path):
+    store = dpt_store()
+    mapped = load_native(store.save(tmp_path / "d.h5"))
+    assert isinstance(mapped.observations, np.memmap)
+    for kind, opts in [("transitions", {}), ("segments", {"segment_length": 5}), ("ad_windows", {"window_length": 3})]:
+        x = make_sampler(kind, store, 32, seed=0, **opts).sample()
+        y = make_sampler(kind, mapped, 32, seed=0, **opts).sample()
+        for key in x:
+            assert torch.equal(x[key], y[key]), (kind, key)
+
+
+def test_segment_longer_than_every_episode_is_padded():
+    store = make_store()
+    batch = make_sampler("segments", store, 32, seed=0, segment_length=50).sample()
+    assert batch["observations"].shape == (32, 50, 4)
+    assert (batch["mask"].sum(1) <= 5).all() and not batch["mask"][:, :45].any()
+
+
+def test_bad_options_are_one_line_errors():
+    store = make_store()
+    with pytest.raises(OffbenchError, match="unknown sampler kind 'nope'"):
+        make_sampler("nope", store, 4, 0)
+    with pytest.raises(OffbenchError, match="has no option window_length"):
+        make_sampler("segments", store, 4, 0, window_length=3)
+    with pytest.raises(OffbenchError, match="needs the option window_length"):
+        make_sampler("ad_windows", store, 4, 0)
+    with pytest.raises(OffbenchError, match="batch_size"):
+        make_sampler("transitions", store, 0, 0)
+    with pytest.raises(OffbenchError, match="sample_by"):
+        make_sampler("segments", store, 4, 0, sample_by="length")
+    with pytest.raises(OffbenchError, match="kind 'transitions', not 'segments'"):
+        make_sampler("segments", store, 4, 0).load_state_dict(make_sampler("transitions", store, 4, 0).state_dict())
