@@ -133,24 +133,29 @@ from offbench.generators.commands import add_history_commands  # noqa: E402
 
 add_history_commands(generate_app)
 
+from offbench.training.commands import evaluate_command, run_app  # noqa: E402
+
+app.add_typer(run_app, name="run")
+app.command("evaluate")(evaluate_command)
+
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: turns OffbenchError into one line on stderr and exit code 2."""
     err = Console(stderr=True)
     try:
-        app(args=argv, standalone_mode=False)
+        code = app(args=argv, standalone_mode=False)  # a typer.Exit(n) comes back as n here
     except OffbenchError as exc:
-        err.print(f"offbench: error: {exc}", highlight=False, soft_wrap=True)
+        err.print(f"offbench: error: {exc}", highlight=False, markup=False, soft_wrap=True)
         sys.exit(2)
     except click.exceptions.UsageError as exc:
-        err.print(f"offbench: error: {exc.format_message()}", highlight=False, soft_wrap=True)
+        err.print(f"offbench: error: {exc.format_message()}", highlight=False, markup=False, soft_wrap=True)
         sys.exit(2)
     except click.exceptions.Abort:
         err.print("offbench: aborted")
         sys.exit(1)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
-    sys.exit(0)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,13 @@ A baseline module (one file, CORL-style) defines a config dataclass and a class 
     update(batch) -> dict[str, float]          one gradient step; returns losses to log
     policy(**eval_options) -> Policy           a fresh, stateful policy for a batch of evaluation envs
     state_dict() / load_state_dict(state)      everything needed to resume (networks and optimisers)
+
+Optional, read by the trainer when present:
+
+    action_kinds: tuple[str, ...]              ("continuous", "discrete") by default; a dataset of
+                                               another kind is refused before training
+    sampler_options() -> dict                  extra keyword arguments for make_sampler (e.g. segment_length)
+    Config.target_returns                      return-conditioned baselines (DT) are evaluated once per target
 """
 
 from __future__ import annotations
@@ -32,10 +39,11 @@ class DatasetSpec:
     discrete: bool
     max_episode_length: int
     num_tasks: int = 1
-    # Dataset statistics some baselines normalise with (CORL normalises observations with the dataset's
-    # mean and std, and IQL scales rewards by the range of episode returns). None where not computed.
-    observation_mean: np.ndarray | None = field(default=None, compare=False, repr=False)
-    observation_std: np.ndarray | None = field(default=None, compare=False, repr=False)
+    # Per-dimension observation mean and std over the dataset (no epsilon added), for baselines that
+    # normalise states as CORL does: (obs - mean) / (std + eps), eps chosen by the baseline.
+    observation_mean: np.ndarray | None = field(default=None, compare=False)
+    observation_std: np.ndarray | None = field(default=None, compare=False)
+    # (min, max) of the episode returns, for baselines that scale rewards by it (IQL, CQL: normalize_reward)
     return_range: tuple[float, float] | None = None
 
     @classmethod
@@ -44,10 +52,7 @@ class DatasetSpec:
         discrete = isinstance(space, gym.spaces.Discrete)
         action_dim = int(space.n) if discrete else int(np.prod(space.shape))
         num_tasks = int(np.max(store.columns["task_id"])) + 1 if "task_id" in store.columns else 1
-        mean = std = None
-        if store.observations.ndim == 2 and store.observations.dtype.kind in "fiub":  # flat vectors only
-            mean = np.mean(store.observations, axis=0, dtype=np.float64).astype(np.float32)
-            std = np.std(store.observations, axis=0, dtype=np.float64).astype(np.float32)
+        mean, std = observation_statistics(store.observations)
         returns = store.episode_returns()
         return cls(
             observation_space=store.observation_space,
@@ -61,6 +66,19 @@ class DatasetSpec:
             observation_std=std,
             return_range=(float(returns.min()), float(returns.max())),
         )
+
+
+def observation_statistics(observations: np.ndarray, chunk: int = 65_536) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and std per observation dimension, in float64 chunks (memory-mapped data is never copied whole)."""
+    total = np.zeros(observations.shape[1:], dtype=np.float64)
+    squares = np.zeros_like(total)
+    for lo in range(0, len(observations), chunk):
+        block = np.asarray(observations[lo : lo + chunk], dtype=np.float64)
+        total += block.sum(axis=0)
+        squares += np.square(block).sum(axis=0)
+    mean = total / len(observations)
+    std = np.sqrt(np.maximum(squares / len(observations) - np.square(mean), 0.0))
+    return mean.astype(np.float32), std.astype(np.float32)
 
 
 @runtime_checkable

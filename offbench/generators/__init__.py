@@ -22,7 +22,7 @@ Generator = Callable[[dict[str, Any], int, Path, bool], Path]
 GENERATORS: dict[str, Generator] = {}
 
 # Modules that register generators when imported (kept lazy: some need optional extras).
-_GENERATOR_MODULES: list[str] = ["offbench.generators.histories"]
+_GENERATOR_MODULES: list[str] = ["offbench.generators.histories", "offbench.generators.pendulum"]
 
 
 def register_generator(name: str) -> Callable[[Generator], Generator]:

@@ -1,0 +1,80 @@
+"""Behaviour cloning: an MLP actor regressed onto the dataset's actions (the reference row of every table).
+
+Reference: CORL, algorithms/offline/any_percent_bc.py (Actor 2 x 256 ReLU + tanh * max_action, Adam
+3e-4, batch 256, MSE, states normalised with eps 1e-3), trained on all the data (CORL's "BC"; its
+"BC-10%" keeps only the best trajectories and is not offered here). Discrete actions: the same MLP
+gives logits, trained with cross-entropy, acting greedily.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from offbench.baselines.base import DatasetSpec
+from offbench.baselines.nets import BoundedActions, FeedForwardPolicy, ObservationNormalizer, flat_observation_dim, mlp
+
+
+@dataclass
+class BCConfig:
+    hidden_dim: int = 256
+    num_layers: int = 2
+    learning_rate: float = 3e-4
+    normalize_observations: bool = True
+
+
+class Actor(nn.Module):
+    def __init__(self, config: BCConfig, spec: DatasetSpec):
+        super().__init__()
+        self.normalize = ObservationNormalizer(spec, eps=1e-3, enabled=config.normalize_observations)
+        self.net = mlp(flat_observation_dim(spec), config.hidden_dim, config.num_layers, spec.action_dim)
+        self.bound = nn.Identity() if spec.discrete else BoundedActions(spec)
+
+    def forward(self, observations: torch.Tensor) -> torch.Tensor:
+        """Actions (continuous) or logits (discrete)."""
+        return self.bound(self.net(self.normalize(observations)))
+
+
+class BC:
+    name = "bc"
+    Config = BCConfig
+    sampler = "transitions"
+    action_kinds = ("continuous", "discrete")
+
+    def __init__(self, config: BCConfig, spec: DatasetSpec, device: str | torch.device = "cpu"):
+        self.config, self.spec, self.device = config, spec, torch.device(device)
+        self.actor = Actor(config, spec).to(self.device)
+        self.optimizer = torch.optim.Adam(self.actor.parameters(), lr=config.learning_rate)
+
+    def loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        output = self.actor(batch["observations"])
+        if self.spec.discrete:
+            return F.cross_entropy(output, batch["actions"].long())
+        return F.mse_loss(output, batch["actions"].reshape(output.shape))
+
+    def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+        self.actor.train()
+        loss = self.loss(batch)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        return {"actor_loss": loss.item()}
+
+    def act(self, observations: torch.Tensor) -> torch.Tensor:
+        self.actor.eval()
+        output = self.actor(observations)
+        return output.argmax(dim=-1) if self.spec.discrete else output
+
+    def policy(self) -> FeedForwardPolicy:
+        return FeedForwardPolicy(self.act, self.spec, self.device)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"actor": self.actor.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.actor.load_state_dict(state["actor"])
+        self.optimizer.load_state_dict(state["optimizer"])

@@ -1,0 +1,204 @@
+"""Decision Transformer (Chen et al. 2021): a causal GPT over (return-to-go, state, action) tokens that
+predicts each action from its state token; at evaluation it is conditioned on a target return.
+
+Reference: CORL, algorithms/offline/dt.py and its D4RL configs (the numbers in baselines/dt/*.toml):
+pre-LayerNorm blocks, learned timestep embedding added to every token, LayerNorm + dropout on the
+embedded sequence, tanh action head scaled to the action bounds, MSE on real (unpadded) steps, AdamW
+with linear warm-up, gradient clipping, returns-to-go multiplied by `reward_scale`, states normalised
+with the dataset's mean and std + 1e-6. Discrete actions: actions enter through an embedding table,
+the head gives logits trained with cross-entropy, and the policy acts greedily.
+
+Differences from CORL, on purpose: segments are LEFT-padded (offbench's sampler convention) so the
+attention mask lets every token attend to itself (a padded query would otherwise have no key), and
+the loss averages over real steps only (CORL multiplies by the mask and averages over all).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from offbench.baselines.base import DatasetSpec
+from offbench.baselines.nets import BoundedActions, ObservationNormalizer, flat_observation_dim
+
+
+@dataclass
+class DTConfig:
+    segment_length: int = 20  # K: timesteps per training segment and evaluation context
+    embedding_dim: int = 128
+    num_layers: int = 3
+    num_heads: int = 1
+    embedding_dropout: float = 0.1
+    attention_dropout: float = 0.1
+    residual_dropout: float = 0.1
+    learning_rate: float = 1e-4
+    betas: tuple[float, float] = (0.9, 0.999)
+    weight_decay: float = 1e-4
+    warmup_steps: int = 10_000
+    grad_clip: float = 0.25  # max gradient norm; 0 turns clipping off
+    reward_scale: float = 1e-3  # returns-to-go are multiplied by this before entering the network
+    target_returns: tuple[float, ...] = ()  # evaluation targets (raw return); empty: the dataset's best episode return
+
+
+class Block(nn.Module):
+    """Pre-LayerNorm transformer block; `allowed` (B, 1, L, L) says which keys each query may see."""
+
+    def __init__(self, config: DTConfig):
+        super().__init__()
+        dim = config.embedding_dim
+        self.num_heads, self.attention_dropout = config.num_heads, config.attention_dropout
+        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.drop = nn.Dropout(config.residual_dropout)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim), nn.Dropout(config.residual_dropout))
+
+    def forward(self, x: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+        batch, length, dim = x.shape
+        q, k, v = self.qkv(self.norm1(x)).view(batch, length, 3, self.num_heads, dim // self.num_heads).unbind(dim=2)
+        attended = F.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+            attn_mask=allowed, dropout_p=self.attention_dropout if self.training else 0.0,
+        )
+        x = x + self.drop(self.proj(attended.transpose(1, 2).reshape(batch, length, dim)))
+        return x + self.mlp(self.norm2(x))
+
+
+class DecisionTransformerModel(nn.Module):
+    def __init__(self, config: DTConfig, spec: DatasetSpec):
+        super().__init__()
+        dim, self.discrete = config.embedding_dim, spec.discrete
+        if dim % config.num_heads:
+            raise ValueError(f"embedding_dim ({dim}) must be divisible by num_heads ({config.num_heads})")
+        self.max_timestep = spec.max_episode_length
+        self.normalize = ObservationNormalizer(spec, eps=1e-6)
+        self.timestep_embedding = nn.Embedding(self.max_timestep, dim)
+        self.state_embedding = nn.Linear(flat_observation_dim(spec), dim)
+        self.action_embedding = nn.Embedding(spec.action_dim, dim) if spec.discrete else nn.Linear(spec.action_dim, dim)
+        self.return_embedding = nn.Linear(1, dim)
+        self.embedding_norm, self.output_norm = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.embedding_dropout = nn.Dropout(config.embedding_dropout)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.num_layers))
+        self.action_head = nn.Linear(dim, spec.action_dim)
+        self.bound = nn.Identity() if spec.discrete else BoundedActions(spec)
+        self.apply(self._init_weights)
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:  # GPT-2 / CORL initialisation
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    def forward(self, observations, actions, returns_to_go, timesteps, mask) -> torch.Tensor:
+        """(B, K, ...) inputs, returns-to-go already scaled -> action predictions (B, K, A) or logits."""
+        batch, k = mask.shape
+        time = self.timestep_embedding(timesteps.clamp(0, self.max_timestep - 1))
+        states = self.state_embedding(self.normalize(observations)) + time
+        acts = self.action_embedding(actions.long() if self.discrete else actions.reshape(batch, k, -1)) + time
+        returns = self.return_embedding(returns_to_go.unsqueeze(-1)) + time
+        tokens = torch.stack([returns, states, acts], dim=2).reshape(batch, 3 * k, -1)  # R1 s1 a1 R2 s2 a2 ...
+        real = mask.repeat_interleave(3, dim=1)
+        causal = torch.ones(3 * k, 3 * k, dtype=torch.bool, device=mask.device).tril()
+        eye = torch.eye(3 * k, dtype=torch.bool, device=mask.device)
+        allowed = (causal & (real[:, None, :] | eye)).unsqueeze(1)
+        x = self.embedding_dropout(self.embedding_norm(tokens))
+        for block in self.blocks:
+            x = block(x, allowed)
+        return self.bound(self.action_head(self.output_norm(x)[:, 1::3]))  # predict a_t from the s_t token
+
+
+class DecisionTransformer:
+    name = "dt"
+    Config = DTConfig
+    sampler = "segments"
+    action_kinds = ("continuous", "discrete")
+
+    def __init__(self, config: DTConfig, spec: DatasetSpec, device: str | torch.device = "cpu"):
+        self.config, self.spec, self.device = config, spec, torch.device(device)
+        self.model = DecisionTransformerModel(config, spec).to(self.device)
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay, betas=tuple(config.betas)
+        )
+        warmup = max(1, config.warmup_steps)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda step: min((step + 1) / warmup, 1.0))
+
+    def sampler_options(self) -> dict[str, Any]:
+        return {"segment_length": self.config.segment_length}
+
+    def loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        mask = batch["mask"]
+        predicted = self.model(
+            batch["observations"], batch["actions"], batch["returns_to_go"] * self.config.reward_scale, batch["timesteps"], mask
+        )
+        if self.spec.discrete:
+            return F.cross_entropy(predicted[mask], batch["actions"][mask].long())
+        return F.mse_loss(predicted[mask], batch["actions"].reshape(predicted.shape)[mask])
+
+    def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+        self.model.train()
+        loss = self.loss(batch)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.config.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+        self.optimizer.step()
+        self.scheduler.step()
+        return {"action_loss": loss.item(), "learning_rate": self.scheduler.get_last_lr()[0]}
+
+    def policy(self, target_return: float) -> DTPolicy:
+        return DTPolicy(self, target_return)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+
+
+class DTPolicy:
+    """Acts in N environments at once, keeping each one's last K (R, s, a) steps, left-padded like training."""
+
+    def __init__(self, dt: DecisionTransformer, target_return: float):
+        self.dt, self.target_return = dt, float(target_return)
+
+    def reset(self, num_envs: int) -> None:
+        k, spec, device = self.dt.config.segment_length, self.dt.spec, self.dt.device
+        action_shape = () if spec.discrete else (spec.action_dim,)
+        self.observations = torch.zeros(num_envs, k, *spec.observation_shape, device=device)
+        self.actions = torch.zeros(num_envs, k, *action_shape, dtype=torch.long if spec.discrete else torch.float32, device=device)
+        self.returns_to_go = torch.zeros(num_envs, k, device=device)
+        self.timesteps = torch.zeros(num_envs, k, dtype=torch.long, device=device)
+        self.mask = torch.zeros(num_envs, k, dtype=torch.bool, device=device)
+        self.remaining = torch.full((num_envs,), self.target_return, device=device)  # raw return still to collect
+        self.step = torch.zeros(num_envs, dtype=torch.long, device=device)
+
+    @torch.no_grad()
+    def act(self, observations: np.ndarray) -> np.ndarray:
+        for buffer in (self.observations, self.actions, self.returns_to_go, self.timesteps, self.mask):
+            buffer.copy_(buffer.roll(-1, dims=1))  # drop the oldest step; the newest goes last
+        self.observations[:, -1] = torch.tensor(np.asarray(observations), dtype=torch.float32, device=self.dt.device)
+        self.actions[:, -1] = 0  # placeholder: the state token that predicts it comes first, so it is never seen
+        self.returns_to_go[:, -1] = self.remaining
+        self.timesteps[:, -1] = self.step
+        self.mask[:, -1] = True
+        self.dt.model.eval()
+        output = self.dt.model(
+            self.observations, self.actions, self.returns_to_go * self.dt.config.reward_scale, self.timesteps, self.mask
+        )[:, -1]
+        action = output.argmax(dim=-1) if self.dt.spec.discrete else output
+        self.actions[:, -1] = action
+        if self.dt.spec.discrete:
+            return action.cpu().numpy().astype(np.int64)
+        space = self.dt.spec.action_space
+        return action.cpu().numpy().reshape(len(action), *space.shape).astype(space.dtype)
+
+    def observe(self, rewards: np.ndarray, dones: np.ndarray) -> None:
+        self.remaining -= torch.tensor(np.asarray(rewards), dtype=torch.float32, device=self.dt.device)
+        self.step += 1

@@ -1,0 +1,1 @@
+"""Evaluation protocols: policy rollouts in a dataset's environment, scored as the card defines."""

@@ -1,0 +1,1 @@
+"""Tracked runs: the run directory (docs/run-directory.md) and logger back-ends."""

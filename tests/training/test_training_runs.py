@@ -1,0 +1,198 @@
+"""`offbench run baseline` end to end on real data in subprocesses: the run directory contract, identical
+numbers for the same seed, SIGKILL + --resume ending exactly like an uninterrupted run, re-evaluation,
+and one-line errors for bad input before anything trains."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from training_helpers import CONFIGS, offbench_command
+from offbench.baselines import get_baseline
+from offbench.errors import OffbenchError
+
+CONTRACT_FILES = {"run.json", "metrics.jsonl", "evaluations.jsonl", "summary.json", "checkpoints"}
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def losses(run_dir: Path) -> list[dict]:
+    """metrics.jsonl without wall-clock times (the only field allowed to differ between identical runs)."""
+    return [{k: v for k, v in line.items() if k != "time_s"} for line in read_jsonl(run_dir / "metrics.jsonl")]
+
+
+def test_dt_run_writes_the_run_directory_contract(pendulum, cli, tmp_path):
+    code, out, err = cli("run", "baseline", "dt", "--dataset", "pendulum-scripted", "--config", CONFIGS / "dt-tiny.toml",
+                         "--seed", "3", "--out", tmp_path, "--name", "dt-run")
+    assert code == 0, err
+    assert "final normalized_score" in out
+    run_dir = tmp_path / "dt-run"
+    assert {p.name for p in run_dir.iterdir()} == CONTRACT_FILES
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["schema"] == 1 and run["run_id"] == "dt-run" and run["baseline"] == "dt" and run["seed"] == 3
+    assert run["dataset"]["id"] == "pendulum-scripted" and run["dataset"]["content_sha256"] == pendulum.content_sha256()
+    assert run["config"]["steps"] == 50 and run["config"]["embedding_dim"] == 16 and run["config"]["reward_scale"] == 1e-2
+    assert run["config_sources"][0].endswith("baselines/dt/pendulum-scripted.toml") and run["config_sources"][1].endswith("dt-tiny.toml")
+    assert run["evaluation"]["target_returns"] == [-140.0, -700.0] and run["evaluation"]["episodes"] == 2
+    assert run["evaluation"]["env"] == {"suite": "gymnasium", "id": "Pendulum-v1"}
+    assert set(run["code"]) == {"version", "git_commit", "git_dirty"} and run["env"]["device"] == "cpu"
+    metrics = read_jsonl(run_dir / "metrics.jsonl")
+    assert [m["step"] for m in metrics] == [10, 20, 30, 40, 50] and all(np.isfinite(m["action_loss"]) for m in metrics)
+    evaluations = read_jsonl(run_dir / "evaluations.jsonl")
+    assert [(e["step"], e["target_return"]) for e in evaluations] == [(25, -140.0), (25, -700.0), (50, -140.0), (50, -700.0)]
+    for e in evaluations:
+        assert len(e["returns"]) == 2 and e["lengths"] == [200, 200] and e["success_rate"] is None
+        assert e["normalized_score"] == pytest.approx(100 * (e["mean_return"] + 1207.555223) / (-143.595898 + 1207.555223))
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["steps"] == 50 and summary["score_metric"] == "normalized_score"
+    assert summary["final"] == {k: evaluations[2][k] for k in ("step", "mean_return", "normalized_score", "success_rate", "target_return")}
+    assert summary["best"]["normalized_score"] == max(evaluations[0]["normalized_score"], evaluations[2]["normalized_score"])
+    checkpoint = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
+    assert checkpoint["step"] == 50
+
+    code, _, err = cli("run", "baseline", "dt", "--dataset", "pendulum-scripted", "--out", tmp_path, "--name", "dt-run")
+    assert code == 2 and "run directory already exists" in err and len(err.strip().splitlines()) == 1
+    assert json.loads((run_dir / "run.json").read_text()) == run  # untouched
+
+    code, out, err = cli("evaluate", run_dir, "--episodes", "2")
+    assert code == 0, err
+    row = next(line.split() for line in out.splitlines() if line.split()[:2] == ["50", "-140"])
+    assert float(row[3]) == pytest.approx(evaluations[2]["mean_return"], abs=0.01)  # same checkpoint, same seeds
+
+
+def test_same_seed_same_numbers_other_seed_other_numbers(pendulum, cli, tmp_path):
+    for name, seed in (("a", 1), ("b", 1), ("c", 2)):  # DT: dropout draws from torch's RNG every update
+        code, _, err = cli("run", "baseline", "dt", "--dataset", "pendulum-scripted", "--config", CONFIGS / "dt-tiny.toml",
+                           "--seed", seed, "--out", tmp_path, "--name", name)
+        assert code == 0, err
+    assert losses(tmp_path / "a") == losses(tmp_path / "b")
+    assert (tmp_path / "a" / "evaluations.jsonl").read_text() == (tmp_path / "b" / "evaluations.jsonl").read_text()
+    assert losses(tmp_path / "a") != losses(tmp_path / "c")
+
+
+def test_interrupted_dt_resumes_to_the_same_numbers(pendulum, cli, tmp_path, monkeypatch):
+    """Ctrl-C between checkpoints (step 37 of 50, checkpoint at 25): resuming restores the LR schedule,
+    the dropout RNG and the sampler, and truncates what was logged after the checkpoint."""
+    args = ["run", "baseline", "dt", "--dataset", "pendulum-scripted", "--config", CONFIGS / "dt-tiny.toml", "--out", tmp_path]
+    code, _, err = cli(*args, "--name", "whole")
+    assert code == 0, err
+    dt = get_baseline("dt")
+    update, calls = dt.update, []
+
+    def interrupted_update(self, batch):
+        calls.append(1)
+        if len(calls) == 37:
+            raise KeyboardInterrupt
+        return update(self, batch)
+
+    monkeypatch.setattr(dt, "update", interrupted_update)
+    code, out, _ = cli(*args, "--name", "cut")
+    assert code == 130 and "--resume" in out
+    assert [m["step"] for m in losses(tmp_path / "cut")] == [10, 20, 30]
+    monkeypatch.setattr(dt, "update", update)
+    code, _, err = cli("run", "baseline", "dt", "--resume", tmp_path / "cut")
+    assert code == 0, err
+    assert losses(tmp_path / "cut") == losses(tmp_path / "whole")
+    assert (tmp_path / "cut" / "evaluations.jsonl").read_text() == (tmp_path / "whole" / "evaluations.jsonl").read_text()
+
+
+def test_sigkill_then_resume_ends_like_an_uninterrupted_run(pendulum, cli, tmp_path):
+    args = ["run", "baseline", "bc", "--dataset", "pendulum-scripted", "--config", CONFIGS / "bc-tiny.toml", "--out", tmp_path,
+            "--set", "steps=1200", "--set", "log_every=50", "--set", "checkpoint_every=400", "--set", "eval_every=600"]
+    killed = subprocess.Popen(offbench_command(*args, "--name", "killed"), stderr=subprocess.DEVNULL)
+    metrics = tmp_path / "killed" / "metrics.jsonl"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:  # kill after the step-400 checkpoint and the step-600 evaluation
+        if metrics.exists() and any(json.loads(line)["step"] >= 700 for line in metrics.read_text().splitlines()[-3:] if line.endswith("}")):
+            break
+        time.sleep(0.005)
+    killed.send_signal(signal.SIGKILL)
+    assert killed.wait(timeout=30) == -signal.SIGKILL
+    assert not (tmp_path / "killed" / "summary.json").exists(), "the run finished before it could be killed"
+    assert (tmp_path / "killed" / "evaluations.jsonl").read_text()  # written after the checkpoint: must not be duplicated
+
+    code, _, err = cli("run", "baseline", "bc", "--resume", tmp_path / "killed")
+    assert code == 0, err
+    code, _, err = cli(*args, "--name", "whole")
+    assert code == 0, err
+    assert [m["step"] for m in losses(tmp_path / "killed")] == list(range(50, 1201, 50))  # none lost or duplicated
+    assert losses(tmp_path / "killed") == losses(tmp_path / "whole")
+    assert (tmp_path / "killed" / "evaluations.jsonl").read_text() == (tmp_path / "whole" / "evaluations.jsonl").read_text()
+    summaries = [json.loads((tmp_path / name / "summary.json").read_text()) for name in ("killed", "whole")]
+    assert summaries[0]["final"] == summaries[1]["final"] and summaries[0]["best"] == summaries[1]["best"]
+    run = json.loads((tmp_path / "killed" / "run.json").read_text())
+    assert [r["from_step"] for r in run["resumes"]] in ([400], [800])
+
+    code, _, err = cli("run", "baseline", "bc", "--resume", tmp_path / "killed")
+    assert code == 2 and "already completed" in err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--set", "hidden_dim=wide"], "'hidden_dim' must be an integer, got 'wide'"),
+        (["--set", "width=3"], "unknown config key 'width' for baseline 'bc'"),
+        (["--logger", "neptune"], "unknown logger 'neptune'"),
+        (["--device", "cuda:7"] if not torch.cuda.is_available() else ["--device", "tpu"], "--device"),
+    ],
+)
+def test_bad_input_is_one_line_before_anything_is_created(pendulum, cli, tmp_path, args, message):
+    code, _, err = cli("run", "baseline", "bc", "--dataset", "pendulum-scripted", "--out", tmp_path / "runs", *args)
+    assert code == 2 and message in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_action_kind_and_environment_are_checked_before_training(pendulum, monkeypatch):
+    from offbench.baselines.base import DatasetSpec
+    from offbench.data.cards import card_from_dict
+    from offbench.training.trainer import Dataset, check_fit
+
+    class ContinuousOnly:
+        name = "continuous-only"
+        action_kinds = ("continuous",)
+
+    discrete = DatasetSpec(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(4), (3,), 4, True, 10)
+    data = Dataset("toy/discrete", Path("toy.h5"), "offbench", None, None)
+    with pytest.raises(OffbenchError, match=r"toy/discrete: discrete actions .* baseline 'continuous-only' takes only continuous"):
+        check_fit(ContinuousOnly, discrete, data, evaluate=False)
+
+    spec = DatasetSpec.from_store(pendulum)
+    card = card_from_dict({"id": "toy/hopper", "description": "", "format": "offbench", "source": {"recipe": {"generator": "x"}},
+                           "env": {"suite": "gymnasium", "id": "Hopper-v5"}})
+    monkeypatch.setitem(sys.modules, "mujoco", None)  # as if the mujoco extra were not installed
+    with pytest.raises(OffbenchError, match=r"pip install 'offbench\[mujoco\]'"):
+        check_fit(ContinuousOnly, spec, Dataset("toy/hopper", Path("x"), "offbench", pendulum, card), evaluate=True)
+    monkeypatch.delitem(sys.modules, "mujoco")
+    with pytest.raises(OffbenchError, match=r"observation shape \(3,\) differs from Hopper-v5's \(11,\)"):
+        check_fit(ContinuousOnly, spec, Dataset("toy/hopper", Path("x"), "offbench", pendulum, card), evaluate=True)
+
+
+def test_dataset_path_without_card_trains_only_without_evaluation(pendulum, cli, tmp_path):
+    from offbench.data.store import EpisodeStore
+
+    path = tmp_path / "bare.h5"
+    EpisodeStore.from_episodes([pendulum.episode(i) for i in range(4)], observation_space=pendulum.observation_space,
+                               action_space=pendulum.action_space).save(path)
+    args = ["run", "baseline", "bc", "--dataset", path, "--config", CONFIGS / "bc-tiny.toml", "--out", tmp_path / "runs"]
+    code, _, err = cli(*args)
+    assert code == 2 and "no dataset card with an [env]" in err and "eval_episodes=0" in err
+    code, _, err = cli(*args, "--set", "eval_episodes=0", "--name", "bare")
+    assert code == 0, err
+    run_dir = tmp_path / "runs" / "bare"
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["dataset"]["id"] == "bare" and run["dataset"]["path"] == str(path) and run["config_sources"][0].endswith("bc/default.toml")
+    assert (run_dir / "evaluations.jsonl").read_text() == "" and len(losses(run_dir)) == 5
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["final"] is None and summary["score_metric"] == "mean_return"
