@@ -85,8 +85,8 @@ class CQLConfig:
     cql_temp: float = 1.0
     cql_alpha: float = 10.0
     cql_max_target_backup: bool = False
-    cql_clip_diff_min: float = -math.inf
-    cql_clip_diff_max: float = math.inf
+    cql_clip_diff_min: float | None = None  # None: no clipping (CORL's -inf / inf; run.json is strict JSON)
+    cql_clip_diff_max: float | None = None
     # discrete actions (QR-DQN + CQL): 200 quantiles as QR-DQN (Dabney et al. 2018) and the CQL paper's Atari
     # runs; weight 1.0 as d3rlpy's DiscreteCQLConfig.alpha. The rest (lr = critic_lr, tau, ...) is shared.
     n_quantiles: int = 200
@@ -258,7 +258,10 @@ class CQL:
         else:
             ood = torch.cat([q_random, q_data.unsqueeze(-1), q_next, q_current], -1)
         ood_value = torch.logsumexp(ood / cfg.cql_temp, dim=-1) * cfg.cql_temp
-        gap = (ood_value - q_data).clamp(cfg.cql_clip_diff_min, cfg.cql_clip_diff_max).mean(-1)  # per critic
+        diff = ood_value - q_data
+        if cfg.cql_clip_diff_min is not None or cfg.cql_clip_diff_max is not None:
+            diff = diff.clamp(cfg.cql_clip_diff_min, cfg.cql_clip_diff_max)
+        gap = diff.mean(-1)  # per critic
         if cfg.cql_lagrange:
             alpha_prime = self.nets["log_alpha_prime"].value.exp().clamp(0.0, 1e6)
             conservative = alpha_prime.detach() * cfg.cql_alpha * (gap - cfg.cql_target_action_gap)
