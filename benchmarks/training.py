@@ -50,6 +50,7 @@ import offbench  # noqa: E402
 from offbench.baselines import get_baseline  # noqa: E402
 from offbench.baselines.base import DatasetSpec  # noqa: E402
 from offbench.data.samplers import make_sampler  # noqa: E402
+from offbench.training.config import parse_override  # noqa: E402
 
 DATASET = "pendulum-scripted"
 ENV_ID = "Pendulum-v1"
@@ -140,9 +141,15 @@ print(json.dumps({"cpu_s": cpu, "wall_s": wall, "returns": returns}))
 '''
 
 
-def standard_config(algo: str) -> dict[str, Any]:
+def standard_config(algo: str, overrides: list[str]) -> dict[str, Any]:
+    """offbench's standard config for the dataset, with `key=value` overrides (as `offbench run --set`)."""
     values = tomllib.loads((CONFIGS / algo / f"{DATASET}.toml").read_text())
     values.pop("source")
+    for text in overrides:
+        key, value = parse_override(text)
+        if key not in values:
+            raise typer.BadParameter(f"{key} is not a key of baselines/{algo}/{DATASET}.toml")
+        values[key] = value
     return values
 
 
@@ -212,13 +219,15 @@ def main(
     cql_steps: int = typer.Option(200, help="CQL updates per run."),
     episodes: int = typer.Option(5, help="Evaluation episodes per run."),
     threads: int = typer.Option(1, help="torch threads, the same for both libraries."),
+    dt_set: list[str] = typer.Option([], "--dt-set", help="KEY=VALUE over DT's standard config (repeatable)."),
+    cql_set: list[str] = typer.Option([], "--cql-set", help="KEY=VALUE over CQL's standard config (repeatable)."),
 ) -> None:
     torch.set_num_threads(threads)
     store = offbench.load(DATASET)
     spec = DatasetSpec.from_store(store)
     rows = []
     for algo in [a.strip() for a in algos.split(",") if a.strip()]:
-        config = standard_config(algo)
+        config = standard_config(algo, dt_set if algo == "dt" else cql_set)
         settings = d3rlpy_settings(algo, config, spec)
         steps = dt_steps if algo == "dt" else cql_steps
         for seed in range(seeds):
@@ -239,7 +248,8 @@ def main(
         table.loc[(algo, "offbench"), "ratio_cpu"] = table.loc[(algo, "offbench"), "steps_cpu"] / table.loc[(algo, "d3rlpy"), "steps_cpu"]
         table.loc[(algo, "offbench"), "ratio_wall"] = table.loc[(algo, "offbench"), "steps_wall"] / table.loc[(algo, "d3rlpy"), "steps_wall"]
     print(f"{DATASET}: {seeds} seeds, DT {dt_steps} updates, CQL {cql_steps} updates, {episodes} evaluation episodes, "
-          f"{threads} torch thread(s); steps/s = median over seeds, return = mean (std) over seeds")
+          f"{threads} torch thread(s), overrides {list(dt_set) + list(cql_set) or 'none'}; "
+          "steps/s = median over seeds, return = mean (std) over seeds")
     print(table.round(2).to_string())
 
 
