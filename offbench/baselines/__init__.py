@@ -13,6 +13,8 @@ from offbench.errors import OffbenchError
 BASELINES: dict[str, str] = {
     "bc": "offbench.baselines.bc",
     "dt": "offbench.baselines.dt",
+    "cql": "offbench.baselines.cql",
+    "iql": "offbench.baselines.iql",
 }
 
 

@@ -45,6 +45,8 @@ class DatasetSpec:
     # normalise states as CORL does: (obs - mean) / (std + eps), eps chosen by the baseline.
     observation_mean: np.ndarray | None = field(default=None, compare=False)
     observation_std: np.ndarray | None = field(default=None, compare=False)
+    # (min, max) of the episode returns, for baselines that scale rewards by it (IQL, CQL: normalize_reward)
+    return_range: tuple[float, float] | None = None
 
     @classmethod
     def from_store(cls, store) -> DatasetSpec:
@@ -53,6 +55,7 @@ class DatasetSpec:
         action_dim = int(space.n) if discrete else int(np.prod(space.shape))
         num_tasks = int(np.max(store.columns["task_id"])) + 1 if "task_id" in store.columns else 1
         stats = normalisation(store, eps=0.0)
+        returns = store.episode_returns()
         return cls(
             observation_space=store.observation_space,
             action_space=space,
@@ -63,6 +66,7 @@ class DatasetSpec:
             num_tasks=num_tasks,
             observation_mean=stats.mean,
             observation_std=stats.std,
+            return_range=(float(returns.min()), float(returns.max())),
         )
 
 

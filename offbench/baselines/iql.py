@@ -1,0 +1,214 @@
+"""Implicit Q-Learning (Kostrikov et al. 2021, "Offline Reinforcement Learning with Implicit Q-Learning").
+
+Follows CORL's `algorithms/offline/iql.py`; per update, every loss from the parameters before the update:
+
+    value   L_V  = E[|expectile - 1(u < 0)| u^2],  u = min_i Q'_i(s,a) - V(s)     (expectile regression)
+    critic  L_Q  = mean_i E[(Q_i(s,a) - (r + gamma (1 - terminal) V(s')))^2]
+    actor   L_pi = E[min(exp(beta u), exp_adv_max) * -log pi(a|s)]                  (advantage-weighted BC)
+            (squared error instead of -log pi with deterministic_actor; cross-entropy for discrete actions)
+    targets Q'  <- (1 - tau) Q' + tau Q;  the actor's learning rate follows a cosine schedule over `steps`.
+
+Continuous actions: a Gaussian actor with a tanh mean and a state-independent log std (CORL's GaussianPolicy).
+Discrete actions: the critics output one value per action and the actor is categorical (argmax to act).
+With normalize_reward, rewards are scaled by max_episode_length / (max return - min return) over the
+dataset's episodes (CORL's modify_reward for locomotion, after the IQL paper); then * reward_scale + reward_bias.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from offbench.baselines.base import DatasetSpec
+from offbench.baselines.q_learning import (
+    DataTransform,
+    EnsembleMLP,
+    GreedyPolicy,
+    action_kind,
+    mlp,
+    polyak_update,
+    reward_scale,
+    target_copy,
+)
+from offbench.errors import OffbenchError
+
+LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # CORL
+SCHEDULES = ("cosine", "linear", "constant")
+
+
+@dataclass
+class IQLConfig:
+    """Defaults: CORL's IQL for D4RL locomotion (TrainConfig of algorithms/offline/iql.py and
+    configs/offline/iql/<env>/medium_v2.yaml); baselines/iql/default.toml records the source."""
+
+    steps: int = 1_000_000  # number of updates; the length of the actor's learning-rate schedule
+    batch_size: int = 256
+    discount: float = 0.99
+    tau: float = 5e-3  # Polyak rate of the target critics
+    beta: float = 3.0  # inverse temperature of the advantage weights
+    expectile: float = 0.7  # CORL iql_tau
+    exp_adv_max: float = 100.0  # CORL EXP_ADV_MAX
+    deterministic_actor: bool = False  # CORL iql_deterministic
+    normalize_observations: bool = True
+    normalize_reward: bool = False  # True in CORL's hopper configs
+    reward_scale: float = 1.0  # applied after normalize_reward
+    reward_bias: float = 0.0
+    value_lr: float = 3e-4
+    critic_lr: float = 3e-4
+    actor_lr: float = 3e-4
+    actor_lr_schedule: str = "cosine"  # CORL: CosineAnnealingLR(actor_optimizer, max_timesteps)
+    hidden_dim: int = 256
+    num_hidden_layers: int = 2
+
+
+class GaussianActor(nn.Module):
+    """CORL's GaussianPolicy (tanh mean, learnt state-independent log std) or DeterministicPolicy."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: list[int], deterministic: bool):
+        super().__init__()
+        self.net = nn.Sequential(mlp(obs_dim, act_dim, hidden), nn.Tanh())
+        self.log_std = None if deterministic else nn.Parameter(torch.zeros(act_dim))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.net(obs)
+
+    def negative_log_likelihood(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        mean = self.net(obs)
+        if self.log_std is None:
+            return (mean - actions).pow(2).sum(-1)
+        log_std = self.log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
+        return -(-0.5 * ((actions - mean) / log_std.exp()).pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+
+
+class CategoricalActor(nn.Module):
+    def __init__(self, obs_dim: int, n_actions: int, hidden: list[int]):
+        super().__init__()
+        self.net = mlp(obs_dim, n_actions, hidden)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.net(obs)  # logits
+
+    def negative_log_likelihood(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(self.net(obs), actions, reduction="none")
+
+
+def expectile_loss(diff: torch.Tensor, expectile: float) -> torch.Tensor:
+    """CORL's asymmetric_l2_loss: E[|expectile - 1(diff < 0)| diff^2]."""
+    return (torch.abs(expectile - (diff < 0).float()) * diff.pow(2)).mean()
+
+
+class IQL:
+    """IQL baseline for Box (Gaussian actor) or Discrete (categorical actor) actions, chosen from the dataset."""
+
+    name = "iql"
+    Config = IQLConfig
+    sampler = "transitions"
+
+    def __init__(self, config: IQLConfig, spec: DatasetSpec, device: str | torch.device = "cpu"):
+        if config.actor_lr_schedule not in SCHEDULES:
+            raise OffbenchError(f"iql: actor_lr_schedule must be one of {', '.join(SCHEDULES)}, not {config.actor_lr_schedule!r}")
+        self.config, self.spec, self.device = config, spec, torch.device(device)
+        self.discrete = action_kind(spec, "iql") == "discrete"
+        if self.discrete and config.deterministic_actor:
+            raise OffbenchError(f"iql: deterministic_actor applies to continuous actions only; this dataset has {spec.action_space}")
+        self.step = 0
+        scale = reward_scale(spec, "iql", config.normalize_reward, config.reward_scale)
+        transform = DataTransform(spec, config.normalize_observations, scale, config.reward_bias)
+        obs_dim = transform.obs_mean.numel()
+        hidden = [config.hidden_dim] * config.num_hidden_layers
+        if self.discrete:  # Q(s, .) for every action at once
+            critic = EnsembleMLP(obs_dim, spec.action_dim, hidden, 2)
+            actor: nn.Module = CategoricalActor(obs_dim, spec.action_dim, hidden)
+        else:
+            critic = EnsembleMLP(obs_dim + spec.action_dim, 1, hidden, 2)
+            actor = GaussianActor(obs_dim, spec.action_dim, hidden, config.deterministic_actor)
+        self.nets = nn.ModuleDict(
+            {
+                "transform": transform,
+                "value": mlp(obs_dim, 1, hidden),
+                "critic": critic,
+                "target_critic": target_copy(critic),
+                "actor": actor,
+            }
+        ).to(self.device)
+        self.optimizers = {
+            "value": torch.optim.Adam(self.nets["value"].parameters(), lr=config.value_lr),
+            "critic": torch.optim.Adam(self.nets["critic"].parameters(), lr=config.critic_lr),
+            "actor": torch.optim.Adam(self.nets["actor"].parameters(), lr=config.actor_lr),
+        }
+
+    def _actor_lr_factor(self, done: int) -> float:
+        """Multiplier of actor_lr after `done` updates: CORL's CosineAnnealingLR(T_max=steps, eta_min=0) in
+        closed form (derived from the step count, so nothing extra to checkpoint)."""
+        progress = min(done, self.config.steps) / self.config.steps
+        if self.config.actor_lr_schedule == "cosine":
+            return 0.5 * (1 + math.cos(math.pi * progress))
+        if self.config.actor_lr_schedule == "linear":
+            return 1.0 - progress
+        return 1.0
+
+    # ------------------------------------------------------------------------------------------ update
+    def _q(self, critic: nn.Module, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """Q_i(s, a) of every critic: (2, B)."""
+        if self.discrete:
+            return critic(obs).gather(-1, actions.view(1, -1, 1).expand(2, -1, 1)).squeeze(-1)
+        return critic(torch.cat([obs, actions], -1)).squeeze(-1)
+
+    def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+        cfg = self.config
+        self.step += 1
+        obs, actions, rewards, next_obs, not_done = self.nets["transform"].transitions(batch)
+        with torch.no_grad():
+            target_q = self._q(self.nets["target_critic"], obs, actions).min(0).values
+            next_v = self.nets["value"](next_obs).squeeze(-1)
+            td_target = rewards + not_done * cfg.discount * next_v
+        v = self.nets["value"](obs).squeeze(-1)
+        advantage = target_q - v
+        value_loss = expectile_loss(advantage, cfg.expectile)
+        q = self._q(self.nets["critic"], obs, actions)
+        critic_loss = (q - td_target).pow(2).mean(-1).mean()  # mean over the twin critics, as CORL
+        weights = torch.exp(cfg.beta * advantage.detach()).clamp(max=cfg.exp_adv_max)
+        actor_loss = (weights * self.nets["actor"].negative_log_likelihood(obs, actions)).mean()
+
+        for group in self.optimizers["actor"].param_groups:
+            group["lr"] = cfg.actor_lr * self._actor_lr_factor(self.step - 1)
+        for optimizer in self.optimizers.values():
+            optimizer.zero_grad(set_to_none=True)
+        (value_loss + critic_loss + actor_loss).backward()  # disjoint parameters: one pass serves all three
+        for optimizer in self.optimizers.values():
+            optimizer.step()
+        polyak_update(self.nets["target_critic"], self.nets["critic"], cfg.tau)
+        logged = [value_loss, critic_loss, actor_loss, advantage.mean(), q.mean(), weights.mean()]
+        names = ["value_loss", "critic_loss", "actor_loss", "advantage", "q_data", "adv_weight"]
+        return dict(zip(names, torch.stack([x.detach() for x in logged]).tolist()))
+
+    # ------------------------------------------------------------------------------------------ acting
+    def policy(self, deterministic: bool = True) -> GreedyPolicy:
+        """Evaluation policy: the actor's mean (CORL's act in eval mode), or the most likely discrete action."""
+        if not deterministic:
+            raise ValueError("iql evaluates with its deterministic policy only")
+        return GreedyPolicy(self._act, self.device)
+
+    def _act(self, observations: torch.Tensor) -> torch.Tensor:
+        transform = self.nets["transform"]
+        out = self.nets["actor"](transform.observations(observations))
+        return out.argmax(-1) if self.discrete else transform.actions_from_unit(out.clamp(-1.0, 1.0))
+
+    # ------------------------------------------------------------------------------------------ resume
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "nets": self.nets.state_dict(),
+            "optimizers": {name: opt.state_dict() for name, opt in self.optimizers.items()},
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.step = int(state["step"])
+        self.nets.load_state_dict(state["nets"])
+        for name, opt in self.optimizers.items():
+            opt.load_state_dict(state["optimizers"][name])

@@ -1,0 +1,225 @@
+"""Pieces the Q-learning baselines (CQL, IQL) share: MLPs with CORL's initialisation, a vectorised critic
+ensemble, the dataset transforms (observation normalisation, action bounds, reward scaling), Polyak
+averaging and a greedy evaluation policy. Each algorithm's loss stays in its own file."""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from offbench.baselines.base import DatasetSpec
+from offbench.errors import OffbenchError
+
+OBSERVATION_STD_EPS = 1e-3  # CORL adds 1e-3 to the dataset's state std (compute_mean_std(..., eps=1e-3))
+
+
+# ---------------------------------------------------------------------------------------------- networks
+def init_linear_(weight: torch.Tensor, bias: torch.Tensor, orthogonal: bool, gain: float | None) -> None:
+    """CORL's `init_module_weights`: orthogonal hidden layers (gain sqrt 2) when `orthogonal`, and an output
+    layer with a small gain (orthogonal or Xavier) when `gain` is given; otherwise PyTorch's Linear default.
+    `weight` is (out, in), as in nn.Linear."""
+    with torch.no_grad():
+        if gain is not None:  # output layer
+            (nn.init.orthogonal_ if orthogonal else nn.init.xavier_uniform_)(weight, gain=gain)
+            bias.zero_()
+        elif orthogonal:
+            nn.init.orthogonal_(weight, gain=math.sqrt(2))
+            bias.zero_()
+        else:  # nn.Linear.reset_parameters
+            nn.init.kaiming_uniform_(weight, a=math.sqrt(5))
+            bound = 1 / math.sqrt(weight.shape[1]) if weight.shape[1] > 0 else 0.0
+            nn.init.uniform_(bias, -bound, bound)
+
+
+def mlp(
+    in_dim: int, out_dim: int, hidden_dims: Sequence[int], orthogonal: bool = False, output_gain: float | None = None
+) -> nn.Sequential:
+    """ReLU MLP; `output_gain` re-initialises the last layer with a small gain (CORL's CQL networks)."""
+    dims = [in_dim, *hidden_dims, out_dim]
+    layers: list[nn.Module] = []
+    for i in range(len(dims) - 1):
+        linear = nn.Linear(dims[i], dims[i + 1])
+        last = i == len(dims) - 2
+        if orthogonal or (last and output_gain is not None):
+            init_linear_(linear.weight, linear.bias, orthogonal, output_gain if last else None)
+        layers += [linear] if last else [linear, nn.ReLU()]
+    return nn.Sequential(*layers)
+
+
+class EnsembleLinear(nn.Module):
+    """`size` independent linear layers applied in one batched matmul: (E, M, in) -> (E, M, out)."""
+
+    def __init__(self, in_dim: int, out_dim: int, size: int, orthogonal: bool, gain: float | None):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(size, in_dim, out_dim))
+        self.bias = nn.Parameter(torch.empty(size, 1, out_dim))
+        for member in range(size):  # each member initialised exactly like its nn.Linear twin
+            init_linear_(self.weight.data[member].T, self.bias.data[member, 0], orthogonal, gain)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() == 2:  # the same input for every member
+            return torch.matmul(x, self.weight).add_(self.bias)
+        return torch.baddbmm(self.bias, x, self.weight)
+
+
+class EnsembleMLP(nn.Module):
+    """E MLPs (twin critics and the like) evaluated together; forward(x (..., in)) -> (E, ..., out)."""
+
+    def __init__(
+        self,
+        in_dim: int,
+        out_dim: int,
+        hidden_dims: Sequence[int],
+        size: int,
+        orthogonal: bool = False,
+        output_gain: float | None = None,
+    ):
+        super().__init__()
+        dims = [in_dim, *hidden_dims, out_dim]
+        self.layers = nn.ModuleList(
+            EnsembleLinear(dims[i], dims[i + 1], size, orthogonal, output_gain if i == len(dims) - 2 else None)
+            for i in range(len(dims) - 1)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        lead = x.shape[:-1]
+        h = x.reshape(-1, x.shape[-1])
+        for i, layer in enumerate(self.layers):
+            h = layer(h)
+            if i < len(self.layers) - 1:
+                h = torch.relu_(h)  # in place: on CPU a fresh (E, M, hidden) buffer per layer costs page faults
+        return h.reshape(h.shape[0], *lead, h.shape[-1])
+
+
+def target_copy(module: nn.Module) -> nn.Module:
+    """A copy for a target network: same weights, no gradients."""
+    target = copy.deepcopy(module)
+    target.requires_grad_(False)
+    return target
+
+
+@torch.no_grad()
+def polyak_update(target: nn.Module, online: nn.Module, tau: float) -> None:
+    """target <- (1 - tau) * target + tau * online."""
+    for t, o in zip(target.parameters(), online.parameters()):
+        t.lerp_(o, tau)
+
+
+@contextmanager
+def frozen(module: nn.Module) -> Iterator[None]:
+    """No parameter gradients for `module` inside (gradients still flow to its inputs). Used where the
+    actor's loss goes through the critic, so that one backward pass can serve every loss of an update."""
+    params = [p for p in module.parameters() if p.requires_grad]
+    for p in params:
+        p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for p in params:
+            p.requires_grad_(True)
+
+
+# ---------------------------------------------------------------------------------------------- data
+def action_kind(spec: DatasetSpec, baseline: str, discrete_ok: bool = True) -> str:
+    """'discrete' or 'continuous'; a one-line OffbenchError for an action space the baseline cannot learn."""
+    space = spec.action_space
+    if isinstance(space, gym.spaces.Discrete):
+        if not discrete_ok:
+            raise OffbenchError(f"{baseline} needs continuous (Box) actions; this dataset has {space}")
+        return "discrete"
+    if isinstance(space, gym.spaces.Box):
+        if not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
+            raise OffbenchError(f"{baseline} needs bounded Box actions (tanh policy); this dataset has {space}")
+        return "continuous"
+    raise OffbenchError(f"{baseline} needs Discrete or bounded Box actions; this dataset has {space}")
+
+
+class DataTransform(nn.Module):
+    """From dataset units to network units and back: observations (x - mean) / (std + 1e-3) as in CORL,
+    continuous actions affinely to [-1, 1] (the tanh range), rewards * scale + bias.
+    Buffers, so they travel with state_dict() and .to(device)."""
+
+    def __init__(self, spec: DatasetSpec, normalize_observations: bool, reward_scale: float, reward_bias: float):
+        super().__init__()
+        obs_dim = int(np.prod(spec.observation_shape))
+        use_stats = normalize_observations and spec.observation_mean is not None
+        mean = spec.observation_mean if use_stats else np.zeros(obs_dim, np.float32)
+        std = spec.observation_std + OBSERVATION_STD_EPS if use_stats else np.ones(obs_dim, np.float32)
+        self.register_buffer("obs_mean", torch.as_tensor(mean, dtype=torch.float32).reshape(-1))
+        self.register_buffer("obs_std", torch.as_tensor(std, dtype=torch.float32).reshape(-1))
+        self.discrete = isinstance(spec.action_space, gym.spaces.Discrete)
+        self.action_shape = tuple(spec.action_space.shape or ())
+        if not self.discrete:
+            low = torch.as_tensor(spec.action_space.low, dtype=torch.float32).reshape(-1)
+            high = torch.as_tensor(spec.action_space.high, dtype=torch.float32).reshape(-1)
+            self.register_buffer("act_center", (high + low) / 2)
+            self.register_buffer("act_half_range", (high - low) / 2)
+        self.reward_scale, self.reward_bias = reward_scale, reward_bias
+
+    def observations(self, obs: torch.Tensor) -> torch.Tensor:
+        """(B, *obs) -> (B, obs_dim) normalised float."""
+        return (obs.reshape(obs.shape[0], -1).float() - self.obs_mean) / self.obs_std
+
+    def actions_to_unit(self, actions: torch.Tensor) -> torch.Tensor:
+        return (actions.reshape(actions.shape[0], -1) - self.act_center) / self.act_half_range
+
+    def actions_from_unit(self, unit: torch.Tensor) -> torch.Tensor:
+        return (unit * self.act_half_range + self.act_center).reshape(unit.shape[0], *self.action_shape)
+
+    def transitions(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        """(obs, actions, rewards, next_obs, not_done) in network units; actions int64 if discrete."""
+        actions = batch["actions"].long().reshape(-1) if self.discrete else self.actions_to_unit(batch["actions"])
+        return (
+            self.observations(batch["observations"]),
+            actions,
+            batch["rewards"].float() * self.reward_scale + self.reward_bias,
+            self.observations(batch["next_observations"]),
+            1.0 - batch["terminals"].float(),  # timeouts are not terminals: they bootstrap
+        )
+
+
+def reward_scale(spec: DatasetSpec, baseline: str, normalize_reward: bool, scale: float) -> float:
+    """`scale`, times max_episode_length / (max return - min return) over the dataset's episodes when
+    `normalize_reward` (CORL's modify_reward for locomotion, after the IQL paper; CORL uses 1000 steps)."""
+    if not normalize_reward:
+        return scale
+    if spec.return_range is None or spec.return_range[1] <= spec.return_range[0]:
+        raise OffbenchError(
+            f"{baseline}: normalize_reward needs episodes with different returns; "
+            f"this dataset's return range is {spec.return_range}"
+        )
+    low, high = spec.return_range
+    return scale * spec.max_episode_length / (high - low)
+
+
+def seeded_generator(device: torch.device | str) -> torch.Generator:
+    """A generator of the baseline's own, seeded from the global torch RNG (which the trainer seeds), so its
+    state can be saved with the baseline and a resumed run draws the same noise."""
+    generator = torch.Generator(device=device)
+    generator.manual_seed(int(torch.randint(0, 2**62, (1,)).item()))
+    return generator
+
+
+class GreedyPolicy:
+    """Markov evaluation policy over a batch of envs: numpy observations in, numpy actions out."""
+
+    def __init__(self, act: Callable[[torch.Tensor], torch.Tensor], device: torch.device | str):
+        self._act, self._device = act, device
+
+    def reset(self, num_envs: int) -> None:
+        pass  # nothing to remember between steps
+
+    @torch.inference_mode()
+    def act(self, observations: np.ndarray) -> np.ndarray:
+        obs = torch.as_tensor(np.asarray(observations), dtype=torch.float32, device=self._device)
+        return self._act(obs).cpu().numpy()
+
+    def observe(self, rewards: np.ndarray, dones: np.ndarray) -> None:
+        pass
