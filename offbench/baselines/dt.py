@@ -28,9 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from offbench.baselines.base import DatasetSpec
-from offbench.baselines.nets import BoundedActions, ObservationNormalizer, flat_observation_dim
-
-FUSED_ADAM_DEVICES = ("cpu", "cuda")  # torch's fused AdamW kernels: one pass over all parameters, ~5 % of a small DT's update on CPU
+from offbench.baselines.nets import BoundedActions, ObservationNormalizer, flat_observation_dim, fused_adam
 
 
 @dataclass
@@ -163,7 +161,7 @@ class DecisionTransformer:
         self.model = DecisionTransformerModel(config, spec).to(self.device)
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay, betas=tuple(config.betas),
-            fused=self.device.type in FUSED_ADAM_DEVICES,
+            fused=fused_adam(self.device),
         )
         warmup = max(1, config.warmup_steps)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda step: min((step + 1) / warmup, 1.0))
