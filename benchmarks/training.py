@@ -11,7 +11,7 @@ Both libraries get the same architecture, batch size, learning rates and number 
 offbench's standard configs for the dataset (`baselines/dt/pendulum-scripted.toml`,
 `baselines/cql/pendulum-scripted.toml`) and mapped onto d3rlpy's options in `d3rlpy_settings` below:
 
-- DT: K 20, 3 layers x 1 head x 128, GELU MLPs, dropout 0.1, linear state embedding, learned timestep
+- DT: K 10, 3 layers x 1 head x 64, GELU MLPs, dropout 0.1, linear state embedding, learned timestep
   embedding, AdamW (weight decay 1e-4) with linear warm-up, gradient clipping 0.25, returns-to-go x 0.01,
   standardised observations, actions scaled from [-2, 2] to the tanh range; evaluated at the target return.
 - CQL: SAC-based, twin critics and a tanh-Gaussian actor of the same MLP shape, 10 sampled actions per

@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from offbench.baselines.base import DatasetSpec
+from offbench.baselines.nets import fused_adam
 from offbench.baselines.q_learning import (
     DataTransform,
     EnsembleMLP,
@@ -184,14 +185,15 @@ class CQL:
             )
             self.target_entropy = -float(spec.action_dim)
         self.nets.to(self.device)
-        self.optimizers = {"critic": torch.optim.Adam(self.nets["critic"].parameters(), lr=config.critic_lr)}
+        fused = fused_adam(self.device)
+        self.optimizers = {"critic": torch.optim.Adam(self.nets["critic"].parameters(), lr=config.critic_lr, fused=fused)}
         if not self.discrete:
-            self.optimizers["actor"] = torch.optim.Adam(self.nets["actor"].parameters(), lr=config.policy_lr)
+            self.optimizers["actor"] = torch.optim.Adam(self.nets["actor"].parameters(), lr=config.policy_lr, fused=fused)
             if config.automatic_entropy_tuning:
-                self.optimizers["log_alpha"] = torch.optim.Adam(self.nets["log_alpha"].parameters(), lr=config.policy_lr)
+                self.optimizers["log_alpha"] = torch.optim.Adam(self.nets["log_alpha"].parameters(), lr=config.policy_lr, fused=fused)
             if config.cql_lagrange:
                 self.optimizers["log_alpha_prime"] = torch.optim.Adam(
-                    self.nets["log_alpha_prime"].parameters(), lr=config.critic_lr
+                    self.nets["log_alpha_prime"].parameters(), lr=config.critic_lr, fused=fused
                 )
 
     # ------------------------------------------------------------------------------------------ updates

@@ -11,6 +11,10 @@ the head gives logits trained with cross-entropy, and the policy acts greedily.
 Differences from CORL, on purpose: segments are LEFT-padded (offbench's sampler convention) so the
 attention mask lets every token attend to itself (a padded query would otherwise have no key), and
 the loss averages over real steps only (CORL multiplies by the mask and averages over all).
+
+Work skipped because no output depends on it (the function and its gradients are unchanged, checked against the
+full computation in tests/training/test_baselines.py): the last action token a_K (no token comes after it), and
+in the last block everything but the keys and values at the R and a tokens (only the s tokens' outputs are read).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from offbench.baselines.base import DatasetSpec
-from offbench.baselines.nets import BoundedActions, ObservationNormalizer, flat_observation_dim
+from offbench.baselines.nets import BoundedActions, ObservationNormalizer, flat_observation_dim, fused_adam
 
 
 @dataclass
@@ -45,26 +49,51 @@ class DTConfig:
     target_returns: tuple[float, ...] = ()  # evaluation targets (raw return); empty: the dataset's best episode return
 
 
+class Dropout(nn.Module):
+    """nn.Dropout's maths (keep each element with probability 1 - p, scale kept ones by 1 / (1 - p)), with the
+    keep mask drawn by `torch.rand`: on CPU that is about twice as fast as the `bernoulli_` nn.Dropout uses."""
+
+    def __init__(self, p: float):
+        super().__init__()
+        self.p = p
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0:
+            return x
+        return x * torch.rand_like(x).ge_(self.p).mul_(1.0 / (1.0 - self.p))
+
+
 class Block(nn.Module):
-    """Pre-LayerNorm transformer block; `allowed` (B, 1, L, L) says which keys each query may see."""
+    """Pre-LayerNorm transformer block. `bias` (B, 1, L, L) is added to the attention scores (0 where a query
+    may see a key, -inf where not); `queries` picks the tokens whose outputs are wanted (all by default)."""
 
     def __init__(self, config: DTConfig):
         super().__init__()
         dim = config.embedding_dim
-        self.num_heads, self.attention_dropout = config.num_heads, config.attention_dropout
+        self.num_heads = config.num_heads
         self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
         self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
-        self.drop = nn.Dropout(config.residual_dropout)
-        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim), nn.Dropout(config.residual_dropout))
+        self.attention_dropout, self.drop = Dropout(config.attention_dropout), Dropout(config.residual_dropout)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim), Dropout(config.residual_dropout))
 
-    def forward(self, x: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
-        batch, length, dim = x.shape
-        q, k, v = self.qkv(self.norm1(x)).view(batch, length, 3, self.num_heads, dim // self.num_heads).unbind(dim=2)
-        attended = F.scaled_dot_product_attention(
-            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-            attn_mask=allowed, dropout_p=self.attention_dropout if self.training else 0.0,
+    def forward(self, x: torch.Tensor, bias: torch.Tensor, queries: slice | None = None) -> torch.Tensor:
+        batch, _, dim = x.shape
+        h = self.norm1(x)
+        if queries is None:
+            q, k, v = self.qkv(h).split(dim, dim=-1)
+        else:  # keys and values of every token, queries (and everything after attention) of the wanted ones only
+            k, v = F.linear(h, self.qkv.weight[dim:], self.qkv.bias[dim:]).split(dim, dim=-1)
+            q = F.linear(h[:, queries], self.qkv.weight[:dim], self.qkv.bias[:dim])
+            x, bias = x[:, queries], bias[:, :, queries]
+        heads = lambda t: t.view(batch, -1, self.num_heads, dim // self.num_heads).transpose(1, 2)  # noqa: E731
+        q, k, v = heads(q), heads(k), heads(v)
+        scores = torch.baddbmm(
+            bias.expand(batch, self.num_heads, -1, -1).flatten(0, 1), q.flatten(0, 1), k.flatten(0, 1).transpose(1, 2),
+            alpha=(dim // self.num_heads) ** -0.5,
         )
-        x = x + self.drop(self.proj(attended.transpose(1, 2).reshape(batch, length, dim)))
+        weights = self.attention_dropout(torch.softmax(scores, dim=-1))
+        attended = torch.bmm(weights, v.flatten(0, 1)).view(batch, self.num_heads, -1, dim // self.num_heads)
+        x = x + self.drop(self.proj(attended.transpose(1, 2).reshape(batch, -1, dim)))
         return x + self.mlp(self.norm2(x))
 
 
@@ -81,7 +110,7 @@ class DecisionTransformerModel(nn.Module):
         self.action_embedding = nn.Embedding(spec.action_dim, dim) if spec.discrete else nn.Linear(spec.action_dim, dim)
         self.return_embedding = nn.Linear(1, dim)
         self.embedding_norm, self.output_norm = nn.LayerNorm(dim), nn.LayerNorm(dim)
-        self.embedding_dropout = nn.Dropout(config.embedding_dropout)
+        self.embedding_dropout = Dropout(config.embedding_dropout)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.num_layers))
         self.action_head = nn.Linear(dim, spec.action_dim)
         self.bound = nn.Identity() if spec.discrete else BoundedActions(spec)
@@ -101,15 +130,24 @@ class DecisionTransformerModel(nn.Module):
         states = self.state_embedding(self.normalize(observations)) + time
         acts = self.action_embedding(actions.long() if self.discrete else actions.reshape(batch, k, -1)) + time
         returns = self.return_embedding(returns_to_go.unsqueeze(-1)) + time
-        tokens = torch.stack([returns, states, acts], dim=2).reshape(batch, 3 * k, -1)  # R1 s1 a1 R2 s2 a2 ...
-        real = mask.repeat_interleave(3, dim=1)
-        causal = torch.ones(3 * k, 3 * k, dtype=torch.bool, device=mask.device).tril()
-        eye = torch.eye(3 * k, dtype=torch.bool, device=mask.device)
-        allowed = (causal & (real[:, None, :] | eye)).unsqueeze(1)
+        # R1 s1 a1 R2 s2 a2 ... R_K s_K: a_K would only be seen by tokens after it, and there are none
+        tokens = torch.stack([returns, states, acts], dim=2).reshape(batch, 3 * k, -1)[:, :-1]
         x = self.embedding_dropout(self.embedding_norm(tokens))
-        for block in self.blocks:
-            x = block(x, allowed)
-        return self.bound(self.action_head(self.output_norm(x)[:, 1::3]))  # predict a_t from the s_t token
+        bias = self.attention_bias(mask)
+        for block in self.blocks[:-1]:
+            x = block(x, bias)
+        x = self.blocks[-1](x, bias, queries=slice(1, None, 3))  # the loss and the policy read the s_t tokens only
+        return self.bound(self.action_head(self.output_norm(x)))  # a_t predicted from the s_t token
+
+    def attention_bias(self, mask: torch.Tensor) -> torch.Tensor:
+        """(B, 1, L, L): 0 where a query may attend to a key (causal, and the key is a real step or the query
+        itself), -inf elsewhere."""
+        real = mask.repeat_interleave(3, dim=1)[:, :-1]
+        length = real.shape[1]
+        causal = torch.ones(length, length, dtype=torch.bool, device=mask.device).tril()
+        eye = torch.eye(length, dtype=torch.bool, device=mask.device)
+        allowed = causal & (real[:, None, :] | eye)
+        return torch.zeros(allowed.shape, device=mask.device).masked_fill_(~allowed, float("-inf")).unsqueeze(1)
 
 
 class DecisionTransformer:
@@ -122,7 +160,8 @@ class DecisionTransformer:
         self.config, self.spec, self.device = config, spec, torch.device(device)
         self.model = DecisionTransformerModel(config, spec).to(self.device)
         self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay, betas=tuple(config.betas)
+            self.model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay, betas=tuple(config.betas),
+            fused=fused_adam(self.device),
         )
         warmup = max(1, config.warmup_steps)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda step: min((step + 1) / warmup, 1.0))

@@ -124,3 +124,20 @@ def test_dt_attention_is_causal_and_ignores_padding(pendulum):
         after = run(changed)
     torch.testing.assert_close(after[:, 2:-1], before[:, 2:-1])
     assert not torch.allclose(after[:, -1], before[:, -1])
+
+
+def test_dt_last_block_on_state_queries_matches_the_full_block(pendulum):
+    """The last block computes only the s-token outputs; they equal the full block's, in value and gradient."""
+    dt, _ = train("dt", pendulum, 3, 8, **TINY_DT)
+    dt.model.eval()
+    block = dt.model.blocks[-1]
+    batch = make_sampler("segments", pendulum, 8, 1, segment_length=5).sample()
+    batch["mask"][:, :2] = False
+    bias = dt.model.attention_bias(batch["mask"])
+    x = torch.randn(8, 3 * 5 - 1, TINY_DT["embedding_dim"], requires_grad=True)
+    full = block(x, bias)[:, 1::3]
+    (full_grad,) = torch.autograd.grad(full.square().sum(), x)
+    part = block(x, bias, queries=slice(1, None, 3))
+    (part_grad,) = torch.autograd.grad(part.square().sum(), x)
+    torch.testing.assert_close(part, full)
+    torch.testing.assert_close(part_grad, full_grad)
