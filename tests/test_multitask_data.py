@@ -271,3 +271,12 @@ def test_cli_generates_and_registers_a_dataset(run_cli, isolated_home):
     bad = run_cli("generate", "metaworld", "--quality", "great", "--quiet")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "unknown quality 'great'" in bad.stderr
     assert not list((isolated_home / "data").rglob("*.work"))
+
+
+@pytest.mark.parametrize("recipe_of, name", [("metaworld_recipe", "metaworld"), ("minigrid_recipe", "minigrid")])
+def test_unknown_recipe_parameter_is_refused_by_name(recipe_of, name):
+    import importlib
+
+    module = importlib.import_module(f"offbench.generators.{name}")
+    with pytest.raises(OffbenchError, match=f"unknown {name} recipe parameter\\(s\\): episodes \\(known: .*episodes_per_task"):
+        getattr(module, recipe_of)({"episodes": 3}, 0)

@@ -23,7 +23,7 @@ import numpy as np
 from offbench.envs.multitask import Lane, task_names
 from offbench.errors import OffbenchError
 from offbench.generators import register_generator
-from offbench.generators.multitask import PROFILES, Collection, Recipe, collect, lane_behaviour
+from offbench.generators.multitask import PROFILES, Collection, Recipe, check_recipe_params, collect, lane_behaviour, recipe_from_params
 
 NOISE = {
     "near-optimal": {"gaussian_std": 0.1, "epsilon": 0.0},
@@ -69,10 +69,7 @@ def metaworld_recipe(params: dict[str, Any], seed: int) -> Recipe:
     """The recipe a card's params describe: suite, tasks (default: all), quality, episodes per task, horizon."""
     from offbench.envs.metaworld import MAX_PATH_LENGTH, suite_tasks
 
-    known = {"suite", "tasks", "quality", "episodes_per_task", "max_episode_steps", "workers"}
-    unknown = sorted(set(params) - known)
-    if unknown:
-        raise OffbenchError(f"unknown metaworld recipe parameter(s): {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+    check_recipe_params("metaworld", params, ("max_episode_steps",))
     suite = str(params.get("suite", "MT10"))
     tasks = list(params.get("tasks") or suite_tasks(suite))
     outside = sorted(set(tasks) - set(suite_tasks(suite)))
@@ -83,15 +80,7 @@ def metaworld_recipe(params: dict[str, Any], seed: int) -> Recipe:
         "id": suite,
         "kwargs": {"seed": int(seed), "tasks": tasks, "max_episode_steps": int(params.get("max_episode_steps", MAX_PATH_LENGTH))},
     }
-    return Recipe(
-        generator="metaworld",
-        env=env,
-        quality=str(params.get("quality", "near-optimal")),
-        episodes_per_task=int(params.get("episodes_per_task", 1000)),
-        seed=int(seed),
-        behaviour=NOISE,
-        reset_columns=("goal_id",),
-    )
+    return recipe_from_params("metaworld", params, seed, env, NOISE, reset_columns=("goal_id",))
 
 
 @register_generator("metaworld")

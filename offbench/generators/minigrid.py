@@ -29,7 +29,7 @@ import numpy as np
 from offbench.envs.multitask import Lane
 from offbench.errors import OffbenchError
 from offbench.generators import register_generator
-from offbench.generators.multitask import PROFILES, Collection, Recipe, collect, lane_behaviour
+from offbench.generators.multitask import PROFILES, Collection, Recipe, check_recipe_params, collect, lane_behaviour, recipe_from_params
 
 NOISE = {"near-optimal": {"epsilon": 0.05}, "sub-optimal": {"epsilon": 0.75}}
 CHUNK_EPISODES = 100
@@ -169,10 +169,7 @@ def minigrid_recipe(params: dict[str, Any], seed: int) -> Recipe:
     """The recipe a card's params describe: suite, tasks (default: the suite's), quality, episodes, observation."""
     from offbench.envs.minigrid import suite_tasks
 
-    known = {"suite", "tasks", "quality", "episodes_per_task", "observation", "workers"}
-    unknown = sorted(set(params) - known)
-    if unknown:
-        raise OffbenchError(f"unknown minigrid recipe parameter(s): {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+    check_recipe_params("minigrid", params, ("observation",))
     suite = str(params.get("suite", "MT7"))
     tasks = list(params.get("tasks") or suite_tasks(suite))
     outside = sorted(set(tasks) - set(suite_tasks("MT7")))
@@ -180,14 +177,7 @@ def minigrid_recipe(params: dict[str, Any], seed: int) -> Recipe:
         known = ", ".join(suite_tasks("MT7"))
         raise OffbenchError(f"task(s) {', '.join(outside)} are not MiniGrid suite tasks (the planner knows {known})")
     env = {"suite": "minigrid", "id": suite, "kwargs": {"tasks": tasks, "observation": str(params.get("observation", "flat"))}}
-    return Recipe(
-        generator="minigrid",
-        env=env,
-        quality=str(params.get("quality", "near-optimal")),
-        episodes_per_task=int(params.get("episodes_per_task", 1000)),
-        seed=int(seed),
-        behaviour=NOISE,
-    )
+    return recipe_from_params("minigrid", params, seed, env, NOISE)
 
 
 @register_generator("minigrid")

@@ -74,6 +74,31 @@ class Job:
 BehaviourFactory = Callable[[Sequence[Lane], Sequence[gym.Env], "Recipe"], Any]
 
 
+COMMON_RECIPE_PARAMS = frozenset({"suite", "tasks", "quality", "episodes_per_task", "workers"})
+
+
+def check_recipe_params(generator: str, params: dict[str, Any], extra: Sequence[str] = ()) -> None:
+    """Refuse unknown keys in a card's recipe params before any work starts."""
+    known = COMMON_RECIPE_PARAMS | set(extra)
+    unknown = sorted(set(params) - known)
+    if unknown:
+        raise OffbenchError(f"unknown {generator} recipe parameter(s): {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+
+
+def recipe_from_params(generator: str, params: dict[str, Any], seed: int, env: dict[str, Any], behaviour: dict[str, Any],
+                       **fields: Any) -> Recipe:
+    """A Recipe from checked params; quality and episodes per task default as the cards do."""
+    return Recipe(
+        generator=generator,
+        env=env,
+        quality=str(params.get("quality", "near-optimal")),
+        episodes_per_task=int(params.get("episodes_per_task", 1000)),
+        seed=int(seed),
+        behaviour=behaviour,
+        **fields,
+    )
+
+
 def lane_behaviour(lane: Lane, quality: str) -> tuple[int, np.random.Generator]:
     """(index into PROFILES of the noise profile acting in this episode, the behaviour's random stream).
 
