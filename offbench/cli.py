@@ -50,18 +50,12 @@ def list_datasets(
 
 
 def _describe(id_or_path: str) -> tuple[object, str, object]:
-    """(store, format name, card or None) for an id or path, fetching registered data if needed."""
-    from offbench.data.cards import get_card
-    from offbench.data.formats import detect_format, load_path
-    from offbench.data.resolve import ensure_local
+    """(store, format name, card or None) for an id or path, fetching registered data if needed.
+    For a registered id the format named is the published one (the card's), not the native copy's."""
+    from offbench.data.resolve import locate
 
-    path = Path(id_or_path)
-    if path.exists():
-        fmt = detect_format(path)
-        return load_path(path, fmt), fmt, None
-    card = get_card(id_or_path)
-    local = ensure_local(card)
-    return load_path(local, "offbench"), card.format, card
+    found = locate(id_or_path)
+    return found.store, (found.card.format if found.card else found.format), found.card
 
 
 @app.command()

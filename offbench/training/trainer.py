@@ -25,7 +25,6 @@ import torch
 from offbench.baselines import get_baseline
 from offbench.baselines.base import DatasetSpec
 from offbench.data.cards import DatasetCard, card_from_dict, get_card
-from offbench.data.formats import detect_format, load_path
 from offbench.data.store import EpisodeStore
 from offbench.errors import OffbenchError
 from offbench.evaluation.rollout import episode_seed, evaluation_record, run_episodes
@@ -48,19 +47,17 @@ class Dataset:
 def open_dataset(id_or_path: str | Path) -> Dataset:
     """A registered id (downloaded or generated on first use) or a path; a path's card is the one stored in
     the file, when it has one."""
-    from offbench.data.resolve import ensure_local
+    from offbench.data.resolve import locate
 
-    path = Path(id_or_path)
-    if path.exists():
-        store = load_path(path)
+    found = locate(id_or_path)
+    card = found.card
+    if card is None and found.store.card:
         try:
-            card = card_from_dict(store.card) if store.card else None
+            card = card_from_dict(found.store.card)
         except OffbenchError:
             card = None
-        return Dataset(card.id if card else path.stem, path.resolve(), detect_format(path), store, card)
-    card = get_card(str(id_or_path))
-    local = ensure_local(card)
-    return Dataset(card.id, local, detect_format(local), load_path(local), card)
+    dataset_id = card.id if card else found.path.stem
+    return Dataset(dataset_id, found.path.resolve(), found.format, found.store, card)
 
 
 def check_fit(baseline_cls: type, spec: DatasetSpec, dataset: Dataset, evaluate: bool) -> None:
