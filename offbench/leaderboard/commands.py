@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any, Optional
 
 import typer
-from filelock import FileLock
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -116,7 +115,7 @@ def build(benchmark: str = typer.Argument(..., help="Benchmark name."), runs: Op
     _require_out_for_preview(runs, out)
     spec, board = _board(benchmark, root, runs)
     target = out or spec.folder / "results.json"
-    with FileLock(str(spec.folder / ".submit.lock")):
+    with spec.lock:
         write_results(board, compute_results(board), target)
     console.print(f"wrote {target} ({len(board.scores)} runs)", highlight=False, markup=False, soft_wrap=True)
 
@@ -130,7 +129,7 @@ def render(benchmark: str = typer.Argument(..., help="Benchmark name."), runs: O
 
     _require_out_for_preview(runs, out)
     spec, board = _board(benchmark, root, runs)
-    with FileLock(str(spec.folder / ".submit.lock")):
+    with spec.lock:
         written = render_to(board, out or spec.folder)
     for path in written:
         console.print(f"wrote {path}", highlight=False, markup=False, soft_wrap=True)

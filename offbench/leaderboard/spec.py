@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock
+
 from offbench.errors import OffbenchError
 from offbench.paths import builtin_dir
 
@@ -82,6 +84,11 @@ class BenchmarkSpec:
     @property
     def entries_dir(self) -> Path:
         return self.folder / "entries"
+
+    @property
+    def lock(self) -> FileLock:
+        """The one lock that submissions and re-renders of this benchmark take, so none interleave."""
+        return FileLock(str(self.folder / ".submit.lock"))
 
     @property
     def score_label(self) -> str:

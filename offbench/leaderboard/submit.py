@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from filelock import FileLock
 
 from offbench.errors import OffbenchError, require
 from offbench.leaderboard.runs import Refused, RunRecord, read_run
@@ -270,7 +269,7 @@ def submit(spec: BenchmarkSpec, run_dirs: list[Path], label: str | None = None, 
     entries = validate_runs(spec, runs, label)
     written: list[Path] = []
     spec.entries_dir.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(spec.folder / ".submit.lock")):
+    with spec.lock:
         accepted = load_entries(spec)
         for entry in entries:  # check all before writing any: a refusal leaves the leaderboard as it was
             check_against_accepted(entry, accepted)
