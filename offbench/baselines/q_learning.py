@@ -64,13 +64,18 @@ class EnsembleLinear(nn.Module):
             init_linear_(self.weight.data[member].T, self.bias.data[member, 0], orthogonal, gain)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.weight.shape[-1] == 1:
-            # one output (a critic's Q): multiply and sum. On CPU, bmm with a single output column, and the outer
-            # and inner products of its backward, run ~7x slower than these elementwise ops (benchmarks/README.md)
-            return torch.mul(x, self.weight.transpose(1, 2)).sum(-1, keepdim=True).add_(self.bias)
-        if x.dim() == 2:  # the same input for every member
-            return torch.matmul(x, self.weight).add_(self.bias)
-        return torch.baddbmm(self.bias, x, self.weight)
+        return ensemble_linear(x, self.weight, self.bias)
+
+
+def ensemble_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """x (E, M, in) or (M, in) shared by the members, weight (E, in, out), bias (E, 1, out) -> (E, M, out)."""
+    if weight.shape[-1] == 1:
+        # one output (a critic's Q): multiply and sum. On CPU, bmm with a single output column, and the outer
+        # and inner products of its backward, run ~7x slower than these elementwise ops (benchmarks/README.md)
+        return torch.mul(x, weight.transpose(1, 2)).sum(-1, keepdim=True).add_(bias)
+    if x.dim() == 2:  # the same input for every member. Not matmul(x, weight): it folds the members into one mm
+        x = x.expand(weight.shape[0], -1, -1)  # and returns a transposed view, which slows every op after it ~10x
+    return torch.baddbmm(bias, x, weight)
 
 
 class EnsembleMLP(nn.Module):
@@ -91,6 +96,7 @@ class EnsembleMLP(nn.Module):
             EnsembleLinear(dims[i], dims[i + 1], size, orthogonal, output_gain if i == len(dims) - 2 else None)
             for i in range(len(dims) - 1)
         )
+        self._reused_buffers: dict[str, torch.Tensor] = {}  # blocked()'s work space; not state, not saved
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
@@ -100,6 +106,99 @@ class EnsembleMLP(nn.Module):
             if i < len(self.layers) - 1:
                 h = torch.relu_(h)  # in place: on CPU a fresh (E, M, hidden) buffer per layer costs page faults
         return h.reshape(h.shape[0], *lead, h.shape[-1])
+
+    def blocked(self, x: torch.Tensor, block_rows: int) -> torch.Tensor:
+        """forward(x) for a large batch x (N, in) -> (E, N, out): the same values and gradients, computed in blocks
+        of `block_rows` rows by a hand-written backward, into buffers this module keeps between calls.
+
+        Why: this pass is most of a CQL update (31 actions per state). On CPU, blocks whose activations stay in
+        cache run the matmuls and ReLUs markedly faster than one big batch, and fresh activation buffers on every
+        update cost page faults (glibc hands large freed blocks back to the kernel); reused buffers do not. The
+        buffers are saved for backward, so calling blocked() again before backward makes autograd refuse that
+        backward (buffer modified in place) rather than use overwritten values."""
+        params = [p for layer in self.layers for p in (layer.weight, layer.bias)]
+        return _BlockedEnsemblePass.apply(x, self._reused_buffers, block_rows, *params)
+
+
+def _reused(buffers: dict[str, torch.Tensor], name: str, numel: int, like: torch.Tensor) -> torch.Tensor:
+    """A flat buffer of `numel` elements, kept in `buffers` and reallocated only to grow or change device/dtype."""
+    buffer = buffers.get(name)
+    if buffer is None or buffer.numel() < numel or buffer.dtype != like.dtype or buffer.device != like.device:
+        buffer = buffers[name] = like.new_empty(numel)
+    return buffer[:numel]
+
+
+def _row_blocks(n: int, block_rows: int) -> list[tuple[int, int]]:
+    return [(lo, min(n, lo + block_rows)) for lo in range(0, n, block_rows)]
+
+
+def _block(flat: torch.Tensor, size: int, lo: int, hi: int, width: int) -> torch.Tensor:
+    """Rows lo:hi of an (E, N, width) activation stored block after block in `flat`: a contiguous (E, hi-lo, width)."""
+    return flat[size * lo * width : size * hi * width].view(size, hi - lo, width)
+
+
+class _BlockedEnsemblePass(torch.autograd.Function):
+    """EnsembleMLP.blocked. Each hidden layer's activations (after the ReLU, which is also what ReLU's gradient
+    reads) go to one reused buffer, block after block; backward walks the same blocks, adds each block's weight
+    and bias gradients in place, and passes the gradient between layers in two reused block-sized buffers."""
+
+    @staticmethod
+    def forward(ctx, x, buffers, block_rows, *params):
+        weights, biases = params[0::2], params[1::2]
+        size, n = weights[0].shape[0], x.shape[0]
+        hidden = [_reused(buffers, f"hidden{i}", size * n * w.shape[-1], x) for i, w in enumerate(weights[:-1])]
+        output = x.new_empty(size, n, weights[-1].shape[-1])
+        for lo, hi in _row_blocks(n, block_rows):
+            h = x[lo:hi].expand(size, -1, -1)
+            for w, b, flat in zip(weights[:-1], biases[:-1], hidden):
+                h = torch.baddbmm(b, h, w, out=_block(flat, size, lo, hi, w.shape[-1])).relu_()
+            if weights[-1].shape[-1] == 1:  # one output column: matrix-vector products, no (E, rows, H) temporary
+                out = output[:, lo:hi, 0]
+                for member in range(size):
+                    torch.addmv(biases[-1][member, 0], h[member], weights[-1][member, :, 0], out=out[member])
+            else:
+                output[:, lo:hi] = torch.baddbmm(biases[-1], h, weights[-1])
+        ctx.buffers, ctx.block_rows, ctx.n_layers = buffers, block_rows, len(weights)
+        ctx.save_for_backward(x, *params, *hidden)
+        return output
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, *saved = ctx.saved_tensors
+        weights, hidden = saved[0 : 2 * ctx.n_layers : 2], saved[2 * ctx.n_layers :]
+        size, n, last = weights[0].shape[0], x.shape[0], ctx.n_layers - 1
+        params_grad = any(ctx.needs_input_grad[3:])  # False where the ensemble is frozen (an actor's loss)
+        grad_w = [torch.zeros_like(w) for w in weights] if params_grad else []
+        grad_b = [x.new_zeros(size, 1, w.shape[-1]) for w in weights[:-1]] if params_grad else []
+        grad_b.append(grad_output.sum(1, keepdim=True))
+        grad_x = torch.zeros_like(x) if ctx.needs_input_grad[0] else None
+        widest = max(w.shape[-1] for w in weights[:-1])
+        passing = [_reused(ctx.buffers, f"grad{i}", size * ctx.block_rows * widest, x) for i in range(2)]
+        for lo, hi in reversed(_row_blocks(n, ctx.block_rows)):  # the last blocks written are still in cache
+            grad = grad_output[:, lo:hi]  # d loss / d (this layer's output, before its ReLU)
+            for layer in range(last, -1, -1):
+                w = weights[layer]
+                h = _block(hidden[layer - 1], size, lo, hi, w.shape[-2]) if layer else x[lo:hi].expand(size, -1, -1)
+                if params_grad:
+                    if layer < last:
+                        grad_b[layer] += grad.sum(1, keepdim=True)
+                    if w.shape[-1] == 1:  # one output column: a row-vector product (bmm's single-column path is slow)
+                        grad_w[layer].transpose(1, 2).baddbmm_(grad.transpose(1, 2), h)
+                    else:
+                        grad_w[layer].baddbmm_(h.transpose(1, 2), grad)
+                if layer == 0:
+                    if grad_x is not None:
+                        grad_x[lo:hi] += torch.bmm(grad, w.transpose(1, 2)).sum(0)
+                    break
+                out = _block(passing[layer % 2], size, 0, hi - lo, w.shape[-2])
+                if w.shape[-1] == 1:
+                    torch.mul(grad, w.transpose(1, 2), out=out)
+                else:
+                    torch.bmm(grad, w.transpose(1, 2), out=out)
+                # ReLU's gradient, in place: zero where the activation (this layer's input) is zero
+                grad = torch.ops.aten.threshold_backward.grad_input(out, h, 0, grad_input=out)
+        grads = [g for pair in zip(grad_w, grad_b) for g in pair] if params_grad else [None] * (2 * ctx.n_layers)
+        return (grad_x, None, None, *grads)
 
 
 def target_copy(module: nn.Module) -> nn.Module:
