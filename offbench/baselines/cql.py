@@ -185,27 +185,27 @@ class CQL:
             )
             self.target_entropy = -float(spec.action_dim)
         self.nets.to(self.device)
-        fused = fused_adam(self.device)
-        self.optimizers = {"critic": torch.optim.Adam(self.nets["critic"].parameters(), lr=config.critic_lr, fused=fused)}
+        # One Adam with a learning rate per group: the same per-parameter updates as an optimizer per network (CORL),
+        # in one call. Critic lr for the critics and alpha' (Lagrangian), policy lr for the actor and temperature.
+        critic_group = {"params": list(self.nets["critic"].parameters()), "lr": config.critic_lr}
+        groups = [critic_group]
         if not self.discrete:
-            self.optimizers["actor"] = torch.optim.Adam(self.nets["actor"].parameters(), lr=config.policy_lr, fused=fused)
+            policy_group = {"params": list(self.nets["actor"].parameters()), "lr": config.policy_lr}
+            groups.append(policy_group)
             if config.automatic_entropy_tuning:
-                self.optimizers["log_alpha"] = torch.optim.Adam(self.nets["log_alpha"].parameters(), lr=config.policy_lr, fused=fused)
+                policy_group["params"].append(self.nets["log_alpha"].value)
             if config.cql_lagrange:
-                self.optimizers["log_alpha_prime"] = torch.optim.Adam(
-                    self.nets["log_alpha_prime"].parameters(), lr=config.critic_lr, fused=fused
-                )
+                critic_group["params"].append(self.nets["log_alpha_prime"].value)
+        self.optimizer = torch.optim.Adam(groups, fused=fused_adam(self.device))
 
     # ------------------------------------------------------------------------------------------ updates
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         self.step += 1
         transitions = self.nets["transform"].transitions(batch)
         losses = self._discrete_losses(*transitions) if self.discrete else self._continuous_losses(*transitions)
-        for optimizer in self.optimizers.values():
-            optimizer.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad(set_to_none=True)
         losses["loss"].backward()  # the losses touch disjoint parameters: one pass serves them all
-        for optimizer in self.optimizers.values():
-            optimizer.step()
+        self.optimizer.step()
         if self.step % self.config.target_update_period == 0:
             polyak_update(self.nets["target_critic"], self.nets["critic"], self.config.tau)
         names = [k for k in losses if k != "loss"]
@@ -336,15 +336,14 @@ class CQL:
         return {
             "step": self.step,
             "nets": self.nets.state_dict(),
-            "optimizers": {name: opt.state_dict() for name, opt in self.optimizers.items()},
+            "optimizer": self.optimizer.state_dict(),
             "generator": self.generator.get_state(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.step = int(state["step"])
         self.nets.load_state_dict(state["nets"])
-        for name, opt in self.optimizers.items():
-            opt.load_state_dict(state["optimizers"][name])
+        self.optimizer.load_state_dict(state["optimizer"])
         self.generator.set_state(state["generator"])
 
 

@@ -129,7 +129,10 @@ def _reused(buffers: dict[str, torch.Tensor], name: str, numel: int, like: torch
 
 
 def _row_blocks(n: int, block_rows: int) -> list[tuple[int, int]]:
-    return [(lo, min(n, lo + block_rows)) for lo in range(0, n, block_rows)]
+    """About `block_rows` rows each, split evenly (a small last block would cost a whole block's overhead)."""
+    count = max(1, round(n / block_rows))
+    bounds = [n * i // count for i in range(count + 1)]
+    return list(zip(bounds[:-1], bounds[1:]))
 
 
 def _block(flat: torch.Tensor, size: int, lo: int, hi: int, width: int) -> torch.Tensor:
@@ -145,20 +148,22 @@ class _BlockedEnsemblePass(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, buffers, block_rows, *params):
         weights, biases = params[0::2], params[1::2]
-        size, n = weights[0].shape[0], x.shape[0]
+        size, n, blocks = weights[0].shape[0], x.shape[0], _row_blocks(x.shape[0], block_rows)
         hidden = [_reused(buffers, f"hidden{i}", size * n * w.shape[-1], x) for i, w in enumerate(weights[:-1])]
         output = x.new_empty(size, n, weights[-1].shape[-1])
-        for lo, hi in _row_blocks(n, block_rows):
+        # one output column: matrix-vector products per member (no (E, rows, H) temporary, no slow bmm)
+        columns = [(weights[-1][m, :, 0], biases[-1][m, 0]) for m in range(size)] if weights[-1].shape[-1] == 1 else []
+        for lo, hi in blocks:
             h = x[lo:hi].expand(size, -1, -1)
             for w, b, flat in zip(weights[:-1], biases[:-1], hidden):
                 h = torch.baddbmm(b, h, w, out=_block(flat, size, lo, hi, w.shape[-1])).relu_()
-            if weights[-1].shape[-1] == 1:  # one output column: matrix-vector products, no (E, rows, H) temporary
+            if columns:
                 out = output[:, lo:hi, 0]
-                for member in range(size):
-                    torch.addmv(biases[-1][member, 0], h[member], weights[-1][member, :, 0], out=out[member])
+                for member, (w, b) in enumerate(columns):
+                    torch.addmv(b, h[member], w, out=out[member])
             else:
                 output[:, lo:hi] = torch.baddbmm(biases[-1], h, weights[-1])
-        ctx.buffers, ctx.block_rows, ctx.n_layers = buffers, block_rows, len(weights)
+        ctx.buffers, ctx.blocks, ctx.n_layers = buffers, blocks, len(weights)
         ctx.save_for_backward(x, *params, *hidden)
         return output
 
@@ -166,15 +171,17 @@ class _BlockedEnsemblePass(torch.autograd.Function):
     def backward(ctx, grad_output):
         x, *saved = ctx.saved_tensors
         weights, hidden = saved[0 : 2 * ctx.n_layers : 2], saved[2 * ctx.n_layers :]
-        size, n, last = weights[0].shape[0], x.shape[0], ctx.n_layers - 1
+        size, last = weights[0].shape[0], ctx.n_layers - 1
+        transposed = [w.transpose(1, 2) for w in weights]
         params_grad = any(ctx.needs_input_grad[3:])  # False where the ensemble is frozen (an actor's loss)
         grad_w = [torch.zeros_like(w) for w in weights] if params_grad else []
         grad_b = [x.new_zeros(size, 1, w.shape[-1]) for w in weights[:-1]] if params_grad else []
         grad_b.append(grad_output.sum(1, keepdim=True))
         grad_x = torch.zeros_like(x) if ctx.needs_input_grad[0] else None
+        rows = max(hi - lo for lo, hi in ctx.blocks)
         widest = max(w.shape[-1] for w in weights[:-1])
-        passing = [_reused(ctx.buffers, f"grad{i}", size * ctx.block_rows * widest, x) for i in range(2)]
-        for lo, hi in reversed(_row_blocks(n, ctx.block_rows)):  # the last blocks written are still in cache
+        passing = [_reused(ctx.buffers, f"grad{i}", size * rows * widest, x) for i in range(2)]
+        for lo, hi in reversed(ctx.blocks):  # the last blocks written are the likeliest still in cache
             grad = grad_output[:, lo:hi]  # d loss / d (this layer's output, before its ReLU)
             for layer in range(last, -1, -1):
                 w = weights[layer]
@@ -188,13 +195,13 @@ class _BlockedEnsemblePass(torch.autograd.Function):
                         grad_w[layer].baddbmm_(h.transpose(1, 2), grad)
                 if layer == 0:
                     if grad_x is not None:
-                        grad_x[lo:hi] += torch.bmm(grad, w.transpose(1, 2)).sum(0)
+                        grad_x[lo:hi] += torch.bmm(grad, transposed[0]).sum(0)
                     break
                 out = _block(passing[layer % 2], size, 0, hi - lo, w.shape[-2])
                 if w.shape[-1] == 1:
-                    torch.mul(grad, w.transpose(1, 2), out=out)
+                    torch.mul(grad, transposed[layer], out=out)
                 else:
-                    torch.bmm(grad, w.transpose(1, 2), out=out)
+                    torch.bmm(grad, transposed[layer], out=out)
                 # ReLU's gradient, in place: zero where the activation (this layer's input) is zero
                 grad = torch.ops.aten.threshold_backward.grad_input(out, h, 0, grad_input=out)
         grads = [g for pair in zip(grad_w, grad_b) for g in pair] if params_grad else [None] * (2 * ctx.n_layers)
