@@ -155,6 +155,20 @@ class Run:
     def build_baseline(self):
         return self.baseline_cls(self.config.baseline, self.spec, self.device)
 
+    def restore(self, baseline, checkpoint: dict[str, Any], sampler=None) -> None:
+        """Load a checkpoint's states; one line naming the file where it does not fit this version's baseline
+        (a checkpoint written by a version with another state layout)."""
+        try:
+            baseline.load_state_dict(checkpoint["baseline"])
+            if sampler is not None:
+                sampler.load_state_dict(checkpoint["sampler"])
+        except (KeyError, RuntimeError, ValueError) as exc:
+            written_at = (self.record.get("code") or {}).get("git_commit") or "an unknown commit"
+            raise OffbenchError(
+                f"{self.run_dir / rd.CHECKPOINT}: does not fit this version's {baseline.name} "
+                f"({exc.__class__.__name__}: {str(exc).splitlines()[0][:160]}); it was written at {written_at}"
+            ) from None
+
     def evaluate(self, baseline, step: int, episodes: int) -> list[dict[str, Any]]:
         from offbench.envs.factory import make_env
 
@@ -182,8 +196,7 @@ class Run:
         )
         start_step, elapsed, sums, count = 0, 0.0, {}, 0
         if checkpoint is not None:
-            baseline.load_state_dict(checkpoint["baseline"])
-            sampler.load_state_dict(checkpoint["sampler"])
+            self.restore(baseline, checkpoint, sampler)
             restore_rng_states(checkpoint["rng"])
             start_step, elapsed = checkpoint["step"], checkpoint["time_s"]
             sums, count = dict(checkpoint["loss_sums"]), checkpoint["loss_count"]
@@ -357,6 +370,8 @@ def resume_run(run_dir: Path, device: str | None = None) -> tuple[Run, dict[str,
     if (run.run_dir / rd.SUMMARY_FILE).exists():
         raise OffbenchError(f"{run_dir}: the run has already completed (summary.json exists); nothing to resume")
     checkpoint = load_checkpoint(run.run_dir, run.device)
+    if checkpoint is not None:
+        run.restore(run.build_baseline(), checkpoint)  # one that does not fit fails here, before run.json changes
     run.record.setdefault("resumes", []).append({"at": rd.utc_now(), "from_step": checkpoint["step"] if checkpoint else 0})
     rd.write_run_json(run.run_dir, {k: v for k, v in run.record.items() if k != "schema"})
     return run, checkpoint

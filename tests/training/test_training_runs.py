@@ -107,6 +107,34 @@ def test_interrupted_dt_resumes_to_the_same_numbers(pendulum, cli, tmp_path, mon
     assert (tmp_path / "cut" / "evaluations.jsonl").read_text() == (tmp_path / "whole" / "evaluations.jsonl").read_text()
 
 
+def test_checkpoint_that_no_longer_fits_the_code_is_a_one_line_error(pendulum, cli, tmp_path, monkeypatch):
+    """A checkpoint from a version with another state layout (CQL's optimisers were merged into one Adam, for
+    one): resuming says which file and commit, and leaves the run directory as it was."""
+    bc = get_baseline("bc")
+    update, calls = bc.update, []
+
+    def interrupted_update(self, batch):
+        calls.append(1)
+        if len(calls) == 30:  # after the step-25 checkpoint
+            raise KeyboardInterrupt
+        return update(self, batch)
+
+    monkeypatch.setattr(bc, "update", interrupted_update)
+    code, _, _ = cli("run", "baseline", "bc", "--dataset", "pendulum-scripted", "--config", CONFIGS / "bc-tiny.toml",
+                     "--out", tmp_path, "--name", "old")
+    assert code == 130
+    monkeypatch.setattr(bc, "update", update)
+    path = tmp_path / "old" / "checkpoints" / "last.pt"
+    checkpoint = torch.load(path, weights_only=True)
+    checkpoint["baseline"]["optimizers"] = checkpoint["baseline"].pop("optimizer")  # an older layout
+    torch.save(checkpoint, path)
+    before = {p: p.read_bytes() for p in (tmp_path / "old").rglob("*") if p.is_file()}
+    code, _, err = cli("run", "baseline", "bc", "--resume", tmp_path / "old")
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1 and str(path) in err and "does not fit" in err
+    assert {p: p.read_bytes() for p in (tmp_path / "old").rglob("*") if p.is_file()} == before
+
+
 def test_sigkill_then_resume_ends_like_an_uninterrupted_run(pendulum, cli, tmp_path):
     args = ["run", "baseline", "bc", "--dataset", "pendulum-scripted", "--config", CONFIGS / "bc-tiny.toml", "--out", tmp_path,
             "--set", "steps=1200", "--set", "log_every=50", "--set", "checkpoint_every=400", "--set", "eval_every=600"]
