@@ -24,7 +24,7 @@ def _values_and_grads(net: EnsembleMLP, forward) -> tuple[torch.Tensor, list[tor
     return out.detach(), [p.grad for p in net.parameters()] + [x.grad]
 
 
-@pytest.mark.parametrize("hidden, out_dim", [([16, 16], 1), ([12, 8, 6], 3), ([8], 1)])
+@pytest.mark.parametrize("hidden, out_dim", [([16, 16], 1), ([12, 8, 6], 3), ([8], 1), ([], 1), ([], 2)])
 @pytest.mark.parametrize("block_rows", [1, 7, ROWS, 1000])
 def test_blocked_pass_matches_autograd(hidden, out_dim, block_rows):
     net = _net(hidden, out_dim)

@@ -168,6 +168,7 @@ class _BlockedEnsemblePass(torch.autograd.Function):
         return output
 
     @staticmethod
+    @torch.autograd.function.once_differentiable  # its in-place buffer arithmetic is not itself differentiable
     def backward(ctx, grad_output):
         x, *saved = ctx.saved_tensors
         weights, hidden = saved[0 : 2 * ctx.n_layers : 2], saved[2 * ctx.n_layers :]
@@ -179,7 +180,7 @@ class _BlockedEnsemblePass(torch.autograd.Function):
         grad_b.append(grad_output.sum(1, keepdim=True))
         grad_x = torch.zeros_like(x) if ctx.needs_input_grad[0] else None
         rows = max(hi - lo for lo, hi in ctx.blocks)
-        widest = max(w.shape[-1] for w in weights[:-1])
+        widest = max((w.shape[-1] for w in weights[:-1]), default=0)
         passing = [_reused(ctx.buffers, f"grad{i}", size * rows * widest, x) for i in range(2)]
         for lo, hi in reversed(ctx.blocks):  # the last blocks written are the likeliest still in cache
             grad = grad_output[:, lo:hi]  # d loss / d (this layer's output, before its ReLU)
