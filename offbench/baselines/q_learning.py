@@ -64,18 +64,14 @@ class EnsembleLinear(nn.Module):
             init_linear_(self.weight.data[member].T, self.bias.data[member, 0], orthogonal, gain)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return ensemble_linear(x, self.weight, self.bias)
-
-
-def ensemble_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    """x (E, M, in) or (M, in) shared by the members, weight (E, in, out), bias (E, 1, out) -> (E, M, out)."""
-    if weight.shape[-1] == 1:
-        # one output (a critic's Q): multiply and sum. On CPU, bmm with a single output column, and the outer
-        # and inner products of its backward, run ~7x slower than these elementwise ops (benchmarks/README.md)
-        return torch.mul(x, weight.transpose(1, 2)).sum(-1, keepdim=True).add_(bias)
-    if x.dim() == 2:  # the same input for every member. Not matmul(x, weight): it folds the members into one mm
-        x = x.expand(weight.shape[0], -1, -1)  # and returns a transposed view, which slows every op after it ~10x
-    return torch.baddbmm(bias, x, weight)
+        """x (E, M, in), or (M, in) shared by the members -> (E, M, out)."""
+        if self.weight.shape[-1] == 1:
+            # one output (a critic's Q): multiply and sum. On CPU, bmm with a single output column, and the outer
+            # and inner products of its backward, run ~7x slower than these elementwise ops (benchmarks/README.md)
+            return torch.mul(x, self.weight.transpose(1, 2)).sum(-1, keepdim=True).add_(self.bias)
+        if x.dim() == 2:  # the same input for every member. Not matmul(x, weight): it folds the members into one mm
+            x = x.expand(self.weight.shape[0], -1, -1)  # and returns a transposed view: every op after it ~10x slower
+        return torch.baddbmm(self.bias, x, self.weight)
 
 
 class EnsembleMLP(nn.Module):
@@ -175,9 +171,9 @@ class _BlockedEnsemblePass(torch.autograd.Function):
         size, last = weights[0].shape[0], ctx.n_layers - 1
         transposed = [w.transpose(1, 2) for w in weights]
         params_grad = any(ctx.needs_input_grad[3:])  # False where the ensemble is frozen (an actor's loss)
-        grad_w = [torch.zeros_like(w) for w in weights] if params_grad else []
-        grad_b = [x.new_zeros(size, 1, w.shape[-1]) for w in weights[:-1]] if params_grad else []
-        grad_b.append(grad_output.sum(1, keepdim=True))
+        if params_grad:  # the output layer's bias gradient over all rows at once; the others block by block
+            grad_w = [torch.zeros_like(w) for w in weights]
+            grad_b = [*(x.new_zeros(size, 1, w.shape[-1]) for w in weights[:-1]), grad_output.sum(1, keepdim=True)]
         grad_x = torch.zeros_like(x) if ctx.needs_input_grad[0] else None
         rows = max(hi - lo for lo, hi in ctx.blocks)
         widest = max((w.shape[-1] for w in weights[:-1]), default=0)
