@@ -7,6 +7,7 @@ lazily and name the extra when it is missing.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable
 
 import gymnasium as gym
@@ -33,7 +34,10 @@ def _make_gymnasium(env_id: str, task: Any = None, **kwargs: Any) -> gym.Env:
 
         require("mujoco", "mujoco")
     try:
-        return gym.make(env_id, **kwargs)
+        with warnings.catch_warnings():
+            # A card names an older version on purpose (D4RL cards: -v4, the model their data came from).
+            warnings.filterwarnings("ignore", message=".*is out of date", category=DeprecationWarning)
+            return gym.make(env_id, **kwargs)
     except gym.error.Error as exc:
         raise OffbenchError(f"cannot make environment '{env_id}': {exc}") from None
 
