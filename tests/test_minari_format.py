@@ -6,7 +6,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from conftest import make_store
+from helpers import make_store
 from offbench.data.formats import detect_format, load_path
 from offbench.data.minari_format import export_minari
 

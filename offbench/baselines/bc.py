@@ -31,7 +31,7 @@ class Actor(nn.Module):
     def __init__(self, config: BCConfig, spec: DatasetSpec):
         super().__init__()
         self.normalize = ObservationNormalizer(spec, eps=1e-3, enabled=config.normalize_observations)
-        self.net = mlp(flat_observation_dim(spec), config.hidden_dim, config.num_layers, spec.action_dim)
+        self.net = mlp(flat_observation_dim(spec), spec.action_dim, [config.hidden_dim] * config.num_layers)
         self.bound = nn.Identity() if spec.discrete else BoundedActions(spec)
 
     def forward(self, observations: torch.Tensor) -> torch.Tensor:

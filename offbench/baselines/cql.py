@@ -33,14 +33,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from offbench.baselines.base import DatasetSpec
-from offbench.baselines.nets import fused_adam
+from offbench.baselines.nets import flat_observation_dim, fused_adam, mlp
 from offbench.baselines.q_learning import (
     DataTransform,
     EnsembleMLP,
     GreedyPolicy,
     action_kind,
     frozen,
-    mlp,
     polyak_update,
     reward_scale,
     seeded_generator,
@@ -161,7 +160,7 @@ class CQL:
         self.step = 0
         scale = reward_scale(spec, "cql", config.normalize_reward, config.reward_scale)
         transform = DataTransform(spec, config.normalize_observations, scale, config.reward_bias)
-        obs_dim = transform.obs_mean.numel()
+        obs_dim = flat_observation_dim(spec)
         hidden = [config.hidden_dim] * config.critic_hidden_layers
         if self.discrete:
             quantiles = mlp(obs_dim, spec.action_dim * config.n_quantiles, hidden, config.orthogonal_init, OUTPUT_GAIN)

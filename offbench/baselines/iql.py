@@ -25,12 +25,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from offbench.baselines.base import DatasetSpec
+from offbench.baselines.nets import flat_observation_dim, mlp
 from offbench.baselines.q_learning import (
     DataTransform,
     EnsembleMLP,
     GreedyPolicy,
     action_kind,
-    mlp,
     polyak_update,
     reward_scale,
     target_copy,
@@ -119,7 +119,7 @@ class IQL:
         self.step = 0
         scale = reward_scale(spec, "iql", config.normalize_reward, config.reward_scale)
         transform = DataTransform(spec, config.normalize_observations, scale, config.reward_bias)
-        obs_dim = transform.obs_mean.numel()
+        obs_dim = flat_observation_dim(spec)
         hidden = [config.hidden_dim] * config.num_hidden_layers
         if self.discrete:  # Q(s, .) for every action at once
             critic = EnsembleMLP(obs_dim, spec.action_dim, hidden, 2)

@@ -130,6 +130,24 @@ class EpisodeStore:
             nxt[last] = self.final_observations[self.step_episode[index[last]]]
         return nxt
 
+    def observation_mean_std(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per-feature mean and std (float32, no epsilon) of the step observations, the statistics
+        baselines normalise states with (CORL's `compute_mean_std`; each baseline adds its own epsilon).
+
+        Two passes in float64 over ~32 MB blocks, so a memory-mapped dataset is never held whole and the
+        variance does not suffer the cancellation of a one-pass sum of squares.
+        """
+        obs = np.asarray(self.observations)
+        block = max(1, (32 << 20) // max(1, obs[:1].nbytes))
+        total = np.zeros(obs.shape[1:], np.float64)
+        for lo in range(0, len(obs), block):
+            total += obs[lo : lo + block].sum(axis=0, dtype=np.float64)
+        mean = total / len(obs)
+        squares = np.zeros_like(mean)
+        for lo in range(0, len(obs), block):
+            squares += np.square(obs[lo : lo + block] - mean).sum(axis=0)
+        return mean.astype(np.float32), np.sqrt(squares / len(obs)).astype(np.float32)
+
     def episode_returns(self) -> np.ndarray:
         return np.add.reduceat(np.asarray(self.rewards, dtype=np.float64), self.episode_starts[:-1])
 

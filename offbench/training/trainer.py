@@ -47,7 +47,7 @@ class Dataset:
 def open_dataset(id_or_path: str | Path) -> Dataset:
     """A registered id (downloaded or generated on first use) or a path; a path's card is the one stored in
     the file, when it has one."""
-    from offbench.data.resolve import locate
+    from offbench.data.resolve import open_dataset as locate
 
     found = locate(id_or_path)
     card = found.card
