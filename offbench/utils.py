@@ -1,4 +1,4 @@
-"""Small helpers shared across layers: atomic writes, JSON that never holds pickles."""
+"""Small helpers shared across layers: atomic writes, JSON that never holds pickles, a progress bar."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 
 def give_default_permissions(path: str | Path) -> None:
@@ -51,3 +51,18 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
 
 def atomic_write_json(path: str | Path, data: Any) -> Path:
     return atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n")
+
+
+@contextmanager
+def progress_bar(quiet: bool, label: str, total: int, unit: str = "episodes") -> Iterator[Callable[[int], None]]:
+    """A rich progress bar on stderr (nothing when quiet); yields `advance(n)`."""
+    if quiet:
+        yield lambda n: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn(unit), TimeElapsedColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=Console(stderr=True)) as bar:
+        task = bar.add_task(label, total=total)
+        yield lambda n: bar.advance(task, n)

@@ -23,7 +23,8 @@ FILES = [(path, CQL) for path in sorted((ROOT / "cql").glob("*.toml"))] + [
 def test_config_file_resolves_with_a_source(path, baseline):
     assert "CORL" in tomllib.loads(path.read_text())["source"]  # every file derives from CORL's configs
     resolved = resolve_config(baseline, None, config_file=path)  # unknown keys and wrong types raise
-    assert resolved.baseline.steps == resolved.train.steps
+    if baseline is IQL:  # its actor's learning-rate schedule spans the run
+        assert resolved.baseline.steps == resolved.train.steps
 
 
 def test_default_files_hold_the_dataclass_defaults():

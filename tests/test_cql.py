@@ -16,7 +16,7 @@ from helpers import bandit_batch, best_action_batch, box_spec, discrete_spec, gr
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-TINY = dict(hidden_dim=32, critic_hidden_layers=2, actor_hidden_layers=2, batch_size=64, cql_n_actions=4)
+TINY = dict(hidden_dim=32, critic_hidden_layers=2, actor_hidden_layers=2, cql_n_actions=4)
 
 
 def make(config=None, spec=None, seed=0, **overrides) -> CQL:

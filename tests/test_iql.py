@@ -15,7 +15,7 @@ from helpers import bandit_batch, best_action_batch, box_spec, discrete_spec, gr
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-TINY = dict(hidden_dim=32, num_hidden_layers=2, batch_size=64, steps=1000)
+TINY = dict(hidden_dim=32, num_hidden_layers=2, steps=1000)
 
 
 def make(spec=None, seed=0, **overrides) -> IQL:

@@ -17,6 +17,7 @@ from offbench.baselines.base import DatasetSpec
 from offbench.baselines.nets import ObservationNormalizer, init_linear_
 from offbench.errors import OffbenchError
 
+NUM_CRITICS = 2  # twin critics, the minimum of the two in targets (clipped double Q), as CORL's CQL and IQL
 OBSERVATION_STD_EPS = 1e-3  # CORL adds 1e-3 to the dataset's state std (compute_mean_std(..., eps=1e-3))
 
 

@@ -43,7 +43,7 @@ import h5py
 import numpy as np
 
 from offbench.data.spaces import space_from_json, space_to_json, widest_space
-from offbench.data.store import EpisodeStore
+from offbench.data.store import EpisodeStore, open_hdf5
 from offbench.errors import OffbenchError
 from offbench.utils import atomic_path
 
@@ -77,11 +77,7 @@ def _read_datasets(group: h5py.Group, prefix: str = "") -> dict[str, np.ndarray]
 
 def load_d4rl(path: Path) -> EpisodeStore:
     path = Path(path)
-    try:
-        f = h5py.File(path, "r")
-    except OSError as exc:
-        raise OffbenchError(f"{path}: not a readable HDF5 file ({exc.__class__.__name__}: truncated or corrupt?)") from None
-    with f:
+    with open_hdf5(path) as f:
         missing = [key for key in REQUIRED_KEYS if not isinstance(f.get(key), h5py.Dataset)]
         if missing:
             raise OffbenchError(f"{path}: not a complete D4RL file, missing {', '.join(missing)}")

@@ -25,13 +25,15 @@ from __future__ import annotations
 
 import copy
 import inspect
-from typing import Any, Callable, Protocol
+from functools import partial
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
 from offbench.data.store import EpisodeStore
 from offbench.errors import OffbenchError
+from offbench.registry import lookup, register
 
 # ----------------------------------------------------------------------------- registry
 
@@ -50,20 +52,12 @@ class Sampler(Protocol):
 SAMPLERS: dict[str, type] = {}
 
 
-def register_sampler(kind: str) -> Callable[[type], type]:
-    def add(cls: type) -> type:
-        cls.kind = kind
-        SAMPLERS[kind] = cls
-        return cls
-
-    return add
+register_sampler = partial(register, SAMPLERS)  # @register_sampler("kind"); the class says `kind` too
 
 
 def make_sampler(kind: str, store: EpisodeStore, batch_size: int, seed: int, device: str | torch.device = "cpu", **opts: Any) -> Sampler:
     """Build the sampler registered under `kind`; unknown kinds and options are one-line OffbenchErrors."""
-    if kind not in SAMPLERS:
-        raise OffbenchError(f"unknown sampler kind '{kind}' (known: {', '.join(SAMPLERS)})")
-    cls = SAMPLERS[kind]
+    cls = lookup(SAMPLERS, kind, "sampler kind")
     params = inspect.signature(cls.__init__).parameters
     own = {name: p for name, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
     unknown = sorted(set(opts) - set(own))
@@ -184,6 +178,8 @@ class TransitionSampler(_StoreSampler):
     stored final observation, never the next episode's reset observation.
     """
 
+    kind = "transitions"
+
     def __init__(self, store: EpisodeStore, batch_size: int, seed: int, device: str | torch.device = "cpu"):
         super().__init__(store, batch_size, seed, device)
         self.terminations = np.asarray(store.terminations)
@@ -228,6 +224,8 @@ class SegmentSampler(_StoreSampler):
     rewards and returns_to_go are in dataset units (DT scales them itself: CORL's reward_scale);
     timesteps count from 0 at the episode's first step (padding: 0).
     """
+
+    kind = "segments"
 
     def __init__(
         self,
@@ -287,6 +285,8 @@ class ADWindowSampler(_StoreSampler):
     is uniform over every valid position of every history (each full window equally likely).
     """
 
+    kind = "ad_windows"
+
     def __init__(
         self,
         store: EpisodeStore,
@@ -340,6 +340,8 @@ class DPTSampler(_StoreSampler):
     the context is a sequence of interaction. `context="random"` takes C steps uniformly with
     replacement, kept in time order (the DPT paper's bandit setting, where D is i.i.d. pulls).
     """
+
+    kind = "dpt"
 
     def __init__(
         self,
