@@ -8,11 +8,17 @@ from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
+import pytest
 import torch
 
 from offbench.baselines.base import DatasetSpec
 
 TRAINING_CONFIGS = Path(__file__).resolve().parent / "training" / "configs"
+
+
+def require_extra(module: str, extra: str):
+    """The optional module, or skip the calling test (or module, at import) naming the extra to install."""
+    return pytest.importorskip(module, reason=f"needs {module}: pip install 'offbench[{extra}]'")
 
 
 def offbench_command(*args: str) -> list[str]:

@@ -3,6 +3,7 @@
 import gymnasium as gym
 import pytest
 
+from helpers import require_extra
 from offbench.data.cards import all_cards, read_card
 from offbench.data.formats import FORMATS
 from offbench.paths import builtin_dir
@@ -62,7 +63,7 @@ D4RL_LEGGED_CARDS = sorted(
 
 @pytest.mark.parametrize("card", D4RL_LEGGED_CARDS, ids=lambda c: c.id)
 def test_d4rl_card_environment_matches_the_model_the_data_was_collected_on(card):
-    pytest.importorskip("mujoco", reason="the MuJoCo environments need the 'mujoco' extra")
+    require_extra("mujoco", "mujoco")
     import numpy as np
 
     from offbench.envs.factory import make_env

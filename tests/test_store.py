@@ -7,16 +7,10 @@ from offbench.data.store import EpisodeStore, load_native
 from offbench.errors import OffbenchError
 
 
-def test_round_trip_is_memory_mapped_and_identical(tmp_path):
-    store = make_store(task_id=lambda n: np.full(n, 3, np.int32))
-    path = store.save(tmp_path / "d.h5")
-    loaded = load_native(path)
+def test_native_file_is_memory_mapped_and_keeps_the_card(tmp_path):
+    """(The exact round trip of every format is tests/test_formats.py.)"""
+    loaded = load_native(make_store().save(tmp_path / "d.h5"))
     assert isinstance(loaded.observations, np.memmap)
-    for name in ("observations", "actions", "rewards", "terminations", "truncations", "episode_starts", "final_observations"):
-        np.testing.assert_array_equal(np.asarray(getattr(loaded, name)), np.asarray(getattr(store, name)))
-    np.testing.assert_array_equal(loaded.columns["task_id"], store.columns["task_id"])
-    assert loaded.content_sha256() == store.content_sha256()
-    assert loaded.action_space == store.action_space
     assert loaded.card == {"id": "test/hand-built"}
 
 
