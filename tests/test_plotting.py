@@ -78,7 +78,7 @@ def test_in_context_curves_with_source_and_optimum(tmp_path):
 
 
 def test_in_context_benchmark_accepts_in_context_runs(tmp_path, monkeypatch):
-    from offbench.leaderboard.runs import Refused
+    from offbench.tracking.run_dir import Refused
     from offbench.leaderboard.spec import load_spec
     from offbench.leaderboard.submit import submit
 
