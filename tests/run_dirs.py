@@ -60,12 +60,17 @@ def write_run(
     optimal_return: float | None = None,
     with_summary: bool = True,
     name: str | None = None,
+    per_task_success: dict[str, list[float]] | None = None,
+    regret: list[float] | None = None,
 ) -> Path:
     """A finished run whose normalised score at evaluation k (step (k+1) * every_steps) is curve[k].
 
     Returns are the inverse of the card's normalisation (ref_min -1000, ref_max 0), spread around their mean
     by a seed-dependent offset (so two runs never share their evaluations). In-context runs (in_context given)
-    evaluate 5 tasks, each scoring in_context[k] in episode k; checkpoints/last.pt holds bytes unique to the run.
+    evaluate 5 tasks, each scoring in_context[k] in episode k, and with `regret` (the cumulative curve of the
+    final evaluation; earlier evaluations have proportionally more) a regret per line. Multi-task runs
+    (per_task_success: task -> success rate at each evaluation) play `episodes` episodes per task.
+    checkpoints/last.pt holds bytes unique to the run.
     """
     run_dir = root / (name or f"{baseline}-{dataset_id.replace('/', '-')}-s{seed}")
     run_dir.mkdir(parents=True)
@@ -81,6 +86,8 @@ def write_run(
     }
     if in_context is not None:
         info["evaluation"].update(protocol="in-context", in_context_episodes=len(in_context), task_ids=list(range(5)))
+    if per_task_success is not None:
+        info["evaluation"].update(protocol="multi-task", tasks=list(per_task_success))
     lines = []
     spread = [0.25 * (i - (episodes - 1) / 2) * (seed + 1) for i in range(episodes)]  # sums to zero
     for k, score in enumerate(curve):
@@ -90,6 +97,18 @@ def write_run(
         if in_context is not None:
             line.update(returns=[in_context[-1]] * 5, lengths=[20] * 5, mean_return=in_context[-1], normalized_score=None,
                         in_context_returns=in_context, task_returns=[list(in_context)] * 5)
+        if regret is not None:
+            scale = len(curve) - k
+            line.update(regret=regret[-1] * scale, in_context_regret=[v * scale for v in regret])
+        if per_task_success is not None:
+            per_task = {}
+            for task_id, (task, rates) in enumerate(per_task_success.items()):
+                wins = round(rates[k] * episodes)
+                per_task[task] = {"task_id": task_id, "returns": [mean_return + d for d in spread], "mean_return": mean_return,
+                                  "successes": [i < wins for i in range(episodes)], "success_rate": wins / episodes}
+            line.update(per_task=per_task, returns=[r for block in per_task.values() for r in block["returns"]],
+                        lengths=[200] * episodes * len(per_task),
+                        success_rate=sum(block["success_rate"] for block in per_task.values()) / len(per_task))
         if optimal_return is not None:
             line["optimal_return"] = optimal_return
         lines.append(line)
@@ -101,7 +120,7 @@ def write_run(
     (run_dir / "checkpoints" / "last.pt").write_bytes(f"checkpoint of {baseline} {dataset_id} {seed} {curve}".encode())
     if with_summary:
         def block(line):
-            return {k: line[k] for k in ("step", "mean_return", "normalized_score", "success_rate", "target_return")}
+            return {k: line.get(k) for k in ("step", "mean_return", "normalized_score", "success_rate", "target_return", "regret")}
 
         best = max(lines, key=lambda line: line["normalized_score"] if line["normalized_score"] is not None
                    and not math.isnan(line["normalized_score"]) else -math.inf)

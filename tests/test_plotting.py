@@ -82,6 +82,10 @@ def test_in_context_benchmark_accepts_in_context_runs(tmp_path, monkeypatch):
     from offbench.leaderboard.spec import load_spec
     from offbench.leaderboard.submit import submit
 
+    from offbench.baselines import BASELINES
+
+    for name in ("ad", "dpt"):  # in-context baselines, registered or not yet in this checkout
+        monkeypatch.setitem(BASELINES, name, f"offbench.baselines.{name}")
     store = _history_dataset()
     root = tmp_path / "leaderboards"
     monkeypatch.setenv("OFFBENCH_LEADERBOARDS", str(root))

@@ -46,15 +46,17 @@ def markdown_text(value: Any) -> str:
     return _MARKDOWN_SPECIAL.sub(r"\\\1", text)
 
 
-def markdown_table(frame: pd.DataFrame, italic_rows: frozenset[int] = frozenset()) -> str:
-    """A GitHub-flavoured Markdown table with every header and cell escaped; rows in `italic_rows` in italics."""
-    def cell(value: Any, italic: bool) -> str:
-        text = markdown_text(value)
-        return f"*{text}*" if italic and text else text
-
+def markdown_table(frame: pd.DataFrame, reported: dict[int, int] | None = None) -> str:
+    """A GitHub-flavoured Markdown table with every header and cell escaped. `reported` maps row numbers to
+    their source number: those rows are set apart (italic, their label tagged "reported [n]")."""
+    reported = reported or {}
     lines = ["| " + " | ".join(markdown_text(c) for c in frame.columns) + " |", "|" + "---|" * len(frame.columns)]
     for number, row in enumerate(frame.itertuples(index=False)):
-        lines.append("| " + " | ".join(cell(v, number in italic_rows) for v in row) + " |")
+        cells = [markdown_text(v) for v in row]
+        if number in reported:
+            cells = [f"*{c}*" if c else c for c in cells]
+            cells[0] += f" (reported \\[{reported[number]}\\])"
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -177,7 +179,7 @@ def render_markdown(spec: BenchmarkSpec, board: Board, results: Results, figures
         parts += [markdown_text(_cell_note(spec)), ""]
     table, reported = _results_table(board, results)
     if len(table):
-        parts += [markdown_table(table, frozenset(reported))]
+        parts += [markdown_table(table, reported)]
     if reported:
         parts += ["", markdown_text(REPORTED_NOTE), ""]
         parts += [f"- {markdown_text(_source_line(n, row))}" for n, row in enumerate(spec.reported, 1)]
