@@ -58,13 +58,13 @@ class ScoredRun:
     metric_name: str
 
     @property
-    def per_task(self) -> dict[str, float] | None:
-        """Per-task score at the scored evaluation (multi-task runs, metrics defined per task)."""
+    def per_task(self) -> list[dict[str, Any]] | None:
+        """[{task, score}] at the scored evaluation, in task-id order (multi-task runs, metrics defined per task)."""
         field = PER_TASK_FIELDS.get(self.metric_name)
         per_task = self.row.get("per_task")
         if field is None or not per_task:
             return None
-        return {name: block[field] for name, block in per_task.items() if block.get(field) is not None} or None
+        return [{"task": name, "score": block[field]} for name, block in per_task.items() if block.get(field) is not None] or None
 
 
 def score_run(run: RunRecord, spec: BenchmarkSpec) -> ScoredRun:

@@ -248,9 +248,9 @@ def check_entry(path: Path, entry: Any, spec: BenchmarkSpec) -> None:
         if (not isinstance(curve, dict) or not isinstance(curve.get("step"), list) or not isinstance(curve.get("score"), list)
                 or len(curve["step"]) != len(curve["score"]) or not all(is_finite(v) for v in curve["score"] + curve["step"])):
             raise bad(f"run {number}: 'curve' needs equally long lists of finite steps and scores")
-        for key in ("per_task",):
-            if key in run and (not isinstance(run[key], dict) or not all(is_finite(v) for v in run[key].values())):
-                raise bad(f"run {number}: '{key}' must map task names to finite scores")
+        if "per_task" in run and (not isinstance(run["per_task"], list) or not all(
+                isinstance(t, dict) and isinstance(t.get("task"), str) and is_finite(t.get("score")) for t in run["per_task"])):
+            raise bad(f"run {number}: 'per_task' must list {{task, score}} objects with finite scores")
         if "in_context_returns" in run and (not isinstance(run["in_context_returns"], list)
                                             or not all(is_finite(v) for v in run["in_context_returns"])):
             raise bad(f"run {number}: 'in_context_returns' must be a list of finite numbers")

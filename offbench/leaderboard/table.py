@@ -50,8 +50,8 @@ def board_from_entries(spec: BenchmarkSpec, entries: list[tuple[Path | None, dic
                 curves.append({"label": label, "dataset": dataset, "seed": run["seed"], "step": step, "score": value})
             for episode, value in enumerate(run.get("in_context_returns") or [], 1):
                 in_context.append({"label": label, "dataset": dataset, "seed": run["seed"], "episode": episode, "score": value})
-            for task, value in (run.get("per_task") or {}).items():
-                per_task.append({"label": label, "dataset": dataset, "seed": run["seed"], "task": task, "score": value})
+            for task in run.get("per_task") or []:
+                per_task.append({"label": label, "dataset": dataset, "seed": run["seed"], "task": task["task"], "score": task["score"]})
             if "optimal_return" in run:
                 optimum[dataset] = run["optimal_return"]
         commits = sorted({str(r["code"].get("git_commit") or r["code"].get("version")) for r in entry["runs"]})
