@@ -124,7 +124,9 @@ def _protocol_lines(spec: BenchmarkSpec) -> list[str]:
              f"datasets: {', '.join(spec.datasets)}",
              f"at least {spec.min_seeds} seeds per baseline and dataset; intervals: 95% stratified bootstrap "
              f"({spec.bootstrap_reps} resamples, rliable)"]
-    lines += [f"{names[key]}: {value}" for key, value in spec.protocol.items()]
+    lines += [f"{names[key]}: {value}" for key, value in spec.protocol.items() if key != "baseline"]
+    for baseline, keys in spec.protocol.get("baseline", {}).items():
+        lines.append(f"{baseline} runs: " + ", ".join(f"{names[key]}: {value}" for key, value in keys.items()))
     return lines
 
 

@@ -110,7 +110,7 @@ def line_score(run: RunRecord, row: dict[str, Any], spec: BenchmarkSpec, card: D
 
 def _check_protocol(run: RunRecord, spec: BenchmarkSpec, card: DatasetCard) -> None:
     evaluation = run.info["evaluation"]
-    for key, wanted in spec.protocol.items():
+    for key, wanted in spec.protocol_for(run.baseline).items():
         if key == "steps":
             got = run.summary["steps"]
         elif key == "target_returns":  # binds return-conditioned runs only: BC or CQL runs have none

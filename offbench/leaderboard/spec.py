@@ -13,6 +13,8 @@
     steps = 5000                          # training updates, summary.json `steps` (optional)
     target_returns = [6000.0, 12000.0]    # return-conditioned runs (DT) must use exactly these (optional)
     in_context_episodes = 20              # in-context benchmarks only
+    [evaluation.baseline.dt]              # optional: what differs for one baseline (its source's protocol)
+    episodes = 100
     [dataset_checksums]                   # optional pins of each dataset's content sha256
     "pendulum-scripted" = "..."
     [populate]                            # how scripts/populate_leaderboards.py runs our own baselines
@@ -89,6 +91,11 @@ class BenchmarkSpec:
         """The one lock that submissions and re-renders of this benchmark take, so none interleave."""
         return FileLock(str(self.folder / ".submit.lock"))
 
+    def protocol_for(self, baseline: str) -> dict[str, Any]:
+        """The protocol a run of `baseline` must follow: the benchmark's, with that baseline's own keys over it."""
+        return {**{k: v for k, v in self.protocol.items() if k != "baseline"},
+                **self.protocol.get("baseline", {}).get(baseline, {})}
+
     @property
     def score_label(self) -> str:
         """What every cell holds, e.g. 'final normalised score (0 = random, 100 = expert reference)'."""
@@ -149,15 +156,12 @@ def spec_from_dict(name: str, data: dict[str, Any], path: Path | None = None) ->
     protocol = data.get("evaluation")
     if not isinstance(protocol, dict) or not protocol:
         raise fail(f"[evaluation] must give the protocol (any of {', '.join(PROTOCOL_KEYS)})")
-    unknown = set(protocol) - set(PROTOCOL_KEYS)
-    if unknown:
-        raise fail(f"[evaluation] has unknown keys {sorted(unknown)} (known: {', '.join(PROTOCOL_KEYS)})")
-    for key, value in protocol.items():
-        if key == "target_returns":
-            if not isinstance(value, list) or not all(isinstance(v, (int, float)) for v in value):
-                raise fail("evaluation.target_returns must be a list of numbers ([] for none)")
-        elif not isinstance(value, int) or value < 1:
-            raise fail(f"evaluation.{key} must be a positive integer")
+    per_baseline = protocol.get("baseline", {})
+    if not isinstance(per_baseline, dict) or not all(isinstance(v, dict) for v in per_baseline.values()):
+        raise fail("[evaluation.baseline.NAME] tables must hold protocol keys")
+    for where, keys in [("evaluation", {k: v for k, v in protocol.items() if k != "baseline"}),
+                        *((f"evaluation.baseline.{name}", keys) for name, keys in per_baseline.items())]:
+        _check_protocol_keys(where, keys, fail)
     if metric in ("in_context_return", "regret") and "in_context_episodes" not in protocol:
         raise fail(f"metric '{metric}' needs evaluation.in_context_episodes")
     checksums = data.get("dataset_checksums", {})
@@ -181,6 +185,18 @@ def spec_from_dict(name: str, data: dict[str, Any], path: Path | None = None) ->
         reported=tuple(_reported_row(row, datasets, fail) for row in _reported_list(data.get("reported", []), fail)),
         path=path,
     )
+
+
+def _check_protocol_keys(where: str, protocol: dict[str, Any], fail) -> None:
+    unknown = set(protocol) - set(PROTOCOL_KEYS)
+    if unknown:
+        raise fail(f"[{where}] has unknown keys {sorted(unknown)} (known: {', '.join(PROTOCOL_KEYS)})")
+    for key, value in protocol.items():
+        if key == "target_returns":
+            if not isinstance(value, list) or not all(isinstance(v, (int, float)) for v in value):
+                raise fail(f"{where}.target_returns must be a list of numbers ([] for none)")
+        elif not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise fail(f"{where}.{key} must be a positive integer")
 
 
 def _reported_list(rows: Any, fail) -> list[dict[str, Any]]:

@@ -213,8 +213,8 @@ def per_task_tables(board: Board, results: Results) -> dict[str, pd.DataFrame]:
 
 
 def reported_table(board: Board) -> pd.DataFrame:
-    """The published rows in the main table's dataset columns: 'mean ± spread' as reported, '—' where none."""
-    spec, digits = board.spec, _digits(board.spec)
+    """The published rows in the main table's dataset columns: 'mean ± spread' as published, '—' where none."""
+    spec = board.spec
     rows = []
     for number, row in enumerate(spec.reported, 1):
         cells = {"baseline": row.label, "source": number}
@@ -223,7 +223,7 @@ def reported_table(board: Board) -> pd.DataFrame:
                 cells[dataset] = "—"
             else:
                 mean, spread = row.scores[dataset]
-                cells[dataset] = f"{mean:.{digits}f}" + ("" if spread is None else f" ± {spread:.{digits}f}")
+                cells[dataset] = f"{mean:g}" + ("" if spread is None else f" ± {spread:g}")
         rows.append(cells)
     return pd.DataFrame(rows, columns=["baseline", "source", *spec.datasets])
 
