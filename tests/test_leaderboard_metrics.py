@@ -91,3 +91,61 @@ def test_profiles_count_runs_below_the_threshold_where_lower_is_better():
     higher, _ = performance_profiles(matrices, np.array([2.5]), reps=100)
     lower, _ = performance_profiles(matrices, np.array([2.5]), reps=100, lower_is_better=True)
     assert higher["a"][0] == pytest.approx(1 / 3) and lower["a"][0] == pytest.approx(2 / 3)
+
+
+# ------------------------------------------------------------------------- published reference rows
+
+CORL_ROW = {"label": "IQL", "source": {"paper": "CORL", "table": "Last Scores", "version": "commit eeeeef2"},
+            "scores": {"test/a": {"mean": 1000.0, "std": 0.5}}}
+
+
+def test_reported_rows_are_shown_apart_and_never_in_our_statistics(tmp_path, monkeypatch):
+    from run_dirs import make_bench, runs_of
+
+    bench = make_bench(tmp_path, monkeypatch, {"bc": 40.0, "iql": 70.0}, datasets=("test/a",))
+    write_benchmark(bench["root"], "tb", ["test/a"], reported=[CORL_ROW])
+    for baseline in ("bc", "iql"):
+        _submit("tb", runs_of(bench, baseline), render=baseline == "iql")
+    results = json.loads((bench["folder"] / "results.json").read_text())
+    assert {c["label"] for c in results["cells"]} == {"bc", "iql"}
+    assert {p["x"] for p in results["probability_of_improvement"]} == {"bc", "iql"}
+    assert results["reported"] == [{"label": "IQL", "source": CORL_ROW["source"], "note": "", "scores": {"test/a": {"mean": 1000.0, "std": 0.5}}}]
+    readme = (bench["folder"] / "README.md").read_text()
+    table = [line for line in readme.splitlines() if line.startswith("| ")]
+    assert table[1].startswith("| iql |") and table[3] == "| *IQL* (reported \\[1\\]) | *1000 ± 0.5* |"  # ours ranked, then reported
+    assert "- \\[1\\] IQL: CORL; Last Scores; version commit eeeeef2" in readme
+    assert '<tr class="reported"><td>IQL <span class="tag">reported [1]</span></td>' in (bench["folder"] / "index.html").read_text()
+
+
+@pytest.mark.parametrize("change, problem", [
+    (lambda row: row["source"].pop("version"), "source needs paper, table, version"),
+    (lambda row: row["scores"].update({"test/zzz": 1.0}), "not one of the benchmark's datasets"),
+    (lambda row: row["scores"].update({"test/a": {"mean": float("nan")}}), "finite mean"),
+    (lambda row: row.update(label="two\nlines"), "one line"),
+    (lambda row: row["source"].update(url="javascript:alert(1)"), "https://"),
+])
+def test_malformed_reported_rows_are_one_line_errors(tmp_path, change, problem):
+    from offbench.errors import OffbenchError
+    from offbench.leaderboard.spec import load_spec
+
+    row = json.loads(json.dumps(CORL_ROW))
+    change(row)
+    write_benchmark(tmp_path, "tb", ["test/a"], reported=[row])
+    with pytest.raises(OffbenchError, match=problem) as caught:
+        load_spec("tb", tmp_path)
+    assert len(str(caught.value).splitlines()) == 1
+
+
+def test_the_repositorys_reported_rows_cover_their_benchmarks():
+    """CORL's rows cover all nine D4RL datasets and cite the README at a commit; the MT50 rows are fractions."""
+    from offbench.leaderboard.spec import load_spec
+    from run_dirs import REPO_ROOT
+
+    d4rl = load_spec("d4rl-locomotion", REPO_ROOT / "leaderboards")
+    assert [row.label for row in d4rl.reported] == ["BC", "CQL", "IQL", "DT"]
+    for row in d4rl.reported:
+        assert set(row.scores) == set(d4rl.datasets) and "/blob/eeeeef2671235fcce3a3eb255576a207d78840e6/" in row.source["url"]
+    mt50 = load_spec("metaworld-mt50", REPO_ROOT / "leaderboards")
+    assert {row.label for row in mt50.reported} == {"MTBC", "MTIQL", "MTDT", "Prompt-DT", "HarmoDT-F"}
+    assert all(set(row.scores) == set(mt50.datasets) and all(0 <= m <= 1 for m, _ in row.scores.values()) for row in mt50.reported)
+    assert d4rl.protocol_for("dt")["episodes"] == 100 and d4rl.protocol_for("cql")["episodes"] == 10
