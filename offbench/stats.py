@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from offbench.errors import require
+from offbench.tracking.run_dir import LOWER_IS_BETTER
 
 CONFIDENCE = 0.95
 BOOTSTRAP_SEED = 0
@@ -37,7 +38,11 @@ class Metric:
     field: str
     label: str  # axis and table label, units included
     normalised: bool  # comparable across datasets (so aggregates across datasets make sense)
-    lower_is_better: bool = False
+
+    @property
+    def lower_is_better(self) -> bool:
+        """Whether a smaller number is the better run (the run directory contract says which fields are)."""
+        return self.field in LOWER_IS_BETTER
 
     @property
     def sign(self) -> float:
@@ -54,8 +59,7 @@ METRICS = {
     "in_context_return": Metric(
         "in_context_return", "mean_return", "return in the last in-context episode (sum of rewards)", False
     ),
-    "regret": Metric("regret", "regret", "cumulative regret over the in-context episodes (lower is better)", False,
-                     lower_is_better=True),
+    "regret": Metric("regret", "regret", "cumulative regret over the in-context episodes (lower is better)", False),
 }
 
 
