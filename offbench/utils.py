@@ -4,10 +4,26 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
+
+from offbench.errors import OffbenchError
+
+_SAFE_COMPONENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
+
+
+def safe_component(name: str, what: str) -> str:
+    """`name` if it is one safe path component (letters, digits, `._+-`, not starting with a dot or dash,
+    at most 128 characters); else an OffbenchError naming `what` and the value. Every file or folder name
+    taken from a URL, a card, a run or a label goes through here, so none can climb out of its folder."""
+    if not isinstance(name, str) or not _SAFE_COMPONENT.fullmatch(name) or name in (".", ".."):
+        raise OffbenchError(
+            f"{what} {name!r} is not a safe file name (1-128 of A-Z a-z 0-9 . _ + -, starting with a letter or digit)"
+        )
+    return name
 
 
 def give_default_permissions(path: str | Path) -> None:
