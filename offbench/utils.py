@@ -1,13 +1,138 @@
-"""Small helpers shared across layers: atomic writes, JSON that never holds pickles."""
+"""Small helpers shared across layers: safe file names, atomic writes, one-line errors for files the user
+can fix, JSON that never holds pickles."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import re
+import shutil
+import socket
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
+
+from offbench.errors import OffbenchError
+
+_SAFE_COMPONENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
+
+
+def safe_component(name: str, what: str) -> str:
+    """`name` if it is one safe path component (letters, digits, `._+-`, not starting with a dot or dash,
+    at most 128 characters); else an OffbenchError naming `what` and the value. Every file or folder name
+    taken from a URL, a card, a run or a label goes through here, so none can climb out of its folder."""
+    if not isinstance(name, str) or not _SAFE_COMPONENT.fullmatch(name) or name in (".", ".."):
+        raise OffbenchError(
+            f"{what} {name!r} is not a safe file name (1-128 of A-Z a-z 0-9 . _ + -, starting with a letter or digit)"
+        )
+    return name
+
+
+# ---------------------------------------------------------------------------------------- errors
+_SPACE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+_USER_FIXABLE_ERRNOS = _SPACE_ERRNOS | {
+    errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EISDIR, errno.EEXIST, errno.ENAMETOOLONG, errno.ELOOP,
+}
+
+
+def os_error_number(exc: OSError) -> int | None:
+    """The errno of an OSError, also where h5py only puts it in the text ("errno = 28, error message = ...")."""
+    if exc.errno is not None:
+        return exc.errno
+    text = str(exc)
+    found = re.search(r"errno = (\d+)", text)
+    if found:
+        return int(found.group(1))
+    return errno.ENOSPC if "No space left on device" in text else None
+
+
+def disk_full_error(path: str | Path, need: int | None = None) -> OffbenchError:
+    folder = Path(path).parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    free = shutil.disk_usage(folder).free
+    needs = f"; {need:,} bytes needed" if need else ""
+    return OffbenchError(f"disk full writing {path} ({free:,} bytes free{needs}); free space or write elsewhere (OFFBENCH_HOME, --out)")
+
+
+def write_error(path: str | Path, exc: OSError) -> OffbenchError | None:
+    """One line for an OSError the user can fix (full disk, no permission, read-only, a file where a folder
+    should be, a name too long); None for anything else, which stays a bug with its traceback."""
+    number = os_error_number(exc)
+    if number in _SPACE_ERRNOS:
+        return disk_full_error(path)
+    if number in _USER_FIXABLE_ERRNOS:
+        where = exc.filename if isinstance(exc.filename, str) and exc.errno is not None else path
+        return OffbenchError(f"cannot write {where}: {os.strerror(number)}")
+    return None
+
+
+@contextmanager
+def user_fixable_write_errors(path: str | Path) -> Iterator[None]:
+    """Turn the OSErrors `write_error` knows into its one-line OffbenchError naming `path`."""
+    try:
+        yield
+    except OSError as exc:
+        error = write_error(path, exc)
+        if error is None:
+            raise
+        raise error from None
+
+
+def ensure_dir(path: str | Path) -> Path:
+    """mkdir -p, with a one-line error where that is impossible (a file in the way, no permission, ...)."""
+    path = Path(path)
+    with user_fixable_write_errors(path):
+        path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+# ---------------------------------------------------------------------------------------- temporaries
+def _host_tag() -> str:
+    return re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname().split(".")[0])[:32] or "host"
+
+
+_TEMPORARY = re.compile(r"\..+\.(?P<pid>\d+)@(?P<host>[A-Za-z0-9-]+)\.[A-Za-z0-9_]+\.tmp")
+
+
+def temp_prefix(path: Path) -> str:
+    """Name prefix of a temporary for `path`: `.<name>.<pid>@<host>.`, so a later run can tell whether the
+    process that made it is still alive (see remove_stale_temporaries)."""
+    return f".{path.name}.{os.getpid()}@{_host_tag()}."
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_temporaries(folder: Path) -> list[Path]:
+    """Delete the temporaries in `folder` left by processes of this host that died (kill -9, power loss)
+    before they could clean up; those of live processes and of other hosts stay. Returns what it removed."""
+    removed = []
+    host = _host_tag()
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return removed
+    for entry in entries:
+        found = _TEMPORARY.fullmatch(entry.name)
+        if not found or found["host"] != host or _alive(int(found["pid"])):
+            continue
+        path = Path(entry.path)
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+        removed.append(path)
+    return removed
 
 
 def give_default_permissions(path: str | Path) -> None:
@@ -21,19 +146,40 @@ def give_default_permissions(path: str | Path) -> None:
 @contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """A temp file next to `path` to write into; on success it replaces `path` in one rename, on any
-    failure it is removed, so readers never see half a file and an existing file survives a failed write."""
+    failure it is removed, so readers never see half a file and an existing file survives a failed write.
+    A full disk, a read-only folder or a name too long become a one-line OffbenchError naming `path`."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp = Path(name)
-    try:
-        yield tmp
-        give_default_permissions(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with user_fixable_write_errors(path):
+        ensure_dir(path.parent)
+        remove_stale_temporaries(path.parent)
+        fd, name = tempfile.mkstemp(prefix=temp_prefix(path), suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        tmp = Path(name)
+        try:
+            yield tmp
+            give_default_permissions(tmp)
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+
+
+@contextmanager
+def atomic_dir(path: str | Path) -> Iterator[Path]:
+    """`atomic_path` for a folder: a temp folder next to `path`, renamed to it on success (never replacing
+    an existing one), removed on failure."""
+    path = Path(path)
+    with user_fixable_write_errors(path):
+        ensure_dir(path.parent)
+        remove_stale_temporaries(path.parent)
+        tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(path), suffix=".tmp", dir=path.parent))
+        try:
+            yield tmp
+            give_default_permissions(tmp)
+            os.rename(tmp, path)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
@@ -51,3 +197,15 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
 
 def atomic_write_json(path: str | Path, data: Any) -> Path:
     return atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n")
+
+
+def read_text(path: str | Path, what: str) -> str:
+    """A UTF-8 text file's contents, or a one-line error naming the file (missing, unreadable, not UTF-8)."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise OffbenchError(f"{path}: no such file") from None
+    except UnicodeDecodeError as exc:
+        raise OffbenchError(f"{path}: {what} is not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise OffbenchError(f"{path}: cannot read {what} ({exc.strerror})") from None
