@@ -17,13 +17,14 @@ from torch import nn
 
 from offbench.baselines.base import DatasetSpec
 from offbench.baselines.nets import BoundedActions, FeedForwardPolicy, ObservationNormalizer, flat_observation_dim, mlp
+from offbench.utils import ranged
 
 
 @dataclass
 class BCConfig:
-    hidden_dim: int = 256
-    num_layers: int = 2
-    learning_rate: float = 3e-4
+    hidden_dim: int = ranged(256, ge=1)
+    num_layers: int = ranged(2, ge=0)
+    learning_rate: float = ranged(3e-4, gt=0)
     normalize_observations: bool = True
 
 
