@@ -82,9 +82,22 @@ def user_fixable_write_errors(path: str | Path) -> Iterator[None]:
         raise error from None
 
 
+def check_writable(path: str | Path) -> Path:
+    """Fail fast, creating nothing, where folder `path` (existing or not) could not be made or written
+    into: a file in the way (an OFFBENCH_HOME or --out that is a file), a read-only or foreign folder.
+    Long work (generating, downloading) calls it before it starts."""
+    path = Path(path)
+    existing = next(p for p in (path, *path.parents) if p.exists() or p.is_symlink())
+    if not existing.is_dir():
+        raise OffbenchError(f"cannot make folder {path}: {existing} is not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise OffbenchError(f"cannot write into {existing}: read-only or no permission")
+    return path
+
+
 def ensure_dir(path: str | Path) -> Path:
     """mkdir -p, with a one-line error where that is impossible (a file in the way, no permission, ...)."""
-    path = Path(path)
+    path = check_writable(path)
     with user_fixable_write_errors(path):
         path.mkdir(parents=True, exist_ok=True)
     return path

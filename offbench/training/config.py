@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import tomllib
 import types
 import typing
@@ -54,7 +55,9 @@ class ResolvedConfig:
 
 
 def dataset_slug(dataset_id: str) -> str:
-    return dataset_id.strip("/").replace("/", "-").lower()
+    """The id as one safe file-name part (ids of paths come from file names, which may hold anything)."""
+    slug = re.sub(r"[^a-z0-9._+-]+", "-", dataset_id.strip("/").replace("/", "-").lower())
+    return slug.strip("-.")[:80] or "dataset"
 
 
 def standard_config_path(baseline_name: str, dataset_id: str | None) -> Path:
