@@ -30,11 +30,11 @@ def create_run_dir(path: Path) -> Path:
     """Make a new, empty run directory; one that exists is never reused or overwritten. An --out that is a
     file or cannot be written, or a name too long, is a one-line error."""
     ensure_dir(path.parent)
-    try:
-        with user_fixable_write_errors(path):
+    with user_fixable_write_errors(path):
+        try:
             path.mkdir()
-    except FileExistsError:
-        raise OffbenchError(f"{path}: run directory already exists (choose another --name, or continue it with --resume {path})") from None
+        except FileExistsError:
+            raise OffbenchError(f"{path}: run directory already exists (choose another --name, or continue it with --resume {path})") from None
     return path
 
 
