@@ -33,7 +33,7 @@ def safe_component(name: str, what: str) -> str:
 
 # ---------------------------------------------------------------------------------------- errors
 _SPACE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
-_USER_FIXABLE_ERRNOS = _SPACE_ERRNOS | {
+USER_FIXABLE_ERRNOS = _SPACE_ERRNOS | {
     errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EISDIR, errno.EEXIST, errno.ENAMETOOLONG, errno.ELOOP,
 }
 
@@ -64,7 +64,7 @@ def write_error(path: str | Path, exc: OSError) -> OffbenchError | None:
     number = os_error_number(exc)
     if number in _SPACE_ERRNOS:
         return disk_full_error(path)
-    if number in _USER_FIXABLE_ERRNOS:
+    if number in USER_FIXABLE_ERRNOS:
         where = exc.filename if isinstance(exc.filename, str) and exc.errno is not None else path
         return OffbenchError(f"cannot write {where}: {os.strerror(number)}")
     return None
@@ -87,7 +87,8 @@ def check_writable(path: str | Path) -> Path:
     into: a file in the way (an OFFBENCH_HOME or --out that is a file), a read-only or foreign folder.
     Long work (generating, downloading) calls it before it starts."""
     path = Path(path)
-    existing = next(p for p in (path, *path.parents) if p.exists() or p.is_symlink())
+    with user_fixable_write_errors(path):  # a name too long fails already here
+        existing = next(p for p in (path, *path.parents) if p.exists() or p.is_symlink())
     if not existing.is_dir():
         raise OffbenchError(f"cannot make folder {path}: {existing} is not a folder")
     if not os.access(existing, os.W_OK | os.X_OK):
