@@ -32,9 +32,9 @@ def safe_component(name: str, what: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------- errors
-_SPACE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+_SPACE_ERRNOS = {errno.ENOSPC, errno.EDQUOT}
 USER_FIXABLE_ERRNOS = _SPACE_ERRNOS | {
-    errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EISDIR, errno.EEXIST, errno.ENAMETOOLONG, errno.ELOOP,
+    errno.EFBIG, errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EISDIR, errno.EEXIST, errno.ENAMETOOLONG, errno.ELOOP,
 }
 
 
@@ -158,15 +158,28 @@ def give_default_permissions(path: str | Path) -> None:
     os.chmod(path, (0o777 if Path(path).is_dir() else 0o666) & ~umask)
 
 
+SPACE_MARGIN = 1 << 20  # bytes kept free beyond what a write needs (file-format overhead, other writers)
+
+
+def check_space(path: Path, need: int | None) -> None:
+    """Refuse a write of about `need` bytes into `path`'s folder that cannot fit, before it starts: HDF5 does
+    not recover from a write failing half-way (it may report it only at close, or crash), so a full disk
+    must be found first."""
+    if need is not None and shutil.disk_usage(path.parent).free < need + SPACE_MARGIN:
+        raise disk_full_error(path, need)
+
+
 @contextmanager
-def atomic_path(path: str | Path) -> Iterator[Path]:
+def atomic_path(path: str | Path, need: int | None = None) -> Iterator[Path]:
     """A temp file next to `path` to write into; on success it replaces `path` in one rename, on any
     failure it is removed, so readers never see half a file and an existing file survives a failed write.
-    A full disk, a read-only folder or a name too long become a one-line OffbenchError naming `path`."""
+    `need` (bytes, if known) is checked against the free space first. A full disk, a read-only folder or a
+    name too long become a one-line OffbenchError naming `path`."""
     path = Path(path)
     with user_fixable_write_errors(path):
         ensure_dir(path.parent)
         remove_stale_temporaries(path.parent)
+        check_space(path, need)
         fd, name = tempfile.mkstemp(prefix=temp_prefix(path), suffix=".tmp", dir=path.parent)
         os.close(fd)
         tmp = Path(name)
@@ -180,13 +193,14 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
 
 
 @contextmanager
-def atomic_dir(path: str | Path) -> Iterator[Path]:
+def atomic_dir(path: str | Path, need: int | None = None) -> Iterator[Path]:
     """`atomic_path` for a folder: a temp folder next to `path`, renamed to it on success (never replacing
     an existing one), removed on failure."""
     path = Path(path)
     with user_fixable_write_errors(path):
         ensure_dir(path.parent)
         remove_stale_temporaries(path.parent)
+        check_space(path, need)
         tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(path), suffix=".tmp", dir=path.parent))
         try:
             yield tmp
@@ -199,7 +213,7 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     """Write via a temp file in the same folder and rename, so readers never see half a file."""
-    with atomic_path(path) as tmp, open(tmp, "wb") as handle:
+    with atomic_path(path, need=len(data)) as tmp, open(tmp, "wb") as handle:
         handle.write(data)
         handle.flush()
         os.fsync(handle.fileno())

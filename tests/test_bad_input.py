@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from dataclasses import dataclass
 
 import gymnasium as gym
@@ -104,9 +105,10 @@ DOCTORED = {  # file name -> edit of the good native file (10 steps, 3 episodes,
 }
 
 
-@pytest.fixture
-def world(tmp_path, isolated_home, monkeypatch):
-    """The hostile inputs, all under tmp_path (which also holds OFFBENCH_HOME); the tests run from there."""
+@pytest.fixture(scope="module")
+def hostile_inputs(tmp_path_factory):
+    """The hostile inputs, made once per module (a copy goes to each test)."""
+    tmp_path = tmp_path_factory.mktemp("hostile")
     native = make_store().save(tmp_path / "data" / "data.h5")
     (tmp_path / "truncated.h5").write_bytes(native.read_bytes()[:3000])
     with h5py.File(tmp_path / "one-row-timeouts.hdf5", "w") as f:  # every episode one row, ended by a timeout
@@ -129,6 +131,13 @@ def world(tmp_path, isolated_home, monkeypatch):
             "env": {"device": "cpu"}, "evaluation": {"target_returns": None}}
     (tmp_path / "runs" / "mistyped" / "run.json").write_text(json.dumps({**full, "seed": "zero"}))
     (tmp_path / "runs" / "latin1" / "run.json").write_bytes(json.dumps({**full, "baseline": "caf\u00e9"}, ensure_ascii=False).encode("latin-1"))
+    return tmp_path
+
+
+@pytest.fixture
+def world(hostile_inputs, tmp_path, isolated_home, monkeypatch):
+    """A copy of the hostile inputs under tmp_path (which also holds OFFBENCH_HOME); the tests run from there."""
+    shutil.copytree(hostile_inputs, tmp_path, dirs_exist_ok=True)
     (isolated_home / "datasets").mkdir(parents=True)
     monkeypatch.chdir(tmp_path)
     return tmp_path

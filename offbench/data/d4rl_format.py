@@ -255,7 +255,8 @@ def export_d4rl(store: EpisodeStore, out: Path) -> Path:
         "metadata/offbench_action_space": space_to_json(store.action_space),
         **{f"metadata/offbench_episode_columns/{k}": np.asarray(v) for k, v in store.episode_columns.items()},
     }
-    with atomic_path(target) as tmp, h5py.File(tmp, "w") as f:
+    need = sum(value.nbytes for value in arrays.values() if isinstance(value, np.ndarray))
+    with atomic_path(target, need=need) as tmp, h5py.File(tmp, "w") as f:
         for key, value in arrays.items():
             if isinstance(value, np.ndarray) and value.dtype.kind == "U":
                 value = value.astype(h5py.string_dtype())

@@ -383,7 +383,7 @@ def export_minari(store: EpisodeStore, out: Path) -> Path:
     env_spec = _env_spec_json(store.card)
     if env_spec:
         meta["env_spec"] = env_spec
-    with atomic_dir(target) as tmp:
+    with atomic_dir(target, need=store.nbytes + store.final_observations.nbytes) as tmp:  # observations gain a row per episode
         (tmp / "data").mkdir()
         with h5py.File(tmp / "data" / MAIN_FILE, "w", track_order=True) as f:
             for i in range(store.num_episodes):

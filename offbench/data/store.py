@@ -130,6 +130,12 @@ class EpisodeStore:
             nxt[last] = self.final_observations[self.step_episode[index[last]]]
         return nxt
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of all arrays (about the size of an uncompressed native file)."""
+        arrays = [getattr(self, name) for name in CORE_ARRAYS] + [*self.columns.values(), *self.episode_columns.values()]
+        return sum(int(arr.nbytes) for arr in arrays)
+
     def episode_returns(self) -> np.ndarray:
         return np.add.reduceat(np.asarray(self.rewards, dtype=np.float64), self.episode_starts[:-1])
 
@@ -230,7 +236,7 @@ class EpisodeStore:
     def save(self, path: str | Path, compression: str | None = None) -> Path:
         """Write atomically (temp file in the same folder, then rename). Uncompressed files open memory-mapped."""
         path = Path(path)
-        with atomic_path(path) as tmp:
+        with atomic_path(path, need=None if compression else self.nbytes) as tmp:
             with h5py.File(tmp, "w", track_order=True) as f:
                 f.attrs["format"] = FORMAT_NAME
                 f.attrs["format_version"] = FORMAT_VERSION
