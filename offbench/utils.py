@@ -65,8 +65,7 @@ def write_error(path: str | Path, exc: OSError) -> OffbenchError | None:
     if number in _SPACE_ERRNOS:
         return disk_full_error(path)
     if number in USER_FIXABLE_ERRNOS:
-        where = exc.filename if isinstance(exc.filename, str) and exc.errno is not None else path
-        return OffbenchError(f"cannot write {where}: {os.strerror(number)}")
+        return OffbenchError(f"cannot write {path}: {os.strerror(number)}")
     return None
 
 
