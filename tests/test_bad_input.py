@@ -222,6 +222,8 @@ CASES = {
     "generate-out-dev-null": Case([*GENERATE, "--out", "/dev/null"], "--out must be a folder"),
     "generate-out-under-a-file": Case([*GENERATE, "--out", "{tmp}/afile/x"], "afile is not a folder"),
     "generate-out-too-long": Case([*GENERATE, "--out", f"{{tmp}}/{LONG}"], "File name too long"),
+    "generate-multitask-out-under-a-file": Case(["generate", "minigrid", "--suite", "MT3", "--episodes", "2", "--out", "{tmp}/afile/x", "--quiet"], "afile is not a folder"),
+    "generate-multitask-id-climbs": Case(["generate", "minigrid", "--suite", "MT3", "--episodes", "2", "--id", "../../mine", "--quiet"], "'id' part '..' is not a safe file name"),
     "quickstart-out-is-a-file": Case(["quickstart", "--out", "{tmp}/afile"], "afile is not a folder"),
     # ---- run: config values out of range are refused before the run directory exists
     "run-unknown-baseline": Case(["run", "baseline", "nope", "--dataset", DATA], "unknown baseline"),
