@@ -130,6 +130,8 @@ def hostile_inputs(tmp_path_factory):
     full = {"schema": 1, "baseline": "bc", "seed": 0, "config": {}, "dataset": {"id": "x", "path": "/x", "content_sha256": "0" * 64},
             "env": {"device": "cpu"}, "evaluation": {"target_returns": None}}
     (tmp_path / "runs" / "mistyped" / "run.json").write_text(json.dumps({**full, "seed": "zero"}))
+    (tmp_path / "runs" / "resumes-text").mkdir()
+    (tmp_path / "runs" / "resumes-text" / "run.json").write_text(json.dumps({**full, "resumes": "twice"}))
     (tmp_path / "runs" / "latin1" / "run.json").write_bytes(json.dumps({**full, "baseline": "caf\u00e9"}, ensure_ascii=False).encode("latin-1"))
     return tmp_path
 
@@ -255,6 +257,7 @@ CASES = {
     "resume-on-a-file": Case(["run", "baseline", "bc", "--resume", "{tmp}/afile"], "afile: not a run directory"),
     "resume-partial-run-json": Case(["run", "baseline", "bc", "--resume", "{tmp}/runs/partial"], "field 'seed' missing"),
     "resume-mistyped-run-json": Case(["run", "baseline", "bc", "--resume", "{tmp}/runs/mistyped"], "field 'seed' must be int, got 'zero'"),
+    "resume-run-json-resumes-text": Case(["run", "baseline", "bc", "--resume", "{tmp}/runs/resumes-text"], "field 'resumes' must be list, got 'twice'"),
     "resume-run-json-not-utf8": Case(["run", "baseline", "bc", "--resume", "{tmp}/runs/latin1"], "run record is not UTF-8"),
     "resume-run-json-a-list": Case(["run", "baseline", "bc", "--resume", "{tmp}/runs/list"], "unsupported run schema"),
     "evaluate-not-a-run": Case(["evaluate", "{tmp}/data"], "run.json"),

@@ -92,6 +92,7 @@ _RUN_FIELDS: dict[str, tuple[type, ...]] = {
     "dataset.content_sha256": (str,), "env": (dict,), "env.device": (str,), "evaluation": (dict,),
     "evaluation.target_returns": (list, type(None)),
 }
+_OPTIONAL_RUN_FIELDS: dict[str, tuple[type, ...]] = {"code": (dict,), "loggers": (list,), "resumes": (list,)}
 
 
 def read_run_json(run_dir: Path) -> dict[str, Any]:
@@ -109,7 +110,7 @@ def read_run_json(run_dir: Path) -> dict[str, Any]:
     if not isinstance(record, dict) or record.get("schema") != SCHEMA:
         schema = record.get("schema") if isinstance(record, dict) else None
         raise OffbenchError(f"{path}: unsupported run schema {schema!r} (expected {SCHEMA})")
-    for name, types in _RUN_FIELDS.items():
+    for name, types in {**_RUN_FIELDS, **{k: v for k, v in _OPTIONAL_RUN_FIELDS.items() if k in record}}.items():
         table, _, key = name.rpartition(".")
         holder = record[table] if table else record
         value = holder.get(key, ...)
