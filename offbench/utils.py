@@ -1,5 +1,5 @@
 """Small helpers shared across layers: safe file names, atomic writes, one-line errors for files the user
-can fix, JSON that never holds pickles."""
+can fix, JSON that never holds pickles, a progress bar."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import socket
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from offbench.errors import OffbenchError
 
@@ -243,3 +243,24 @@ def ranged(default: Any, *, ge: float | None = None, gt: float | None = None, le
     a tuple), checked when a config is resolved: a bad value is refused before a run creates anything."""
     limits = {key: value for key, value in (("ge", ge), ("gt", gt), ("le", le), ("lt", lt), ("choices", choices)) if value is not None}
     return dataclasses.field(default=default, metadata={"allowed": limits})
+
+
+@contextmanager
+def progress_bar(
+    quiet: bool, label: str, total: int, unit: str = "episodes", completed: int = 0, fields: tuple[str, ...] = ()
+) -> Iterator[Callable[..., None]]:
+    """A rich progress bar on stderr (nothing when quiet); yields `advance(n, **values)`: n more done, and new
+    values for the extra text columns named in `fields` (the trainer's rate and losses)."""
+    if quiet:
+        yield lambda n, **values: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    columns = (
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn(unit), TimeElapsedColumn(), TimeRemainingColumn(),
+        *(TextColumn(f"{{task.fields[{name}]}}") for name in fields),
+    )
+    with Progress(*columns, console=Console(stderr=True)) as bar:
+        task = bar.add_task(label, total=total, completed=completed, **{name: "" for name in fields})
+        yield lambda n, **values: bar.update(task, advance=n, **values)

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import typer
 
-from conftest import make_store
+from helpers import make_store
 from offbench import cli
 from offbench.data.store import EpisodeStore
 

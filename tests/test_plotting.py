@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import make_store
+from helpers import make_store
 from run_dirs import write_benchmark, write_run
 
 CHECKSUM = "a" * 64

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import make_store
+from helpers import make_store
 from offbench.errors import OffbenchError
 from offbench.utils import atomic_write_text, check_writable, remove_stale_temporaries, safe_component, temp_prefix
 

@@ -28,6 +28,8 @@ from offbench.errors import OffbenchError
 from offbench.paths import builtin_dir
 from offbench.utils import ranged, read_text
 
+from offbench.evaluation.rollout import EPISODES_PER_SEED as MAX_EVAL_EPISODES  # evaluation seeds stay per training seed
+
 METADATA_KEYS = ("source",)
 
 
@@ -39,7 +41,8 @@ class TrainConfig:
     batch_size: int = ranged(256, ge=1)
     log_every: int = ranged(1_000, ge=1)  # metrics.jsonl gets the mean of each loss over this many updates
     eval_every: int = ranged(10_000, ge=1)
-    eval_episodes: int = ranged(10, ge=0, le=1000)  # 0: no evaluation; episode seeds are 10_000 + 1_000 * seed + episode
+    eval_episodes: int = ranged(10, ge=0, le=MAX_EVAL_EPISODES)  # 0: no evaluation; per task on multi-task data; consecutive episodes in context
+    eval_deterministic: bool = True  # greedy / mean actions at evaluation; false samples (baselines that can)
     checkpoint_every: int = ranged(10_000, ge=1)
 
 
