@@ -20,6 +20,7 @@ import typer
 from helpers import make_store
 from offbench import cli
 from offbench.data.store import EpisodeStore
+from offbench.paths import builtin_dir
 
 RECIPE_CARD = """id = "mine/bad-recipe"
 description = "x"
@@ -132,6 +133,8 @@ def hostile_inputs(tmp_path_factory):
     (tmp_path / "runs" / "mistyped" / "run.json").write_text(json.dumps({**full, "seed": "zero"}))
     (tmp_path / "runs" / "resumes-text").mkdir()
     (tmp_path / "runs" / "resumes-text" / "run.json").write_text(json.dumps({**full, "resumes": "twice"}))
+    (tmp_path / "boards" / "pendulum-scripted").mkdir(parents=True)  # a private leaderboard root (OFFBENCH_LEADERBOARDS)
+    shutil.copy(builtin_dir("leaderboards") / "pendulum-scripted" / "benchmark.toml", tmp_path / "boards" / "pendulum-scripted")
     (tmp_path / "runs" / "latin1" / "run.json").write_bytes(json.dumps({**full, "baseline": "caf\u00e9"}, ensure_ascii=False).encode("latin-1"))
     return tmp_path
 
@@ -141,15 +144,18 @@ def world(hostile_inputs, tmp_path, isolated_home, monkeypatch):
     """A copy of the hostile inputs under tmp_path (which also holds OFFBENCH_HOME); the tests run from there."""
     shutil.copytree(hostile_inputs, tmp_path, dirs_exist_ok=True)
     (isolated_home / "datasets").mkdir(parents=True)
+    monkeypatch.setenv("OFFBENCH_LEADERBOARDS", str(tmp_path / "boards"))
     monkeypatch.chdir(tmp_path)
     return tmp_path
 
 
 def snapshot(folder):
-    """Every folder and file under `folder` with the file's mode and content hash."""
+    """Every folder and file under `folder` with the file's mode and content hash; empty `*.lock` files are
+    left out (filelock keeps them, empty, by design)."""
     return {
         str(p): ("dir",) if p.is_dir() else (p.stat().st_mode, hashlib.sha256(p.read_bytes()).hexdigest())
         for p in sorted(folder.rglob("*"))
+        if not (p.suffix == ".lock" and p.is_file() and p.stat().st_size == 0)
     }
 
 
@@ -263,6 +269,15 @@ CASES = {
     "evaluate-not-a-run": Case(["evaluate", "{tmp}/data"], "run.json"),
     "evaluate-a-file": Case(["evaluate", "{tmp}/afile"], "not a run directory"),
     "evaluate-partial-run-json": Case(["evaluate", "{tmp}/runs/partial"], "field 'seed' missing"),
+    # ---- submit, leaderboard, plot: the same run directories (a private leaderboard root)
+    "submit-a-file": Case(["submit", "{tmp}/afile", "--benchmark", "pendulum-scripted"], "afile: no such run directory"),
+    "submit-partial-run-json": Case(["submit", "{tmp}/runs/partial", "--benchmark", "pendulum-scripted"], "partial: refused (run-files)"),
+    "submit-run-json-not-utf8": Case(["submit", "{tmp}/runs/latin1", "--benchmark", "pendulum-scripted"], "latin1: refused (schema): run.json is not valid JSON"),
+    "submit-unknown-benchmark": Case(["submit", "{tmp}/runs/partial", "--benchmark", "../../x"], "unknown benchmark '../../x'"),
+    "leaderboard-unknown": Case(["leaderboard", "show", "nope"], "unknown benchmark 'nope'"),
+    "leaderboard-render-out-is-a-file": Case(["leaderboard", "render", "pendulum-scripted", "--out", "{tmp}/afile"], "afile is not a folder"),
+    "plot-missing-run": Case(["plot", "{tmp}/absent", "-o", "{tmp}/x.png"], "absent: no such file or folder"),
+    "plot-partial-run": Case(["plot", "{tmp}/runs/partial", "-o", "{tmp}/x.png"], "partial: refused (run-files)"),
     "evaluate-too-many-episodes": Case(["evaluate", "{tmp}/data", "--episodes", "5000"], "between 1 and 1000"),
 }
 
