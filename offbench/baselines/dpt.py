@@ -11,10 +11,13 @@ trains every context length. Differences: the prefix with no transition (positio
 (the reference drops it), so the first action of an evaluation comes from a trained output; observations are
 normalised with the dataset's statistics.
 
-Evaluation online (`DPTPolicy`): the context is the row's own transitions from the episodes it has finished
-in this evaluation (the last `context_size` of them; DPT's online protocol: the current episode does not
-enter until it ends), the query is the current observation. The query comes first, so every context token
-depends on it: each step recomputes the context (no key-value cache is possible with this layout).
+Evaluation (`DPTPolicy`), online by default: the context is the row's own transitions from the episodes it has
+finished in this evaluation (the last `context_size` of them; DPT's online protocol: the current episode does
+not enter until it ends), the query is the current observation. Offline (`offline_episodes = k`): the first k
+episodes act uniformly at random, their transitions (the last `context_size`) are the context from then on,
+fixed, as DPT's offline evaluation conditions on a dataset from a uniform roll-in policy. The query comes
+first, so every context token depends on it: each step recomputes the context (no key-value cache is possible
+with this layout).
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ class DPTConfig:
     weight_decay: float = 1e-4
     grad_clip: float = 0.0  # max gradient norm; 0 turns clipping off (DPT does not clip)
     compile: bool = False  # torch.compile the training forward pass
+    offline_episodes: int = 0  # evaluation: 0 = online; k > 0 = offline: the first k episodes act uniformly at random
+    #                            and their transitions become a fixed context (DPT's uniform roll-in data)
 
 
 class DPTModel(nn.Module):
@@ -136,6 +141,7 @@ class DPTPolicy:
         self.context_length = np.zeros(num_envs, np.int64)
         self.pending = np.zeros((num_envs, spec.max_episode_length, width), np.float32)  # this episode's transitions
         self.pending_length = np.zeros(num_envs, np.int64)
+        self.episodes_done = np.zeros(num_envs, np.int64)
         self.rows = np.arange(num_envs)
         self.generator = torch.Generator(self.dpt.device).manual_seed(0)
 
@@ -164,6 +170,10 @@ class DPTPolicy:
         else:
             action = torch.multinomial(torch.softmax(logits, -1), 1, generator=self.generator).squeeze(-1)
         actions = action.cpu().numpy().astype(np.int64)
+        collecting = self.episodes_done < self.dpt.config.offline_episodes
+        if collecting.any():  # offline: the context-collecting episodes act uniformly at random
+            uniform = torch.randint(self.dpt.spec.action_dim, (len(actions),), generator=self.generator, device=self.dpt.device)
+            actions = np.where(collecting, uniform.cpu().numpy(), actions)
         step = self.pending[self.rows, self.pending_length]
         step[:, :obs_dim], step[:, obs_dim], step[:, obs_dim + 1 : 2 * obs_dim + 1] = flat, actions, flat
         self.pending[self.rows, self.pending_length] = step
@@ -173,7 +183,12 @@ class DPTPolicy:
         self.pending[self.rows, self.pending_length, -1] = rewards
         self.pending_length += 1
         size = self.dpt.config.context_size
-        for row in np.flatnonzero(np.asarray(dones)):  # the finished episode joins the context, oldest dropped
+        dones = np.asarray(dones)
+        offline = self.dpt.config.offline_episodes
+        joins = dones & ((offline == 0) | (self.episodes_done < offline))  # offline: only the collecting episodes
+        self.episodes_done += dones
+        self.pending_length[dones & ~joins] = 0
+        for row in np.flatnonzero(joins):  # the finished episode joins the context, oldest dropped
             joined = np.concatenate([self.context[row, : self.context_length[row]], self.pending[row, : self.pending_length[row]]])[-size:]
             self.context[row, : len(joined)] = joined
             self.context_length[row] = len(joined)

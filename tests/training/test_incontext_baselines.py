@@ -163,3 +163,14 @@ def test_dpt_trains_every_prefix(darkroom):
     other = dpt.model(*changed)
     torch.testing.assert_close(other[:, :6], full[:, :6])
     assert not torch.allclose(other[:, 6:], full[:, 6:])
+
+
+def test_dpt_offline_context_is_collected_at_random_then_fixed(darkroom):
+    """offline_episodes = 2: two episodes of uniform actions fill the context; from then on it does not change,
+    so every later episode (same start cell, greedy) repeats the same logits step for step."""
+    dpt = build("dpt", darkroom, offline_episodes=2, context_size=40)
+    env = held_out_env(darkroom)
+    policy = dpt.policy(options())
+    logits = rollout([policy], env, steps=4 * env.horizon)[0]
+    assert (policy.context_length == 2 * env.horizon).all()
+    torch.testing.assert_close(logits[2 * env.horizon : 3 * env.horizon], logits[3 * env.horizon :], rtol=0, atol=0)
