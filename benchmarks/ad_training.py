@@ -33,10 +33,8 @@ from offbench.baselines import get_baseline
 from offbench.data.samplers import make_sampler
 from offbench.envs.benchmarks import card_tasks, make_batch_env
 
-try:
-    from offbench.data.spec import DatasetSpec
-except ImportError:
-    from offbench.baselines.base import DatasetSpec
+from offbench.data.spec import DatasetSpec
+from offbench.evaluation.policy import PolicyOptions
 
 
 class ReferenceAD(nn.Module):
@@ -132,7 +130,7 @@ def main(
         ad = cls(cls.Config(token_layout=layout, **sizes), spec, dev)
         for kv_cache in (True, False):
             ad.config.kv_cache = kv_cache
-            policy = ad.policy(type("Options", (), {"deterministic": True})())
+            policy = ad.policy(PolicyOptions())
             env = make_batch_env(store.card["env"], goals)
             observations = env.reset()
             policy.reset(env.num_envs)

@@ -29,7 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from offbench.baselines.base import DatasetSpec
+from offbench.data.spec import DatasetSpec
+from offbench.evaluation.policy import PolicyOptions
 from offbench.baselines.incontext import CausalTransformer, ObservationEmbedding, autocast, init_gpt_weights
 from offbench.baselines.nets import fused_adam
 
@@ -124,6 +125,7 @@ class AlgorithmDistillation:
     sampler = "ad_windows"
     action_kinds = ("discrete",)
     evaluation_protocols = ("in-context",)
+    return_conditioned = False
 
     def __init__(self, config: ADConfig, spec: DatasetSpec, device: str | torch.device = "cpu"):
         self.config, self.spec, self.device = config, spec, torch.device(device)
@@ -153,7 +155,7 @@ class AlgorithmDistillation:
         accuracy = (logits.argmax(-1) == actions).float().mean()
         return {"action_loss": loss.item(), "accuracy": accuracy.item(), "learning_rate": self.scheduler.get_last_lr()[0]}
 
-    def policy(self, options) -> ADPolicy:
+    def policy(self, options: PolicyOptions) -> ADPolicy:
         return ADPolicy(self, deterministic=options.deterministic)
 
     def state_dict(self) -> dict[str, Any]:

@@ -30,7 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from offbench.baselines.base import DatasetSpec
+from offbench.data.spec import DatasetSpec
+from offbench.evaluation.policy import PolicyOptions
 from offbench.baselines.incontext import CausalTransformer, autocast, init_gpt_weights
 from offbench.baselines.nets import ObservationNormalizer, flat_observation_dim, fused_adam
 
@@ -81,6 +82,7 @@ class DecisionPretrainedTransformer:
     sampler = "dpt"
     action_kinds = ("discrete",)
     evaluation_protocols = ("in-context",)
+    return_conditioned = False
 
     def __init__(self, config: DPTConfig, spec: DatasetSpec, device: str | torch.device = "cpu"):
         self.config, self.spec, self.device = config, spec, torch.device(device)
@@ -111,7 +113,7 @@ class DecisionPretrainedTransformer:
         accuracy = (logits[:, -1].argmax(-1) == labels).float().mean()
         return {"action_loss": loss.item(), "full_context_accuracy": accuracy.item()}
 
-    def policy(self, options) -> DPTPolicy:
+    def policy(self, options: PolicyOptions) -> DPTPolicy:
         return DPTPolicy(self, deterministic=options.deterministic)
 
     def state_dict(self) -> dict[str, Any]:

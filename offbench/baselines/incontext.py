@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from offbench.baselines.base import DatasetSpec
+from offbench.data.spec import DatasetSpec
 from offbench.baselines.nets import ObservationNormalizer, flat_observation_dim
 
 MAX_TABLE_STATES = 4096  # an integer observation space with at most this many values gets an embedding table

@@ -10,6 +10,8 @@ import pytest
 import torch
 
 from offbench.baselines import get_baseline
+from offbench.data.spec import DatasetSpec
+from offbench.evaluation.policy import PolicyOptions
 from offbench.data.samplers import make_sampler
 from offbench.envs.benchmarks import card_tasks, make_batch_env
 
@@ -37,18 +39,10 @@ def darkroom(tmp_path_factory):
 
 
 def spec_of(store):
-    try:
-        from offbench.data.spec import DatasetSpec
-    except ImportError:  # before the evaluation seam moved it
-        from offbench.baselines.base import DatasetSpec
     return DatasetSpec.from_store(store)
 
 
 def options(deterministic: bool = True):
-    try:
-        from offbench.evaluation.policy import PolicyOptions
-    except ImportError:  # TEMPORARY until the seam is merged
-        from types import SimpleNamespace as PolicyOptions
     return PolicyOptions(deterministic=deterministic)
 
 

@@ -67,7 +67,7 @@ def test_run_evaluates_in_context_on_the_held_out_goals_only(darkroom, cli, tmp_
         assert len(line["in_context_returns"]) == 3
 
 
-@pytest.mark.parametrize("name", ["ad", "dpt"])
+@pytest.mark.parametrize("name", ["ad", pytest.param("dpt", marks=pytest.mark.slow)])
 def test_interrupted_run_resumes_to_the_same_numbers(darkroom, cli, tmp_path, monkeypatch, name):
     args = run_args(name, tmp_path)
     code, _, err = cli(*args, "--name", "whole")
