@@ -3,7 +3,6 @@ across episodes and cleared by reset, training steps change the loss, on tiny mo
 
 from __future__ import annotations
 
-import os
 
 import numpy as np
 import pytest
@@ -20,22 +19,6 @@ TINY = {
            "attention_dropout": 0.0, "residual_dropout": 0.0, "embedding_dropout": 0.0},
     "dpt": {"context_size": 12, "embedding_dim": 16, "num_layers": 2},
 }
-
-
-@pytest.fixture(scope="module")
-def darkroom(tmp_path_factory):
-    home = tmp_path_factory.mktemp("icrl_home")
-    old = os.environ.get("OFFBENCH_HOME")
-    os.environ["OFFBENCH_HOME"] = str(home)
-    try:
-        import offbench
-
-        yield offbench.load("darkroom-small")
-    finally:
-        if old is None:
-            del os.environ["OFFBENCH_HOME"]
-        else:
-            os.environ["OFFBENCH_HOME"] = old
 
 
 def spec_of(store):

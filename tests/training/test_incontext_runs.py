@@ -12,34 +12,6 @@ from training_helpers import CONFIGS
 from offbench.baselines import get_baseline
 
 
-@pytest.fixture(scope="module")
-def icrl_home(tmp_path_factory) -> Path:
-    import os
-
-    home = tmp_path_factory.mktemp("icrl_runs_home")
-    old = os.environ.get("OFFBENCH_HOME")
-    os.environ["OFFBENCH_HOME"] = str(home)
-    try:
-        import offbench
-
-        offbench.load("darkroom-small")
-    finally:
-        if old is None:
-            del os.environ["OFFBENCH_HOME"]
-        else:
-            os.environ["OFFBENCH_HOME"] = old
-    return home
-
-
-@pytest.fixture
-def darkroom(icrl_home, monkeypatch):
-    monkeypatch.setenv("OFFBENCH_HOME", str(icrl_home))
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    import offbench
-
-    return offbench.load("darkroom-small")
-
-
 def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
