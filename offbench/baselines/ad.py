@@ -33,28 +33,29 @@ from offbench.data.spec import DatasetSpec
 from offbench.evaluation.policy import PolicyOptions
 from offbench.baselines.incontext import CausalTransformer, ObservationEmbedding, autocast, init_gpt_weights
 from offbench.baselines.nets import fused_adam
+from offbench.utils import ranged
 
 TOKEN_LAYOUTS = ("sar", "step")
 
 
 @dataclass
 class ADConfig:
-    token_layout: str = "sar"  # "sar": three tokens per step (ad-eps); "step": one token per step (XLand AD)
-    context_steps: int = 80  # T: steps per training window, and the most an action sees at evaluation
-    embedding_dim: int = 64  # size of each token's embedding before the projection to hidden_dim
-    hidden_dim: int = 512
-    num_layers: int = 4
-    num_heads: int = 4
-    attention_dropout: float = 0.5
-    residual_dropout: float = 0.1
-    embedding_dropout: float = 0.3
-    learning_rate: float = 3e-4
-    betas: tuple[float, float] = (0.9, 0.99)
-    weight_decay: float = 0.0
-    warmup_steps: int = 0  # linear warm-up
-    cosine_steps: int = 0  # cosine decay to 0 at this update (after the warm-up); 0: constant after warm-up
-    grad_clip: float = 1.0  # max gradient norm; 0 turns clipping off
-    label_smoothing: float = 0.0
+    token_layout: str = ranged("sar", choices=("sar", "step"))  # "sar": three tokens per step (ad-eps); "step": one token per step (XLand AD)
+    context_steps: int = ranged(80, ge=1)  # T: steps per training window, and the most an action sees at evaluation
+    embedding_dim: int = ranged(64, ge=1)  # size of each token's embedding before the projection to hidden_dim
+    hidden_dim: int = ranged(512, ge=1)
+    num_layers: int = ranged(4, ge=1)
+    num_heads: int = ranged(4, ge=1)
+    attention_dropout: float = ranged(0.5, ge=0, lt=1)
+    residual_dropout: float = ranged(0.1, ge=0, lt=1)
+    embedding_dropout: float = ranged(0.3, ge=0, lt=1)
+    learning_rate: float = ranged(3e-4, gt=0)
+    betas: tuple[float, float] = ranged((0.9, 0.99), ge=0, lt=1)
+    weight_decay: float = ranged(0.0, ge=0)
+    warmup_steps: int = ranged(0, ge=0)  # linear warm-up
+    cosine_steps: int = ranged(0, ge=0)  # cosine decay to 0 at this update (after the warm-up); 0: constant after warm-up
+    grad_clip: float = ranged(1.0, ge=0)  # max gradient norm; 0 turns clipping off
+    label_smoothing: float = ranged(0.0, ge=0, lt=1)
     compile: bool = False  # torch.compile the training forward pass
     kv_cache: bool = True  # evaluation: key-value cache (False: recompute the whole context every step)
 

@@ -34,21 +34,22 @@ from offbench.data.spec import DatasetSpec
 from offbench.evaluation.policy import PolicyOptions
 from offbench.baselines.incontext import CausalTransformer, autocast, init_gpt_weights
 from offbench.baselines.nets import ObservationNormalizer, flat_observation_dim, fused_adam
+from offbench.utils import ranged
 
 
 @dataclass
 class DPTConfig:
-    context_size: int = 100  # C: transitions in a training context, and the most an action sees at evaluation
-    context_sampling: str = "window"  # "window": C consecutive steps of one history; "random": C steps drawn i.i.d.
-    embedding_dim: int = 32
-    num_layers: int = 4
-    num_heads: int = 1
-    dropout: float = 0.0  # attention, residual and embedding dropout (GPT-2's three pdrops, one value in DPT)
-    learning_rate: float = 1e-4
-    weight_decay: float = 1e-4
-    grad_clip: float = 0.0  # max gradient norm; 0 turns clipping off (DPT does not clip)
+    context_size: int = ranged(100, ge=1)  # C: transitions in a training context, and the most an action sees at evaluation
+    context_sampling: str = ranged("window", choices=("window", "random"))  # "window": C consecutive steps of one history; "random": C steps drawn i.i.d.
+    embedding_dim: int = ranged(32, ge=1)
+    num_layers: int = ranged(4, ge=1)
+    num_heads: int = ranged(1, ge=1)
+    dropout: float = ranged(0.0, ge=0, lt=1)  # attention, residual and embedding dropout (GPT-2's three pdrops, one value in DPT)
+    learning_rate: float = ranged(1e-4, gt=0)
+    weight_decay: float = ranged(1e-4, ge=0)
+    grad_clip: float = ranged(0.0, ge=0)  # max gradient norm; 0 turns clipping off (DPT does not clip)
     compile: bool = False  # torch.compile the training forward pass
-    offline_episodes: int = 0  # evaluation: 0 = online; k > 0 = offline: the first k episodes act uniformly at random
+    offline_episodes: int = ranged(0, ge=0)  # evaluation: 0 = online; k > 0 = offline: the first k episodes act uniformly at random
     #                            and their transitions become a fixed context (DPT's uniform roll-in data)
 
 
