@@ -173,6 +173,8 @@ def test_cli_generates_registers_and_is_reproducible(run_cli, isolated_home, tmp
         (["bandit", "--tasks", "3", "--algo", "q-learning"], "unknown algorithm 'q-learning' for bandit"),
         (["keydoor", "--tasks", "3", "--variant", "uniform"], "No such option: --variant"),
         (["keydoor"], "Missing option '--tasks'"),
+        (["darkroom", "--tasks", "3", "--set", "alpha=1"], "unknown hyper-parameter"),
+        (["darkroom", "--tasks", "3", "--algo", "ad-epsilon", "--set", "per_episode_schedule=1"], "true or false"),
     ],
 )
 def test_cli_bad_input_is_one_line_exit_2_and_writes_nothing(run_cli, isolated_home, args, message):
@@ -193,3 +195,51 @@ def test_many_histories_run_in_seeded_chunks_and_join_in_order():
     train, _ = card_tasks(a.card)
     best = np.array([np.argmax(t["means"]) for t in train])
     np.testing.assert_array_equal(a.columns["optimal_action"], best[a.columns["task_id"]])
+
+
+def test_ad_epsilon_schedule_is_the_published_one_per_step_with_a_switch_for_per_episode():
+    """corl-team/ad-eps (dark_room/generate_trajectories.py): epsilon starts at 1 and falls by
+    1 / (0.9 * steps in the history) after every step, down to 0."""
+    from offbench.generators.sources import ADEpsilon, make_config
+
+    env = BENCHMARKS["darkroom"].make_batch([{"goal": [0, 0]}])
+    published = ADEpsilon(env, 10, np.random.default_rng(0), make_config("ad-epsilon", {})).epsilons
+    np.testing.assert_allclose(published, np.maximum(0.0, 1.0 - np.arange(200) / 180))
+    old = ADEpsilon(env, 10, np.random.default_rng(0), make_config("ad-epsilon", {"per_episode_schedule": True})).epsilons
+    np.testing.assert_allclose(old, np.repeat(np.linspace(1.0, 0.0, 10), 20))
+    with pytest.raises(ValueError, match="true or false"):
+        make_config("ad-epsilon", {"per_episode_schedule": 1})
+
+    store, _ = _run("keydoor", algo="ad-epsilon", episodes=50)  # terminations: the schedule counts nominal steps
+    first = store.episode_starts[:-1]
+    step_in_episode = np.arange(store.num_transitions) - np.repeat(first, store.episode_lengths)
+    nominal = store.columns["episode_in_history"] * 50 + step_in_episode
+    random_looking = store.actions != store.columns["optimal_action"]
+    assert not random_looking[nominal >= 0.9 * 50 * 50].any()  # epsilon is 0 over the last tenth
+    assert random_looking[nominal < 0.5 * 50 * 50].mean() > 0.3
+
+
+def test_docs_state_the_adversarial_bandit_probabilities_the_code_draws():
+    import re
+    from pathlib import Path
+
+    from offbench.envs.bandits import ADVERSARIAL_FAVOUR_PROBABILITY
+    from offbench.envs.benchmarks import split_tasks
+
+    text = " ".join((Path(__file__).parents[1] / "docs" / "in-context-rl.md").read_text().split())
+    train, held_out = split_tasks(BENCHMARKS["bandit"], 4000, 2000, 0, "adversarial")
+    for split, parity, tasks in (("training", 1, train), ("held-out", 0, held_out)):
+        name = "odd" if parity else "even"
+        stated = re.search(rf"each {split} task favours {name} arms with probability ([0-9.]+)", text)
+        assert stated and float(stated.group(1)) == ADVERSARIAL_FAVOUR_PROBABILITY, f"docs on {split} tasks"
+        means = np.array([t["means"] for t in tasks])
+        favoured = means[:, parity::2].min(axis=1) >= 0.5
+        assert abs(favoured.mean() - ADVERSARIAL_FAVOUR_PROBABILITY) < 0.02
+
+
+def test_cli_set_passes_hyperparameters_into_the_recipe(run_cli, tmp_path):
+    run_cli("generate", "darkroom", "--algo", "ad-epsilon", "--tasks", "3", "--held-out", "1", "--episodes", "20",
+            "--set", "per_episode_schedule=true", "--out", tmp_path, "-q", check=True)
+    recipe = load_native(tmp_path / "data.h5").card["source"]["recipe"]
+    assert recipe["params"]["hyperparameters"] == {"per_episode_schedule": True}
+    assert "-e20-" in load_native(tmp_path / "data.h5").card["id"]

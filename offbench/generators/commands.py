@@ -45,6 +45,7 @@ def _command(bench: Benchmark):
         option("episodes", int, bench.default_episodes, "episodes per learning history"),
         option("seed", int, 0, "seed of the source algorithm and environment randomness"),
         option("split_seed", int, 0, "seed of the train / held-out task split"),
+        option("set", list[str], [], "source-algorithm hyper-parameter NAME=VALUE, repeatable (e.g. per_episode_schedule=true)"),
     ]
     if bench.variants:
         params.append(option("variant", str, bench.variants[0], f"task distribution: {', '.join(bench.variants)}"))
@@ -66,6 +67,11 @@ def generate_and_register(benchmark: str, *, seed: int, out: Path | None, quiet:
     from offbench.generators.histories import HistoryRecipe, generate
     from offbench.paths import user_cards_dir
 
+    from offbench.training.config import parse_override
+
+    overrides = params.pop("set", None) or []
+    if overrides:
+        params["hyperparameters"] = dict(parse_override(text) for text in overrides)
     recipe = HistoryRecipe.from_params(benchmark, params)
     if seed < 0:
         raise OffbenchError(f"seed must be non-negative (got {seed})")

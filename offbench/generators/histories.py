@@ -204,11 +204,12 @@ def _rollout(env, algo, num_episodes: int, advance, first_row: int = 0) -> dict[
     }
     final_states = np.empty((rows, num_episodes), dtype=np.int64)
     finished = np.zeros(rows, dtype=np.int64)  # episodes completed per row
+    step_in_episode = np.zeros(rows, dtype=np.int64)
     env.reset()
     states = env.state_index()
     t = 0
     while (active := finished < num_episodes).any():
-        actions = algo.act(states, np.minimum(finished, num_episodes - 1))
+        actions = algo.act(states, np.minimum(finished, num_episodes - 1) * env.horizon + step_in_episode)
         _, rewards, terminated, truncated = env.step(actions)
         next_states = env.state_index()
         algo.update(states, actions, rewards, next_states, terminated)
@@ -216,6 +217,7 @@ def _rollout(env, algo, num_episodes: int, advance, first_row: int = 0) -> dict[
                            ("terminations", terminated), ("truncations", truncated), ("recorded", active)):
             buffers[key][:, t] = value
         done = terminated | truncated
+        step_in_episode = np.where(done, 0, step_in_episode + 1)
         if done.any():
             ended = np.flatnonzero(done & active)
             final_states[ended, finished[ended]] = next_states[ended]

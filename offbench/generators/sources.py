@@ -3,8 +3,12 @@
 Every algorithm keeps one independent learner per row of a batched environment (one row = one learning
 history) and is written with whole-array operations, so a step of all histories costs a few NumPy calls.
 
-    act(states, episodes) -> actions            states: tabular state per row; episodes: episode index per row
+    act(states, steps) -> actions               states: tabular state per row; steps: nominal step of each
+                                                row in its history, episode * horizon + step in the episode
     update(states, actions, rewards, next_states, terminated)
+
+The nominal step counts an episode that ended early (termination) as if it had run to the horizon, so
+episode e always starts at step e * horizon (AD-epsilon's schedule in corl-team/ad-eps does the same).
 
 Hyper-parameters are the `Config` dataclass of each class; recipes may override them by name.
 """
@@ -18,7 +22,7 @@ import numpy as np
 
 
 class SourceAlgorithm(Protocol):
-    def act(self, states: np.ndarray, episodes: np.ndarray) -> np.ndarray: ...
+    def act(self, states: np.ndarray, steps: np.ndarray) -> np.ndarray: ...
 
     def update(self, states: np.ndarray, actions: np.ndarray, rewards: np.ndarray, next_states: np.ndarray, terminated: np.ndarray) -> None: ...
 
@@ -26,6 +30,13 @@ class SourceAlgorithm(Protocol):
 def linear_schedule(start: float, end: float, num_episodes: int) -> np.ndarray:
     """Value per episode index, from `start` at the first episode to `end` at the last."""
     return np.linspace(start, end, num_episodes) if num_episodes > 1 else np.array([start], dtype=np.float64)
+
+
+def per_step_schedule(start: float, end: float, num_steps: int, decay_fraction: float) -> np.ndarray:
+    """Value per nominal step: linear from `start` at step 0 to `end` at step decay_fraction * num_steps,
+    then `end`. AD-epsilon (corl-team/ad-eps, generate_trajectories.py) lowers epsilon by
+    (1 - floor) / (0.9 * steps) after every step, from 1 down to its floor."""
+    return np.interp(np.arange(num_steps), [0.0, decay_fraction * num_steps], [start, end])
 
 
 def epsilon_greedy(rng: np.random.Generator, greedy: np.ndarray, epsilon: np.ndarray, num_actions: int) -> np.ndarray:
@@ -60,10 +71,11 @@ class QLearning:
         self.row_offset = np.arange(env.num_envs) * env.num_states
         self.rows = np.arange(env.num_envs)
         self.epsilons = linear_schedule(config.epsilon_start, config.epsilon_end, num_episodes)
+        self.horizon = env.horizon
 
-    def act(self, states, episodes):
+    def act(self, states, steps):
         greedy = self.q.take(self.row_offset + states, axis=0).argmax(axis=1)
-        return epsilon_greedy(self.rng, greedy, self.epsilons[episodes], self.num_actions)
+        return epsilon_greedy(self.rng, greedy, self.epsilons[steps // self.horizon], self.num_actions)
 
     def update(self, states, actions, rewards, next_states, terminated):
         c = self.config
@@ -77,20 +89,35 @@ class QLearning:
 
 class ADEpsilon:
     """The noise curriculum of AD-epsilon (Zisman et al. 2023, "Emergence of In-Context Reinforcement
-    Learning from Noise Distillation"): the optimal policy with epsilon-greedy noise, epsilon annealed
-    from 1 to 0 across the history. Nothing is learned; the improvement is the schedule."""
+    Learning from Noise Distillation"): the optimal policy with epsilon-greedy noise. Nothing is learned;
+    the improvement is the schedule.
+
+    Published schedule (the default, checked against corl-team/ad-eps `generate_trajectories.py`):
+    epsilon falls linearly after every step, from 1 to its floor, which it reaches at 90% of the
+    history's nominal steps (episodes x horizon). `per_episode_schedule = true` restores offbench's
+    earlier schedule: one epsilon per episode, linear from start at the first to end at the last episode."""
 
     @dataclass(frozen=True)
     class Config:
         epsilon_start: float = 1.0
         epsilon_end: float = 0.0
+        decay_fraction: float = 0.9
+        per_episode_schedule: bool = False
+
+        def __post_init__(self):
+            if not 0.0 < self.decay_fraction <= 1.0:
+                raise ValueError(f"decay_fraction must lie in (0, 1] (got {self.decay_fraction})")
 
     def __init__(self, env, num_episodes: int, rng: np.random.Generator, config: ADEpsilon.Config):
         self.env, self.rng = env, rng
-        self.epsilons = linear_schedule(config.epsilon_start, config.epsilon_end, num_episodes)
+        if config.per_episode_schedule:
+            per_episode = linear_schedule(config.epsilon_start, config.epsilon_end, num_episodes)
+            self.epsilons = np.repeat(per_episode, env.horizon)
+        else:
+            self.epsilons = per_step_schedule(config.epsilon_start, config.epsilon_end, num_episodes * env.horizon, config.decay_fraction)
 
-    def act(self, states, episodes):
-        return epsilon_greedy(self.rng, self.env.optimal_actions(states), self.epsilons[episodes], self.env.num_actions)
+    def act(self, states, steps):
+        return epsilon_greedy(self.rng, self.env.optimal_actions(states), self.epsilons[steps], self.env.num_actions)
 
     def update(self, states, actions, rewards, next_states, terminated):
         """The curriculum follows a fixed schedule and ignores what happens."""
@@ -121,7 +148,7 @@ class UCB1(ArmStatistics):
         super().__init__(env)
         self.config = config
 
-    def act(self, states, episodes):
+    def act(self, states, steps):
         pulls = np.maximum(self.counts, 1)
         total = np.maximum(self.counts.sum(axis=1, keepdims=True), 1)
         index = self.sums / pulls + np.sqrt(self.config.exploration * np.log(total) / pulls)
@@ -142,7 +169,7 @@ class ThompsonSampling(ArmStatistics):
         self.config, self.rng = config, rng
         self.bernoulli, self.sigma = env.noise == "bernoulli", env.sigma
 
-    def act(self, states, episodes):
+    def act(self, states, steps):
         if self.bernoulli:
             samples = self.rng.beta(1.0 + self.sums, 1.0 + self.counts - self.sums)
         else:
@@ -162,10 +189,17 @@ ALGORITHMS: dict[str, Callable[..., SourceAlgorithm]] = {
 
 
 def make_config(algo: str, overrides: dict[str, Any]):
-    """The algorithm's Config with overrides by name; ValueError naming an unknown one."""
+    """The algorithm's Config with overrides by name; ValueError naming an unknown one or a value of the
+    wrong kind (a switch takes true or false, a number any int or float)."""
     cls = ALGORITHMS[algo].Config
-    known = set(cls.__dataclass_fields__)
-    unknown = sorted(set(overrides) - known)
+    defaults = {name: f.default for name, f in cls.__dataclass_fields__.items()}
+    unknown = sorted(set(overrides) - set(defaults))
     if unknown:
-        raise ValueError(f"unknown hyper-parameter(s) {', '.join(unknown)} for {algo} (known: {', '.join(sorted(known))})")
-    return cls(**{k: float(v) for k, v in overrides.items()})
+        raise ValueError(f"unknown hyper-parameter(s) {', '.join(unknown)} for {algo} (known: {', '.join(sorted(defaults))})")
+    values = {}
+    for name, value in overrides.items():
+        switch = isinstance(defaults[name], bool)
+        if switch != isinstance(value, bool) or not isinstance(value, (bool, int, float)):
+            raise ValueError(f"hyper-parameter {name} of {algo} takes {'true or false' if switch else 'a number'} (got {value!r})")
+        values[name] = value if switch else float(value)
+    return cls(**values)
