@@ -200,12 +200,12 @@ def test_many_histories_run_in_seeded_chunks_and_join_in_order():
 def test_ad_epsilon_schedule_is_the_published_one_per_step_with_a_switch_for_per_episode():
     """corl-team/ad-eps (dark_room/generate_trajectories.py): epsilon starts at 1 and falls by
     1 / (0.9 * steps in the history) after every step, down to 0."""
-    from offbench.generators.sources import ADEpsilon, make_config
+    from offbench.generators.sources import ADEpsilon, RowStreams, make_config
 
     env = BENCHMARKS["darkroom"].make_batch([{"goal": [0, 0]}])
-    published = ADEpsilon(env, 10, np.random.default_rng(0), make_config("ad-epsilon", {})).epsilons
+    published = ADEpsilon(env, 10, RowStreams([np.random.default_rng(0)], [1]), make_config("ad-epsilon", {})).epsilons
     np.testing.assert_allclose(published, np.maximum(0.0, 1.0 - np.arange(200) / 180))
-    old = ADEpsilon(env, 10, np.random.default_rng(0), make_config("ad-epsilon", {"per_episode_schedule": True})).epsilons
+    old = ADEpsilon(env, 10, RowStreams([np.random.default_rng(0)], [1]), make_config("ad-epsilon", {"per_episode_schedule": True})).epsilons
     np.testing.assert_allclose(old, np.repeat(np.linspace(1.0, 0.0, 10), 20))
     with pytest.raises(ValueError, match="true or false"):
         make_config("ad-epsilon", {"per_episode_schedule": 1})

@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 from conftest import make_store
+import offbench.data.store as store_module
 from offbench.data.store import EpisodeStore, load_native
 from offbench.errors import OffbenchError
 
@@ -65,7 +66,7 @@ def test_failed_save_leaves_existing_file_untouched(tmp_path, monkeypatch):
     store = make_store()
     path = store.save(tmp_path / "d.h5")
     before = path.read_bytes()
-    monkeypatch.setattr(EpisodeStore, "content_sha256", lambda self: (_ for _ in ()).throw(RuntimeError("boom")))
+    monkeypatch.setattr(store_module, "_digest_parts", lambda *args: (_ for _ in ()).throw(RuntimeError("boom")))  # fails mid-write
     with pytest.raises(RuntimeError):
         store.save(path)
     assert path.read_bytes() == before
@@ -102,3 +103,16 @@ def test_written_files_get_the_usual_permissions_not_mkstemps_private_ones(tmp_p
         os.umask(umask)
     assert [stat.S_IMODE(p.stat().st_mode) for p in written] == [0o644] * 3
     assert stat.S_IMODE(minari_dir.stat().st_mode) == 0o755
+
+
+def test_write_native_from_parts_equals_saving_the_joined_arrays(tmp_path):
+    from offbench.data.store import write_native
+
+    store = make_store()
+    arrays = store._named_arrays()
+    parts = {name: [arr[: len(arr) // 3], arr[len(arr) // 3 :]] for name, arr in arrays.items()}
+    path = write_native(tmp_path / "parts.h5", parts, store.card, store.observation_space, store.action_space)
+    loaded = load_native(path)
+    assert loaded.content_sha256() == store.content_sha256() == h5py.File(path)["/"].attrs["content_sha256"]
+    for name, arr in arrays.items():
+        np.testing.assert_array_equal(loaded._named_arrays()[name], arr)

@@ -2,15 +2,19 @@
 
 Every algorithm keeps one independent learner per row of a batched environment (one row = one learning
 history) and is written with whole-array operations, so a step of all histories costs a few NumPy calls.
+States are flat: row * num_states + the row's tabular state, so one index reaches a row's table entry.
 
-    act(states, steps) -> actions               states: tabular state per row; steps: nominal step of each
-                                                row in its history, episode * horizon + step in the episode
+    act(states, steps) -> actions               steps: nominal step of each row in its history,
+                                                episode * horizon + step in the episode
     update(states, actions, rewards, next_states, terminated)
 
 The nominal step counts an episode that ended early (termination) as if it had run to the horizon, so
 episode e always starts at step e * horizon (AD-epsilon's schedule in corl-team/ad-eps does the same).
 
-Hyper-parameters are the `Config` dataclass of each class; recipes may override them by name.
+Randomness comes from `RowStreams`: the rows are cut into fixed streams of histories, each with its own
+generator, and every draw is made stream by stream. A history's numbers therefore depend on its stream
+alone, not on which other streams a worker runs beside it: the data is the same whatever the number of
+workers. Hyper-parameters are the `Config` dataclass of each class; recipes may override them by name.
 """
 
 from __future__ import annotations
@@ -27,6 +31,36 @@ class SourceAlgorithm(Protocol):
     def update(self, states: np.ndarray, actions: np.ndarray, rewards: np.ndarray, next_states: np.ndarray, terminated: np.ndarray) -> None: ...
 
 
+class RowStreams:
+    """The random streams of a group of rows: stream k owns the next sizes[k] rows and generators[k]."""
+
+    BLOCK_STEPS = 64  # per-step draws are made this many steps at a time (fewer calls, same numbers)
+
+    def __init__(self, generators: list[np.random.Generator], sizes: list[int]):
+        self.generators, self.sizes = generators, sizes
+        bounds = np.concatenate([[0], np.cumsum(sizes)])
+        self.slices = [slice(int(lo), int(hi)) for lo, hi in zip(bounds[:-1], bounds[1:])]
+
+    def each(self, draw: Callable[[np.random.Generator, slice], np.ndarray]) -> np.ndarray:
+        """draw(generator, rows) for every stream, joined along the first axis (rows)."""
+        return np.concatenate([draw(g, rows) for g, rows in zip(self.generators, self.slices)])
+
+    def per_step(self, draw: Callable[[np.random.Generator, tuple[int, ...]], np.ndarray], *tail: int):
+        """A function returning the next step's draws (rows, *tail), drawn BLOCK_STEPS steps at a time per
+        stream with draw(generator, shape) (e.g. Generator.random)."""
+        block, used = np.empty((0,)), self.BLOCK_STEPS
+
+        def next_step() -> np.ndarray:
+            nonlocal block, used
+            if used == self.BLOCK_STEPS:
+                block = np.concatenate([draw(g, (self.BLOCK_STEPS, n, *tail)) for g, n in zip(self.generators, self.sizes)], axis=1)
+                used = 0
+            used += 1
+            return block[used - 1]
+
+        return next_step
+
+
 def linear_schedule(start: float, end: float, num_episodes: int) -> np.ndarray:
     """Value per episode index, from `start` at the first episode to `end` at the last."""
     return np.linspace(start, end, num_episodes) if num_episodes > 1 else np.array([start], dtype=np.float64)
@@ -39,12 +73,11 @@ def per_step_schedule(start: float, end: float, num_steps: int, decay_fraction: 
     return np.interp(np.arange(num_steps), [0.0, decay_fraction * num_steps], [start, end])
 
 
-def epsilon_greedy(rng: np.random.Generator, greedy: np.ndarray, epsilon: np.ndarray, num_actions: int) -> np.ndarray:
+def epsilon_greedy(u: np.ndarray, greedy: np.ndarray, epsilon: np.ndarray, num_actions: int) -> np.ndarray:
     """A uniform random action with probability epsilon, else the greedy one. One draw u ~ U(0, 1) per row
     serves both choices: explore iff u < epsilon, and then u / epsilon is again U(0, 1) and picks the action."""
-    u = rng.random(len(greedy))
     explore = u < epsilon
-    random_action = np.minimum((u / np.where(explore, epsilon, 1.0) * num_actions).astype(np.int64), num_actions - 1)
+    random_action = np.minimum((u / np.where(explore, epsilon, 1.0) * num_actions).astype(greedy.dtype), num_actions - 1)
     return np.where(explore, random_action, greedy)
 
 
@@ -63,28 +96,28 @@ class QLearning:
         epsilon_start: float = 1.0
         epsilon_end: float = 0.02
 
-    def __init__(self, env, num_episodes: int, rng: np.random.Generator, config: QLearning.Config):
-        self.config, self.rng = config, rng
+    def __init__(self, env, num_episodes: int, streams: RowStreams, config: QLearning.Config):
+        self.config = config
         self.num_actions = env.num_actions
-        # one (state, action) table per row, flattened to (rows * states, actions) for cheap row lookups
-        self.q = rng.uniform(0.0, 1e-6, (env.num_envs * env.num_states, env.num_actions))
-        self.row_offset = np.arange(env.num_envs) * env.num_states
-        self.rows = np.arange(env.num_envs)
-        self.epsilons = linear_schedule(config.epsilon_start, config.epsilon_end, num_episodes)
-        self.horizon = env.horizon
+        # one (state, action) table per row, flattened to (rows * states, actions): row r's state s is row r * states + s
+        self.q = streams.each(lambda g, rows: g.uniform(0.0, 1e-6, ((rows.stop - rows.start) * env.num_states, env.num_actions)))
+        self.q_flat = self.q.reshape(-1)
+        self.epsilons = np.repeat(linear_schedule(config.epsilon_start, config.epsilon_end, num_episodes), env.horizon)
+        self.uniforms = streams.per_step(np.random.Generator.random)
+        self.row_starts = np.arange(env.num_envs) * env.num_actions
 
     def act(self, states, steps):
-        greedy = self.q.take(self.row_offset + states, axis=0).argmax(axis=1)
-        return epsilon_greedy(self.rng, greedy, self.epsilons[steps // self.horizon], self.num_actions)
+        greedy = self.q.take(states, axis=0).argmax(axis=1)
+        return epsilon_greedy(self.uniforms(), greedy, self.epsilons.take(steps), self.num_actions)
 
     def update(self, states, actions, rewards, next_states, terminated):
         c = self.config
-        q_next = self.q.take(self.row_offset + next_states, axis=0)
-        best_next = q_next[self.rows, q_next.argmax(axis=1)]  # max via argmax: faster on a short last axis
+        q_next = self.q.take(next_states, axis=0)
+        best_next = q_next.take(q_next.argmax(axis=1) + self.row_starts)  # max via argmax: faster on a short last axis
         target = rewards + c.gamma * np.where(terminated, 0.0, best_next)
-        flat = self.q.reshape(-1)
-        index = (self.row_offset + states) * self.num_actions + actions
-        flat[index] += c.learning_rate * (target - flat[index])
+        index = states * self.num_actions + actions
+        current = self.q_flat.take(index)
+        self.q_flat[index] = current + c.learning_rate * (target - current)
 
 
 class ADEpsilon:
@@ -108,16 +141,17 @@ class ADEpsilon:
             if not 0.0 < self.decay_fraction <= 1.0:
                 raise ValueError(f"decay_fraction must lie in (0, 1] (got {self.decay_fraction})")
 
-    def __init__(self, env, num_episodes: int, rng: np.random.Generator, config: ADEpsilon.Config):
-        self.env, self.rng = env, rng
+    def __init__(self, env, num_episodes: int, streams: RowStreams, config: ADEpsilon.Config):
+        self.num_actions = env.num_actions
+        self.policy = env.optimal_action_table()
         if config.per_episode_schedule:
-            per_episode = linear_schedule(config.epsilon_start, config.epsilon_end, num_episodes)
-            self.epsilons = np.repeat(per_episode, env.horizon)
+            self.epsilons = np.repeat(linear_schedule(config.epsilon_start, config.epsilon_end, num_episodes), env.horizon)
         else:
             self.epsilons = per_step_schedule(config.epsilon_start, config.epsilon_end, num_episodes * env.horizon, config.decay_fraction)
+        self.uniforms = streams.per_step(np.random.Generator.random)
 
     def act(self, states, steps):
-        return epsilon_greedy(self.rng, self.env.optimal_actions(states), self.epsilons[steps], self.env.num_actions)
+        return epsilon_greedy(self.uniforms(), self.policy.take(states), self.epsilons.take(steps), self.num_actions)
 
     def update(self, states, actions, rewards, next_states, terminated):
         """The curriculum follows a fixed schedule and ignores what happens."""
@@ -144,7 +178,7 @@ class UCB1(ArmStatistics):
     class Config:
         exploration: float = 2.0
 
-    def __init__(self, env, num_episodes: int, rng: np.random.Generator, config: UCB1.Config):
+    def __init__(self, env, num_episodes: int, streams: RowStreams, config: UCB1.Config):
         super().__init__(env)
         self.config = config
 
@@ -164,19 +198,21 @@ class ThompsonSampling(ArmStatistics):
         prior_mean: float = 0.5
         prior_std: float = 1.0
 
-    def __init__(self, env, num_episodes: int, rng: np.random.Generator, config: ThompsonSampling.Config):
+    def __init__(self, env, num_episodes: int, streams: RowStreams, config: ThompsonSampling.Config):
         super().__init__(env)
-        self.config, self.rng = config, rng
+        self.config, self.streams = config, streams
         self.bernoulli, self.sigma = env.noise == "bernoulli", env.sigma
+        self.normals = None if self.bernoulli else streams.per_step(np.random.Generator.standard_normal, env.num_actions)
 
     def act(self, states, steps):
         if self.bernoulli:
-            samples = self.rng.beta(1.0 + self.sums, 1.0 + self.counts - self.sums)
+            successes, failures = 1.0 + self.sums, 1.0 + self.counts - self.sums
+            samples = self.streams.each(lambda g, rows: g.beta(successes[rows], failures[rows]))
         else:
             prior_precision = 1.0 / self.config.prior_std**2
             precision = prior_precision + self.counts / self.sigma**2
             mean = (self.config.prior_mean * prior_precision + self.sums / self.sigma**2) / precision
-            samples = mean + self.rng.standard_normal(mean.shape) / np.sqrt(precision)
+            samples = mean + self.normals() / np.sqrt(precision)
         return np.argmax(samples, axis=1)
 
 
