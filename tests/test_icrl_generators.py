@@ -203,9 +203,9 @@ def test_ad_epsilon_schedule_is_the_published_one_per_step_with_a_switch_for_per
     from offbench.generators.sources import ADEpsilon, RowStreams, make_config
 
     env = BENCHMARKS["darkroom"].make_batch([{"goal": [0, 0]}])
-    published = ADEpsilon(env, 10, RowStreams([np.random.default_rng(0)], [1]), make_config("ad-epsilon", {})).epsilons
+    published = ADEpsilon(env, 10, RowStreams([np.random.default_rng(0)], [1]), make_config("ad-epsilon", {})).explore.epsilons
     np.testing.assert_allclose(published, np.maximum(0.0, 1.0 - np.arange(200) / 180))
-    old = ADEpsilon(env, 10, RowStreams([np.random.default_rng(0)], [1]), make_config("ad-epsilon", {"per_episode_schedule": True})).epsilons
+    old = ADEpsilon(env, 10, RowStreams([np.random.default_rng(0)], [1]), make_config("ad-epsilon", {"per_episode_schedule": True})).explore.epsilons
     np.testing.assert_allclose(old, np.repeat(np.linspace(1.0, 0.0, 10), 20))
     with pytest.raises(ValueError, match="true or false"):
         make_config("ad-epsilon", {"per_episode_schedule": 1})

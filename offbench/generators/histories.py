@@ -144,7 +144,7 @@ def _integer(params: dict[str, Any], name: str, default: int | None = None) -> i
 # ---------------------------------------------------------------------------------------------- rollout
 STREAM_HISTORIES = 32  # histories per random stream (the data's unit of randomness, fixed by the recipe)
 GROUP_LOG_BYTES = 256 << 20  # a worker's group of histories keeps its step log under this (bounds memory only)
-LOG_BYTES_PER_STEP = 9  # int32 state-action, ended flag, float32 reward (bandits)
+LOG_BYTES_PER_STEP = 13  # int64 state-action, ended flag, float32 reward (bandits)
 
 
 def default_workers() -> int:

@@ -6,7 +6,9 @@ States are flat: row * num_states + the row's tabular state, so one index reache
 
     act(states, steps) -> actions               steps: nominal step of each row in its history,
                                                 episode * horizon + step in the episode
-    update(states, actions, rewards, next_states, terminated)
+    update(state_actions, rewards, next_states, terminated)
+                                                state_actions: flat state * actions + action; terminated
+                                                is None when the environment never terminates
 
 The nominal step counts an episode that ended early (termination) as if it had run to the horizon, so
 episode e always starts at step e * horizon (AD-epsilon's schedule in corl-team/ad-eps does the same).
@@ -28,7 +30,7 @@ import numpy as np
 class SourceAlgorithm(Protocol):
     def act(self, states: np.ndarray, steps: np.ndarray) -> np.ndarray: ...
 
-    def update(self, states: np.ndarray, actions: np.ndarray, rewards: np.ndarray, next_states: np.ndarray, terminated: np.ndarray) -> None: ...
+    def update(self, state_actions: np.ndarray, rewards: np.ndarray, next_states: np.ndarray, terminated: np.ndarray | None) -> None: ...
 
 
 class RowStreams:
@@ -73,12 +75,19 @@ def per_step_schedule(start: float, end: float, num_steps: int, decay_fraction: 
     return np.interp(np.arange(num_steps), [0.0, decay_fraction * num_steps], [start, end])
 
 
-def epsilon_greedy(u: np.ndarray, greedy: np.ndarray, epsilon: np.ndarray, num_actions: int) -> np.ndarray:
-    """A uniform random action with probability epsilon, else the greedy one. One draw u ~ U(0, 1) per row
-    serves both choices: explore iff u < epsilon, and then u / epsilon is again U(0, 1) and picks the action."""
-    explore = u < epsilon
-    random_action = np.minimum((u / np.where(explore, epsilon, 1.0) * num_actions).astype(greedy.dtype), num_actions - 1)
-    return np.where(explore, random_action, greedy)
+class EpsilonGreedy:
+    """Epsilon-greedy exploration with epsilon given per nominal step: with probability epsilon a uniform
+    random action, else the greedy one. Both draws (u ~ U(0, 1) and the random action) are made for every
+    row and step, in blocks, so a step costs a comparison and a selection."""
+
+    def __init__(self, epsilons: np.ndarray, num_actions: int, streams: RowStreams):
+        self.epsilons = epsilons
+        self.uniforms = streams.per_step(np.random.Generator.random)
+        self.random_actions = streams.per_step(lambda g, shape: g.integers(0, num_actions, shape))
+
+    def __call__(self, greedy: np.ndarray, steps: np.ndarray | int) -> np.ndarray:
+        explore = self.uniforms() < self.epsilons.take(steps)
+        return np.where(explore, self.random_actions(), greedy)
 
 
 class QLearning:
@@ -102,22 +111,21 @@ class QLearning:
         # one (state, action) table per row, flattened to (rows * states, actions): row r's state s is row r * states + s
         self.q = streams.each(lambda g, rows: g.uniform(0.0, 1e-6, ((rows.stop - rows.start) * env.num_states, env.num_actions)))
         self.q_flat = self.q.reshape(-1)
-        self.epsilons = np.repeat(linear_schedule(config.epsilon_start, config.epsilon_end, num_episodes), env.horizon)
-        self.uniforms = streams.per_step(np.random.Generator.random)
+        self.explore = EpsilonGreedy(np.repeat(linear_schedule(config.epsilon_start, config.epsilon_end, num_episodes), env.horizon), env.num_actions, streams)
         self.row_starts = np.arange(env.num_envs) * env.num_actions
 
     def act(self, states, steps):
-        greedy = self.q.take(states, axis=0).argmax(axis=1)
-        return epsilon_greedy(self.uniforms(), greedy, self.epsilons.take(steps), self.num_actions)
+        return self.explore(self.q.take(states, axis=0).argmax(axis=1), steps)
 
-    def update(self, states, actions, rewards, next_states, terminated):
+    def update(self, state_actions, rewards, next_states, terminated):
         c = self.config
         q_next = self.q.take(next_states, axis=0)
         best_next = q_next.take(q_next.argmax(axis=1) + self.row_starts)  # max via argmax: faster on a short last axis
-        target = rewards + c.gamma * np.where(terminated, 0.0, best_next)
-        index = states * self.num_actions + actions
-        current = self.q_flat.take(index)
-        self.q_flat[index] = current + c.learning_rate * (target - current)
+        if terminated is not None:
+            best_next[terminated] = 0.0
+        target = rewards + c.gamma * best_next
+        current = self.q_flat.take(state_actions)
+        self.q_flat[state_actions] = current + c.learning_rate * (target - current)
 
 
 class ADEpsilon:
@@ -142,18 +150,17 @@ class ADEpsilon:
                 raise ValueError(f"decay_fraction must lie in (0, 1] (got {self.decay_fraction})")
 
     def __init__(self, env, num_episodes: int, streams: RowStreams, config: ADEpsilon.Config):
-        self.num_actions = env.num_actions
         self.policy = env.optimal_action_table()
         if config.per_episode_schedule:
-            self.epsilons = np.repeat(linear_schedule(config.epsilon_start, config.epsilon_end, num_episodes), env.horizon)
+            epsilons = np.repeat(linear_schedule(config.epsilon_start, config.epsilon_end, num_episodes), env.horizon)
         else:
-            self.epsilons = per_step_schedule(config.epsilon_start, config.epsilon_end, num_episodes * env.horizon, config.decay_fraction)
-        self.uniforms = streams.per_step(np.random.Generator.random)
+            epsilons = per_step_schedule(config.epsilon_start, config.epsilon_end, num_episodes * env.horizon, config.decay_fraction)
+        self.explore = EpsilonGreedy(epsilons, env.num_actions, streams)
 
     def act(self, states, steps):
-        return epsilon_greedy(self.uniforms(), self.policy.take(states), self.epsilons.take(steps), self.num_actions)
+        return self.explore(self.policy.take(states), steps)
 
-    def update(self, states, actions, rewards, next_states, terminated):
+    def update(self, state_actions, rewards, next_states, terminated):
         """The curriculum follows a fixed schedule and ignores what happens."""
 
 
@@ -163,11 +170,11 @@ class ArmStatistics:
     def __init__(self, env):
         self.counts = np.zeros((env.num_envs, env.num_actions))
         self.sums = np.zeros((env.num_envs, env.num_actions))
-        self.rows = np.arange(env.num_envs)
 
-    def update(self, states, actions, rewards, next_states, terminated):
-        self.counts[self.rows, actions] += 1
-        self.sums[self.rows, actions] += rewards
+    def update(self, state_actions, rewards, next_states, terminated):
+        """One state per row, so a row's flat state-action index is row * arms + arm."""
+        self.counts.reshape(-1)[state_actions] += 1
+        self.sums.reshape(-1)[state_actions] += rewards
 
 
 class UCB1(ArmStatistics):
