@@ -4,9 +4,10 @@ and bad recipes fail before any work; the CLI writes and registers datasets."""
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch
 
 import offbench
-from offbench.data.store import load_native
+from offbench.data.store import load_native, stored_checksum
 from offbench.envs.benchmarks import BENCHMARKS, card_tasks
 from offbench.errors import OffbenchError
 from offbench.generators.histories import HistoryRecipe, generate, run_histories
@@ -243,3 +244,37 @@ def test_cli_set_passes_hyperparameters_into_the_recipe(run_cli, tmp_path):
     recipe = load_native(tmp_path / "data.h5").card["source"]["recipe"]
     assert recipe["params"]["hyperparameters"] == {"per_episode_schedule": True}
     assert "-e20-" in load_native(tmp_path / "data.h5").card["id"]
+
+
+@pytest.mark.parametrize("name,algo", [("darkroom", "q-learning"), ("keydoor", "ad-epsilon"), ("bandit", "thompson"), ("bandit-gaussian", "thompson")])
+def test_same_bytes_whatever_the_number_of_workers_and_groups(tmp_path, monkeypatch, name, algo):
+    """Histories come in random streams of 32; workers and memory-bounded groups only change who runs them."""
+    import offbench.generators.histories as histories
+
+    params = {"algo": algo, "tasks": 36, "held_out": 1, "histories_per_task": 2, "episodes": 12, "allow_unlearned": True}  # 70 histories: 3 streams
+    recipe = HistoryRecipe.from_params(name, params)
+    histories.write_histories(recipe, 7, tmp_path / "one.h5", workers=1, check=False)
+    histories.write_histories(recipe, 7, tmp_path / "two.h5", workers=2, check=False)
+    monkeypatch.setattr(histories, "GROUP_LOG_BYTES", 1)  # one stream per group: the data streams to disk in three parts
+    assert histories._Plan.make(recipe, 7, card_tasks(load_native(tmp_path / "one.h5").card)[0], 1).num_groups == 3
+    histories.write_histories(recipe, 7, tmp_path / "parts.h5", workers=1, check=False)
+    one = (tmp_path / "one.h5").read_bytes()
+    assert one == (tmp_path / "two.h5").read_bytes() == (tmp_path / "parts.h5").read_bytes()
+    store = load_native(tmp_path / "one.h5")
+    assert store.content_sha256() == stored_checksum(tmp_path / "one.h5")
+
+
+def test_grid_observations_are_stored_in_the_smallest_dtype_and_samplers_read_them():
+    from offbench.data.samplers import make_sampler
+
+    store, _ = _run("darkroom-hard", algo="ad-epsilon", episodes=20)
+    assert store.observations.dtype == np.uint8 and store.final_observations.dtype == np.uint8
+    assert store.actions.dtype == np.uint8 and store.columns["optimal_action"].dtype == np.uint8
+    assert store.observation_space.contains(store.observations[0].astype(np.int64))
+    for kind, options in (("transitions", {}), ("ad_windows", {"window_length": 30}), ("dpt", {"context_size": 8})):
+        batch = make_sampler(kind, store, batch_size=16, seed=0, **options).sample()
+        for key, value in batch.items():
+            if key.endswith("observations"):
+                assert value.dtype == torch.float32 and 0 <= value.min() and value.max() <= 16, (kind, key)
+            if key.endswith("actions"):
+                assert value.dtype == torch.int64 and 0 <= value.min() and value.max() <= 4, (kind, key)
