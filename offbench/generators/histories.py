@@ -142,7 +142,7 @@ def _integer(params: dict[str, Any], name: str, default: int | None = None) -> i
 
 
 # ---------------------------------------------------------------------------------------------- rollout
-STREAM_HISTORIES = 32  # histories per random stream (the data's unit of randomness, fixed by the recipe)
+STREAM_HISTORIES = 16  # histories per random stream (the data's unit of randomness, fixed by the recipe)
 GROUP_LOG_BYTES = 256 << 20  # a worker's group of histories keeps its step log under this (bounds memory only)
 LOG_BYTES_PER_STEP = 13  # int64 state-action, ended flag, float32 reward (bandits)
 
@@ -198,7 +198,7 @@ def _run_group(plan: _Plan, group: int, staging: Path) -> dict[str, np.ndarray]:
     out["history_id"], out["task_id"] = history.astype(np.int32), plan.row_task[history]
     for name in (*_STEP_ARRAYS, "final_observations", "episode_lengths"):
         np.save(staging / f"{group:06d}-{name}.npy", out[name])
-    return {"scores": out["scores"], "optimal_rate": out["optimal_rate"], "optimal_returns": np.asarray(env.optimal_returns, np.float64)}
+    return {"windows": learning_windows(out["scores"], out["optimal_rate"]), "optimal_returns": np.asarray(env.optimal_returns, np.float64)}
 
 
 _STEP_ARRAYS = ("observations", "actions", "rewards", "terminations", "truncations", "history_id", "task_id", "episode_in_history", "optimal_action")
@@ -235,7 +235,7 @@ def write_histories(recipe: HistoryRecipe, seed: int, out: Path, quiet: bool = T
                         advance(episodes_of(g))
                     results = [future.result() for future in futures]
         join = lambda key: np.concatenate([r[key] for r in results])  # noqa: E731
-        summary = learning_summary(join("scores"), join("optimal_returns"), join("optimal_rate"), score_name=bench.make_batch(train[:1]).score_name)
+        summary = learning_summary(join("windows"), join("optimal_returns"), recipe.episodes, score_name=bench.make_batch(train[:1]).score_name)
         if check:
             check_learning(summary, recipe.allow_unlearned)
         parts = lambda name: [np.load(staging / f"{g:06d}-{name}.npy", mmap_mode="r") for g in range(plan.num_groups)]  # noqa: E731
@@ -266,17 +266,28 @@ def run_histories(recipe: HistoryRecipe, seed: int, quiet: bool = True, workers:
     return store, summary
 
 
-def learning_summary(scores: np.ndarray, optimal_returns: np.ndarray, optimal_rate: np.ndarray, score_name: str = "episode return") -> dict[str, Any]:
-    """First vs last window of every history (scores: (histories, episodes)); see the module docstring."""
-    window = max(1, int(scores.shape[1] * LEARNING_WINDOW_FRACTION))
-    first, last = scores[:, :window].mean(axis=1), scores[:, -window:].mean(axis=1)
+def learning_windows(scores: np.ndarray, optimal_rate: np.ndarray) -> np.ndarray:
+    """Per history (rows of scores and optimal_rate, both (histories, episodes)): the mean score and the mean
+    optimal-action rate over its first and its last window of episodes, as columns (first score, last
+    score, first rate, last rate). Workers send these instead of every episode's score."""
+    window = _window(scores.shape[1])
+    return np.stack([scores[:, :window].mean(1), scores[:, -window:].mean(1), optimal_rate[:, :window].mean(1), optimal_rate[:, -window:].mean(1)], axis=1)
+
+
+def _window(num_episodes: int) -> int:
+    return max(1, int(num_episodes * LEARNING_WINDOW_FRACTION))
+
+
+def learning_summary(windows: np.ndarray, optimal_returns: np.ndarray, num_episodes: int, score_name: str = "episode return") -> dict[str, Any]:
+    """First vs last window of every history (windows: `learning_windows`); see the module docstring."""
+    first, last, first_rate, last_rate = windows.T
     gap = np.maximum(optimal_returns - first, 0.0)
     improved = (last - first) >= MIN_GAP_CLOSED * gap
     ratio = lambda x: float(np.mean(x / np.where(optimal_returns > 0, optimal_returns, 1.0)))  # noqa: E731
     return {
         "score": score_name,
-        "window_episodes": window,
-        "histories": len(scores),
+        "window_episodes": _window(num_episodes),
+        "histories": len(windows),
         "histories_improved": int(improved.sum()),
         "unimproved_history_ids": np.flatnonzero(~improved).tolist(),
         "first_return": float(first.mean()),
@@ -284,8 +295,8 @@ def learning_summary(scores: np.ndarray, optimal_returns: np.ndarray, optimal_ra
         "optimal_return": float(optimal_returns.mean()),
         "first_fraction_of_optimal": ratio(first),
         "last_fraction_of_optimal": ratio(last),
-        "first_optimal_action_rate": float(optimal_rate[:, :window].mean()),
-        "last_optimal_action_rate": float(optimal_rate[:, -window:].mean()),
+        "first_optimal_action_rate": float(first_rate.mean()),
+        "last_optimal_action_rate": float(last_rate.mean()),
     }
 
 

@@ -36,7 +36,7 @@ class SourceAlgorithm(Protocol):
 class RowStreams:
     """The random streams of a group of rows: stream k owns the next sizes[k] rows and generators[k]."""
 
-    BLOCK_STEPS = 64  # per-step draws are made this many steps at a time (fewer calls, same numbers)
+    BLOCK_STEPS = 256  # per-step draws are made this many steps at a time (fewer calls, same numbers)
 
     def __init__(self, generators: list[np.random.Generator], sizes: list[int]):
         self.generators, self.sizes = generators, sizes
