@@ -160,7 +160,7 @@ def test_cli_generates_registers_and_is_reproducible(run_cli, isolated_home, tmp
     info = run_cli("info", dataset_id, check=True)
     assert "720" in info.stdout and "14,400" in info.stdout  # 3 training tasks x 2 histories x 120 episodes x 20 steps
     first = load_native(isolated_home / "data" / dataset_id / "data.h5").content_sha256()
-    run_cli(*args, "--out", tmp_path / "out", check=True)
+    run_cli(*args, "--out", tmp_path / "out", "--workers", "1", check=True)
     assert load_native(tmp_path / "out" / "data.h5").content_sha256() == first
     assert (tmp_path / "out" / "card.toml").is_file()
 
@@ -175,6 +175,7 @@ def test_cli_generates_registers_and_is_reproducible(run_cli, isolated_home, tmp
         (["keydoor", "--tasks", "3", "--variant", "uniform"], "No such option: --variant"),
         (["keydoor"], "Missing option '--tasks'"),
         (["darkroom", "--tasks", "3", "--set", "alpha=1"], "unknown hyper-parameter"),
+        (["darkroom", "--tasks", "3", "--workers", "0"], "--workers must be at least 1"),
         (["darkroom", "--tasks", "3", "--algo", "ad-epsilon", "--set", "per_episode_schedule=1"], "true or false"),
     ],
 )

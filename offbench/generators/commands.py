@@ -52,6 +52,7 @@ def _command(bench: Benchmark):
     params += [
         option("out", Optional[Path], None, "write data.h5 and card.toml into this folder instead of registering"),
         option("allow_unlearned", bool, False, "keep the data even if most histories did not improve"),
+        option("workers", Optional[int], None, "processes to generate with (default: every core); the data is the same for any number"),
         option("quiet", bool, False, "no progress bar", "-q"),
     ]
     command.__signature__ = inspect.Signature(params)
@@ -59,7 +60,7 @@ def _command(bench: Benchmark):
     return command
 
 
-def generate_and_register(benchmark: str, *, seed: int, out: Path | None, quiet: bool, **params: Any) -> Path:
+def generate_and_register(benchmark: str, *, seed: int, out: Path | None, quiet: bool, workers: int | None = None, **params: Any) -> Path:
     """Validate (before any work), generate, write data and card; returns the data file's path."""
     from offbench.data.cards import card_from_dict, write_card
     from offbench.data.resolve import native_path
@@ -87,7 +88,9 @@ def generate_and_register(benchmark: str, *, seed: int, out: Path | None, quiet:
         stub = card_from_dict({"id": dataset_id, "description": "", "format": "offbench", "source": {"recipe": {"generator": benchmark}}})
         data_path, card_path = native_path(stub), user_cards_dir() / f"{dataset_id}.toml"
 
-    generate(benchmark, recipe.to_params(), seed, data_path, quiet=quiet)
+    if workers is not None and workers < 1:
+        raise OffbenchError(f"--workers must be at least 1 (got {workers})")
+    generate(benchmark, recipe.to_params(), seed, data_path, quiet=quiet, workers=workers)
     store = load_native(data_path)
     write_card(card_from_dict(store.card, card_path), card_path)
 
