@@ -1,10 +1,11 @@
 """Learning-history datasets for in-context RL: a source algorithm run on many tasks at once, every step kept.
 
 One row of a batched environment is one learning history: a fresh learner on one training task for
-`episodes` episodes. All rows step together (vectorised); rows whose episodes end early (terminations)
-simply start their next episode, and rows that have finished their history keep stepping unrecorded
-until the last row is done. The result is stored history by history, episodes in order, so a sampler
-can cut windows that cross episode boundaries (what Algorithm Distillation trains on).
+`episodes` episodes. Histories are cut into random streams (the data depends on them alone) and streams
+into groups, each run by a worker process as one batch (`rollout.run_group`) and saved to a staging
+folder; the dataset is then written from those parts without joining them in memory. The result is
+stored history by history, episodes in order, so a sampler can cut windows that cross episode
+boundaries (what Algorithm Distillation trains on).
 
 Per-step columns besides the core arrays: task_id (position in the card's split.train), history_id,
 episode_in_history, optimal_action (the exact optimal action in the state, DPT's label).
