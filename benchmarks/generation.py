@@ -15,7 +15,8 @@ Rows:
 - Key-to-Door, Dark Room Hard, bandits and the AD-epsilon card size, on every core.
 - Linearity: Dark Room Q-learning at growing numbers of episodes (520 histories), time per M transitions
   and the peak memory of the generating processes (streamed to disk in parts, so it stays flat).
-Transitions/s are wall-clock; the machine may be shared, so compare ratios within one run.
+Transitions/s wall-clock, and per CPU second (this process and its workers: the per-core speed, less
+disturbed when the machine is shared); compare ratios within one run.
 """
 
 from __future__ import annotations
@@ -72,29 +73,39 @@ def children_peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
 
 
+def cpu_seconds() -> float:
+    """CPU time of this process and of its finished children (workers, subprocesses): with the machine
+    shared, transitions per CPU second is the per-core speed, less disturbed than wall-clock."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
+def timed(fn):
+    wall, cpu = time.perf_counter(), cpu_seconds()
+    result = fn()
+    return result, time.perf_counter() - wall, cpu_seconds() - cpu
+
+
 def timed_generation(folder: Path, label: str, benchmark: str, workers: int, **params) -> dict:
     recipe = HistoryRecipe.from_params(benchmark, {"allow_unlearned": True, **params})
     out = folder / f"{benchmark}-{workers}.h5"
-    start = time.perf_counter()
-    write_histories(recipe, 0, out, workers=workers, check=False)
-    wall = time.perf_counter() - start
+    _, wall, cpu = timed(lambda: write_histories(recipe, 0, out, workers=workers, check=False))
     from offbench.data.store import load_native
 
     n = load_native(out).num_transitions
     size = out.stat().st_size
     out.unlink()
     return {"row": label, "benchmark": benchmark, "algo": recipe.algo, "workers": workers, "transitions": n, "wall_s": wall,
-            "M_per_s": n / wall / 1e6, "bytes_per_step": size / n, "peak_rss_so_far_MB": max(children_peak_rss_mb(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
+            "M_per_s": n / wall / 1e6, "M_per_cpu_s": n / cpu / 1e6, "bytes_per_step": size / n, "peak_rss_so_far_MB": max(children_peak_rss_mb(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
 
 
 def timed_cli(folder: Path) -> dict:
     env = {**os.environ, "OFFBENCH_HOME": str(folder / "home"), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "offbench", "generate", "darkroom", *CLI_ARGS, "--out", str(folder / "cli"), "-q"], check=True, env=env, capture_output=True)
-    wall = time.perf_counter() - start
+    command = [sys.executable, "-m", "offbench", "generate", "darkroom", *CLI_ARGS, "--out", str(folder / "cli"), "-q"]
+    _, wall, cpu = timed(lambda: subprocess.run(command, check=True, env=env, capture_output=True))
     n = 65 * 8 * 1000 * 20
     return {"row": "cli (end to end)", "benchmark": "darkroom", "algo": "q-learning", "workers": default_workers(), "transitions": n,
-            "wall_s": wall, "M_per_s": n / wall / 1e6, "bytes_per_step": (folder / "cli" / "data.h5").stat().st_size / n}
+            "wall_s": wall, "M_per_s": n / wall / 1e6, "M_per_cpu_s": n / cpu / 1e6, "bytes_per_step": (folder / "cli" / "data.h5").stat().st_size / n}
 
 
 def main() -> None:
@@ -107,11 +118,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="offbench-generation-bench-") as tmp:
         folder = Path(tmp)
         # side by side: reference, offbench on one core, on every core, the CLI (same 10.4M transitions)
-        start = time.perf_counter()
-        n = reference_q_learning(520, 1000)
-        wall = time.perf_counter() - start
+        n, wall, cpu = timed(lambda: reference_q_learning(520, 1000))
         rows.append({"row": "reference (plain vectorised loop)", "benchmark": "darkroom", "algo": "q-learning", "workers": 1,
-                     "transitions": n, "wall_s": wall, "M_per_s": n / wall / 1e6})
+                     "transitions": n, "wall_s": wall, "M_per_s": n / wall / 1e6, "M_per_cpu_s": n / cpu / 1e6})
         rows.append(timed_generation(folder, "offbench (1 worker)", "darkroom", 1, **darkroom, episodes=1000))
         rows.append(timed_generation(folder, f"offbench ({workers} workers)", "darkroom", workers, **darkroom, episodes=1000))
         rows.append(timed_cli(folder))
@@ -132,6 +141,7 @@ def main() -> None:
     table = pd.DataFrame(rows)
     reference = table.iloc[0]["M_per_s"]
     table["x_reference"] = table["M_per_s"] / reference
+    table["x_reference_per_cpu_s"] = table["M_per_cpu_s"] / table.iloc[0]["M_per_cpu_s"]
     with pd.option_context("display.width", 220, "display.max_columns", 20, "display.float_format", "{:.3f}".format):
         print(table.to_string(index=False))
     linear = table[table.row == "linearity"]
@@ -139,8 +149,10 @@ def main() -> None:
     fit = slope * linear.transitions / 1e6 + intercept
     r2 = 1 - ((linear.wall_s - fit) ** 2).sum() / ((linear.wall_s - linear.wall_s.mean()) ** 2).sum()
     per_m = linear.wall_s / (linear.transitions / 1e6)
-    print(f"\nper core: offbench (1 worker) / reference = {table.iloc[1]['M_per_s'] / reference:.2f}x; "
-          f"CLI end to end / reference = {table.iloc[3]['M_per_s'] / reference:.2f}x ({workers} workers)")
+    print(f"\nwall clock: offbench (1 worker) / reference = {table.iloc[1]['x_reference']:.2f}x; "
+          f"offbench ({workers} workers) / reference = {table.iloc[2]['x_reference']:.2f}x; CLI end to end / reference = {table.iloc[3]['x_reference']:.2f}x")
+    print(f"per CPU second: offbench (1 worker) / reference = {table.iloc[1]['x_reference_per_cpu_s']:.2f}x; "
+          f"CLI end to end / reference = {table.iloc[3]['x_reference_per_cpu_s']:.2f}x")
     print(f"linearity (darkroom, 520 histories): wall_s = {slope:.3f} s per M transitions + {intercept:.3f} s, R^2 = {r2:.4f}; "
           f"s per M transitions from {per_m.iloc[0]:.3f} to {per_m.iloc[-1]:.3f}")
     print(f"DarkRoomBatch observations stored as {DarkRoomBatch(np.array([[0, 0]])).compact_observations().dtype}")
