@@ -26,11 +26,12 @@ def run_group(env, algo: SourceAlgorithm, num_episodes: int, env_streams: RowStr
     next_flat = (next_table + offsets[:, None, None]).reshape(-1)  # flat next state of every flat (state, action)
     rewards_flat, terminal_flat = reward_table.reshape(-1), terminal_table.reshape(-1)
     terminates = bool(terminal_flat.any())
+    lockstep = horizon == 1 or not terminates  # every episode lasts `horizon` steps: rows move together
     noise = env_streams.per_step(env.reward_noise) if hasattr(env, "noisy_rewards") else None
 
     capacity = num_episodes * horizon  # the most steps a history can take
     sa_log = np.empty((capacity, rows), dtype=np.int64)
-    ended_log = np.empty((capacity, rows), dtype=bool) if terminates else None
+    ended_log = None if lockstep else np.empty((capacity, rows), dtype=bool)
     reward_log = np.empty((capacity, rows), dtype=np.float32) if noise is not None else None
     start = offsets + env.start_state
 
@@ -49,7 +50,7 @@ def run_group(env, algo: SourceAlgorithm, num_episodes: int, env_streams: RowStr
 
     step, state = 0, start
     length = np.full(rows, capacity, dtype=np.int64)  # logged steps per row
-    if not terminates:  # every episode lasts `horizon` steps: the rows move in lockstep, nominal step = step
+    if lockstep:  # the nominal step is the step, for every row
         while step < capacity:
             next_state, _ = one_step(state, step, step)
             step += 1
