@@ -14,7 +14,8 @@ Rows:
   as a subprocess, end to end (interpreter start, imports, generation, write).
 - Key-to-Door, Dark Room Hard, bandits and the AD-epsilon card size, on every core.
 - Linearity: Dark Room Q-learning at growing numbers of episodes (520 histories), time per M transitions
-  and the peak memory of the generating processes (streamed to disk in parts, so it stays flat).
+  and the peak resident memory so far (it includes the reclaimable file pages of the memory-mapped parts
+  the parent writes from).
 Transitions/s wall-clock, and per CPU second (this process and its workers: the per-core speed, less
 disturbed when the machine is shared); compare ratios within one run.
 """
@@ -134,9 +135,11 @@ def main() -> None:
             others.append(("darkroom", {"algo": "ad-epsilon", "tasks": 81, "held_out": 16, "episodes": 20000}))
         for benchmark, params in others:
             rows.append(timed_generation(folder, "card size", benchmark, workers, **params))
+            print(rows[-1], file=sys.stderr, flush=True)
         # linearity in transitions
         for episodes in (250, 500, 1000, 2000) if args.quick else (1000, 2000, 5000, 10000):
             rows.append(timed_generation(folder, "linearity", "darkroom", workers, **darkroom, episodes=episodes))
+            print(rows[-1], file=sys.stderr, flush=True)
 
     table = pd.DataFrame(rows)
     reference = table.iloc[0]["M_per_s"]

@@ -256,7 +256,7 @@ def test_same_bytes_whatever_the_number_of_workers_and_groups(tmp_path, monkeypa
     recipe = HistoryRecipe.from_params(name, params)
     histories.write_histories(recipe, 7, tmp_path / "one.h5", workers=1, check=False)
     histories.write_histories(recipe, 7, tmp_path / "two.h5", workers=2, check=False)
-    monkeypatch.setattr(histories, "GROUP_LOG_BYTES", 1)  # one stream per group: the data streams to disk in five parts
+    monkeypatch.setattr(histories, "_group_memory_budget", lambda: 1)  # one stream per group: the data streams to disk in five parts
     assert histories._Plan.make(recipe, 7, card_tasks(load_native(tmp_path / "one.h5").card)[0], 1).num_groups == 5
     histories.write_histories(recipe, 7, tmp_path / "parts.h5", workers=1, check=False)
     one = (tmp_path / "one.h5").read_bytes()

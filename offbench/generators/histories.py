@@ -144,8 +144,14 @@ def _integer(params: dict[str, Any], name: str, default: int | None = None) -> i
 
 # ---------------------------------------------------------------------------------------------- rollout
 STREAM_HISTORIES = 16  # histories per random stream (the data's unit of randomness, fixed by the recipe)
-GROUP_LOG_BYTES = 256 << 20  # a worker's group of histories keeps its step log under this (bounds memory only)
-LOG_BYTES_PER_STEP = 13  # int64 state-action, ended flag, float32 reward (bandits)
+GROUP_BYTES_PER_STEP = 64  # a group's memory per step: the log (int64 state-action, flags), the laid-out arrays, temporaries
+
+
+def _group_memory_budget() -> int:
+    """Bytes all groups running at once may use: half the memory free now. It only decides how histories
+    are grouped (how wide each batch is), never the data."""
+    free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4 << 30
+    return max(64 << 20, free // 2)
 
 
 def default_workers() -> int:
@@ -170,8 +176,9 @@ class _Plan:
         row_task = np.repeat(np.arange(len(train), dtype=np.int32), recipe.histories_per_task)
         stream_bounds = np.append(np.arange(0, len(row_task), STREAM_HISTORIES), len(row_task))
         num_streams = len(stream_bounds) - 1
-        log_bytes = len(row_task) * recipe.episodes * get_benchmark(recipe.benchmark).make_batch(train[:1]).horizon * LOG_BYTES_PER_STEP
-        num_groups = min(num_streams, max(workers, -(-log_bytes // GROUP_LOG_BYTES)))
+        total_bytes = len(row_task) * recipe.episodes * get_benchmark(recipe.benchmark).make_batch(train[:1]).horizon * GROUP_BYTES_PER_STEP
+        rounds = max(1, -(-total_bytes // _group_memory_budget()))  # a round: one group per worker, together within the budget
+        num_groups = min(num_streams, workers * rounds)
         return cls(recipe, seed, row_task, stream_bounds, np.linspace(0, num_streams, num_groups + 1).round().astype(int))
 
     @property
