@@ -1,96 +1,164 @@
-"""Learning-history generation speed: transitions per second, and time against transitions (linearity).
+"""Learning-history generation speed, side by side with a plain vectorised NumPy loop timed in the same run.
 
-    .venv/bin/python benchmarks/generation.py            # full table (about a minute)
-    .venv/bin/python benchmarks/generation.py --quick    # smaller sizes
+    .venv/bin/python benchmarks/generation.py            # full table, linearity up to 104M transitions (minutes)
+    .venv/bin/python benchmarks/generation.py --quick    # smaller sizes (about a minute)
 
-Measures `run_histories` (everything but the HDF5 write) for Dark Room tabular Q-learning and Bernoulli
-bandit UCB1 at several numbers of histories, wall-clock and CPU time (the process is single-threaded, so
-CPU time is what an idle core would take; wall time includes whatever else the machine is doing).
-The reference row runs the same Q-learning as a plain Python loop over one Gymnasium Dark Room per
-history, the way a non-vectorised generator would, to give the speed-up as a ratio.
+Rows:
+- `reference`: Dark Room tabular Q-learning written the obvious way, one process, one thread: N histories
+  side by side, one vectorised step for all of them, the Q-table (N, states, actions) read and updated
+  with fancy indexing, states, actions and rewards kept in preallocated (steps, N) arrays. No HDF5 file.
+- `offbench (1 worker)`: `write_histories`, the dataset written to HDF5 (checksum included), one process.
+  Its ratio to the reference is the per-core speed-up.
+- `offbench (W workers)`: the same on every core (wall clock).
+- `cli`: `offbench generate darkroom --tasks 81 --held-out 16 --histories-per-task 8 --episodes 1000`
+  as a subprocess, end to end (interpreter start, imports, generation, write).
+- Key-to-Door, Dark Room Hard, bandits and the AD-epsilon card size, on every core.
+- Linearity: Dark Room Q-learning at growing numbers of episodes (520 histories), time per M transitions
+  and the peak resident memory so far (it includes the reclaimable file pages of the memory-mapped parts
+  the parent writes from).
+Transitions/s wall-clock, and per CPU second (this process and its workers: the per-core speed, less
+disturbed when the machine is shared); compare ratios within one run.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import resource
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from offbench.envs.darkroom import DarkRoomEnv
-from offbench.generators.histories import HistoryRecipe, run_histories
+from offbench.envs.darkroom import DarkRoomBatch
+from offbench.envs.gridworld import next_cell_table
+from offbench.generators.histories import HistoryRecipe, default_workers, write_histories
 from offbench.generators.sources import QLearning, linear_schedule
+
+CLI_ARGS = ["--tasks", "81", "--held-out", "16", "--histories-per-task", "8", "--episodes", "1000"]
+
+
+def reference_q_learning(num_histories: int, episodes: int, seed: int = 0) -> int:
+    """Plain vectorised Dark Room Q-learning (same hyper-parameters as offbench's); returns transitions made."""
+    config, rng = QLearning.Config(), np.random.default_rng(seed)
+    size, horizon, num_actions = 9, 20, 5
+    goals = rng.integers(0, size * size, num_histories)
+    next_cell = next_cell_table(size)
+    q = rng.uniform(0.0, 1e-6, (num_histories, size * size, num_actions))
+    rows = np.arange(num_histories)
+    epsilons = linear_schedule(config.epsilon_start, config.epsilon_end, episodes)
+    states = np.empty((episodes * horizon, num_histories), dtype=np.int64)
+    actions = np.empty_like(states)
+    rewards = np.empty((episodes * horizon, num_histories), dtype=np.float32)
+    step = 0
+    for episode in range(episodes):
+        s = np.full(num_histories, (size // 2) * size + size // 2)
+        for _ in range(horizon):
+            greedy = q[rows, s].argmax(axis=1)
+            explore = rng.random(num_histories) < epsilons[episode]
+            a = np.where(explore, rng.integers(0, num_actions, num_histories), greedy)
+            s_next = next_cell[s, a]
+            r = (s_next == goals).astype(np.float32)
+            target = r + config.gamma * q[rows, s_next].max(axis=1)
+            q[rows, s, a] += config.learning_rate * (target - q[rows, s, a])
+            states[step], actions[step], rewards[step] = s, a, r
+            s, step = s_next, step + 1
+    return step * num_histories
+
+
+def children_peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process and of its finished children (workers, subprocesses): with the machine
+    shared, transitions per CPU second is the per-core speed, less disturbed than wall-clock."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
 
 
 def timed(fn):
-    wall, cpu = time.perf_counter(), time.process_time()
+    wall, cpu = time.perf_counter(), cpu_seconds()
     result = fn()
-    return result, time.perf_counter() - wall, time.process_time() - cpu
+    return result, time.perf_counter() - wall, cpu_seconds() - cpu
 
 
-def measure(benchmark: str, algo: str, tasks: int, held_out: int, histories: int, episodes: int) -> dict:
-    recipe = HistoryRecipe.from_params(
-        benchmark, {"algo": algo, "tasks": tasks, "held_out": held_out, "histories_per_task": histories, "episodes": episodes}
-    )
-    (store, _), wall, cpu = timed(lambda: run_histories(recipe, seed=0))
-    n = store.num_transitions
-    return {"benchmark": benchmark, "algo": algo, "histories": (tasks - held_out) * histories, "episodes": episodes,
-            "transitions": n, "wall_s": wall, "cpu_s": cpu, "M_transitions_per_s_wall": n / wall / 1e6,
-            "M_transitions_per_s_cpu": n / cpu / 1e6}
+def timed_generation(folder: Path, label: str, benchmark: str, workers: int, **params) -> dict:
+    recipe = HistoryRecipe.from_params(benchmark, {"allow_unlearned": True, **params})
+    out = folder / f"{benchmark}-{workers}.h5"
+    _, wall, cpu = timed(lambda: write_histories(recipe, 0, out, workers=workers, check=False))
+    from offbench.data.store import load_native
+
+    n = load_native(out).num_transitions
+    size = out.stat().st_size
+    out.unlink()
+    return {"row": label, "benchmark": benchmark, "algo": recipe.algo, "workers": workers, "transitions": n, "wall_s": wall,
+            "M_per_s": n / wall / 1e6, "M_per_cpu_s": n / cpu / 1e6, "bytes_per_step": size / n, "peak_rss_so_far_MB": max(children_peak_rss_mb(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
 
 
-def python_loop_reference(num_histories: int, episodes: int) -> dict:
-    """Tabular Q-learning, one DarkRoomEnv per history, one Python step at a time (same hyper-parameters)."""
-    config, rng = QLearning.Config(), np.random.default_rng(0)
-    epsilons = linear_schedule(config.epsilon_start, config.epsilon_end, episodes)
-
-    def run():
-        steps = 0
-        for h in range(num_histories):
-            env, q = DarkRoomEnv(goal=(h % 9, (h * 4) % 9)), np.zeros((9, 9, 5))
-            for e in range(episodes):
-                (x, y), _ = env.reset()
-                done = False
-                while not done:
-                    a = int(rng.integers(5)) if rng.random() < epsilons[e] else int(np.argmax(q[x, y]))
-                    (nx, ny), r, term, trunc, _ = env.step(a)
-                    q[x, y, a] += config.learning_rate * (r + config.gamma * (0.0 if term else q[nx, ny].max()) - q[x, y, a])
-                    x, y, done, steps = nx, ny, term or trunc, steps + 1
-        return steps
-
-    n, wall, cpu = timed(run)
-    return {"benchmark": "darkroom (python loop reference)", "algo": "q-learning", "histories": num_histories, "episodes": episodes,
-            "transitions": n, "wall_s": wall, "cpu_s": cpu, "M_transitions_per_s_wall": n / wall / 1e6,
-            "M_transitions_per_s_cpu": n / cpu / 1e6}
+def timed_cli(folder: Path) -> dict:
+    env = {**os.environ, "OFFBENCH_HOME": str(folder / "home"), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    command = [sys.executable, "-m", "offbench", "generate", "darkroom", *CLI_ARGS, "--out", str(folder / "cli"), "-q"]
+    _, wall, cpu = timed(lambda: subprocess.run(command, check=True, env=env, capture_output=True))
+    n = 65 * 8 * 1000 * 20
+    return {"row": "cli (end to end)", "benchmark": "darkroom", "algo": "q-learning", "workers": default_workers(), "transitions": n,
+            "wall_s": wall, "M_per_s": n / wall / 1e6, "M_per_cpu_s": n / cpu / 1e6, "bytes_per_step": (folder / "cli" / "data.h5").stat().st_size / n}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="smaller sizes (seconds)")
+    parser.add_argument("--quick", action="store_true", help="smaller sizes")
     args = parser.parse_args()
-    scale = 4 if args.quick else 1
-
-    rows = [python_loop_reference(4, 200 // scale)]
-    # throughput against the number of histories run together (65 training goals x histories per goal)
-    for tasks, held_out, histories in ((9, 1, 1), (81, 16, 1), (81, 16, 4), (81, 16, 16)):
-        rows.append(measure("darkroom", "q-learning", tasks, held_out, histories, 500 // scale))
-    # linearity: the same 260 histories, more and more episodes
-    for episodes in (250, 500, 1000, 2000):
-        rows.append(measure("darkroom", "q-learning", 81, 16, 4, episodes // scale))
-    for tasks in (100, 1000, 10_000):
-        rows.append(measure("bandit", "ucb", tasks, 0, 1, 100))
+    workers = default_workers()
+    darkroom = {"algo": "q-learning", "tasks": 81, "held_out": 16, "histories_per_task": 8}
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="offbench-generation-bench-") as tmp:
+        folder = Path(tmp)
+        # side by side: reference, offbench on one core, on every core, the CLI (same 10.4M transitions)
+        n, wall, cpu = timed(lambda: reference_q_learning(520, 1000))
+        rows.append({"row": "reference (plain vectorised loop)", "benchmark": "darkroom", "algo": "q-learning", "workers": 1,
+                     "transitions": n, "wall_s": wall, "M_per_s": n / wall / 1e6, "M_per_cpu_s": n / cpu / 1e6})
+        rows.append(timed_generation(folder, "offbench (1 worker)", "darkroom", 1, **darkroom, episodes=1000))
+        rows.append(timed_generation(folder, f"offbench ({workers} workers)", "darkroom", workers, **darkroom, episodes=1000))
+        rows.append(timed_cli(folder))
+        # the other benchmarks, every core
+        others = [("keydoor", {"algo": "q-learning", "tasks": 250, "held_out": 50, "histories_per_task": 1, "episodes": 2000}),
+                  ("darkroom-hard", {"algo": "q-learning", "tasks": 288, "held_out": 58, "histories_per_task": 1, "episodes": 2000}),
+                  ("bandit", {"algo": "ucb", "variant": "adversarial", "tasks": 5000, "held_out": 1000, "episodes": 100}),
+                  ("bandit", {"algo": "thompson", "variant": "adversarial", "tasks": 5000, "held_out": 1000, "episodes": 100}),
+                  ("bandit-gaussian", {"algo": "thompson", "tasks": 10200, "held_out": 200, "episodes": 500})]
+        if not args.quick:
+            others.append(("darkroom", {"algo": "ad-epsilon", "tasks": 81, "held_out": 16, "episodes": 20000}))
+        for benchmark, params in others:
+            rows.append(timed_generation(folder, "card size", benchmark, workers, **params))
+            print(rows[-1], file=sys.stderr, flush=True)
+        # linearity in transitions
+        for episodes in (250, 500, 1000, 2000) if args.quick else (1000, 2000, 5000, 10000):
+            rows.append(timed_generation(folder, "linearity", "darkroom", workers, **darkroom, episodes=episodes))
+            print(rows[-1], file=sys.stderr, flush=True)
 
     table = pd.DataFrame(rows)
-    reference = table.iloc[0]["M_transitions_per_s_cpu"]
-    table["speedup_cpu_vs_python_loop"] = table["M_transitions_per_s_cpu"] / reference
-    linear = table[(table.benchmark == "darkroom") & (table.histories == 260)]
-    slope = np.polyfit(linear.transitions, linear.cpu_s, 1)
-    fit = np.polyval(slope, linear.transitions)
-    r2 = 1 - ((linear.cpu_s - fit) ** 2).sum() / ((linear.cpu_s - linear.cpu_s.mean()) ** 2).sum()
-    with pd.option_context("display.width", 200, "display.max_columns", 20, "display.float_format", "{:.3f}".format):
+    reference = table.iloc[0]["M_per_s"]
+    table["x_reference"] = table["M_per_s"] / reference
+    table["x_reference_per_cpu_s"] = table["M_per_cpu_s"] / table.iloc[0]["M_per_cpu_s"]
+    with pd.option_context("display.width", 220, "display.max_columns", 20, "display.float_format", "{:.3f}".format):
         print(table.to_string(index=False))
-    print(f"\nlinearity (darkroom, 260 histories): cpu_s = {slope[0] * 1e6:.3f} s per M transitions + {slope[1]:.3f} s, R^2 = {r2:.4f}")
+    linear = table[table.row == "linearity"]
+    slope, intercept = np.polyfit(linear.transitions / 1e6, linear.wall_s, 1)
+    fit = slope * linear.transitions / 1e6 + intercept
+    r2 = 1 - ((linear.wall_s - fit) ** 2).sum() / ((linear.wall_s - linear.wall_s.mean()) ** 2).sum()
+    per_m = linear.wall_s / (linear.transitions / 1e6)
+    print(f"\nwall clock: offbench (1 worker) / reference = {table.iloc[1]['x_reference']:.2f}x; "
+          f"offbench ({workers} workers) / reference = {table.iloc[2]['x_reference']:.2f}x; CLI end to end / reference = {table.iloc[3]['x_reference']:.2f}x")
+    print(f"per CPU second: offbench (1 worker) / reference = {table.iloc[1]['x_reference_per_cpu_s']:.2f}x; "
+          f"CLI end to end / reference = {table.iloc[3]['x_reference_per_cpu_s']:.2f}x")
+    print(f"linearity (darkroom, 520 histories): wall_s = {slope:.3f} s per M transitions + {intercept:.3f} s, R^2 = {r2:.4f}; "
+          f"s per M transitions from {per_m.iloc[0]:.3f} to {per_m.iloc[-1]:.3f}")
+    print(f"DarkRoomBatch observations stored as {DarkRoomBatch(np.array([[0, 0]])).compact_observations().dtype}")
 
 
 if __name__ == "__main__":

@@ -4,9 +4,10 @@ and bad recipes fail before any work; the CLI writes and registers datasets."""
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch
 
 import offbench
-from offbench.data.store import load_native
+from offbench.data.store import load_native, stored_checksum
 from offbench.envs.benchmarks import BENCHMARKS, card_tasks
 from offbench.errors import OffbenchError
 from offbench.generators.histories import HistoryRecipe, generate, run_histories
@@ -159,7 +160,7 @@ def test_cli_generates_registers_and_is_reproducible(run_cli, isolated_home, tmp
     info = run_cli("info", dataset_id, check=True)
     assert "720" in info.stdout and "14,400" in info.stdout  # 3 training tasks x 2 histories x 120 episodes x 20 steps
     first = load_native(isolated_home / "data" / dataset_id / "data.h5").content_sha256()
-    run_cli(*args, "--out", tmp_path / "out", check=True)
+    run_cli(*args, "--out", tmp_path / "out", "--workers", "1", check=True)
     assert load_native(tmp_path / "out" / "data.h5").content_sha256() == first
     assert (tmp_path / "out" / "card.toml").is_file()
 
@@ -173,6 +174,9 @@ def test_cli_generates_registers_and_is_reproducible(run_cli, isolated_home, tmp
         (["bandit", "--tasks", "3", "--algo", "q-learning"], "unknown algorithm 'q-learning' for bandit"),
         (["keydoor", "--tasks", "3", "--variant", "uniform"], "No such option: --variant"),
         (["keydoor"], "Missing option '--tasks'"),
+        (["darkroom", "--tasks", "3", "--set", "alpha=1"], "unknown hyper-parameter"),
+        (["darkroom", "--tasks", "3", "--workers", "0"], "--workers must be at least 1"),
+        (["darkroom", "--tasks", "3", "--algo", "ad-epsilon", "--set", "per_episode_schedule=1"], "true or false"),
     ],
 )
 def test_cli_bad_input_is_one_line_exit_2_and_writes_nothing(run_cli, isolated_home, args, message):
@@ -193,3 +197,85 @@ def test_many_histories_run_in_seeded_chunks_and_join_in_order():
     train, _ = card_tasks(a.card)
     best = np.array([np.argmax(t["means"]) for t in train])
     np.testing.assert_array_equal(a.columns["optimal_action"], best[a.columns["task_id"]])
+
+
+def test_ad_epsilon_schedule_is_the_published_one_per_step_with_a_switch_for_per_episode():
+    """corl-team/ad-eps (dark_room/generate_trajectories.py): epsilon starts at 1 and falls by
+    1 / (0.9 * steps in the history) after every step, down to 0."""
+    from offbench.generators.sources import ADEpsilon, RowStreams, make_config
+
+    env = BENCHMARKS["darkroom"].make_batch([{"goal": [0, 0]}])
+    published = ADEpsilon(env, 10, RowStreams([np.random.default_rng(0)], [1]), make_config("ad-epsilon", {})).explore.epsilons
+    np.testing.assert_allclose(published, np.maximum(0.0, 1.0 - np.arange(200) / 180))
+    old = ADEpsilon(env, 10, RowStreams([np.random.default_rng(0)], [1]), make_config("ad-epsilon", {"per_episode_schedule": True})).explore.epsilons
+    np.testing.assert_allclose(old, np.repeat(np.linspace(1.0, 0.0, 10), 20))
+    with pytest.raises(ValueError, match="true or false"):
+        make_config("ad-epsilon", {"per_episode_schedule": 1})
+
+    store, _ = _run("keydoor", algo="ad-epsilon", episodes=50)  # terminations: the schedule counts nominal steps
+    first = store.episode_starts[:-1]
+    step_in_episode = np.arange(store.num_transitions) - np.repeat(first, store.episode_lengths)
+    nominal = store.columns["episode_in_history"] * 50 + step_in_episode
+    random_looking = store.actions != store.columns["optimal_action"]
+    assert not random_looking[nominal >= 0.9 * 50 * 50].any()  # epsilon is 0 over the last tenth
+    assert random_looking[nominal < 0.5 * 50 * 50].mean() > 0.3
+
+
+def test_docs_state_the_adversarial_bandit_probabilities_the_code_draws():
+    import re
+    from pathlib import Path
+
+    from offbench.envs.bandits import ADVERSARIAL_FAVOUR_PROBABILITY
+    from offbench.envs.benchmarks import split_tasks
+
+    text = " ".join((Path(__file__).parents[1] / "docs" / "in-context-rl.md").read_text().split())
+    train, held_out = split_tasks(BENCHMARKS["bandit"], 4000, 2000, 0, "adversarial")
+    for split, parity, tasks in (("training", 1, train), ("held-out", 0, held_out)):
+        name = "odd" if parity else "even"
+        stated = re.search(rf"each {split} task favours {name} arms with probability ([0-9.]+)", text)
+        assert stated and float(stated.group(1)) == ADVERSARIAL_FAVOUR_PROBABILITY, f"docs on {split} tasks"
+        means = np.array([t["means"] for t in tasks])
+        favoured = means[:, parity::2].min(axis=1) >= 0.5
+        assert abs(favoured.mean() - ADVERSARIAL_FAVOUR_PROBABILITY) < 0.02
+
+
+def test_cli_set_passes_hyperparameters_into_the_recipe(run_cli, tmp_path):
+    run_cli("generate", "darkroom", "--algo", "ad-epsilon", "--tasks", "3", "--held-out", "1", "--episodes", "20",
+            "--set", "per_episode_schedule=true", "--out", tmp_path, "-q", check=True)
+    recipe = load_native(tmp_path / "data.h5").card["source"]["recipe"]
+    assert recipe["params"]["hyperparameters"] == {"per_episode_schedule": True}
+    assert "-e20-" in load_native(tmp_path / "data.h5").card["id"]
+
+
+@pytest.mark.parametrize("name,algo", [("darkroom", "q-learning"), ("keydoor", "ad-epsilon"), ("bandit", "thompson"), ("bandit-gaussian", "thompson")])
+def test_same_bytes_whatever_the_number_of_workers_and_groups(tmp_path, monkeypatch, name, algo):
+    """Histories come in random streams of 16, drawn in blocks of 256 steps; workers and memory-bounded groups only change who runs them."""
+    import offbench.generators.histories as histories
+
+    params = {"algo": algo, "tasks": 36, "held_out": 1, "histories_per_task": 2, "episodes": 15, "allow_unlearned": True}  # 70 histories: 5 streams
+    recipe = HistoryRecipe.from_params(name, params)
+    histories.write_histories(recipe, 7, tmp_path / "one.h5", workers=1, check=False)
+    histories.write_histories(recipe, 7, tmp_path / "two.h5", workers=2, check=False)
+    monkeypatch.setattr(histories, "_group_memory_budget", lambda: 1)  # one stream per group: the data streams to disk in five parts
+    assert histories._Plan.make(recipe, 7, card_tasks(load_native(tmp_path / "one.h5").card)[0], 1).num_groups == 5
+    histories.write_histories(recipe, 7, tmp_path / "parts.h5", workers=1, check=False)
+    one = (tmp_path / "one.h5").read_bytes()
+    assert one == (tmp_path / "two.h5").read_bytes() == (tmp_path / "parts.h5").read_bytes()
+    store = load_native(tmp_path / "one.h5")
+    assert store.content_sha256() == stored_checksum(tmp_path / "one.h5")
+
+
+def test_grid_observations_are_stored_in_the_smallest_dtype_and_samplers_read_them():
+    from offbench.data.samplers import make_sampler
+
+    store, _ = _run("darkroom-hard", algo="ad-epsilon", episodes=20)
+    assert store.observations.dtype == np.uint8 and store.final_observations.dtype == np.uint8
+    assert store.actions.dtype == np.uint8 and store.columns["optimal_action"].dtype == np.uint8
+    assert store.observation_space.contains(store.observations[0].astype(np.int64))
+    for kind, options in (("transitions", {}), ("ad_windows", {"window_length": 30}), ("dpt", {"context_size": 8})):
+        batch = make_sampler(kind, store, batch_size=16, seed=0, **options).sample()
+        for key, value in batch.items():
+            if key.endswith("observations"):
+                assert value.dtype == torch.float32 and 0 <= value.min() and value.max() <= 16, (kind, key)
+            if key.endswith("actions"):
+                assert value.dtype == torch.int64 and 0 <= value.min() and value.max() <= 4, (kind, key)

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from helpers import make_store
+import offbench.data.store as store_module
 from offbench.data.store import EpisodeStore, load_native
 from offbench.errors import OffbenchError
 
@@ -60,7 +61,7 @@ def test_failed_save_leaves_existing_file_untouched(tmp_path, monkeypatch):
     store = make_store()
     path = store.save(tmp_path / "d.h5")
     before = path.read_bytes()
-    monkeypatch.setattr(EpisodeStore, "content_sha256", lambda self: (_ for _ in ()).throw(RuntimeError("boom")))
+    monkeypatch.setattr(store_module, "_digest_parts", lambda *args: (_ for _ in ()).throw(RuntimeError("boom")))  # fails mid-write
     with pytest.raises(RuntimeError):
         store.save(path)
     assert path.read_bytes() == before
@@ -159,3 +160,16 @@ def test_observation_statistics_are_exact_far_from_zero():
     spec = DatasetSpec.from_store(store)
     np.testing.assert_allclose(spec.observation_std, store.observations.std(0), rtol=1e-4)
     np.testing.assert_allclose(spec.observation_mean, store.observations.mean(0), rtol=1e-7)
+
+
+def test_write_native_from_parts_equals_saving_the_joined_arrays(tmp_path):
+    from offbench.data.store import write_native
+
+    store = make_store()
+    arrays = store._named_arrays()
+    parts = {name: [arr[: len(arr) // 3], arr[len(arr) // 3 :]] for name, arr in arrays.items()}
+    path = write_native(tmp_path / "parts.h5", parts, store.card, store.observation_space, store.action_space)
+    loaded = load_native(path)
+    assert loaded.content_sha256() == store.content_sha256() == h5py.File(path)["/"].attrs["content_sha256"]
+    for name, arr in arrays.items():
+        np.testing.assert_array_equal(loaded._named_arrays()[name], arr)

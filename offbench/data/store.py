@@ -253,36 +253,65 @@ class EpisodeStore:
     def content_sha256(self) -> str:
         """Checksum of the arrays (names, dtypes, shapes, bytes), independent of HDF5 layout and attrs."""
         digest = hashlib.sha256()
+        arrays = self._named_arrays()
+        for name in sorted(arrays):
+            _digest_parts(digest, name, [arrays[name]])
+        return digest.hexdigest()
+
+    def _named_arrays(self) -> dict[str, np.ndarray]:
         arrays = {name: getattr(self, name) for name in CORE_ARRAYS}
         arrays.update({f"columns/{k}": v for k, v in self.columns.items()})
         arrays.update({f"episode_columns/{k}": v for k, v in self.episode_columns.items()})
-        for name in sorted(arrays):
-            arr = np.ascontiguousarray(arrays[name])
-            digest.update(f"{name}|{arr.dtype.str}|{arr.shape}|".encode())
-            step = max(1, (64 << 20) // max(1, arr[:1].nbytes))  # hash in ~64 MB blocks
-            for lo in range(0, len(arr), step):
-                digest.update(np.ascontiguousarray(arr[lo : lo + step]).data)
-        return digest.hexdigest()
+        return arrays
 
     # ------------------------------------------------------------------ disk
     def save(self, path: str | Path, compression: str | None = None) -> Path:
         """Write atomically (temp file in the same folder, then rename). Uncompressed files open memory-mapped."""
-        path = Path(path)
-        with atomic_path(path, need=None if compression else self.nbytes) as tmp:
-            with h5py.File(tmp, "w", track_order=True) as f:
-                f.attrs["format"] = FORMAT_NAME
-                f.attrs["format_version"] = FORMAT_VERSION
-                f.attrs["card"] = json.dumps(self.card, sort_keys=True)
-                f.attrs["observation_space"] = space_to_json(self.observation_space)
-                f.attrs["action_space"] = space_to_json(self.action_space)
-                f.attrs["content_sha256"] = self.content_sha256()
-                for name in CORE_ARRAYS:
-                    _write_array(f, name, np.asarray(getattr(self, name)), compression)
-                for group in ("columns", "episode_columns"):
-                    for name, arr in getattr(self, group).items():
-                        _write_array(f, f"{group}/{name}", np.asarray(arr), compression)
-        self.path = path
-        return path
+        arrays = {name: [np.asarray(arr)] for name, arr in self._named_arrays().items()}
+        self.path = write_native(path, arrays, self.card, self.observation_space, self.action_space, compression)
+        return self.path
+
+
+def write_native(path: str | Path, arrays: dict[str, list[np.ndarray]], card: dict[str, Any], observation_space: gym.Space | None,
+                 action_space: gym.Space | None, compression: str | None = None) -> Path:
+    """Write a native file atomically from arrays given in parts (each array is its parts joined in order), so
+    data larger than memory streams from memory-mapped parts to disk; the content checksum is computed in the
+    same pass and equals `EpisodeStore.content_sha256` of the joined arrays. Names are those of the layout
+    ("observations", "columns/task_id", ...). Uncompressed arrays are stored contiguous (memory-mappable)."""
+    path = Path(path)
+    digest = hashlib.sha256()
+    need = None if compression else sum(part.nbytes for parts in arrays.values() for part in parts)
+    with atomic_path(path, need=need) as tmp:
+        with h5py.File(tmp, "w", track_order=True) as f:
+            f.attrs["format"] = FORMAT_NAME
+            f.attrs["format_version"] = FORMAT_VERSION
+            f.attrs["card"] = json.dumps(card, sort_keys=True)
+            f.attrs["observation_space"] = space_to_json(observation_space)
+            f.attrs["action_space"] = space_to_json(action_space)
+            for name in sorted(arrays):
+                parts = arrays[name]
+                _digest_parts(digest, name, parts)
+                if len(parts) == 1 and (compression is not None or parts[0].dtype.kind in "US"):
+                    _write_array(f, name, parts[0], compression)
+                    continue
+                dataset = f.create_dataset(name, (sum(len(p) for p in parts), *parts[0].shape[1:]), parts[0].dtype)
+                lo = 0
+                for part in parts:
+                    if len(part):
+                        dataset[lo : lo + len(part)] = part
+                    lo += len(part)
+            f.attrs["content_sha256"] = digest.hexdigest()
+    return path
+
+
+def _digest_parts(digest, name: str, parts: list[np.ndarray]) -> None:
+    """Add one array, given as parts joined in order, to a content checksum: name, dtype, shape, bytes."""
+    shape = (sum(len(p) for p in parts), *parts[0].shape[1:])
+    digest.update(f"{name}|{parts[0].dtype.str}|{shape}|".encode())
+    for part in parts:
+        step = max(1, (64 << 20) // max(1, part[:1].nbytes))  # hash in ~64 MB blocks
+        for lo in range(0, len(part), step):
+            digest.update(np.ascontiguousarray(part[lo : lo + step]).data)
 
 
 def _first_row(arr: np.ndarray, is_bad, block_rows: int = 1 << 16) -> int | None:
@@ -305,6 +334,12 @@ def _write_array(f: h5py.File, name: str, arr: np.ndarray, compression: str | No
         arr = arr.astype(h5py.string_dtype()) if arr.dtype.kind == "U" else arr
     chunked = compression is not None and arr.size > 0
     f.create_dataset(name, data=arr, compression=compression if chunked else None, chunks=True if chunked else None)
+
+
+def replace_card(path: str | Path, card: dict[str, Any]) -> None:
+    """Rewrite a native file's card attribute in place (the arrays and their checksum stay as they are)."""
+    with h5py.File(path, "r+") as f:
+        f.attrs["card"] = json.dumps(card, sort_keys=True)
 
 
 def is_native(path: Path) -> bool:

@@ -103,6 +103,7 @@ class BanditBatch:
         self.np_random = np.random.default_rng(seed)
         self.num_envs, self.num_actions = self.means.shape
         self.num_states = 1
+        self.start_state = 0
         self.horizon = 1
         self.single_observation_space = gym.spaces.Box(0.0, 1.0, shape=(1,), dtype=np.float32)
         self.single_action_space = gym.spaces.Discrete(self.num_actions)
@@ -130,8 +131,30 @@ class BanditBatch:
     def state_index(self) -> np.ndarray:
         return np.zeros(self.num_envs, dtype=np.int64)
 
+    def tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(next state, expected reward, terminated), each (rows, 1, arms): one state, every pull terminates;
+        the reward itself is drawn by noisy_rewards (the generators' loop)."""
+        shape = (self.num_envs, 1, self.num_actions)
+        return np.zeros(shape, np.int64), self.means.reshape(shape), np.ones(shape, bool)
+
+    def reward_noise(self, rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+        """What one pull's reward is drawn from: U(0, 1) for Bernoulli arms, N(0, 1) for Gaussian ones."""
+        return rng.random(shape) if self.noise == "bernoulli" else rng.standard_normal(shape)
+
+    def noisy_rewards(self, means: np.ndarray, noise: np.ndarray) -> np.ndarray:
+        """Rewards of pulls with the given arm means from reward_noise draws."""
+        return (noise < means).astype(np.float32) if self.noise == "bernoulli" else (means + self.sigma * noise).astype(np.float32)
+
+    def compact_observations(self) -> np.ndarray:
+        """The observation table (one state: the constant zero observation)."""
+        return np.zeros((1, 1), dtype=np.float32)
+
     def optimal_actions(self, states: np.ndarray | None = None, rows: np.ndarray | None = None) -> np.ndarray:
         return self._best if rows is None else self._best[rows]
+
+    def optimal_action_table(self) -> np.ndarray:
+        """Optimal arm of every row (the single state)."""
+        return self._best
 
     def observations_of(self, states: np.ndarray) -> np.ndarray:
         return np.zeros((len(states), 1), dtype=np.float32)

@@ -31,6 +31,7 @@ from offbench.envs.gridworld import (
     check_cell,
     distance_table,
     move,
+    next_cell_table,
     policy_table,
     start_cell,
 )
@@ -138,3 +139,9 @@ class DarkRoomBatch(GridBatch):
     def state_index(self) -> np.ndarray:
         """Tabular state of every row (its cell index)."""
         return self.cell
+
+    def tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(next cell, reward, terminated), each (rows, cells, actions): what step() does, as tables."""
+        next_cells = np.broadcast_to(next_cell_table(self.size), (self.num_envs, *next_cell_table(self.size).shape))
+        on_goal = next_cells == self.goal_cells[:, None, None]
+        return next_cells, on_goal.astype(np.float32), on_goal & self.hard

@@ -108,6 +108,11 @@ class GridBatch:
         self.cell = np.full(num_envs, self._start, dtype=np.int64)
         self.t = np.zeros(num_envs, dtype=np.int64)
 
+    @property
+    def start_state(self) -> int:
+        """The tabular state every episode starts in (the centre cell, without a key)."""
+        return self._start
+
     def _reset_grid(self, mask) -> None:
         self.cell[mask] = self._start
         self.t[mask] = 0
@@ -122,9 +127,21 @@ class GridBatch:
             states = self.state_index()
         return self._policy[(self._row_offset if rows is None else self._row_offset[rows]) + states]
 
+    def optimal_action_table(self) -> np.ndarray:
+        """Optimal action of every (row, state), flat: entry row * num_states + state."""
+        return self._policy
+
     def observations_of(self, states: np.ndarray) -> np.ndarray:
         """The observation of each tabular state."""
         return self._obs[states]
+
+    def compact_observations(self) -> np.ndarray:
+        """(states, obs) observation table in the smallest integer dtype that holds it (uint8 up to a 256-cell
+        side): what datasets store, cast back to the environment's dtype by readers that need it."""
+        return self._obs.astype(np.min_scalar_type(self._obs.max()))
+
+    # tables() -> (next state, reward, terminated), each (rows, states, actions): the batch as a deterministic
+    # tabular MDP, for the generators' loop; each grid defines it (tests check it against step()).
 
     def expected_rewards(self, rows: np.ndarray, actions: np.ndarray, rewards: np.ndarray) -> np.ndarray:
         """The grids are deterministic: the reward received is its expectation."""

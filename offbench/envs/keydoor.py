@@ -28,6 +28,7 @@ from offbench.envs.gridworld import (
     check_cell,
     distance_table,
     move,
+    next_cell_table,
     policy_table,
     start_cell,
 )
@@ -156,3 +157,13 @@ class KeyDoorBatch(GridBatch):
 
     def state_index(self) -> np.ndarray:
         return self.has_key * self._cells + self.cell
+
+    def tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(next state, reward, terminated), each (rows, states, actions): what step() does, as tables.
+        States without the key come first (cells), then those with it."""
+        next_cells = next_cell_table(self.size)[None]  # (1, cells, actions)
+        picks_key = next_cells == self.key_cells[:, None, None]
+        opens_door = next_cells == self.door_cells[:, None, None]
+        next_states = np.concatenate([picks_key * self._cells + next_cells, self._cells + np.broadcast_to(next_cells, opens_door.shape)], axis=1)
+        rewards = np.concatenate([picks_key, opens_door], axis=1).astype(np.float32)
+        return next_states, rewards, np.concatenate([np.zeros_like(opens_door), opens_door], axis=1)

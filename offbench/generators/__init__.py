@@ -43,7 +43,9 @@ def get_generator(name: str) -> Generator:
 
 def generate_from_card(card, out: Path, quiet: bool = False) -> Path:
     """Generate the dataset a recipe card describes (used on first `offbench.load` of its id)."""
-    from offbench.data.store import load_native
+    import os
+
+    from offbench.data.store import load_native, replace_card
     from offbench.utils import check_writable
 
     recipe = card.source["recipe"]
@@ -52,9 +54,10 @@ def generate_from_card(card, out: Path, quiet: bool = False) -> Path:
     staging = out.with_name(f".{out.name}.generating")
     try:
         generator(dict(recipe.get("params", {})), int(recipe.get("seed", 0)), staging, quiet)
-        store = load_native(staging)
-        # The file carries the registered card (its id, description, scores) plus what the generator measured.
-        store.card = {**store.card, **card.to_dict()}
-        return store.save(out)
+        # The file carries the registered card (its id, description, scores) plus what the generator measured;
+        # only that attribute changes, so the arrays are not written a second time.
+        replace_card(staging, {**load_native(staging).card, **card.to_dict()})
+        os.replace(staging, out)
+        return out
     finally:
         staging.unlink(missing_ok=True)

@@ -45,12 +45,14 @@ def _command(bench: Benchmark):
         option("episodes", int, bench.default_episodes, "episodes per learning history"),
         option("seed", int, 0, "seed of the source algorithm and environment randomness"),
         option("split_seed", int, 0, "seed of the train / held-out task split"),
+        option("set", list[str], [], "source-algorithm hyper-parameter NAME=VALUE, repeatable (e.g. per_episode_schedule=true)"),
     ]
     if bench.variants:
         params.append(option("variant", str, bench.variants[0], f"task distribution: {', '.join(bench.variants)}"))
     params += [
         option("out", Optional[Path], None, "write data.h5 and card.toml into this folder instead of registering"),
         option("allow_unlearned", bool, False, "keep the data even if most histories did not improve"),
+        option("workers", Optional[int], None, "processes to generate with (default: every core); the data is the same for any number"),
         option("quiet", bool, False, "no progress bar", "-q"),
     ]
     command.__signature__ = inspect.Signature(params)
@@ -58,7 +60,7 @@ def _command(bench: Benchmark):
     return command
 
 
-def generate_and_register(benchmark: str, *, seed: int, out: Path | None, quiet: bool, **params: Any) -> Path:
+def generate_and_register(benchmark: str, *, seed: int, out: Path | None, quiet: bool, workers: int | None = None, **params: Any) -> Path:
     """Validate (before any work), generate, write data and card; returns the data file's path."""
     from offbench.data.cards import card_from_dict, write_card
     from offbench.data.resolve import native_path
@@ -67,6 +69,11 @@ def generate_and_register(benchmark: str, *, seed: int, out: Path | None, quiet:
     from offbench.paths import user_cards_dir
     from offbench.utils import check_writable
 
+    from offbench.training.config import parse_override
+
+    overrides = params.pop("set", None) or []
+    if overrides:
+        params["hyperparameters"] = dict(parse_override(text) for text in overrides)
     recipe = HistoryRecipe.from_params(benchmark, params)
     if seed < 0:
         raise OffbenchError(f"seed must be non-negative (got {seed})")
@@ -83,7 +90,9 @@ def generate_and_register(benchmark: str, *, seed: int, out: Path | None, quiet:
         data_path, card_path = native_path(stub), user_cards_dir() / f"{dataset_id}.toml"
 
     check_writable(data_path.parent)  # before the work, not after it
-    generate(benchmark, recipe.to_params(), seed, data_path, quiet=quiet)
+    if workers is not None and workers < 1:
+        raise OffbenchError(f"--workers must be at least 1 (got {workers})")
+    generate(benchmark, recipe.to_params(), seed, data_path, quiet=quiet, workers=workers)
     store = load_native(data_path)
     write_card(card_from_dict(store.card, card_path), card_path)
 

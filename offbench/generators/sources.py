@@ -2,11 +2,21 @@
 
 Every algorithm keeps one independent learner per row of a batched environment (one row = one learning
 history) and is written with whole-array operations, so a step of all histories costs a few NumPy calls.
+States are flat: row * num_states + the row's tabular state, so one index reaches a row's table entry.
 
-    act(states, episodes) -> actions            states: tabular state per row; episodes: episode index per row
-    update(states, actions, rewards, next_states, terminated)
+    act(states, steps) -> actions               steps: nominal step of each row in its history,
+                                                episode * horizon + step in the episode
+    update(state_actions, rewards, next_states, terminated)
+                                                state_actions: flat state * actions + action; terminated
+                                                is None when the environment never terminates
 
-Hyper-parameters are the `Config` dataclass of each class; recipes may override them by name.
+The nominal step counts an episode that ended early (termination) as if it had run to the horizon, so
+episode e always starts at step e * horizon (AD-epsilon's schedule in corl-team/ad-eps does the same).
+
+Randomness comes from `RowStreams`: the rows are cut into fixed streams of histories, each with its own
+generator, and every draw is made stream by stream. A history's numbers therefore depend on its stream
+alone, not on which other streams a worker runs beside it: the data is the same whatever the number of
+workers. Hyper-parameters are the `Config` dataclass of each class; recipes may override them by name.
 """
 
 from __future__ import annotations
@@ -18,9 +28,39 @@ import numpy as np
 
 
 class SourceAlgorithm(Protocol):
-    def act(self, states: np.ndarray, episodes: np.ndarray) -> np.ndarray: ...
+    def act(self, states: np.ndarray, steps: np.ndarray) -> np.ndarray: ...
 
-    def update(self, states: np.ndarray, actions: np.ndarray, rewards: np.ndarray, next_states: np.ndarray, terminated: np.ndarray) -> None: ...
+    def update(self, state_actions: np.ndarray, rewards: np.ndarray, next_states: np.ndarray, terminated: np.ndarray | None) -> None: ...
+
+
+class RowStreams:
+    """The random streams of a group of rows: stream k owns the next sizes[k] rows and generators[k]."""
+
+    BLOCK_STEPS = 256  # per-step draws are made this many steps at a time (fewer calls, same numbers)
+
+    def __init__(self, generators: list[np.random.Generator], sizes: list[int]):
+        self.generators, self.sizes = generators, sizes
+        bounds = np.concatenate([[0], np.cumsum(sizes)])
+        self.slices = [slice(int(lo), int(hi)) for lo, hi in zip(bounds[:-1], bounds[1:])]
+
+    def each(self, draw: Callable[[np.random.Generator, slice], np.ndarray]) -> np.ndarray:
+        """draw(generator, rows) for every stream, joined along the first axis (rows)."""
+        return np.concatenate([draw(g, rows) for g, rows in zip(self.generators, self.slices)])
+
+    def per_step(self, draw: Callable[[np.random.Generator, tuple[int, ...]], np.ndarray], *tail: int):
+        """A function returning the next step's draws (rows, *tail), drawn BLOCK_STEPS steps at a time per
+        stream with draw(generator, shape) (e.g. Generator.random)."""
+        block, used = np.empty((0,)), self.BLOCK_STEPS
+
+        def next_step() -> np.ndarray:
+            nonlocal block, used
+            if used == self.BLOCK_STEPS:
+                block = np.concatenate([draw(g, (self.BLOCK_STEPS, n, *tail)) for g, n in zip(self.generators, self.sizes)], axis=1)
+                used = 0
+            used += 1
+            return block[used - 1]
+
+        return next_step
 
 
 def linear_schedule(start: float, end: float, num_episodes: int) -> np.ndarray:
@@ -28,13 +68,26 @@ def linear_schedule(start: float, end: float, num_episodes: int) -> np.ndarray:
     return np.linspace(start, end, num_episodes) if num_episodes > 1 else np.array([start], dtype=np.float64)
 
 
-def epsilon_greedy(rng: np.random.Generator, greedy: np.ndarray, epsilon: np.ndarray, num_actions: int) -> np.ndarray:
-    """A uniform random action with probability epsilon, else the greedy one. One draw u ~ U(0, 1) per row
-    serves both choices: explore iff u < epsilon, and then u / epsilon is again U(0, 1) and picks the action."""
-    u = rng.random(len(greedy))
-    explore = u < epsilon
-    random_action = np.minimum((u / np.where(explore, epsilon, 1.0) * num_actions).astype(np.int64), num_actions - 1)
-    return np.where(explore, random_action, greedy)
+def per_step_schedule(start: float, end: float, num_steps: int, decay_fraction: float) -> np.ndarray:
+    """Value per nominal step: linear from `start` at step 0 to `end` at step decay_fraction * num_steps,
+    then `end`. AD-epsilon (corl-team/ad-eps, generate_trajectories.py) lowers epsilon by
+    (1 - floor) / (0.9 * steps) after every step, from 1 down to its floor."""
+    return np.interp(np.arange(num_steps), [0.0, decay_fraction * num_steps], [start, end])
+
+
+class EpsilonGreedy:
+    """Epsilon-greedy exploration with epsilon given per nominal step: with probability epsilon a uniform
+    random action, else the greedy one. Both draws (u ~ U(0, 1) and the random action) are made for every
+    row and step, in blocks, so a step costs a comparison and a selection."""
+
+    def __init__(self, epsilons: np.ndarray, num_actions: int, streams: RowStreams):
+        self.epsilons = epsilons
+        self.uniforms = streams.per_step(np.random.Generator.random)
+        self.random_actions = streams.per_step(lambda g, shape: g.integers(0, num_actions, shape))
+
+    def __call__(self, greedy: np.ndarray, steps: np.ndarray | int) -> np.ndarray:
+        explore = self.uniforms() < self.epsilons.take(steps)
+        return np.where(explore, self.random_actions(), greedy)
 
 
 class QLearning:
@@ -52,47 +105,62 @@ class QLearning:
         epsilon_start: float = 1.0
         epsilon_end: float = 0.02
 
-    def __init__(self, env, num_episodes: int, rng: np.random.Generator, config: QLearning.Config):
-        self.config, self.rng = config, rng
+    def __init__(self, env, num_episodes: int, streams: RowStreams, config: QLearning.Config):
+        self.config = config
         self.num_actions = env.num_actions
-        # one (state, action) table per row, flattened to (rows * states, actions) for cheap row lookups
-        self.q = rng.uniform(0.0, 1e-6, (env.num_envs * env.num_states, env.num_actions))
-        self.row_offset = np.arange(env.num_envs) * env.num_states
-        self.rows = np.arange(env.num_envs)
-        self.epsilons = linear_schedule(config.epsilon_start, config.epsilon_end, num_episodes)
+        # one (state, action) table per row, flattened to (rows * states, actions): row r's state s is row r * states + s
+        self.q = streams.each(lambda g, rows: g.uniform(0.0, 1e-6, ((rows.stop - rows.start) * env.num_states, env.num_actions)))
+        self.q_flat = self.q.reshape(-1)
+        self.explore = EpsilonGreedy(np.repeat(linear_schedule(config.epsilon_start, config.epsilon_end, num_episodes), env.horizon), env.num_actions, streams)
+        self.row_starts = np.arange(env.num_envs) * env.num_actions
 
-    def act(self, states, episodes):
-        greedy = self.q.take(self.row_offset + states, axis=0).argmax(axis=1)
-        return epsilon_greedy(self.rng, greedy, self.epsilons[episodes], self.num_actions)
+    def act(self, states, steps):
+        return self.explore(self.q.take(states, axis=0).argmax(axis=1), steps)
 
-    def update(self, states, actions, rewards, next_states, terminated):
+    def update(self, state_actions, rewards, next_states, terminated):
         c = self.config
-        q_next = self.q.take(self.row_offset + next_states, axis=0)
-        best_next = q_next[self.rows, q_next.argmax(axis=1)]  # max via argmax: faster on a short last axis
-        target = rewards + c.gamma * np.where(terminated, 0.0, best_next)
-        flat = self.q.reshape(-1)
-        index = (self.row_offset + states) * self.num_actions + actions
-        flat[index] += c.learning_rate * (target - flat[index])
+        q_next = self.q.take(next_states, axis=0)
+        best_next = q_next.take(q_next.argmax(axis=1) + self.row_starts)  # max via argmax: faster on a short last axis
+        if terminated is not None:
+            best_next[terminated] = 0.0
+        target = rewards + c.gamma * best_next
+        current = self.q_flat.take(state_actions)
+        self.q_flat[state_actions] = current + c.learning_rate * (target - current)
 
 
 class ADEpsilon:
     """The noise curriculum of AD-epsilon (Zisman et al. 2023, "Emergence of In-Context Reinforcement
-    Learning from Noise Distillation"): the optimal policy with epsilon-greedy noise, epsilon annealed
-    from 1 to 0 across the history. Nothing is learned; the improvement is the schedule."""
+    Learning from Noise Distillation"): the optimal policy with epsilon-greedy noise. Nothing is learned;
+    the improvement is the schedule.
+
+    Published schedule (the default, checked against corl-team/ad-eps `generate_trajectories.py`):
+    epsilon falls linearly after every step, from 1 to its floor, which it reaches at 90% of the
+    history's nominal steps (episodes x horizon). `per_episode_schedule = true` restores offbench's
+    earlier schedule: one epsilon per episode, linear from start at the first to end at the last episode."""
 
     @dataclass(frozen=True)
     class Config:
         epsilon_start: float = 1.0
         epsilon_end: float = 0.0
+        decay_fraction: float = 0.9
+        per_episode_schedule: bool = False
 
-    def __init__(self, env, num_episodes: int, rng: np.random.Generator, config: ADEpsilon.Config):
-        self.env, self.rng = env, rng
-        self.epsilons = linear_schedule(config.epsilon_start, config.epsilon_end, num_episodes)
+        def __post_init__(self):
+            if not 0.0 < self.decay_fraction <= 1.0:
+                raise ValueError(f"decay_fraction must lie in (0, 1] (got {self.decay_fraction})")
 
-    def act(self, states, episodes):
-        return epsilon_greedy(self.rng, self.env.optimal_actions(states), self.epsilons[episodes], self.env.num_actions)
+    def __init__(self, env, num_episodes: int, streams: RowStreams, config: ADEpsilon.Config):
+        self.policy = env.optimal_action_table()
+        if config.per_episode_schedule:
+            epsilons = np.repeat(linear_schedule(config.epsilon_start, config.epsilon_end, num_episodes), env.horizon)
+        else:
+            epsilons = per_step_schedule(config.epsilon_start, config.epsilon_end, num_episodes * env.horizon, config.decay_fraction)
+        self.explore = EpsilonGreedy(epsilons, env.num_actions, streams)
 
-    def update(self, states, actions, rewards, next_states, terminated):
+    def act(self, states, steps):
+        return self.explore(self.policy.take(states), steps)
+
+    def update(self, state_actions, rewards, next_states, terminated):
         """The curriculum follows a fixed schedule and ignores what happens."""
 
 
@@ -102,11 +170,11 @@ class ArmStatistics:
     def __init__(self, env):
         self.counts = np.zeros((env.num_envs, env.num_actions))
         self.sums = np.zeros((env.num_envs, env.num_actions))
-        self.rows = np.arange(env.num_envs)
 
-    def update(self, states, actions, rewards, next_states, terminated):
-        self.counts[self.rows, actions] += 1
-        self.sums[self.rows, actions] += rewards
+    def update(self, state_actions, rewards, next_states, terminated):
+        """One state per row, so a row's flat state-action index is row * arms + arm."""
+        self.counts.reshape(-1)[state_actions] += 1
+        self.sums.reshape(-1)[state_actions] += rewards
 
 
 class UCB1(ArmStatistics):
@@ -117,11 +185,11 @@ class UCB1(ArmStatistics):
     class Config:
         exploration: float = 2.0
 
-    def __init__(self, env, num_episodes: int, rng: np.random.Generator, config: UCB1.Config):
+    def __init__(self, env, num_episodes: int, streams: RowStreams, config: UCB1.Config):
         super().__init__(env)
         self.config = config
 
-    def act(self, states, episodes):
+    def act(self, states, steps):
         pulls = np.maximum(self.counts, 1)
         total = np.maximum(self.counts.sum(axis=1, keepdims=True), 1)
         index = self.sums / pulls + np.sqrt(self.config.exploration * np.log(total) / pulls)
@@ -137,19 +205,21 @@ class ThompsonSampling(ArmStatistics):
         prior_mean: float = 0.5
         prior_std: float = 1.0
 
-    def __init__(self, env, num_episodes: int, rng: np.random.Generator, config: ThompsonSampling.Config):
+    def __init__(self, env, num_episodes: int, streams: RowStreams, config: ThompsonSampling.Config):
         super().__init__(env)
-        self.config, self.rng = config, rng
+        self.config, self.streams = config, streams
         self.bernoulli, self.sigma = env.noise == "bernoulli", env.sigma
+        self.normals = None if self.bernoulli else streams.per_step(np.random.Generator.standard_normal, env.num_actions)
 
-    def act(self, states, episodes):
+    def act(self, states, steps):
         if self.bernoulli:
-            samples = self.rng.beta(1.0 + self.sums, 1.0 + self.counts - self.sums)
+            successes, failures = 1.0 + self.sums, 1.0 + self.counts - self.sums
+            samples = self.streams.each(lambda g, rows: g.beta(successes[rows], failures[rows]))
         else:
             prior_precision = 1.0 / self.config.prior_std**2
             precision = prior_precision + self.counts / self.sigma**2
             mean = (self.config.prior_mean * prior_precision + self.sums / self.sigma**2) / precision
-            samples = mean + self.rng.standard_normal(mean.shape) / np.sqrt(precision)
+            samples = mean + self.normals() / np.sqrt(precision)
         return np.argmax(samples, axis=1)
 
 
@@ -162,10 +232,17 @@ ALGORITHMS: dict[str, Callable[..., SourceAlgorithm]] = {
 
 
 def make_config(algo: str, overrides: dict[str, Any]):
-    """The algorithm's Config with overrides by name; ValueError naming an unknown one."""
+    """The algorithm's Config with overrides by name; ValueError naming an unknown one or a value of the
+    wrong kind (a switch takes true or false, a number any int or float)."""
     cls = ALGORITHMS[algo].Config
-    known = set(cls.__dataclass_fields__)
-    unknown = sorted(set(overrides) - known)
+    defaults = {name: f.default for name, f in cls.__dataclass_fields__.items()}
+    unknown = sorted(set(overrides) - set(defaults))
     if unknown:
-        raise ValueError(f"unknown hyper-parameter(s) {', '.join(unknown)} for {algo} (known: {', '.join(sorted(known))})")
-    return cls(**{k: float(v) for k, v in overrides.items()})
+        raise ValueError(f"unknown hyper-parameter(s) {', '.join(unknown)} for {algo} (known: {', '.join(sorted(defaults))})")
+    values = {}
+    for name, value in overrides.items():
+        switch = isinstance(defaults[name], bool)
+        if switch != isinstance(value, bool) or not isinstance(value, (bool, int, float)):
+            raise ValueError(f"hyper-parameter {name} of {algo} takes {'true or false' if switch else 'a number'} (got {value!r})")
+        values[name] = value if switch else float(value)
+    return cls(**values)
