@@ -164,7 +164,7 @@ def validate_runs(spec: BenchmarkSpec, runs: list[RunRecord], label: str | None 
     for run in runs:
         check_baseline(run)
     if label is not None:
-        row_label(label, "")
+        safe_component(label, "label")
         if len({run.baseline for run in runs}) > 1:
             raise OffbenchError(f"--label {label} names one row, but the runs hold several baselines: submit them separately")
     scored = {run.path: check_run(run, spec) for run in runs}
