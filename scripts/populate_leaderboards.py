@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from offbench.leaderboard.spec import load_spec  # noqa: E402
-from offbench.leaderboard.submit import load_entries  # noqa: E402
+from offbench.leaderboard.entries import load_entries  # noqa: E402
 
 # Protocol keys of benchmark.toml -> the trainer's config fields (offbench/training/config.py TrainConfig).
 PROTOCOL_TO_CONFIG = {"episodes": "eval_episodes", "every_steps": "eval_every"}

@@ -10,7 +10,7 @@ from typing import Any
 
 import tomli_w
 
-from conftest import make_store
+from helpers import make_store
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 ENV = {"id": "Pendulum-v1", "suite": "gymnasium", "kwargs": {}}

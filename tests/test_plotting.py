@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import itertools
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-from conftest import make_store
-from run_dirs import REPO_ROOT, write_benchmark, write_run
+from helpers import make_store
+from run_dirs import write_benchmark, write_run
 
 CHECKSUM = "a" * 64
 
@@ -118,10 +117,3 @@ def test_plot_of_a_dataset_draws_its_learning_histories(tmp_path, monkeypatch):
     with pytest.raises(OffbenchError, match="offbench.plotting.histories"):
         plot_now(["test/histories"], tmp_path / "again.png")
 
-
-def test_plotting_stats_and_the_run_reader_do_not_import_the_leaderboard():
-    """Layering (issue 10): statistics and the run-directory reader sit below both the leaderboard and the figures."""
-    code = ("import sys, offbench.stats, offbench.tracking.run_dir, offbench.plotting.commands, offbench.plotting.curves, "
-            "offbench.plotting.aggregate; print(sorted(m for m in sys.modules if m.startswith('offbench.leaderboard')))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO_ROOT).stdout
-    assert out.strip() == "[]"

@@ -15,7 +15,7 @@ from offbench.evaluation.policy import PolicyOptions
 from offbench.evaluation.protocols import PROTOCOL_FOR_KIND, PROTOCOLS, EvaluationSetup, InContext, build_protocol, run_in_context
 
 from baseline_contract import check_baseline_contract, multi_task_store
-from training_helpers import CONFIGS
+from helpers import TRAINING_CONFIGS as CONFIGS
 
 
 def contract_store(name: str, pendulum):
