@@ -169,6 +169,14 @@ def main(argv: list[str] | None = None) -> None:
     except OffbenchError as exc:
         err.print(f"offbench: error: {exc}", highlight=False, markup=False, soft_wrap=True)
         sys.exit(2)
+    except OSError as exc:  # the safety net for a path the user gave that no check caught (a name too long, ...)
+        from offbench.utils import USER_FIXABLE_ERRNOS, os_error_number
+
+        number = os_error_number(exc)
+        if number not in USER_FIXABLE_ERRNOS or not exc.filename:
+            raise
+        err.print(f"offbench: error: {exc.filename}: {os.strerror(number)}", highlight=False, markup=False, soft_wrap=True)
+        sys.exit(2)
     except click.exceptions.UsageError as exc:
         err.print(f"offbench: error: {exc.format_message()}", highlight=False, markup=False, soft_wrap=True)
         sys.exit(2)

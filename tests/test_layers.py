@@ -75,15 +75,9 @@ def test_the_graph_sees_a_cycle():
         GRAPH["offbench.data.download"].discard("offbench.data.resolve")
 
 
-@pytest.mark.parametrize(
-    "module",
-    [
-        pytest.param(m, marks=pytest.mark.xfail(strict=True, reason="Policy moves to offbench/evaluation (issue 10, the lead's part)"))
-        if m == "offbench.envs.multitask" else m
-        for m in sorted(MODULES) if m.startswith("offbench.envs")
-    ],
-)
-def test_environments_do_not_import_baselines(module):
+@pytest.mark.parametrize("module", [m for m in sorted(MODULES) if m.startswith(("offbench.envs", "offbench.evaluation"))])
+def test_environments_and_evaluation_do_not_import_baselines(module):
+    """Evaluation sees a baseline only through the policy it builds; environments not at all."""
     assert not {name for name in GRAPH[module] if name.startswith("offbench.baselines")}
 
 

@@ -217,7 +217,9 @@ def test_parallel_submissions_lose_nothing(bench, tmp_path):
     refused = [err for code, err in outcomes if code != 0]
     assert len(refused) == 1 and "refused (duplicate)" in refused[0]
     entries = [json.loads(p.read_text()) for p in (bench["folder"] / "entries").glob("*.json")]
-    assert sorted(e["label"] for e in entries) == [f"algo{k}" for k in range(6)]
+    first_of_the_twins = {"algo0", "algo0-again"} & {e["label"] for e in entries}  # whichever process locked first
+    assert len(first_of_the_twins) == 1
+    assert sorted(e["label"] for e in entries) == sorted([*first_of_the_twins, *(f"algo{k}" for k in range(1, 6))])
     assert not list((bench["folder"] / "entries").glob(".*.tmp"))
 
 

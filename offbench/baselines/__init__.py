@@ -15,6 +15,8 @@ BASELINES: dict[str, str] = {
     "dt": "offbench.baselines.dt",
     "cql": "offbench.baselines.cql",
     "iql": "offbench.baselines.iql",
+    "ad": "offbench.baselines.ad",
+    "dpt": "offbench.baselines.dpt",
 }
 
 

@@ -19,14 +19,15 @@ from torch import nn
 from offbench.baselines.base import SINGLE_AND_MULTI_TASK, DatasetSpec
 from offbench.baselines.nets import BoundedActions, ObservationNormalizer, flat_observation_dim, mlp, task_input_dim, with_task_onehot
 from offbench.errors import OffbenchError
+from offbench.utils import ranged
 from offbench.evaluation.policy import MarkovPolicy, PolicyOptions
 
 
 @dataclass
 class BCConfig:
-    hidden_dim: int = 256
-    num_layers: int = 2
-    learning_rate: float = 3e-4
+    hidden_dim: int = ranged(256, ge=1)
+    num_layers: int = ranged(2, ge=0)
+    learning_rate: float = ranged(3e-4, gt=0)
     normalize_observations: bool = True
 
 

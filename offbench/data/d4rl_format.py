@@ -46,7 +46,7 @@ import numpy as np
 from offbench.data.spaces import space_from_json, space_to_json, widest_space
 from offbench.data.store import EpisodeStore, open_hdf5
 from offbench.errors import OffbenchError
-from offbench.utils import atomic_path
+from offbench.utils import atomic_path, safe_component
 
 REQUIRED_KEYS = ("observations", "actions", "rewards", "terminals")
 STEP_KEYS = ("observations", "actions", "rewards", "terminals", "timeouts", "next_observations")
@@ -255,7 +255,7 @@ def _stored_metadata(metadata: dict[str, np.ndarray], where: str) -> dict[str, A
 def export_d4rl(store: EpisodeStore, out: Path) -> Path:
     """Write `store` as one D4RL-layout file (`out` itself if it ends in .hdf5/.h5, else out/<name>.hdf5)."""
     out = Path(out)
-    name = str(store.card.get("id") or "dataset").rsplit("/", 1)[-1]
+    name = safe_component(str(store.card.get("id") or "dataset").rsplit("/", 1)[-1], f"{store.path or 'dataset'}: the last part of the card id")
     target = out if out.suffix in (".hdf5", ".h5") else out / f"{name}.hdf5"
     if target.exists():
         raise OffbenchError(f"{target}: already exists; remove it or choose another --out")
@@ -279,7 +279,8 @@ def export_d4rl(store: EpisodeStore, out: Path) -> Path:
         "metadata/offbench_action_space": space_to_json(store.action_space),
         **{f"metadata/offbench_episode_columns/{k}": np.asarray(v) for k, v in store.episode_columns.items()},
     }
-    with atomic_path(target) as tmp, h5py.File(tmp, "w") as f:
+    need = sum(value.nbytes for value in arrays.values() if isinstance(value, np.ndarray))
+    with atomic_path(target, need=need) as tmp, h5py.File(tmp, "w") as f:
         for key, value in arrays.items():
             if isinstance(value, np.ndarray) and value.dtype.kind == "U":
                 value = value.astype(h5py.string_dtype())

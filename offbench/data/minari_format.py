@@ -40,10 +40,7 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +51,7 @@ import numpy as np
 from offbench.data.spaces import widest_space
 from offbench.data.store import EpisodeStore, open_hdf5
 from offbench.errors import OffbenchError, require
-from offbench.utils import give_default_permissions
+from offbench.utils import atomic_dir
 
 METADATA_FILE = "metadata.json"
 MAIN_FILE = "main_data.hdf5"
@@ -382,20 +379,13 @@ def export_minari(store: EpisodeStore, out: Path) -> Path:
     env_spec = _env_spec_json(store.card)
     if env_spec:
         meta["env_spec"] = env_spec
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
-    try:
+    with atomic_dir(target, need=store.nbytes + store.final_observations.nbytes) as tmp:  # observations gain a row per episode
         (tmp / "data").mkdir()
         with h5py.File(tmp / "data" / MAIN_FILE, "w", track_order=True) as f:
             for i in range(store.num_episodes):
                 _write_episode(f, store, i, {**info_columns, **{name: name for name in extra_columns}}, extra_episode)
         meta["dataset_size"] = round((tmp / "data" / MAIN_FILE).stat().st_size / 1e6, 1)
         (tmp / "data" / METADATA_FILE).write_text(json.dumps(meta))
-        give_default_permissions(tmp)
-        os.rename(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return target
 
 

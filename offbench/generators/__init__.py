@@ -44,9 +44,11 @@ def get_generator(name: str) -> Generator:
 def generate_from_card(card, out: Path, quiet: bool = False) -> Path:
     """Generate the dataset a recipe card describes (used on first `offbench.load` of its id)."""
     from offbench.data.store import load_native
+    from offbench.utils import check_writable
 
     recipe = card.source["recipe"]
     generator = get_generator(recipe["generator"])
+    check_writable(out.parent)  # before the work, not after it
     staging = out.with_name(f".{out.name}.generating")
     try:
         generator(dict(recipe.get("params", {})), int(recipe.get("seed", 0)), staging, quiet)

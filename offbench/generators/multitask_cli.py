@@ -83,6 +83,7 @@ def _generate(
     from offbench.data.store import load_native
     from offbench.generators import get_generator
     from offbench.paths import user_cards_dir
+    from offbench.utils import check_writable
 
     if workers < 0:
         raise OffbenchError(f"--workers must be 0 (all cores) or more, got {workers}")
@@ -101,6 +102,7 @@ def _generate(
     }
     card = card_from_dict(card_data)
     target = Path(out) / "data.h5" if out else native_path(card)
+    check_writable(target.parent)  # before the work, not after it
     path = get_generator(generator)({**params, "workers": workers}, seed, target, quiet)
     store = load_native(path)
     recorded = ("env", "quality", "behaviour", "behaviour_profiles", "task_stats")

@@ -20,7 +20,7 @@ from typing import Any
 
 from offbench.errors import OffbenchError
 from offbench.tracking.loggers import EVALUATIONS_FILE
-from offbench.utils import atomic_write_json
+from offbench.utils import atomic_write_json, ensure_dir, read_text, user_fixable_write_errors
 
 SCHEMA = 1
 RUN_FILE = "run.json"
@@ -36,12 +36,14 @@ def utc_now() -> str:
 
 
 def create_run_dir(path: Path) -> Path:
-    """Make a new, empty run directory; one that exists is never reused or overwritten."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.mkdir()
-    except FileExistsError:
-        raise OffbenchError(f"{path}: run directory already exists (choose another --name, or continue it with --resume {path})") from None
+    """Make a new, empty run directory; one that exists is never reused or overwritten. An --out that is a
+    file or cannot be written, or a name too long, is a one-line error."""
+    ensure_dir(path.parent)
+    with user_fixable_write_errors(path):
+        try:
+            path.mkdir()
+        except FileExistsError:
+            raise OffbenchError(f"{path}: run directory already exists (choose another --name, or continue it with --resume {path})") from None
     return path
 
 
@@ -93,16 +95,39 @@ def write_run_json(run_dir: Path, record: dict[str, Any]) -> None:
     atomic_write_json(run_dir / RUN_FILE, {"schema": SCHEMA, **record})
 
 
+# What reopening a run (resume, evaluate) reads from run.json: "a.b" is field b of the table a.
+_RUN_FIELDS: dict[str, tuple[type, ...]] = {
+    "baseline": (str,), "seed": (int,), "config": (dict,), "dataset": (dict,), "dataset.id": (str,), "dataset.path": (str,),
+    "dataset.content_sha256": (str,), "env": (dict,), "env.device": (str,), "evaluation": (dict,),
+    "evaluation.target_returns": (list, type(None)),
+}
+_OPTIONAL_RUN_FIELDS: dict[str, tuple[type, ...]] = {"code": (dict,), "loggers": (list,), "resumes": (list,)}
+
+
 def read_run_json(run_dir: Path) -> dict[str, Any]:
+    """run.json of a run directory, with the fields a run is reopened from checked (a one-line error naming
+    the first missing or mistyped one)."""
     path = Path(run_dir) / RUN_FILE
+    if not Path(run_dir).is_dir():
+        raise OffbenchError(f"{run_dir}: not a run directory (no such folder)")
+    if not path.is_file():
+        raise OffbenchError(f"{path}: no such file (is {run_dir} a run directory?)")
     try:
-        record = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise OffbenchError(f"{path}: no such file (is {run_dir} a run directory?)") from None
+        record = json.loads(read_text(path, "run record"))
     except json.JSONDecodeError as exc:
         raise OffbenchError(f"{path}: not valid JSON ({exc})") from None
-    if record.get("schema") != SCHEMA:
-        raise OffbenchError(f"{path}: unsupported run schema {record.get('schema')!r} (expected {SCHEMA})")
+    if not isinstance(record, dict) or record.get("schema") != SCHEMA:
+        schema = record.get("schema") if isinstance(record, dict) else None
+        raise OffbenchError(f"{path}: unsupported run schema {schema!r} (expected {SCHEMA})")
+    for name, types in {**_RUN_FIELDS, **{k: v for k, v in _OPTIONAL_RUN_FIELDS.items() if k in record}}.items():
+        table, _, key = name.rpartition(".")
+        holder = record[table] if table else record
+        value = holder.get(key, ...)
+        if value is ... or not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            problem = "missing" if value is ... else f"must be {' or '.join(t.__name__ for t in types)}, got {value!r}"[:200]
+            raise OffbenchError(f"{path}: field '{name}' {problem}")
+    if record["seed"] < 0:
+        raise OffbenchError(f"{path}: field 'seed' must be non-negative, got {record['seed']}")
     return record
 
 

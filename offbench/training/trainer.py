@@ -33,7 +33,7 @@ from offbench.evaluation.protocols import EvaluationProtocol, EvaluationSetup, b
 from offbench.training.config import ResolvedConfig, config_from_dict, dataset_slug, resolve_config
 from offbench.tracking import run_dir as rd
 from offbench.tracking.loggers import LocalFiles, Logger, open_loggers, parse_logger_names
-from offbench.utils import atomic_write_bytes, atomic_write_json
+from offbench.utils import atomic_write_bytes, atomic_write_json, safe_component
 
 
 def check_fit(baseline_cls: type, spec: DatasetSpec, dataset: Dataset, protocol: EvaluationProtocol, evaluate: bool) -> None:
@@ -345,6 +345,8 @@ def start_run(
     """Check everything, create the run directory and run.json; `run.train()` then does the work."""
     if not 0 <= seed < 2**32:  # numpy's global seed and the evaluation episode seeds must be non-negative
         raise OffbenchError(f"--seed must be between 0 and 2**32 - 1, got {seed}")
+    if name is not None:
+        safe_component(name, "--name")
     baseline_cls = get_baseline(baseline_name)
     logger_names = parse_logger_names(loggers)
     torch_device = resolve_device(device)

@@ -10,22 +10,43 @@ import pytest
 
 
 
-@pytest.fixture(scope="session")
-def pendulum_home(tmp_path_factory) -> Path:
-    """An OFFBENCH_HOME holding pendulum-scripted, generated once for all training tests."""
-    home = tmp_path_factory.mktemp("pendulum_home")
+def generated_home(tmp_path_factory, dataset_id: str) -> Path:
+    """A fresh OFFBENCH_HOME with `dataset_id` generated in it (the caller's OFFBENCH_HOME is left as it was)."""
+    home = tmp_path_factory.mktemp(dataset_id.replace("/", "-") + "_home")
     old = os.environ.get("OFFBENCH_HOME")
     os.environ["OFFBENCH_HOME"] = str(home)
     try:
         import offbench
 
-        offbench.load("pendulum-scripted")
+        offbench.load(dataset_id)
     finally:
         if old is None:
             del os.environ["OFFBENCH_HOME"]
         else:
             os.environ["OFFBENCH_HOME"] = old
     return home
+
+
+@pytest.fixture(scope="session")
+def pendulum_home(tmp_path_factory) -> Path:
+    """An OFFBENCH_HOME holding pendulum-scripted, generated once for all training tests."""
+    return generated_home(tmp_path_factory, "pendulum-scripted")
+
+
+@pytest.fixture(scope="session")
+def darkroom_home(tmp_path_factory) -> Path:
+    """An OFFBENCH_HOME holding darkroom-small (Dark Room learning histories), generated once."""
+    return generated_home(tmp_path_factory, "darkroom-small")
+
+
+@pytest.fixture
+def darkroom(darkroom_home, monkeypatch):
+    """Point this test (and its subprocesses) at the darkroom-small home; returns the dataset."""
+    monkeypatch.setenv("OFFBENCH_HOME", str(darkroom_home))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    import offbench
+
+    return offbench.load("darkroom-small")
 
 
 @pytest.fixture

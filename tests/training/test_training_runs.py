@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import TRAINING_CONFIGS, offbench_command
+from helpers import TRAINING_CONFIGS, offbench_command, require_extra
 from offbench.baselines import get_baseline
 from offbench.errors import OffbenchError
 
@@ -208,6 +208,7 @@ def test_action_kind_and_environment_are_checked_before_training(pendulum, monke
     with pytest.raises(OffbenchError, match=r"pip install 'offbench\[mujoco\]'"):
         check_fit(ContinuousOnly, spec, Dataset("toy/hopper", Path("x"), "offbench", pendulum, card), protocol, evaluate=True)
     monkeypatch.delitem(sys.modules, "mujoco")
+    require_extra("mujoco", "mujoco")
     with pytest.raises(OffbenchError, match=r"observation shape \(3,\) differs from Hopper-v5's \(11,\)"):
         check_fit(ContinuousOnly, spec, Dataset("toy/hopper", Path("x"), "offbench", pendulum, card), protocol, evaluate=True)
 
