@@ -59,7 +59,7 @@ METRICS = {
     "in_context_return": Metric(
         "in_context_return", "mean_return", "return in the last in-context episode (sum of rewards)", False
     ),
-    "regret": Metric("regret", "regret", "cumulative regret over the in-context episodes (lower is better)", False),
+    "regret": Metric("regret", "regret", "cumulative regret (optimal minus expected return, summed over the in-context episodes)", False),
 }
 
 

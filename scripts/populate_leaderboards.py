@@ -7,6 +7,7 @@ For each dataset of the benchmark, each baseline and seed of its `[populate]` ta
 
     offbench run baseline B --dataset D --seed S --out RUNS/<benchmark> --name B-<dataset>-s<S>
         --set eval_episodes=<protocol episodes> --set eval_every=<protocol every_steps> [--steps <protocol steps>]
+        (the protocol as the benchmark pins it for that baseline: [evaluation.baseline.NAME] over [evaluation])
         [--set ...from [populate] set]
 
 so the runs follow the benchmark's evaluation protocol, then submits each baseline's runs with
@@ -29,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from offbench.leaderboard.spec import load_spec  # noqa: E402
-from offbench.leaderboard.submit import load_entries  # noqa: E402
+from offbench.leaderboard.entries import load_entries  # noqa: E402
 
 # Protocol keys of benchmark.toml -> the trainer's config fields (offbench/training/config.py TrainConfig).
 PROTOCOL_TO_CONFIG = {"episodes": "eval_episodes", "every_steps": "eval_every"}
@@ -53,11 +54,12 @@ def run_one(spec, baseline: str, dataset: str, seed: int, runs: Path, extra: lis
         code = offbench("run", "baseline", baseline, "--resume", str(run_dir), dry_run=dry_run)
     else:
         args = ["run", "baseline", baseline, "--dataset", dataset, "--seed", str(seed), "--out", str(runs), "--name", name]
+        protocol = spec.protocol_for(baseline)  # the benchmark's protocol with this baseline's own pins
         for key, field in PROTOCOL_TO_CONFIG.items():
-            if key in spec.protocol:
-                args += ["--set", f"{field}={spec.protocol[key]}"]
-        if "steps" in spec.protocol:
-            args += ["--steps", str(spec.protocol["steps"])]
+            if key in protocol:
+                args += ["--set", f"{field}={protocol[key]}"]
+        if "steps" in protocol:
+            args += ["--steps", str(protocol["steps"])]
         for override in extra:
             args += ["--set", override]
         code = offbench(*args, dry_run=dry_run)

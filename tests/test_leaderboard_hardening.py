@@ -202,7 +202,8 @@ def test_entries_from_before_run_identities_still_catch_their_runs():
     """The repository's pendulum-scripted entries (no identity) validate, and a run with one's seed, final and
     best evaluations and learning curve is that run."""
     from offbench.leaderboard.spec import load_spec
-    from offbench.leaderboard.submit import _same_run, load_entries
+    from offbench.leaderboard.entries import load_entries
+    from offbench.leaderboard.submit import _same_run
 
     spec = load_spec("pendulum-scripted", REPO_ROOT / "leaderboards")
     entries = load_entries(spec)
@@ -228,8 +229,8 @@ def test_free_text_copied_into_an_entry_is_bounded(bench, where):
 
 
 def test_an_edited_entry_file_is_an_error_naming_it(bench):
+    from offbench.leaderboard.entries import load_entries
     from offbench.leaderboard.spec import load_spec
-    from offbench.leaderboard.submit import load_entries
 
     [path] = submit(bench, runs_of(bench, "bc"))
     edit_json(path, lambda entry: entry.update(label="<script>"))
@@ -292,10 +293,10 @@ def test_svg_figures_escape_hostile_labels(bench, tmp_path):
 def test_build_and_render_read_the_entries_under_the_lock(bench, monkeypatch, command):
     from filelock import FileLock, Timeout
 
-    from offbench.leaderboard import commands, submit as submit_module
+    from offbench.leaderboard import commands, render
 
     submit(bench, runs_of(bench, "bc"))
-    original, held = submit_module.load_entries, []
+    original, held = render.load_entries, []
 
     def load_entries_checking_the_lock(spec):
         try:
@@ -307,7 +308,7 @@ def test_build_and_render_read_the_entries_under_the_lock(bench, monkeypatch, co
             held.append(True)
         return original(spec)
 
-    monkeypatch.setattr(submit_module, "load_entries", load_entries_checking_the_lock)
+    monkeypatch.setattr(render, "load_entries", load_entries_checking_the_lock)
     if command == "build":
         commands.build("tb", runs=None, out=None, root=None)
     else:

@@ -116,3 +116,4 @@ def test_plot_of_a_dataset_draws_its_learning_histories(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "offbench.plotting.histories", None)  # an installation without it
     with pytest.raises(OffbenchError, match="offbench.plotting.histories"):
         plot_now(["test/histories"], tmp_path / "again.png")
+

@@ -45,7 +45,8 @@ def submit(
 
 def _preview_entries(spec: BenchmarkSpec, paths: list[Path], with_entries: bool) -> list[dict[str, Any]]:
     """Entries for unsubmitted runs that pass every rule; each refused run or group is reported and left out."""
-    from offbench.leaderboard.submit import check_against_accepted, check_run, load_entries, validate_runs
+    from offbench.leaderboard.entries import load_entries
+    from offbench.leaderboard.submit import check_against_accepted, check_run, validate_runs
     from offbench.tracking.run_dir import Refused, expand_run_dirs, read_run
 
     accepted = load_entries(spec) if with_entries else []

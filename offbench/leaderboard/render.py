@@ -19,6 +19,7 @@ from typing import Any
 
 import pandas as pd
 
+from offbench.leaderboard.entries import load_entries
 from offbench.leaderboard.spec import BenchmarkSpec
 from offbench.leaderboard.table import (
     Board,
@@ -287,8 +288,6 @@ def render_html(spec: BenchmarkSpec, board: Board, results: Results, figures: li
 def build_board(spec: BenchmarkSpec, previews: list[dict[str, Any]] | None = None, with_entries: bool = True) -> Board:
     """The accepted entries (and any previewed, unsubmitted ones) as a Board. Callers that write from it hold
     the benchmark's lock, so what they write is never older than the entries on disk."""
-    from offbench.leaderboard.submit import load_entries
-
     entries: list[tuple[Path | None, dict[str, Any]]] = list(load_entries(spec)) if with_entries else []
     entries += [(None, entry) for entry in previews or []]
     return board_from_entries(spec, entries)

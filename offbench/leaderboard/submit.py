@@ -41,12 +41,12 @@ from typing import Any
 import numpy as np
 
 from offbench.errors import OffbenchError
+from offbench.leaderboard.entries import ENTRY_SCHEMA, load_entries
 from offbench.leaderboard.scoring import ScoredRun, score_run
 from offbench.leaderboard.spec import BenchmarkSpec
 from offbench.tracking.run_dir import MAX_TEXT, Refused, RunRecord, is_finite, read_run
 from offbench.utils import atomic_write_json, safe_component
 
-ENTRY_SCHEMA = 1
 CURVE_POINTS = 64  # learning curves are kept at this many evaluation steps at most
 MAX_BLOCK = 32 * 1024  # bytes of JSON of any one block copied from a run (config, code, env, evaluation)
 NOT_CONFIG = ("seed",)  # config keys that may differ between the seeds of one entry
@@ -164,7 +164,7 @@ def validate_runs(spec: BenchmarkSpec, runs: list[RunRecord], label: str | None 
     for run in runs:
         check_baseline(run)
     if label is not None:
-        row_label(label, "")
+        safe_component(label, "label")
         if len({run.baseline for run in runs}) > 1:
             raise OffbenchError(f"--label {label} names one row, but the runs hold several baselines: submit them separately")
     scored = {run.path: check_run(run, spec) for run in runs}
@@ -203,57 +203,6 @@ def _refuse_repeated_runs(runs: list[RunRecord]) -> None:
             if key[1] is not None and key in seen:
                 raise Refused(run.path, "duplicate", f"this run is the same run as {seen[key]} (same {key[0]})")
             seen[key] = run.path
-
-
-def load_entries(spec: BenchmarkSpec) -> list[tuple[Path, dict[str, Any]]]:
-    """Accepted entries, oldest file name first; a malformed entry file is an error naming it."""
-    out = []
-    for path in sorted(spec.entries_dir.glob("*.json")):
-        try:
-            entry = json.loads(path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise OffbenchError(f"{path}: accepted entry is not valid JSON ({exc})") from None
-        check_entry(path, entry, spec)
-        out.append((path, entry))
-    return out
-
-
-def check_entry(path: Path, entry: Any, spec: BenchmarkSpec) -> None:
-    """What tables and pages rely on in an accepted entry (entries are files anyone can edit in a pull request)."""
-    def bad(detail: str) -> OffbenchError:
-        return OffbenchError(f"{path}: {detail}")
-
-    if not isinstance(entry, dict) or entry.get("schema") != ENTRY_SCHEMA or entry.get("benchmark") != spec.name:
-        raise bad(f"not an entry of benchmark {spec.name} (schema {ENTRY_SCHEMA})")
-    for key in ("label", "baseline"):
-        safe_component(entry.get(key), f"{path}: entry {key}")
-    dataset = entry.get("dataset")
-    if not isinstance(dataset, dict) or dataset.get("id") not in spec.datasets:
-        raise bad(f"dataset is not one of {spec.name}'s: {', '.join(spec.datasets)}")
-    if entry.get("metric") != spec.metric.name or entry.get("score") != spec.score:
-        raise bad(f"scored as {entry.get('score')!r} {entry.get('metric')!r}; the benchmark scores {spec.score} {spec.metric.name}")
-    if not isinstance(entry.get("config_sha256"), str) or not isinstance(entry.get("submitted_at"), str):
-        raise bad("config_sha256 and submitted_at must be strings")
-    runs = entry.get("runs")
-    if not isinstance(runs, list) or not runs:
-        raise bad("'runs' must be a non-empty list")
-    for number, run in enumerate(runs, 1):
-        if not isinstance(run, dict):
-            raise bad(f"run {number} is not an object")
-        seed, curve, code = run.get("seed"), run.get("curve"), run.get("code")
-        if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-            raise bad(f"run {number}: seed {seed!r} is not a non-negative integer")
-        if not is_finite(run.get("score")) or not isinstance(run.get("run_id"), str) or not isinstance(code, dict):
-            raise bad(f"run {number}: needs a finite 'score', a 'run_id' and a 'code' object")
-        if (not isinstance(curve, dict) or not isinstance(curve.get("step"), list) or not isinstance(curve.get("score"), list)
-                or len(curve["step"]) != len(curve["score"]) or not all(is_finite(v) for v in curve["score"] + curve["step"])):
-            raise bad(f"run {number}: 'curve' needs equally long lists of finite steps and scores")
-        if "per_task" in run and (not isinstance(run["per_task"], list) or not all(
-                isinstance(t, dict) and isinstance(t.get("task"), str) and is_finite(t.get("score")) for t in run["per_task"])):
-            raise bad(f"run {number}: 'per_task' must list {{task, score}} objects with finite scores")
-        if "in_context_returns" in run and (not isinstance(run["in_context_returns"], list)
-                                            or not all(is_finite(v) for v in run["in_context_returns"])):
-            raise bad(f"run {number}: 'in_context_returns' must be a list of finite numbers")
 
 
 def _same_run(new: dict[str, Any], old: dict[str, Any]) -> str | None:

@@ -183,7 +183,6 @@ def _summary_entry(record: dict[str, Any]) -> dict[str, Any]:
 # Everything below reads finished run directories for leaderboards, plots and re-evaluation. A broken rule is
 # a `Refused` error naming the run directory and the rule, so `offbench submit` can say exactly why.
 
-RUN_FILES = (RUN_FILE, EVALUATIONS_FILE, SUMMARY_FILE)
 MAX_TEXT = 512  # characters of any one string copied from a run into a leaderboard entry
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
