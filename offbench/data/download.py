@@ -330,6 +330,8 @@ def fetch_card(card: DatasetCard, target: Path, mirror: str | None = None, quiet
             payload = raw / str(card.source["minari_id"])
         else:
             payload = paths[0] if len(paths) == 1 else raw
+        if getattr(FORMATS[card.format], "read_in_place", False):
+            return payload  # too large to convert (XLand): the verified download is the dataset
         store = load_path(payload, card.format)
         store.card = {**card.to_dict(), "import": store.card}
         try:

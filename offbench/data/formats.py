@@ -51,6 +51,16 @@ def register_format(fmt: Format) -> None:
     FORMATS[fmt.name] = fmt
 
 
+def reads_in_place(name: str) -> bool:
+    """Whether a format's files are opened where they lie (never converted to the native format on download)."""
+    return bool(getattr(FORMATS.get(name), "read_in_place", False))
+
+
+from offbench.data.xland import XLandFormat  # noqa: E402  (imports the sampler registry, which needs store only)
+
+register_format(XLandFormat())
+
+
 def detect_format(path: Path) -> str:
     """Name of the format of `path` (file or folder), judged by content, not by name."""
     path = Path(path)

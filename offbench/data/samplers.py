@@ -49,12 +49,17 @@ class Sampler(Protocol):
 
 
 SAMPLERS: dict[str, type] = {}
+# (kind, store type) -> sampler, for datasets read in place that are not EpisodeStores (e.g. XLand files)
+STORE_SAMPLERS: dict[tuple[str, type], type] = {}
 
 
-def register_sampler(kind: str) -> Callable[[type], type]:
+def register_sampler(kind: str, store: type | None = None) -> Callable[[type], type]:
     def add(cls: type) -> type:
         cls.kind = kind
-        SAMPLERS[kind] = cls
+        if store is None:
+            SAMPLERS[kind] = cls
+        else:
+            STORE_SAMPLERS[(kind, store)] = cls
         return cls
 
     return add
@@ -64,7 +69,10 @@ def make_sampler(kind: str, store: EpisodeStore, batch_size: int, seed: int, dev
     """Build the sampler registered under `kind`; unknown kinds and options are one-line OffbenchErrors."""
     if kind not in SAMPLERS:
         raise OffbenchError(f"unknown sampler kind '{kind}' (known: {', '.join(SAMPLERS)})")
-    cls = SAMPLERS[kind]
+    cls = SAMPLERS[kind] if isinstance(store, EpisodeStore) else STORE_SAMPLERS.get((kind, type(store)))
+    if cls is None:
+        kinds = sorted(k for k, store_type in STORE_SAMPLERS if store_type is type(store))
+        raise OffbenchError(f"{getattr(store, 'path', 'this dataset')}: sampler '{kind}' cannot read it in place (kinds that can: {', '.join(kinds) or 'none'})")
     params = inspect.signature(cls.__init__).parameters
     own = {name: p for name, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
     unknown = sorted(set(opts) - set(own))
