@@ -131,6 +131,8 @@ class ChunkReader:
     def dataset(self, task: int, name: str) -> tuple[h5py.Dataset, bool]:
         """The dataset and whether its chunks can be inflated directly (gzip alone, nothing else)."""
         key = (task, name)
+        if self._pid != os.getpid():  # a forked child: drop the parent's handle, datasets and cache
+            self.file()
         if key not in self._datasets:
             ds = self.file()[f"{task}/{name}"]
             plain_gzip = ds.chunks is not None and ds.compression == "gzip" and not ds.shuffle and not ds.fletcher32 and ds.scaleoffset is None
@@ -575,27 +577,31 @@ def write_xland_file(
     env_id: str = "XLand-MiniGrid-R1-9x9",
     benchmark_id: str = "trivial-1m",
     chunk_steps: int = 4096,
+    palette: int | None = 64,
 ) -> Path:
     """Write a synthetic file in the published layout (combine.py's create_dataset arguments: gzip 6,
-    chunks (1, chunk_steps, ...)), for tests and benchmarks. Views repeat in runs and episodes end every
-    `max_episode_steps(env_id)` steps or earlier, so the bytes compress roughly like real histories."""
+    chunks (1, chunk_steps, ...)), for tests and benchmarks. With a `palette`, views come from that many
+    per task and repeat in runs, and episodes end every `max_episode_steps(env_id)` steps or earlier, so
+    the bytes compress roughly like real histories; `palette=None` draws every view afresh."""
     from offbench.utils import atomic_path
 
     rng = np.random.default_rng(seed)
     limit = max_episode_steps(env_id)
     with atomic_path(Path(path)) as tmp, h5py.File(tmp, "w") as f:
         for task in range(tasks):
-            palette = rng.integers(0, NUM_TILES * NUM_COLORS, (64, *VIEW), dtype=np.uint8)
-            keep = rng.random((histories, steps)) < 0.7  # the view often stays the same for a step
-            view = np.where(keep, 0, rng.integers(1, 64, (histories, steps)))
-            view = np.cumsum(view, axis=1) % 64
+            if palette is None:
+                states = rng.integers(0, NUM_TILES * NUM_COLORS, (histories, steps, *VIEW), dtype=np.uint8)
+            else:
+                views = rng.integers(0, NUM_TILES * NUM_COLORS, (palette, *VIEW), dtype=np.uint8)
+                keep = rng.random((histories, steps)) < 0.7  # the view often stays the same for a step
+                states = views[np.cumsum(np.where(keep, 0, rng.integers(1, palette, (histories, steps))), axis=1) % palette]
             dones = np.zeros((histories, steps), bool)
             for h in range(histories):
                 ends = np.cumsum(rng.integers(limit // 4, limit + 1, steps // (limit // 4) + 1)) - 1
                 dones[h, ends[ends < steps]] = True
             rewards = np.where(dones & (rng.random((histories, steps)) < 0.5), rng.uniform(0.1, 1.0, (histories, steps)), 0.0)
             data = {
-                "states": palette[view],
+                "states": states,
                 "actions": rng.integers(0, NUM_ACTIONS, (histories, steps), dtype=np.uint8),
                 "rewards": rewards.astype(np.float16),
                 "dones": dones,
