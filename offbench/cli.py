@@ -132,9 +132,10 @@ def download(
     typer.echo(str(fetch(dataset_id, mirror=mirror)))
 
 
-from offbench.data.commands import export  # noqa: E402
+from offbench.data.commands import export, import_app  # noqa: E402
 
 app.command("export")(export)
+app.add_typer(import_app, name="import")
 
 generate_app = typer.Typer(help="Make a dataset (learning histories, multi-task data) and register it.", no_args_is_help=True)
 app.add_typer(generate_app, name="generate")

@@ -56,9 +56,11 @@ def reads_in_place(name: str) -> bool:
     return bool(getattr(FORMATS.get(name), "read_in_place", False))
 
 
+from offbench.data import mtdiff  # noqa: E402
 from offbench.data.xland import XLandFormat  # noqa: E402  (imports the sampler registry, which needs store only)
 
 register_format(XLandFormat())
+register_format(FunctionFormat("mtdiff", mtdiff.detect_mtdiff, mtdiff.import_mtdiff, mtdiff.export_mtdiff))
 
 
 def detect_format(path: Path) -> str:

@@ -8,6 +8,7 @@ from pathlib import Path
 from offbench.data.cards import DatasetCard, get_card
 from offbench.data.formats import detect_format, load_path, reads_in_place
 from offbench.data.store import EpisodeStore, is_native
+from offbench.errors import OffbenchError
 from offbench.paths import data_dir
 
 
@@ -47,6 +48,12 @@ def ensure_local(card: DatasetCard, mirror: str | None = None, quiet: bool = Fal
         return payload
     if is_native(target):
         return target
+    if card.source_kind == "import":
+        imported = card.source["import"]
+        raise OffbenchError(
+            f"{card.id}: its data file {target} is missing; it was imported, import it again: "
+            f"offbench import {imported['format']} {imported['from']} --id {card.id}"
+        )
     if card.source_kind == "recipe":
         from offbench.generators import generate_from_card
 
