@@ -116,6 +116,16 @@ def test_dpt_sets_pair_states_with_next_states_and_expert_labels(xland_file, arr
                 assert np.array_equal(batch["context_next_observations"][b, k].numpy(), decode_states(packed_all[task, h, t + 1]))
 
 
+def test_uint8_observations_are_the_same_codes(xland_file):
+    store = offbench.load(xland_file)
+    as_float = make_sampler("ad_windows", store, batch_size=3, seed=4, window_length=90).sample()
+    as_bytes = make_sampler("ad_windows", store, batch_size=3, seed=4, window_length=90, observation_dtype="uint8").sample()
+    assert str(as_bytes["observations"].dtype) == "torch.uint8"
+    assert np.array_equal(as_bytes["observations"].numpy().astype(np.float32), as_float["observations"].numpy())
+    with pytest.raises(OffbenchError, match="observation_dtype must be 'float32' or 'uint8'"):
+        make_sampler("dpt", store, batch_size=2, seed=0, context_size=4, observation_dtype="int64")
+
+
 def test_same_seed_same_batches_and_resume(xland_file):
     store = offbench.load(xland_file)
     first = make_sampler("ad_windows", store, batch_size=4, seed=7, window_length=100)

@@ -67,13 +67,15 @@ def decode_states(packed: np.ndarray) -> np.ndarray:
     return np.stack(np.divmod(packed, NUM_COLORS), axis=-1)
 
 
-# byte -> (tile, colour) as two float32 packed in one uint64: a 1-D take, ~7x faster than indexing a (256, 2) table
-_DECODED_FLOAT_PAIRS = np.ascontiguousarray(decode_states(np.arange(256, dtype=np.uint8)).astype(np.float32)).view(np.uint64).ravel()
-
-
-def decode_states_float(packed: np.ndarray) -> np.ndarray:
-    """`decode_states(packed).astype(np.float32)`, in one table lookup."""
-    return np.take(_DECODED_FLOAT_PAIRS, packed).view(np.float32).reshape(*packed.shape, 2)
+def decode_states_as(packed: np.ndarray, dtype: str) -> np.ndarray:
+    """`decode_states(packed).astype(dtype)` for float32 or uint8, without int64 temporaries (the fast path)."""
+    tiles = packed // NUM_COLORS
+    colours = packed - tiles * NUM_COLORS
+    if dtype == "uint8":
+        return np.stack([tiles, colours], axis=-1)
+    out = np.empty(packed.shape + (2,), np.float32)
+    out[..., 0], out[..., 1] = tiles, colours
+    return out
 
 
 def encode_states(observations: np.ndarray) -> np.ndarray:
@@ -138,20 +140,21 @@ class ChunkReader:
             self._file.close()
         self._reset()
 
-    def dataset(self, task: int, name: str) -> tuple[h5py.Dataset, tuple[int, ...], bool]:
-        """The dataset, its chunk shape, and whether its chunks can be inflated directly (gzip alone)."""
+    def dataset(self, task: int, name: str) -> tuple[h5py.Dataset, tuple[int, ...], bool, np.dtype, int]:
+        """The dataset, its chunk shape, whether its chunks can be inflated directly (gzip alone), dtype, chunk bytes."""
         key = (task, name)
         if self._pid != os.getpid():  # a forked child: drop the parent's handle, datasets and cache
             self.file()
         if key not in self._datasets:
             ds = self.file()[f"{task}/{name}"]
             plain_gzip = ds.chunks is not None and ds.compression == "gzip" and not ds.shuffle and not ds.fletcher32 and ds.scaleoffset is None
-            self._datasets[key] = (ds, ds.chunks or ds.shape, plain_gzip)
+            chunks = ds.chunks or ds.shape
+            self._datasets[key] = (ds, chunks, plain_gzip, ds.dtype, int(np.prod(chunks)) * ds.dtype.itemsize)
         return self._datasets[key]
 
     def chunk(self, task: int, name: str, history: int, index: int) -> np.ndarray:
         """Chunk `index` along the steps of (task, history) as (chunk steps, *item) (the edge chunk full size)."""
-        ds, chunks, plain_gzip = self.dataset(task, name)
+        ds, chunks, plain_gzip, dtype, size = self.dataset(task, name)
         row_block = history // chunks[0]
         key = (task, name, row_block, index)
         hit = self._cache.get(key)
@@ -164,13 +167,13 @@ class ChunkReader:
         data = None
         if plain_gzip:
             try:
-                mask, raw = ds.id.read_direct_chunk(offset)
-                data = np.frombuffer(raw if mask & 1 else zlib.decompress(raw), dtype=ds.dtype).reshape(chunks)
+                mask, raw = ds.id.read_direct_chunk(offset)  # then inflate into one buffer of the final size
+                data = np.frombuffer(raw if mask & 1 else zlib.decompress(raw, bufsize=size), dtype=dtype).reshape(chunks)
             except (KeyError, OSError, ValueError, zlib.error):
                 data = None  # chunk never written (fill value) or stored otherwise: let HDF5 read it
         if data is None:
             stop = min(offset[1] + chunks[1], ds.shape[1])
-            data = np.zeros(chunks, ds.dtype)
+            data = np.zeros(chunks, dtype)
             rows = min(chunks[0], ds.shape[0] - offset[0])
             data[:rows, : stop - offset[1]] = ds[offset[0] : offset[0] + rows, offset[1] : stop]
         self._cache[key] = data
@@ -182,7 +185,7 @@ class ChunkReader:
 
     def take(self, name: str, tasks: np.ndarray, histories: np.ndarray, steps: np.ndarray) -> np.ndarray:
         """out[b, k] = <task b>/<name>[history b, steps[b, k]]; each row of `steps` sorted ascending."""
-        ds, chunks, _ = self.dataset(int(tasks[0]), name)
+        ds, chunks, *_ = self.dataset(int(tasks[0]), name)
         chunk_steps = chunks[1]
         out = np.empty(steps.shape + ds.shape[2:], ds.dtype)
         chunk_of = steps // chunk_steps
@@ -200,7 +203,7 @@ class ChunkReader:
 
     def windows(self, name: str, tasks: np.ndarray, histories: np.ndarray, first: np.ndarray, length: int) -> np.ndarray:
         """out[b] = <task b>/<name>[history b, first[b] : first[b] + length], copied slice by slice from chunks."""
-        ds, chunks, _ = self.dataset(int(tasks[0]), name)
+        ds, chunks, *_ = self.dataset(int(tasks[0]), name)
         chunk_steps = chunks[1]
         out = np.empty((len(first), length) + ds.shape[2:], ds.dtype)
         for b in range(len(first)):
@@ -420,11 +423,23 @@ class XLandFormat:
 
 
 class _XLandSampler:
-    """RNG, tensors and the per-process chunk reader shared by the XLand samplers (same keys as the native ones)."""
+    """RNG, tensors and the per-process chunk reader shared by the XLand samplers (same keys as the native ones).
+
+    Observations are float32 (the batch contract of every sampler) unless `observation_dtype="uint8"`, which
+    gives the (tile, colour) codes as bytes, a quarter of the memory, for models that embed them (the XLand
+    AD and DPT baselines do)."""
 
     kind: str
 
-    def __init__(self, store: XLandHistories, batch_size: int, seed: int, device: str | torch.device, normalise: Normalisation | None, cache_mb: int):
+    def __init__(
+        self, store: XLandHistories, batch_size: int, seed: int, device: str | torch.device,
+        normalise: Normalisation | None, cache_mb: int, observation_dtype: str,
+    ):
+        if observation_dtype not in ("float32", "uint8"):
+            raise OffbenchError(f"observation_dtype must be 'float32' or 'uint8', got '{observation_dtype}'")
+        if observation_dtype == "uint8" and normalise is not None:
+            raise OffbenchError("observation_dtype 'uint8' gives raw (tile, colour) codes; it cannot be normalised")
+        self.observation_dtype = observation_dtype
         if int(batch_size) < 1:
             raise OffbenchError(f"batch_size must be at least 1, got {batch_size}")
         if int(cache_mb) < 1:
@@ -456,8 +471,8 @@ class _XLandSampler:
         return self.observation_tensor(self.reader.take("states", tasks, histories, steps))
 
     def observation_tensor(self, packed: np.ndarray) -> torch.Tensor:
-        if self.normalise is None:  # one table lookup decodes and converts: (..., 5, 5) bytes -> (..., 5, 5, 2) float32
-            return self.tensor(decode_states_float(packed))
+        if self.normalise is None:  # one table lookup decodes and converts: (..., 5, 5) bytes -> (..., 5, 5, 2)
+            return self.tensor(decode_states_as(packed, self.observation_dtype))
         return self.tensor(self.normalise(decode_states(packed)))
 
 
@@ -480,8 +495,9 @@ class XLandADWindowSampler(_XLandSampler):
         window_length: int,
         normalise: Normalisation | None = None,
         cache_mb: int = DEFAULT_CACHE_MB,
+        observation_dtype: str = "float32",
     ):
-        super().__init__(store, batch_size, seed, device, normalise, cache_mb)
+        super().__init__(store, batch_size, seed, device, normalise, cache_mb, observation_dtype)
         if not 1 <= int(window_length) <= store.steps:
             raise OffbenchError(f"{store.path}: window_length must be between 1 and the history length {store.steps}, got {window_length}")
         self.window_length = int(window_length)
@@ -525,8 +541,9 @@ class XLandDPTSampler(_XLandSampler):
         group_by: str | None = None,
         normalise: Normalisation | None = None,
         cache_mb: int = DEFAULT_CACHE_MB,
+        observation_dtype: str = "float32",
     ):
-        super().__init__(store, batch_size, seed, device, normalise, cache_mb)
+        super().__init__(store, batch_size, seed, device, normalise, cache_mb, observation_dtype)
         if context not in ("window", "random"):
             raise OffbenchError(f"context must be 'window' or 'random', got '{context}'")
         group_by = group_by or "task_id"
