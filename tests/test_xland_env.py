@@ -11,7 +11,7 @@ import pickle
 import numpy as np
 import pytest
 
-from offbench.envs.xland import held_out_rulesets, read_rulesets, rulesets_path, write_rulesets
+from offbench.envs.xland import held_out_rulesets, read_rulesets, rulesets_path, write_rulesets, xland_split
 from offbench.errors import OffbenchError
 
 
@@ -50,6 +50,15 @@ def test_held_out_rulesets_are_unused_by_training_and_seeded():
     assert np.array_equal(held_out, held_out_rulesets(10, train, 4, seed=1))
     with pytest.raises(OffbenchError, match="only 6 of 10"):
         held_out_rulesets(10, train, 7)
+
+
+def test_split_takes_the_data_rulesets_for_training_and_unused_ones_as_held_out(tmp_path):
+    arrays = {"goals": np.zeros((12, 5), np.uint8), "rules": np.zeros((12, 1, 7), np.uint8),
+              "init_tiles": np.zeros((12, 1, 2), np.uint8), "num_rules": np.zeros(12, np.int64)}
+    spec = {"suite": "xland", "id": "XLand-MiniGrid-R1-9x9", "kwargs": {"rulesets_file": str(write_rulesets(tmp_path / "b", arrays))}}
+    train, held_out = xland_split(spec, np.array([2, 4, 6]), held_out=5, seed=0)
+    assert train == [{"ruleset": 2}, {"ruleset": 4}, {"ruleset": 6}]
+    assert len(held_out) == 5 and not {t["ruleset"] for t in held_out} & {2, 4, 6}
 
 
 def test_benchmark_names_map_to_the_files_the_datasets_index(isolated_home):

@@ -227,3 +227,15 @@ def _make_xland(env_id: str, task: Any = None, **kwargs: Any) -> gym.Env:
     ruleset = int(task["ruleset"]) if isinstance(task, dict) else int(task or 0)
     spec = {"id": env_id, "kwargs": kwargs}
     return XLandEnv(lambda seed: make_xland_batch(spec, [{"ruleset": ruleset}], seed=seed))
+
+
+def xland_split(env_spec: dict[str, Any], train_rulesets: np.ndarray, held_out: int, seed: int = 0,
+                rulesets: dict[str, np.ndarray] | None = None) -> tuple[list[dict], list[dict]]:
+    """(train, held-out) tasks `[{"ruleset": id}, ...]`: the data's rulesets (an XLand file's `ruleset_ids`)
+    and `held_out` rulesets of the card's benchmark that the data never uses (`held_out_rulesets`)."""
+    kwargs = env_spec.get("kwargs", {})
+    if rulesets is None:
+        rulesets = read_rulesets(kwargs.get("rulesets_file") or rulesets_path(str(kwargs.get("benchmark", ""))))
+    train = [{"ruleset": int(r)} for r in np.asarray(train_rulesets)]
+    unused = held_out_rulesets(len(rulesets["goals"]), np.asarray(train_rulesets), held_out, seed)
+    return train, [{"ruleset": int(r)} for r in unused]
