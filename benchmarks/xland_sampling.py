@@ -86,7 +86,8 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=48)
     parser.add_argument("--batch-size", type=int, default=64)  # the authors' train_micro_batch_size_per_gpu
     parser.add_argument("--window", type=int, default=4096)  # their seq_len
-    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--seconds", type=float, default=30.0, help="Measuring time per contender, split over the rounds.")
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     torch.set_num_threads(1)
 
@@ -99,20 +100,29 @@ def main() -> None:
               f"{path.stat().st_size / 1e9:.2f} GB on disk, written in {time.perf_counter() - start:.0f} s")
 
         histories = load_path(path)
-        rows = []
         authors = AuthorsADAccess(path, args.window, seed=0)
-        rate, batches = throughput(lambda: authors.sample(args.batch_size), args.batch_size, args.seconds)
-        rows.append(("authors' AD access (h5py row read per sample)", rate, batches, ""))
+        contenders = {"authors' AD access (h5py row read per sample)": lambda: authors.sample(args.batch_size)}
+        samplers = {}
         for dtype, cache_mb in (("uint8", 512), ("uint8", 16), ("float32", 512)):
-            sampler = make_sampler(
+            name = f"offbench ad_windows, {dtype} observations, {cache_mb} MB chunk cache"
+            samplers[name] = make_sampler(
                 "ad_windows", histories, args.batch_size, seed=0, window_length=args.window, cache_mb=cache_mb, observation_dtype=dtype
             )
-            rate, batches = throughput(sampler.sample, args.batch_size, args.seconds)
-            reader = sampler.reader
-            hit_rate = reader.hits / max(1, reader.hits + reader.misses)
-            rows.append((f"offbench ad_windows, {dtype} observations, {cache_mb} MB chunk cache", rate, batches, f"chunk cache hit rate {hit_rate:.0%}"))
+            contenders[name] = samplers[name].sample
+        best = {name: 0.0 for name in contenders}
+        batches = {name: 0 for name in contenders}
+        for _ in range(args.rounds):  # rounds interleave the contenders, so a load swing on a shared machine hits all
+            for name, draw in contenders.items():
+                rate, count = throughput(draw, args.batch_size, args.seconds / args.rounds)
+                best[name], batches[name] = max(best[name], rate), batches[name] + count
+        rows = []
+        for name in contenders:
+            reader = samplers[name].reader if name in samplers else None
+            note = f"chunk cache hit rate {reader.hits / max(1, reader.hits + reader.misses):.0%}" if reader else ""
+            rows.append((name, best[name], batches[name], note))
         reference = rows[0][1]
-        print(f"\nB = {args.batch_size}, window = {args.window} steps, >= {args.seconds:g} s each, one thread\n")
+        print(f"\nB = {args.batch_size}, window = {args.window} steps, best of {args.rounds} interleaved rounds of "
+              f">= {args.seconds / args.rounds:g} s each, one thread\n")
         print(f"| sampler | windows/s | batches | speed-up | note |\n|---|---|---|---|---|")
         for name, rate, batches, note in rows:
             print(f"| {name} | {rate:,.1f} | {batches} | {rate / reference:.1f}x | {note} |")
