@@ -43,7 +43,7 @@ import h5py
 import numpy as np
 import torch
 
-from offbench.data.samplers import Normalisation, register_sampler
+from offbench.data.samplers import Normalisation, _StoreSampler, register_sampler
 from offbench.errors import OffbenchError
 
 NUM_TILES = 13  # xminigrid.core.constants
@@ -422,8 +422,11 @@ class XLandFormat:
 # ----------------------------------------------------------------------------------------- samplers
 
 
-class _XLandSampler:
-    """RNG, tensors and the per-process chunk reader shared by the XLand samplers (same keys as the native ones).
+class _XLandSampler(_StoreSampler):
+    """The chunk reader and observation decoding shared by the XLand samplers (same keys as the native ones).
+
+    Resume (`state_dict`) and tensor conversion come from the native samplers' base; its constructor,
+    which takes the store's arrays, is replaced: nothing of an XLand file is read up front.
 
     Observations are float32 (the batch contract of every sampler) unless `observation_dtype="uint8"`, which
     gives the (tile, colour) codes as bytes, a quarter of the memory, for models that embed them (the XLand
@@ -434,7 +437,7 @@ class _XLandSampler:
     def __init__(
         self, store: XLandHistories, batch_size: int, seed: int, device: str | torch.device,
         normalise: Normalisation | None, cache_mb: int, observation_dtype: str,
-    ):
+    ):  # the base constructor is not called (see the class docstring)
         if observation_dtype not in ("float32", "uint8"):
             raise OffbenchError(f"observation_dtype must be 'float32' or 'uint8', got '{observation_dtype}'")
         if observation_dtype == "uint8" and normalise is not None:
@@ -449,23 +452,8 @@ class _XLandSampler:
         self.device = torch.device(device)
         self.normalise = normalise
         self.rng = np.random.default_rng(seed)
+        self.where = f"{store.path}: "
         self.reader = store.reader(int(cache_mb) << 20)
-
-    def state_dict(self) -> dict[str, Any]:
-        import copy
-
-        return {"kind": self.kind, "rng": copy.deepcopy(self.rng.bit_generator.state)}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        import copy
-
-        if state.get("kind") != self.kind:
-            raise OffbenchError(f"sampler state is for kind '{state.get('kind')}', not '{self.kind}'")
-        self.rng.bit_generator.state = copy.deepcopy(state["rng"])
-
-    def tensor(self, array: np.ndarray, dtype: Any = None) -> torch.Tensor:
-        array = np.ascontiguousarray(array if dtype is None else array.astype(dtype, copy=False))
-        return torch.from_numpy(array).to(self.device)
 
     def observations(self, tasks: np.ndarray, histories: np.ndarray, steps: np.ndarray) -> torch.Tensor:
         return self.observation_tensor(self.reader.take("states", tasks, histories, steps))
