@@ -12,6 +12,9 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
+import tomli_w
+
+import offbench
 
 from offbench.data.cards import read_card
 from offbench.data.formats import detect_format
@@ -124,7 +127,7 @@ class _QuietHandler(SimpleHTTPRequestHandler):
         pass
 
 
-def test_archive_url_gives_the_same_data_as_the_folder(tmp_path, monkeypatch):
+def test_archive_url_gives_the_same_data_as_the_folder_by_import_and_by_download(tmp_path, monkeypatch, isolated_home):
     source = tmp_path / "src" / "MT50"
     write_layout(source, episodes=2)
     served = tmp_path / "served"
@@ -134,10 +137,15 @@ def test_archive_url_gives_the_same_data_as_the_folder(tmp_path, monkeypatch):
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(served)))
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    url = f"http://127.0.0.1:{httpd.server_address[1]}/mt50.tar.gz"
+    card = {"id": "test/mt50", "description": "served by the test", "format": "mtdiff", "kind": "multi-task", "source": {"files": [{"url": url}]}}
+    (isolated_home / "datasets").mkdir(parents=True)
+    (isolated_home / "datasets" / "mt50.toml").write_text(tomli_w.dumps(card))
     try:
-        from_url = import_mtdiff(f"http://127.0.0.1:{httpd.server_address[1]}/mt50.tar.gz")
+        from_url = import_mtdiff(url)
+        downloaded = offbench.load("test/mt50")  # a card whose source is the archive: fetched, then converted
     finally:
         httpd.shutdown()
         httpd.server_close()
     from_folder = import_mtdiff(source)
-    assert from_url.content_sha256() == from_folder.content_sha256()
+    assert from_url.content_sha256() == from_folder.content_sha256() == downloaded.content_sha256()
