@@ -368,7 +368,7 @@ class XLandHistories:
 
     def dataset_spec(self):
         """What a baseline builds its networks from (no pass over the data: episode length is the env's limit)."""
-        from offbench.baselines.base import DatasetSpec
+        from offbench.data.spec import DatasetSpec
 
         return DatasetSpec(
             observation_space=self.observation_space,

@@ -153,6 +153,7 @@ class XLandBatch:
         self.params = params.replace(ruleset=RuleSet(*(jax.numpy.asarray(rulesets[key][self.ruleset_ids]) for key in ("goals", "rules", "init_tiles"))))
         self.env_id = env_id
         self.num_envs = len(self.ruleset_ids)
+        self.single_observation_space = gym.spaces.Box(0, 255, (5, 5, 2), np.uint8)  # (tile, colour) codes
         self.horizon = int(self.params.max_steps)
         self.optimal_returns = np.full(self.num_envs, np.nan)
         self._jax = jax
@@ -239,3 +240,15 @@ def xland_split(env_spec: dict[str, Any], train_rulesets: np.ndarray, held_out: 
     train = [{"ruleset": int(r)} for r in np.asarray(train_rulesets)]
     unused = held_out_rulesets(len(rulesets["goals"]), np.asarray(train_rulesets), held_out, seed)
     return train, [{"ruleset": int(r)} for r in unused]
+
+
+def xland_card_tasks(card: dict[str, Any]) -> tuple[list[dict], list[dict]]:
+    """(train, held-out) tasks of an XLand card: the rulesets of its data file (opened in place, fetched on
+    first use) and `split.held_out` rulesets of the benchmark it never uses, drawn with `split.seed`."""
+    from offbench.data.resolve import locate
+
+    split = card.get("split", {})
+    if "held_out" not in split:
+        raise OffbenchError(f"card {card.get('id', '?')}: an XLand card's [split] needs held_out (how many unused rulesets to evaluate on)")
+    data = locate(str(card["id"])).store
+    return xland_split(card["env"], data.ruleset_ids, int(split["held_out"]), int(split.get("seed", 0)))
