@@ -98,7 +98,7 @@ def test_batch_steps_rulesets_together_with_terminations_truncations_and_masked_
     assert np.array_equal(again.reset(), first)  # same seed, same layouts
 
 
-def _registered_xland_card(home, tmp_path, held_out: int) -> dict:
+def _registered_xland_card(home, tmp_path, held_out: int, rulesets: dict[str, np.ndarray]) -> dict:
     """A user card for a synthetic XLand file already in place (as after a download) and a tiny ruleset file."""
     import tomli_w
 
@@ -110,24 +110,22 @@ def _registered_xland_card(home, tmp_path, held_out: int) -> dict:
     card = {"id": "test/xland", "description": "test", "format": "xland", "kind": "learning-history",
             "source": {"files": [{"url": "http://127.0.0.1:9/data.hdf5"}]},
             "env": {"suite": "xland", "id": "XLand-MiniGrid-R1-9x9",
-                    "kwargs": {"rulesets_file": str(write_rulesets(tmp_path / "rulesets", tiny_rulesets())), "max_steps": 10}},
+                    "kwargs": {"rulesets_file": str(write_rulesets(tmp_path / "rulesets", rulesets)), "max_steps": 10}},
             "split": {"held_out": held_out, "seed": 0}}
     (home / "datasets").mkdir(parents=True)
     (home / "datasets" / "xland.toml").write_text(tomli_w.dumps(card))
     return card
 
 
-def test_card_tasks_and_batch_env_of_an_xland_card(tmp_path, isolated_home):
+def test_card_tasks_of_an_xland_card(tmp_path, isolated_home):
     from offbench.data.cards import get_card
-    from offbench.envs.benchmarks import card_tasks, make_batch_env
-    from offbench.envs.xland import XLandBatch
+    from offbench.envs.benchmarks import card_tasks
 
-    _registered_xland_card(isolated_home, tmp_path, held_out=1)
-    card = get_card("test/xland")
-    train, held_out = card_tasks(card)
+    placeholders = {"goals": np.zeros((4, 5), np.uint8), "rules": np.zeros((4, 1, 7), np.uint8),
+                    "init_tiles": np.zeros((4, 1, 2), np.uint8), "num_rules": np.zeros(4, np.int64)}
+    _registered_xland_card(isolated_home, tmp_path, held_out=1, rulesets=placeholders)
+    train, held_out = card_tasks(get_card("test/xland"))
     assert train == [{"ruleset": 0}, {"ruleset": 1}, {"ruleset": 2}] and held_out == [{"ruleset": 3}]  # the only unused one
-    batch = make_batch_env(card.env, held_out, seed=0)
-    assert isinstance(batch, XLandBatch) and batch.num_envs == 1 and batch.horizon == 10
 
 
 @pytest.mark.slow  # jit-compiles xminigrid
@@ -147,8 +145,10 @@ def test_in_context_protocol_loop_runs_on_xland_rulesets(tmp_path, isolated_home
         def observe(self, rewards, dones):
             pass
 
-    _registered_xland_card(isolated_home, tmp_path, held_out=1)
+    _registered_xland_card(isolated_home, tmp_path, held_out=1, rulesets=tiny_rulesets())
     card = get_card("test/xland")
     train, _ = card_tasks(card)
-    results = run_in_context(RandomPolicy(), make_batch_env(card.env, train, seed=0), episodes=3)
+    env = make_batch_env(card.env, train, seed=0)  # the card's suite picks XLandBatch
+    assert env.num_envs == 3 and env.horizon == 10 and env.single_observation_space.shape == (5, 5, 2)
+    results = run_in_context(RandomPolicy(), env, episodes=3)
     assert results.returns.shape == (3, 3) and (results.lengths <= 10).all() and (results.returns <= 1).all()

@@ -30,6 +30,7 @@ file uses; `held_out_rulesets` draws a seeded subset of them.
 from __future__ import annotations
 
 import bz2
+import functools
 import pickle
 from pathlib import Path
 from typing import Any
@@ -127,6 +128,19 @@ def held_out_rulesets(num_rulesets: int, train_rulesets: np.ndarray, count: int,
     return np.sort(np.random.default_rng(seed).choice(pool, size=count, replace=False))
 
 
+@functools.lru_cache(maxsize=8)
+def _compiled(env_id: str, max_steps: int | None):
+    """(default params, batched reset, batched step) of an environment, jit-compiled once per process and shape."""
+    import jax
+    import xminigrid
+
+    try:
+        env, params = xminigrid.make(env_id, **({} if max_steps is None else {"max_steps": max_steps}))
+    except ValueError as exc:
+        raise OffbenchError(f"cannot make XLand-MiniGrid environment '{env_id}': {str(exc).splitlines()[0]}") from None
+    return params, jax.jit(jax.vmap(env.reset, in_axes=(0, 0))), jax.jit(jax.vmap(env.step, in_axes=(0, 0, 0)))
+
+
 class XLandBatch:
     """N XLand-MiniGrid rulesets stepped together, one row each (jit-compiled, vmapped over rows)."""
 
@@ -136,7 +150,7 @@ class XLandBatch:
 
     def __init__(self, env_id: str, rulesets: dict[str, np.ndarray], ruleset_ids: list[int] | np.ndarray, seed: int = 0, max_steps: int | None = None):
         jax = require("jax", "xland")
-        xminigrid = require("xminigrid", "xland")
+        require("xminigrid", "xland")
         from xminigrid.types import RuleSet
 
         self.ruleset_ids = np.asarray(ruleset_ids, dtype=np.int64)
@@ -145,10 +159,7 @@ class XLandBatch:
         total = len(rulesets["goals"])
         if self.ruleset_ids.min() < 0 or self.ruleset_ids.max() >= total:
             raise OffbenchError(f"ruleset ids must lie in 0..{total - 1} (the benchmark has {total}), got {self.ruleset_ids.max()}")
-        try:
-            env, params = xminigrid.make(env_id, **({} if max_steps is None else {"max_steps": int(max_steps)}))
-        except ValueError as exc:
-            raise OffbenchError(f"cannot make XLand-MiniGrid environment '{env_id}': {str(exc).splitlines()[0]}") from None
+        params, self._reset, self._step = _compiled(env_id, None if max_steps is None else int(max_steps))
         # rulesets of one benchmark are padded to the same shapes, so they stack into one batched RuleSet
         self.params = params.replace(ruleset=RuleSet(*(jax.numpy.asarray(rulesets[key][self.ruleset_ids]) for key in ("goals", "rules", "init_tiles"))))
         self.env_id = env_id
@@ -158,8 +169,6 @@ class XLandBatch:
         self.optimal_returns = np.full(self.num_envs, np.nan)
         self._jax = jax
         self._keys = jax.random.split(jax.random.PRNGKey(int(seed)), self.num_envs)
-        self._reset = jax.jit(jax.vmap(env.reset, in_axes=(0, 0)))
-        self._step = jax.jit(jax.vmap(env.step, in_axes=(0, 0, 0)))
         self._timestep = None
 
     def reset(self, mask: np.ndarray | None = None) -> np.ndarray:
