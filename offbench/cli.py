@@ -51,10 +51,11 @@ def list_datasets(
 def _describe(id_or_path: str) -> tuple[object, str, object]:
     """(store, format name, card or None) for an id or path, fetching registered data if needed.
     For a registered id the format named is the published one (the card's), not the native copy's."""
-    from offbench.data.resolve import locate
+    from offbench.data.resolve import open_dataset
 
-    found = locate(id_or_path)
-    return found.store, (found.card.format if found.card else found.format), found.card
+    found = open_dataset(id_or_path)
+    registered = found.card is not None and not Path(id_or_path).exists()
+    return found.store, (found.card.format if registered else found.format), found.card
 
 
 @app.command()
@@ -104,10 +105,14 @@ def verify(id_or_path: str = typer.Argument(..., help="Dataset id or path.")) ->
     from offbench.data.store import is_native, stored_checksum
 
     store, fmt, card = _describe(id_or_path)
-    if getattr(store, "read_in_place", False):
-        from offbench.data.xland import verify_in_place
+    if getattr(store, "read_in_place", False):  # the file's sha256: the card's, else the first download's record
+        from offbench.data.download import SUMS_FILE, read_sums
 
-        console.print(verify_in_place(store, card))
+        entries = card.source.get("files", []) if card else []
+        expected, source = (entries[0].get("sha256") if len(entries) == 1 else None), "the card"
+        if expected is None:
+            expected, source = read_sums(store.path.parent).get(store.path.name), f"recorded in {store.path.parent / SUMS_FILE}"
+        console.print(store.verify(expected, source))
         return
     store.validate()
     recomputed = store.content_sha256()
@@ -125,7 +130,7 @@ def download(
     root: Optional[Path] = typer.Option(None, help="Use DIR as $OFFBENCH_HOME for this call (its data and its user cards)."),
 ) -> None:
     """Fetch (or generate, for a recipe card), verify, and print the local path."""
-    from offbench.data.download import download as fetch
+    from offbench.data.resolve import download as fetch
 
     if root is not None:
         os.environ["OFFBENCH_HOME"] = str(root.expanduser().resolve())

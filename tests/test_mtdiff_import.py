@@ -127,7 +127,7 @@ class _QuietHandler(SimpleHTTPRequestHandler):
         pass
 
 
-def test_archive_url_gives_the_same_data_as_the_folder_by_import_and_by_download(tmp_path, monkeypatch, isolated_home):
+def test_archive_url_gives_the_same_data_as_the_folder_by_import_and_by_download(tmp_path, monkeypatch, isolated_home, capsys):
     source = tmp_path / "src" / "MT50"
     write_layout(source, episodes=2)
     served = tmp_path / "served"
@@ -142,7 +142,8 @@ def test_archive_url_gives_the_same_data_as_the_folder_by_import_and_by_download
     (isolated_home / "datasets").mkdir(parents=True)
     (isolated_home / "datasets" / "mt50.toml").write_text(tomli_w.dumps(card))
     try:
-        from_url = import_mtdiff(url)
+        assert cli(capsys, "import", "mtdiff", url, "--out", tmp_path / "from-url")[0] == 0
+        from_url = load_native(tmp_path / "from-url" / "data.h5")
         downloaded = offbench.load("test/mt50")  # a card whose source is the archive: fetched, then converted
     finally:
         httpd.shutdown()

@@ -35,7 +35,7 @@ class Actor(nn.Module):
         super().__init__()
         self.normalize = ObservationNormalizer(spec, eps=1e-3, enabled=config.normalize_observations)
         self.num_tasks = spec.num_tasks
-        self.net = mlp(flat_observation_dim(spec) + task_input_dim(spec), config.hidden_dim, config.num_layers, spec.action_dim)
+        self.net = mlp(flat_observation_dim(spec) + task_input_dim(spec), spec.action_dim, [config.hidden_dim] * config.num_layers)
         self.bound = nn.Identity() if spec.discrete else BoundedActions(spec)
 
     def forward(self, observations: torch.Tensor, task_ids: torch.Tensor | None = None) -> torch.Tensor:

@@ -33,14 +33,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from offbench.baselines.base import SINGLE_AND_MULTI_TASK, DatasetSpec
+from offbench.baselines.nets import fused_adam, mlp
 from offbench.evaluation.policy import MarkovPolicy, PolicyOptions
-from offbench.baselines.nets import fused_adam
 from offbench.baselines.q_learning import (
+    NUM_CRITICS,
     DataTransform,
     EnsembleMLP,
     action_kind,
     frozen,
-    mlp,
     polyak_update,
     reward_scale,
     seeded_generator,
@@ -58,8 +58,6 @@ class CQLConfig:
     """Defaults: CORL's CQL for D4RL locomotion (TrainConfig of algorithms/offline/cql.py and
     configs/offline/cql/<env>/medium_v2.yaml); baselines/cql/default.toml records the source."""
 
-    steps: int = 1_000_000  # number of updates (CORL max_timesteps)
-    batch_size: int = 256
     discount: float = 0.99
     policy_lr: float = 3e-5  # also the entropy temperature's learning rate, as in CORL
     critic_lr: float = 3e-4  # also alpha' (Lagrangian) learning rate, as in CORL
@@ -173,9 +171,7 @@ class CQL:
             midpoints = (torch.arange(config.n_quantiles, dtype=torch.float32) + 0.5) / config.n_quantiles
             self.quantile_midpoints = midpoints.to(self.device)
         else:
-            critic = EnsembleMLP(
-                obs_dim + spec.action_dim, 1, hidden, 2, config.orthogonal_init, OUTPUT_GAIN
-            )  # twin critics Q_1, Q_2
+            critic = EnsembleMLP(obs_dim + spec.action_dim, 1, hidden, NUM_CRITICS, config.orthogonal_init, OUTPUT_GAIN)
             self.nets = nn.ModuleDict(
                 {
                     "transform": transform,

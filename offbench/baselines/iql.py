@@ -25,12 +25,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from offbench.baselines.base import SINGLE_AND_MULTI_TASK, DatasetSpec
+from offbench.baselines.nets import mlp
 from offbench.evaluation.policy import MarkovPolicy, PolicyOptions
 from offbench.baselines.q_learning import (
+    NUM_CRITICS,
     DataTransform,
     EnsembleMLP,
     action_kind,
-    mlp,
     polyak_update,
     reward_scale,
     target_copy,
@@ -47,7 +48,6 @@ class IQLConfig:
     configs/offline/iql/<env>/medium_v2.yaml); baselines/iql/default.toml records the source."""
 
     steps: int = 1_000_000  # number of updates; the length of the actor's learning-rate schedule
-    batch_size: int = 256
     discount: float = 0.99
     tau: float = 5e-3  # Polyak rate of the target critics
     beta: float = 3.0  # inverse temperature of the advantage weights
@@ -125,10 +125,10 @@ class IQL:
         obs_dim = transform.input_dim
         hidden = [config.hidden_dim] * config.num_hidden_layers
         if self.discrete:  # Q(s, .) for every action at once
-            critic = EnsembleMLP(obs_dim, spec.action_dim, hidden, 2)
+            critic = EnsembleMLP(obs_dim, spec.action_dim, hidden, NUM_CRITICS)
             actor: nn.Module = CategoricalActor(obs_dim, spec.action_dim, hidden)
         else:
-            critic = EnsembleMLP(obs_dim + spec.action_dim, 1, hidden, 2)
+            critic = EnsembleMLP(obs_dim + spec.action_dim, 1, hidden, NUM_CRITICS)
             actor = GaussianActor(obs_dim, spec.action_dim, hidden, config.deterministic_actor)
         self.nets = nn.ModuleDict(
             {

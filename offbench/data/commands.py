@@ -63,10 +63,31 @@ def import_mtdiff_command(
     for existing in (data_path, card_path) if out else (data_path,):  # a registered card whose data is gone is re-imported
         if existing.exists():
             raise OffbenchError(f"{existing}: already exists; remove it or choose another --out / --id")
-    store = import_mtdiff(source, episodes, [t.strip() for t in tasks.split(",") if t.strip()] if tasks else None)
+    task_list = [t.strip() for t in tasks.split(",") if t.strip()] if tasks else None
+    if remote:
+        store = _import_from_url(source, lambda archive: import_mtdiff(archive, episodes, task_list))
+    else:
+        store = import_mtdiff(source, episodes, task_list)
     card = card_from_dict({**card_data, **({"quality": quality} if quality else {}), **store.card})
     store.card = card.to_dict()
     store.save(data_path)
     write_card(card, card_path)
     typer.echo(f"{card.id}: {data_path} ({len(card.env['kwargs']['tasks'])} tasks, {store.num_episodes:,} episodes, "
                f"{store.num_transitions:,} steps, env {card.env['id']}); card {card_path}")
+
+
+def _import_from_url(url: str, read):
+    """Download an archive (resumable, size and sha256 checked as any download) to a temporary folder, then read it."""
+    import tempfile
+
+    import requests
+    from rich.progress import Progress
+
+    from offbench.data.download import RemoteFile, fetch_file
+    from offbench.data.mtdiff import ARCHIVES
+
+    name = url.rstrip("/").rsplit("/", 1)[-1]
+    if not name.endswith(ARCHIVES):
+        raise OffbenchError(f"{url}: not an archive ({', '.join(ARCHIVES)}); download the folder and import it from disk")
+    with tempfile.TemporaryDirectory(prefix="offbench-import-") as folder, requests.Session() as session, Progress(disable=True) as progress:
+        return read(fetch_file(session, RemoteFile(url, name), Path(folder), None, progress))

@@ -27,8 +27,8 @@ How offbench reads it (the definition):
    `source_episode` the `{i}` of the file a step came from. Task names map v2 -> v3 (Meta-World 3.x has
    only v3 environments), which is what evaluation builds; the v2 names stay in the card.
 
-Sources: a local folder, or an http(s) URL of a .zip / .tar / .tar.gz / .tgz archive of one (MTDiff
-publishes a Google Drive folder: download it, then import the folder).
+Sources: a local folder, or a .zip / .tar / .tar.gz / .tgz archive of one (`offbench import mtdiff URL`
+downloads an archive first; MTDiff publishes a Google Drive folder: download it, then import the folder).
 """
 
 from __future__ import annotations
@@ -205,20 +205,6 @@ def concatenate(stores: list[EpisodeStore]) -> EpisodeStore:
     )
 
 
-def fetch_archive(url: str, into: Path) -> Path:
-    """Download an archive of the layout (resumable, verified like any download) and unpack it."""
-    import requests
-    from rich.progress import Progress
-
-    from offbench.data.download import RemoteFile, fetch_file
-
-    name = url.rstrip("/").rsplit("/", 1)[-1]
-    if not name.endswith(ARCHIVES):
-        raise OffbenchError(f"{url}: not an archive ({', '.join(ARCHIVES)}); download MTDiff's folder and import it from disk")
-    with requests.Session() as session, Progress(disable=True) as progress:
-        return unpack(fetch_file(session, RemoteFile(url, name), into, None, progress), into)
-
-
 def unpack(archive: Path, into: Path) -> Path:
     """Unpack a .zip / .tar(.gz) into `into`/unpacked, refusing members that would land outside it;
     the folder holding the task folders (the archive's single top folder, if it has one)."""
@@ -248,14 +234,13 @@ def _has_tasks(folder: Path) -> bool:
 
 
 def import_mtdiff(source: str | Path, episodes: int | None = None, tasks: list[str] | None = None) -> EpisodeStore:
-    """A local folder, a local archive, or an archive URL in MTDiff's layout, as one multi-task EpisodeStore."""
-    source = str(source)
-    if source.startswith(("http://", "https://")) or source.endswith(ARCHIVES):
+    """A folder or a local .zip / .tar(.gz) archive in MTDiff's layout, as one multi-task EpisodeStore
+    (`offbench import mtdiff URL` fetches an archive first)."""
+    source = Path(source).expanduser()
+    if source.is_file() and source.name.endswith(ARCHIVES):
         with tempfile.TemporaryDirectory(prefix="offbench-mtdiff-") as folder:
-            if source.startswith(("http://", "https://")):
-                return import_folder(fetch_archive(source, Path(folder)), episodes, tasks)
-            return import_folder(unpack(Path(source), Path(folder)), episodes, tasks)
-    return import_folder(Path(source).expanduser(), episodes, tasks)
+            return import_folder(unpack(source, Path(folder)), episodes, tasks)
+    return import_folder(source, episodes, tasks)
 
 
 def detect_mtdiff(path: Path) -> bool:

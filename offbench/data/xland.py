@@ -43,7 +43,7 @@ import h5py
 import numpy as np
 import torch
 
-from offbench.data.samplers import Normalisation, _StoreSampler, register_sampler
+from offbench.data.samplers import _StoreSampler, register_store_sampler
 from offbench.errors import OffbenchError
 
 NUM_TILES = 13  # xminigrid.core.constants
@@ -347,6 +347,20 @@ class XLandHistories:
                 digest.update(block)
         return digest.hexdigest()
 
+    def verify(self, expected_sha256: str | None, source: str) -> str:
+        """`offbench verify`: the layout of every group, a sampled content check, and the file's sha256
+        against `expected_sha256` (the card's, or the one recorded at the first download: `source` says)."""
+        self.validate()
+        self.check_content()
+        digest = self.file_sha256()
+        if expected_sha256 is not None and digest != expected_sha256:
+            raise OffbenchError(f"{self.path}: sha256 {digest[:16]}... differs from {expected_sha256[:16]}... {source}")
+        checked = f"matches {source}" if expected_sha256 else "nothing recorded to compare with"
+        return (
+            f"ok: {self.path} (xland, {self.num_tasks:,} tasks, {self.num_transitions:,} transitions, "
+            f"layout of every group checked, sampled chunks decoded, sha256 {digest}: {checked})"
+        )
+
     def summary_rows(self) -> list[tuple[str, str]]:
         """What `offbench info` shows (cheap: shapes and attributes, nothing decompressed)."""
         attrs = self.task_attrs
@@ -408,6 +422,7 @@ class XLandFormat:
 
     name: str = "xland"
     read_in_place: bool = True
+    writes: bool = False
 
     def detect(self, path: Path) -> bool:
         return detect_xland(Path(path))
@@ -436,12 +451,10 @@ class _XLandSampler(_StoreSampler):
 
     def __init__(
         self, store: XLandHistories, batch_size: int, seed: int, device: str | torch.device,
-        normalise: Normalisation | None, cache_mb: int, observation_dtype: str,
+        cache_mb: int, observation_dtype: str,
     ):  # the base constructor is not called (see the class docstring)
         if observation_dtype not in ("float32", "uint8"):
             raise OffbenchError(f"observation_dtype must be 'float32' or 'uint8', got '{observation_dtype}'")
-        if observation_dtype == "uint8" and normalise is not None:
-            raise OffbenchError("observation_dtype 'uint8' gives raw (tile, colour) codes; it cannot be normalised")
         self.observation_dtype = observation_dtype
         if int(batch_size) < 1:
             raise OffbenchError(f"batch_size must be at least 1, got {batch_size}")
@@ -450,7 +463,6 @@ class _XLandSampler(_StoreSampler):
         self.store = store
         self.batch_size = int(batch_size)
         self.device = torch.device(device)
-        self.normalise = normalise
         self.rng = np.random.default_rng(seed)
         self.where = f"{store.path}: "
         self.reader = store.reader(int(cache_mb) << 20)
@@ -459,12 +471,11 @@ class _XLandSampler(_StoreSampler):
         return self.observation_tensor(self.reader.take("states", tasks, histories, steps))
 
     def observation_tensor(self, packed: np.ndarray) -> torch.Tensor:
-        if self.normalise is None:  # one table lookup decodes and converts: (..., 5, 5) bytes -> (..., 5, 5, 2)
-            return self.tensor(decode_states_as(packed, self.observation_dtype))
-        return self.tensor(self.normalise(decode_states(packed)))
+        """(..., 5, 5) packed bytes -> (..., 5, 5, 2) (tile, colour) tensor of `observation_dtype`."""
+        return self.tensor(decode_states_as(packed, self.observation_dtype))
 
 
-@register_sampler("ad_windows", store=XLandHistories)
+@register_store_sampler("ad_windows", XLandHistories)
 class XLandADWindowSampler(_XLandSampler):
     """T consecutive steps of one learning history (crossing episode boundaries), from an XLand file.
 
@@ -472,6 +483,8 @@ class XLandADWindowSampler(_XLandSampler):
     loader instead cuts windows on a fixed grid (start 1 + k * T / 2). `task_ids` is the task group.
     A window of the published 4,096 steps touches at most two chunks per dataset.
     """
+
+    kind = "ad_windows"
 
     def __init__(
         self,
@@ -481,11 +494,10 @@ class XLandADWindowSampler(_XLandSampler):
         device: str | torch.device = "cpu",
         *,
         window_length: int,
-        normalise: Normalisation | None = None,
         cache_mb: int = DEFAULT_CACHE_MB,
         observation_dtype: str = "float32",
     ):
-        super().__init__(store, batch_size, seed, device, normalise, cache_mb, observation_dtype)
+        super().__init__(store, batch_size, seed, device, cache_mb, observation_dtype)
         if not 1 <= int(window_length) <= store.steps:
             raise OffbenchError(f"{store.path}: window_length must be between 1 and the history length {store.steps}, got {window_length}")
         self.window_length = int(window_length)
@@ -505,7 +517,7 @@ class XLandADWindowSampler(_XLandSampler):
         return batch
 
 
-@register_sampler("dpt", store=XLandHistories)
+@register_store_sampler("dpt", XLandHistories)
 class XLandDPTSampler(_XLandSampler):
     """(query state, in-context transitions, expert action) triples for DPT, from an XLand file.
 
@@ -517,6 +529,8 @@ class XLandDPTSampler(_XLandSampler):
     drawn history of the same task; `"history_id"`: from the context's own history.
     """
 
+    kind = "dpt"
+
     def __init__(
         self,
         store: XLandHistories,
@@ -527,11 +541,10 @@ class XLandDPTSampler(_XLandSampler):
         context_size: int,
         context: str = "window",
         group_by: str | None = None,
-        normalise: Normalisation | None = None,
         cache_mb: int = DEFAULT_CACHE_MB,
         observation_dtype: str = "float32",
     ):
-        super().__init__(store, batch_size, seed, device, normalise, cache_mb, observation_dtype)
+        super().__init__(store, batch_size, seed, device, cache_mb, observation_dtype)
         if context not in ("window", "random"):
             raise OffbenchError(f"context must be 'window' or 'random', got '{context}'")
         group_by = group_by or "task_id"
@@ -567,31 +580,6 @@ class XLandDPTSampler(_XLandSampler):
             "task_ids": self.tensor(tasks, np.int64),
         }
         return batch
-
-
-def verify_in_place(histories: XLandHistories, card: Any = None) -> str:
-    """`offbench verify` for an XLand file: the layout of every group, a sampled content check, and the
-    file's sha256 against the card's, or the one recorded at its first download (SHA256SUMS beside it)."""
-    from offbench.data.download import read_sums
-
-    histories.validate()
-    histories.check_content()
-    digest = histories.file_sha256()
-    expected, source = None, ""
-    if card is not None:
-        entries = card.source.get("files", [])
-        expected = entries[0].get("sha256") if len(entries) == 1 else None
-        source = "the card"
-    if expected is None:
-        expected = read_sums(histories.path.parent).get(histories.path.name)
-        source = f"recorded in {histories.path.parent / 'SHA256SUMS'}"
-    if expected is not None and digest != expected:
-        raise OffbenchError(f"{histories.path}: sha256 {digest[:16]}... differs from {expected[:16]}... {source}")
-    checked = f"matches {source}" if expected else "nothing recorded to compare with"
-    return (
-        f"ok: {histories.path} (xland, {histories.num_tasks:,} tasks, {histories.num_transitions:,} transitions, "
-        f"layout of every group checked, sampled chunks decoded, sha256 {digest}: {checked})"
-    )
 
 
 def write_xland_file(

@@ -254,10 +254,10 @@ def xland_split(env_spec: dict[str, Any], train_rulesets: np.ndarray, held_out: 
 def xland_card_tasks(card: dict[str, Any]) -> tuple[list[dict], list[dict]]:
     """(train, held-out) tasks of an XLand card: the rulesets of its data file (opened in place, fetched on
     first use) and `split.held_out` rulesets of the benchmark it never uses, drawn with `split.seed`."""
-    from offbench.data.resolve import locate
+    from offbench.data.resolve import open_dataset
 
     split = card.get("split", {})
     if "held_out" not in split:
         raise OffbenchError(f"card {card.get('id', '?')}: an XLand card's [split] needs held_out (how many unused rulesets to evaluate on)")
-    data = locate(str(card["id"])).store
+    data = open_dataset(str(card["id"])).store
     return xland_split(card["env"], data.ruleset_ids, int(split["held_out"]), int(split.get("seed", 0)))
