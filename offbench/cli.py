@@ -33,8 +33,7 @@ def list_datasets(
 ) -> None:
     """Registered datasets (cards), one line each."""
     from offbench.data.cards import all_cards
-    from offbench.data.resolve import native_path
-    from offbench.data.store import is_native
+    from offbench.data.resolve import is_local
 
     every = all_cards().values()
     kinds = sorted({card.kind for card in every})
@@ -44,7 +43,7 @@ def list_datasets(
     width = max((len(card.id) for card in cards), default=2)
     typer.echo(f"{'id':<{width}}  {'kind':<16}  {'source':<9}  {'local':<5}  description")
     for card in cards:
-        local = "yes" if is_native(native_path(card)) else ""
+        local = "yes" if is_local(card) else ""
         summary = card.description.splitlines()[0]
         typer.echo(f"{card.id:<{width}}  {card.kind:<16}  {card.source_kind:<9}  {local:<5}  {summary[:80]}")
 
@@ -63,6 +62,9 @@ def _describe(id_or_path: str) -> tuple[object, str, object]:
 def info(id_or_path: str = typer.Argument(..., help="Dataset id or path.")) -> None:
     """Card, format found, episodes, transitions, spaces, checksum."""
     store, fmt, card = _describe(id_or_path)
+    if getattr(store, "read_in_place", False):
+        _print_rows([("id", card.id if card else "-"), ("format found", fmt), *store.summary_rows()])
+        return
     lengths = store.episode_lengths
     returns = store.episode_returns()
     rows = [
@@ -85,6 +87,10 @@ def info(id_or_path: str = typer.Argument(..., help="Dataset id or path.")) -> N
             rows.append(("environment", f"{card.env.get('id')} ({card.env.get('suite', 'gymnasium')})"))
         if card.ref_min_score is not None:
             rows.append(("reference scores", f"min {card.ref_min_score}  max {card.ref_max_score}"))
+    _print_rows(rows)
+
+
+def _print_rows(rows: list[tuple[str, object]]) -> None:
     table = Table(box=None, show_header=False)
     table.add_column(style="bold")
     table.add_column()
@@ -98,7 +104,16 @@ def verify(id_or_path: str = typer.Argument(..., help="Dataset id or path.")) ->
     """Recompute checksums and structural checks."""
     from offbench.data.store import is_native, stored_checksum
 
-    store, fmt, _ = _describe(id_or_path)
+    store, fmt, card = _describe(id_or_path)
+    if getattr(store, "read_in_place", False):  # the file's sha256: the card's, else the first download's record
+        from offbench.data.download import SUMS_FILE, read_sums
+
+        entries = card.source.get("files", []) if card else []
+        expected, source = (entries[0].get("sha256") if len(entries) == 1 else None), "the card"
+        if expected is None:
+            expected, source = read_sums(store.path.parent).get(store.path.name), f"recorded in {store.path.parent / SUMS_FILE}"
+        console.print(store.verify(expected, source))
+        return
     store.validate()
     recomputed = store.content_sha256()
     if store.path is not None and is_native(store.path):  # a registered dataset's native copy included
@@ -122,9 +137,10 @@ def download(
     typer.echo(str(fetch(dataset_id, mirror=mirror)))
 
 
-from offbench.data.commands import export  # noqa: E402
+from offbench.data.commands import export, import_app  # noqa: E402
 
 app.command("export")(export)
+app.add_typer(import_app, name="import")
 
 generate_app = typer.Typer(help="Make a dataset (learning histories, multi-task data) and register it.", no_args_is_help=True)
 app.add_typer(generate_app, name="generate")

@@ -9,6 +9,9 @@ from helpers import make_store
 from offbench.data.formats import FORMATS, detect_format, load_path
 from offbench.errors import OffbenchError
 
+WRITTEN = sorted(name for name, fmt in FORMATS.items() if getattr(fmt, "writes", True))
+READ_ONLY = sorted(set(FORMATS) - set(WRITTEN))  # published layouts offbench reads, never writes (mtdiff, xland)
+
 
 def rich_store():
     """Episodes ending by termination and by truncation, a per-step and a per-episode column."""
@@ -17,7 +20,7 @@ def rich_store():
     return store
 
 
-@pytest.mark.parametrize("name", sorted(FORMATS))
+@pytest.mark.parametrize("name", WRITTEN)
 def test_format_round_trip_is_exact(name, tmp_path):
     store = rich_store()
     out = FORMATS[name].export(store, tmp_path / "out")
@@ -30,7 +33,7 @@ def test_format_round_trip_is_exact(name, tmp_path):
     assert (loaded.observation_space, loaded.action_space) == (store.observation_space, store.action_space)
 
 
-@pytest.mark.parametrize("name", sorted(FORMATS))
+@pytest.mark.parametrize("name", WRITTEN)
 def test_format_export_never_overwrites(name, tmp_path):
     first = FORMATS[name].export(rich_store(), tmp_path / "out")
     with pytest.raises(OffbenchError, match="already exists"):
@@ -38,7 +41,14 @@ def test_format_export_never_overwrites(name, tmp_path):
     assert load_path(first).content_sha256() == rich_store().content_sha256()
 
 
-@pytest.mark.parametrize("name", sorted(FORMATS))
+@pytest.mark.parametrize("name", WRITTEN)
 def test_other_formats_do_not_claim_the_file(name, tmp_path):
     out = FORMATS[name].export(rich_store(), tmp_path / "out")
     assert [other for other, fmt in FORMATS.items() if fmt.detect(out)] == [name]
+
+
+@pytest.mark.parametrize("name", READ_ONLY)
+def test_read_only_formats_refuse_export_in_one_line(name, tmp_path):
+    with pytest.raises(OffbenchError, match="does not write") as info:
+        FORMATS[name].export(rich_store(), tmp_path / "out")
+    assert "\n" not in str(info.value) and not (tmp_path / "out").exists()

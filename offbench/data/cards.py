@@ -7,7 +7,7 @@ A card (see datasets/README.md for every field):
     format = "d4rl"                      # how the downloaded file is laid out: offbench | d4rl | minari
     license = "CC BY 4.0"
     citation = "..."
-    [source]                             # exactly one of: files, minari_id, recipe
+    [source]                             # exactly one of: files, minari_id, recipe, import
     files = [{ url = "https://...", sha256 = "...", size = 123 }]
     [env]
     id = "Hopper-v4"                     # what evaluation recreates
@@ -36,7 +36,7 @@ from offbench.errors import OffbenchError
 from offbench.paths import builtin_dir, user_cards_dir
 from offbench.utils import read_text, safe_component
 
-SOURCE_KINDS = ("files", "minari_id", "recipe")
+SOURCE_KINDS = ("files", "minari_id", "recipe", "import")  # import: {format, from}, written by `offbench import`
 
 
 @dataclass(frozen=True)
@@ -128,6 +128,10 @@ def card_from_dict(data: dict[str, Any], card_path: Path | None = None) -> Datas
             raise OffbenchError(f"{where}: source.recipe.seed must be a non-negative integer, got {seed!r}")
         if not isinstance(recipe.get("params", {}), dict):
             raise OffbenchError(f"{where}: source.recipe.params must be a table")
+    if "import" in source:
+        imported = source["import"]
+        if not isinstance(imported, dict) or not isinstance(imported.get("format"), str) or not isinstance(imported.get("from"), str):
+            raise OffbenchError(f"{where}: source.import needs the 'format' and the 'from' (folder or URL) it was imported from")
     for key in ("env", "scores"):
         if key in data and not isinstance(data[key], dict):
             raise OffbenchError(f"{where}: [{key}] must be a table")

@@ -341,12 +341,16 @@ def fetch_card(card: DatasetCard, target: Path, mirror: str | None = None, quiet
             raise OffbenchError(
                 f"{exc}; this first download was not recorded and has been deleted: check {hint}, then run `offbench download {card.id}` again"
             ) from None
-        store.card = {**card.to_dict(), "import": store.card}
-        store.save(target)
-        if unrecorded:  # only a payload that converted is trusted on first use
+        in_place = getattr(FORMATS[card.format], "read_in_place", False)  # too large to convert (XLand): the download is the dataset
+        if not in_place:
+            store.card = {**card.to_dict(), "import": store.card}
+            store.save(target)
+        if unrecorded:  # only a payload that opened in its format is trusted on first use
             _record_sums(raw, unrecorded)
             for relpath, digest in unrecorded.items():
                 _stderr.print(f"offbench: unverified first download; recorded sha256 {digest} of {relpath} in {raw / SUMS_FILE}")
+        if in_place:
+            return payload
         _remove_payload(paths, raw)
         return target
     finally:

@@ -32,6 +32,7 @@ class FunctionFormat:
     detect: Callable[[Path], bool]
     load: Callable[[Path], EpisodeStore]
     export: Callable[[EpisodeStore, Path], Path]
+    writes: bool = True  # False: a published layout offbench reads but does not write (export says so)
 
 
 def _export_native(store: EpisodeStore, out: Path) -> Path:
@@ -46,6 +47,21 @@ for _format in (
     FunctionFormat("offbench", is_native, load_native, _export_native),
     FunctionFormat("minari", minari_format.detect_minari, minari_format.load_minari, minari_format.export_minari),
     FunctionFormat("d4rl", d4rl_format.detect_d4rl, d4rl_format.load_d4rl, d4rl_format.export_d4rl),
+):
+    register(FORMATS, _format.name)(_format)
+
+
+def reads_in_place(name: str) -> bool:
+    """Whether a format's files are opened where they lie (never converted to the native format on download)."""
+    return bool(getattr(FORMATS.get(name), "read_in_place", False))
+
+
+from offbench.data import mtdiff  # noqa: E402
+from offbench.data.xland import XLandFormat  # noqa: E402  (imports the sampler registry, which needs store only)
+
+for _format in (
+    XLandFormat(),
+    FunctionFormat("mtdiff", mtdiff.detect_mtdiff, mtdiff.import_mtdiff, mtdiff.export_mtdiff, writes=False),
 ):
     register(FORMATS, _format.name)(_format)
 

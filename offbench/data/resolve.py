@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from offbench.data.cards import DatasetCard, card_from_dict, get_card
-from offbench.data.formats import detect_format, load_path
+from offbench.data.formats import detect_format, load_path, reads_in_place
 from offbench.data.store import EpisodeStore, is_native
 from offbench.errors import OffbenchError
 from offbench.paths import data_dir
@@ -17,11 +17,43 @@ def native_path(card: DatasetCard) -> Path:
     return data_dir(card.id) / "data.h5"
 
 
+def in_place_path(card: DatasetCard) -> Path | None:
+    """Where a read-in-place card's downloaded payload lies (its one file, or raw/), None for other cards."""
+    if card.source_kind != "files" or not reads_in_place(card.format):
+        return None
+    from offbench.data.download import remote_files
+
+    raw = native_path(card).parent / "raw"
+    files = remote_files(card)
+    return raw / files[0].relpath if len(files) == 1 else raw
+
+
+def is_local(card: DatasetCard) -> bool:
+    """Whether the dataset is on disk, ready to open (a file keeps its final name only once verified)."""
+    payload = in_place_path(card)
+    if payload is None:
+        return is_native(native_path(card))
+    from offbench.data.download import remote_files
+
+    raw = native_path(card).parent / "raw"
+    return all((raw / remote.relpath).is_file() for remote in remote_files(card))
+
+
 def ensure_local(card: DatasetCard, mirror: str | None = None, quiet: bool = False) -> Path:
-    """Path of the dataset's native file, downloading (and converting) or generating it first if needed."""
+    """Path of the dataset's native file, downloading (and converting) or generating it first if needed.
+    A read-in-place card (XLand) gives its verified download instead, never converted."""
     target = native_path(card)
+    payload = in_place_path(card)
+    if payload is not None and is_local(card):
+        return payload
     if is_native(target):
         return target
+    if card.source_kind == "import":
+        imported = card.source["import"]
+        raise OffbenchError(
+            f"{card.id}: its data file {target} is missing; it was imported, import it again: "
+            f"offbench import {imported['format']} {imported['from']} --id {card.id}"
+        )
     if card.source_kind == "recipe":
         from offbench.generators import generate_from_card
 
@@ -66,8 +98,12 @@ def open_dataset(id_or_path: str | Path, mirror: str | None = None, quiet: bool 
         card = _stored_card(store)
         return Dataset(card.id if card else path.stem, path.resolve(), fmt, store, card)
     card = get_card(str(id_or_path))
-    local = ensure_local(card, mirror=mirror, quiet=quiet)  # always the native format
-    return Dataset(card.id, local.resolve(), "offbench", load_path(local, "offbench"), card)
+    local = ensure_local(card, mirror=mirror, quiet=quiet)  # the native format, unless read in place
+    fmt = card.format if reads_in_place(card.format) else "offbench"
+    store = load_path(local, fmt)
+    if fmt != "offbench":
+        store.card = card.to_dict()
+    return Dataset(card.id, local.resolve(), fmt, store, card)
 
 
 def resolve(id_or_path: str | Path, mirror: str | None = None, quiet: bool = False) -> EpisodeStore:

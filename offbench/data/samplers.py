@@ -50,14 +50,26 @@ class Sampler(Protocol):
 
 
 SAMPLERS: dict[str, type] = {}
+# (kind, store type) -> sampler, for datasets read in place that are not EpisodeStores (e.g. XLand files)
+STORE_SAMPLERS: dict[tuple[str, type], type] = {}
 
 
 register_sampler = partial(register, SAMPLERS)  # @register_sampler("kind"); the class says `kind` too
 
 
+def register_store_sampler(kind: str, store: type) -> Callable[[type], type]:
+    """@register_store_sampler("ad_windows", XLandHistories): the sampler of `kind` for a dataset type read in place."""
+    return register(STORE_SAMPLERS, (kind, store))
+
+
 def make_sampler(kind: str, store: EpisodeStore, batch_size: int, seed: int, device: str | torch.device = "cpu", **opts: Any) -> Sampler:
     """Build the sampler registered under `kind`; unknown kinds and options are one-line OffbenchErrors."""
     cls = lookup(SAMPLERS, kind, "sampler kind")
+    if not isinstance(store, EpisodeStore):
+        cls = STORE_SAMPLERS.get((kind, type(store)))
+        if cls is None:
+            kinds = sorted(k for k, store_type in STORE_SAMPLERS if store_type is type(store))
+            raise OffbenchError(f"{getattr(store, 'path', 'this dataset')}: sampler '{kind}' cannot read it in place (kinds that can: {', '.join(kinds) or 'none'})")
     params = inspect.signature(cls.__init__).parameters
     own = {name: p for name, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
     unknown = sorted(set(opts) - set(own))

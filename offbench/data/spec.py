@@ -29,6 +29,8 @@ class DatasetSpec:
 
     @classmethod
     def from_store(cls, store) -> DatasetSpec:
+        if getattr(store, "read_in_place", False):  # too large for a pass over the data (XLand): the store says
+            return store.dataset_spec()
         space = store.action_space
         discrete = isinstance(space, gym.spaces.Discrete)
         action_dim = int(space.n) if discrete else int(np.prod(space.shape))

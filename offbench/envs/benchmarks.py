@@ -121,6 +121,10 @@ def card_tasks(card) -> tuple[list[dict], list[dict]]:
     """(train, held_out) tasks of a learning-history dataset card (a DatasetCard or the dict in a file):
     the lists written at generation, or, for a recipe card not yet generated, the split its recipe implies."""
     data = card.to_dict() if hasattr(card, "to_dict") else dict(card)
+    if data.get("env", {}).get("suite") == "xland":  # tasks are rulesets: the data file's, and unused ones held out
+        from offbench.envs.xland import xland_card_tasks
+
+        return xland_card_tasks(data)
     split = data.get("split", {})
     if "train" in split and "held_out" in split:
         return list(split["train"]), list(split["held_out"])
@@ -134,6 +138,10 @@ def card_tasks(card) -> tuple[list[dict], list[dict]]:
 
 def make_batch_env(env_spec: dict[str, Any], tasks: list[dict], seed: int | None = None) -> BatchEnv:
     """The batched form of a card's [env] for a list of tasks (what evaluation steps)."""
+    if env_spec.get("suite") == "xland":
+        from offbench.envs.xland import make_xland_batch
+
+        return make_xland_batch(env_spec, tasks, seed=seed)
     return benchmark_for_env(env_spec["id"]).make_batch(tasks, seed=seed)
 
 

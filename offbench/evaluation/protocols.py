@@ -333,8 +333,9 @@ class InContext:
         options = PolicyOptions(task_ids=np.asarray(self.task_ids, dtype=np.int64), deterministic=self.setup.deterministic)
         results = run_in_context(baseline.policy(options), env, self.setup.episodes)
         optimal = np.asarray(env.optimal_returns, dtype=np.float64)
+        known = bool(np.isfinite(optimal).all())  # XLand rulesets: the optimum is unknown, so is the regret
         curve = results.returns.mean(axis=0)
-        regret = np.cumsum((optimal[:, None] - results.expected_returns).mean(axis=0))
+        regret = np.cumsum((optimal[:, None] - results.expected_returns).mean(axis=0)) if known else None
         return [{
             "step": step,
             "returns": results.returns[:, -1].tolist(),
@@ -344,11 +345,11 @@ class InContext:
             "success_rate": None,
             "target_return": None,
             "in_context_returns": curve.tolist(),
-            "optimal_return": float(optimal.mean()),
+            "optimal_return": float(optimal.mean()) if known else None,
             "tasks": self.setup.tasks,
             "task_returns": results.returns.tolist(),
-            "regret": float(regret[-1]),
-            "in_context_regret": regret.tolist(),
+            "regret": None if regret is None else float(regret[-1]),
+            "in_context_regret": None if regret is None else regret.tolist(),
         }]
 
     def score_metric(self, evaluations: list[dict[str, Any]]) -> str:
