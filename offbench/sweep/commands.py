@@ -21,7 +21,7 @@ def sweep(
     workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Local runs at once (default: the cores)."),
     threads: Optional[int] = typer.Option(None, "--threads", min=1,
                                           help="Torch threads per run (local default: cores / workers; ray: CPUs each task reserves, default 1)."),
-    runs: Optional[Path] = typer.Option(None, "--runs", help="Folder of the sweep's run directories (default runs/sweeps/<spec name>)."),
+    runs: Optional[Path] = typer.Option(None, "--runs", help="Folder of the sweep's run directories (default: the spec's `runs`, else runs/sweeps/<spec name>)."),
     retries: Optional[int] = typer.Option(None, "--retries", min=0, help="Attempts after a failure before a run is reported failed (default: the spec's, else 2)."),
     submit: Optional[str] = typer.Option(None, "--submit", help="Afterwards, submit the finished runs to this leaderboard."),
 ) -> None:
@@ -39,7 +39,7 @@ def sweep(
         spec_path = Path(spec_or_status)
     spec = load_sweep(spec_path)
     planned = spec.expand()
-    folder = (runs or runner.default_runs_folder(spec)).resolve()
+    folder = runner.runs_folder(spec, runs)
     console = Console(stderr=True)
     if spec_or_status == "status":
         show_status(planned, folder)
@@ -61,7 +61,7 @@ def sweep(
         raise typer.Exit(130) from None
     finally:
         pool.close()
-    console.print(runner.summary_table(tracker))
+    runner.print_summary(tracker, console)
     problems = runner.submit_finished(planned, folder, submit, console) if submit else []
     for problem in problems:
         console.print(escape(problem), style="red", highlight=False)
@@ -75,10 +75,13 @@ def show_status(planned, folder: Path) -> None:
     rows = status_rows(planned, folder)
     table = Table(box=None, header_style="bold")
     for column in ("run", "state", "step", "note"):
-        table.add_column(column)
+        table.add_column(column, no_wrap=column == "run")
     for name, state, step, note in rows:
-        table.add_row(name, state, step, escape(note))
+        table.add_row(name, state, step, "" if state == "failed" else escape(note))
     console = Console()
     console.print(table)
+    for name, state, _, note in rows:
+        if state == "failed":
+            console.print(f"failed {escape(name)}: {escape(note)}", highlight=False, soft_wrap=True)
     counts = {state: sum(1 for row in rows if row[1] == state) for state in ("done", "stopped", "failed", "queued")}
-    console.print(f"{folder}: " + ", ".join(f"{n} {state}" for state, n in counts.items()), highlight=False)
+    console.print(f"{folder}: " + ", ".join(f"{n} {state}" for state, n in counts.items()), highlight=False, soft_wrap=True)

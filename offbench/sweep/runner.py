@@ -35,8 +35,10 @@ QUEUED, RUNNING, DONE, FAILED, STOPPED = "queued", "running", "done", "failed", 
 TABLE_ROWS = 20  # running and failed runs shown in the live table; the rest are counted
 
 
-def default_runs_folder(spec: SweepSpec) -> Path:
-    return Path("runs") / "sweeps" / spec.name
+def runs_folder(spec: SweepSpec, given: Path | None) -> Path:
+    """--runs, else the spec's `runs`, else runs/sweeps/<name> (relative paths stay relative, so the paths
+    a leaderboard entry records are portable)."""
+    return given or spec.runs or Path("runs") / "sweeps" / spec.name
 
 
 def state_dir(runs: Path) -> Path:
@@ -110,16 +112,16 @@ def run_job(run: PlannedRun, runs: Path) -> Job:
     """Start the run, or continue it from its last checkpoint when it was started before."""
     run_dir = runs / run.name
     if (run_dir / rd.RUN_FILE).is_file():
-        args = ["run", "baseline", run.baseline, "--resume", str(run_dir)]
+        args = ["run", "baseline", run.baseline, "--resume", str(run_dir.resolve())]
     else:
         if run_dir.exists() and not any(run_dir.iterdir()):  # died between mkdir and run.json: nothing to keep
             run_dir.rmdir()
-        args = ["run", "baseline", run.baseline, "--dataset", run.dataset, "--seed", str(run.seed), "--out", str(runs), "--name", run.name]
+        args = ["run", "baseline", run.baseline, "--dataset", run.dataset, "--seed", str(run.seed), "--out", str(runs.resolve()), "--name", run.name]
         if run.config_file is not None:
             args += ["--config", str(run.config_file)]
         for override in run.overrides():
             args += ["--set", override]
-    return Job(run.name, offbench_argv(*args), forwarded_env(), state_dir(runs) / "logs" / f"{run.name}.log")
+    return Job(run.name, offbench_argv(*args), forwarded_env(), state_dir(runs).resolve() / "logs" / f"{run.name}.log")
 
 
 # ---------------------------------------------------------------------------------------------- the sweep
@@ -236,19 +238,16 @@ def _settle(tracker: Tracker, run: PlannedRun, ended: Outcome, retries: int, que
         tracker.state[name] = FAILED
 
 
-def summary_table(tracker: Tracker) -> Table:
-    table = Table(box=None, header_style="bold", title="summary", title_justify="left")
-    for column in ("state", "runs", "note"):
-        table.add_column(column)
+def print_summary(tracker: Tracker, console: Console) -> None:
+    """Counts, this invocation's throughput, then one line per failed run with its error."""
     rate = f", {3600 * len(tracker.finished) / tracker.wall_s:.0f} runs/hour" if tracker.finished and tracker.wall_s else ""
-    table.add_row("done", str(tracker.count(DONE)), f"{len(tracker.finished)} finished in this sweep's {tracker.wall_s:.0f} s{rate}")
-    for state in (FAILED, STOPPED, QUEUED):
-        if tracker.count(state):
-            table.add_row(state, str(tracker.count(state)), "")
+    counts = ", ".join(f"{tracker.count(s)} {s}" for s in (DONE, FAILED, STOPPED, QUEUED) if tracker.count(s) or s == DONE)
+    console.print(f"[bold]summary[/]: {counts} ({len(tracker.finished)} finished in this sweep's {tracker.wall_s:.0f} s{rate}); "
+                  f"runs in {escape(str(tracker.folder))}", highlight=False, soft_wrap=True)
     for name, state in tracker.state.items():
         if state == FAILED:
-            table.add_row("", escape(name), escape(f"{tracker.attempts.get(name, 0)} attempt(s): {tracker.errors[name]}"))
-    return table
+            console.print(f"[red]failed[/] {escape(name)} after {tracker.attempts.get(name, 0)} attempt(s): {escape(tracker.errors[name])}"
+                          f" (log: {escape(str(state_dir(tracker.folder) / 'logs' / (name + '.log')))})", highlight=False, soft_wrap=True)
 
 
 # ---------------------------------------------------------------------------------------------- status

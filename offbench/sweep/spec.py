@@ -1,6 +1,7 @@
 """Sweep specs: a TOML file that expands to runs with stable names.
 
-    name = "pendulum-scripted"          # names the runs folder (default: the file's stem)
+    name = "pendulum-scripted"          # names the sweep (default: the file's stem)
+    runs = "runs/leaderboards/pendulum-scripted"  # run directories, from the working directory (default runs/sweeps/<name>)
     benchmark = "pendulum-scripted"     # optional: its datasets (default) and evaluation protocol
     baselines = ["bc", "iql"]
     datasets = ["pendulum-scripted"]    # ids or paths; required without `benchmark`
@@ -41,7 +42,7 @@ from offbench.training.config import dataset_slug
 # Protocol keys of a benchmark.toml [evaluation] table -> the trainer's config fields (TrainConfig).
 PROTOCOL_TO_CONFIG = {"episodes": "eval_episodes", "every_steps": "eval_every", "steps": "steps"}
 DISTRIBUTIONS = ("choice", "uniform", "log_uniform", "int_uniform")
-TOP_KEYS = {"name", "benchmark", "baselines", "datasets", "seeds", "config", "retries", "set", "grid", "random"}
+TOP_KEYS = {"name", "runs", "benchmark", "baselines", "datasets", "seeds", "config", "retries", "set", "grid", "random"}
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,7 @@ class SweepSpec:
     datasets: tuple[str, ...]
     seeds: tuple[int, ...]
     benchmark: str | None = None
+    runs: Path | None = None
     config_file: Path | None = None
     retries: int = 2
     fixed: dict[str, Any] = field(default_factory=dict)
@@ -220,6 +222,9 @@ def load_sweep(path: str | Path) -> SweepSpec:
     clash = sorted((set(grid) & set(random)) | ((set(grid) | set(random)) & set(fixed)))
     if clash:
         raise _fail(path, f"config key '{clash[0]}' is given in more than one of [set], [grid], [random] (or by the benchmark's protocol)")
+    runs = data.get("runs")
+    if runs is not None and (not isinstance(runs, str) or not runs):
+        raise _fail(path, "'runs' must be a folder path")
     retries = data.get("retries", 2)
     if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
         raise _fail(path, "'retries' must be an integer of at least 0")
@@ -232,7 +237,7 @@ def load_sweep(path: str | Path) -> SweepSpec:
             raise _fail(path, f"config file {config_file} does not exist")
     return SweepSpec(
         path=path, name=name, baselines=_string_list(data, "baselines", path), datasets=datasets, seeds=tuple(seeds),
-        benchmark=benchmark, config_file=config_file, retries=retries, fixed=dict(fixed), grid=dict(grid), random=random,
+        benchmark=benchmark, runs=Path(runs) if runs else None, config_file=config_file, retries=retries, fixed=dict(fixed), grid=dict(grid), random=random,
     )
 
 
