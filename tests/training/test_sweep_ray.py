@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -34,19 +35,26 @@ def ray_cluster(tmp_path_factory):
             os.environ[key] = value
 
 
-def test_ray_executor_runs_the_spec_and_skips_finished_runs(ray_cluster, pendulum, cli, tmp_path):
+def test_ray_executor_runs_the_spec_skips_finished_runs_and_submits(ray_cluster, pendulum, cli, tmp_path, monkeypatch):
+    board = tmp_path / "leaderboards" / "pendulum-scripted"
+    board.mkdir(parents=True)
+    shutil.copy(REPO / "leaderboards" / "pendulum-scripted" / "benchmark.toml", board)
+    monkeypatch.setenv("OFFBENCH_LEADERBOARDS", str(board.parent))
     spec = tmp_path / "spec.toml"
-    spec.write_text(f'name = "t"\nbaselines = ["bc"]\ndatasets = ["pendulum-scripted"]\nseeds = [0, 1]\nconfig = "{CONFIGS / "bc-tiny.toml"}"\n')
-    code, _, err = cli("sweep", spec, "--executor", "ray", "--runs", tmp_path / "runs")
+    spec.write_text(f'name = "t"\nbenchmark = "pendulum-scripted"\nbaselines = ["bc"]\nseeds = [0, 1, 2]\nconfig = "{CONFIGS / "bc-tiny.toml"}"\n')
+    args = ["sweep", spec, "--executor", "ray", "--runs", tmp_path / "runs", "--submit", "pendulum-scripted"]
+    code, out, err = cli(*args)
     assert code == 0, err
-    assert "2 at once, 1 thread(s) each" in err and "2 done (2 finished" in err
+    assert "2 at once, 1 thread(s) each" in err and "3 done (3 finished" in err
     for run in load_sweep(spec).expand():
-        run_dir = tmp_path / "runs" / run.name
-        summary = json.loads((run_dir / "summary.json").read_text())
-        assert summary["status"] == "completed" and json.loads((run_dir / "run.json").read_text())["seed"] == run.seed
+        record = json.loads((tmp_path / "runs" / run.name / "run.json").read_text())
+        assert record["seed"] == run.seed and record["evaluation"]["episodes"] == 10 and record["evaluation"]["every_steps"] == 1000
+    entry, = [json.loads(p.read_text()) for p in (board / "entries").glob("*.json")]
+    assert entry["label"] == "bc" and sorted(r["seed"] for r in entry["runs"]) == [0, 1, 2]
 
-    code, _, err = cli("sweep", spec, "--executor", "ray", "--runs", tmp_path / "runs")
-    assert code == 0 and "(0 finished" in err
+    code, _, err = cli(*args)
+    assert code == 0 and "(0 finished" in err and "already on leaderboard pendulum-scripted" in err
+    assert len(list((board / "entries").glob("*.json"))) == 1
 
 
 def test_ray_executor_refuses_local_options(ray_cluster, cli, tmp_path):
