@@ -28,6 +28,7 @@ from offbench.data.cards import DatasetCard, card_from_dict, get_card
 from offbench.data.store import EpisodeStore
 from offbench.errors import OffbenchError
 from offbench.evaluation.rollout import episode_seed, evaluation_record, run_episodes
+from offbench.training.distributed import SingleProcess
 from offbench.training.config import ResolvedConfig, config_from_dict, dataset_slug, resolve_config
 from offbench.tracking import run_dir as rd
 from offbench.tracking.loggers import LocalFiles, Logger, open_loggers, parse_logger_names
@@ -143,6 +144,7 @@ class Run:
     spec: DatasetSpec
     device: torch.device
     loggers: list[str] = field(default_factory=list)
+    parallel: SingleProcess = field(default_factory=SingleProcess)  # a DataParallel rank under torchrun
 
     @property
     def seed(self) -> int:
@@ -194,31 +196,33 @@ class Run:
             baseline.sampler, self.dataset.store, train.batch_size, self.seed, device=str(self.device),
             **(baseline.sampler_options() if hasattr(baseline, "sampler_options") else {}),
         )
+        sampler = self.parallel.prepare(baseline, sampler, self.seed)
+        main = self.parallel.is_main  # the process that writes the run directory and evaluates
         start_step, elapsed, sums, count = 0, 0.0, {}, 0
         if checkpoint is not None:
             self.restore(baseline, checkpoint, sampler)
-            restore_rng_states(checkpoint["rng"])
+            restore_rng_states(self.parallel.own_rng(checkpoint["rng"]))
             start_step, elapsed = checkpoint["step"], checkpoint["time_s"]
             sums, count = dict(checkpoint["loss_sums"]), checkpoint["loss_count"]
         resumed = bool(self.record.get("resumes"))
         # a resumed run cuts its files back to the checkpoint (to nothing if it died before the first one)
-        local = LocalFiles(self.run_dir, positions=(checkpoint["files"] if checkpoint else {}) if resumed else None)
-        backends = open_loggers(self.loggers, self.run_dir, self.run_dir.name, self.config.as_dict(), start_step if resumed else None)
-        all_loggers: list[Logger] = [local, *backends]
-        evaluate = train.eval_episodes > 0
+        local = LocalFiles(self.run_dir, positions=(checkpoint["files"] if checkpoint else {}) if resumed else None) if main else None
+        backends = open_loggers(self.loggers, self.run_dir, self.run_dir.name, self.config.as_dict(), start_step if resumed else None) if main else []
+        all_loggers: list[Logger] = [local, *backends] if main else []
+        evaluate = train.eval_episodes > 0 and main
         completed = False
         info = ""
         progress = Progress(
             TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]:>8}"),
             TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[info]}"),
-            console=Console(stderr=True), transient=False,
+            console=Console(stderr=True), transient=False, disable=not main,
         )
         try:
             with progress:
                 task = progress.add_task(f"{self.baseline_cls.name} {self.dataset.id}", total=train.steps, completed=start_step, rate="", info="")
                 clock, last_rate_step = time.perf_counter(), start_step
                 for step in range(start_step + 1, train.steps + 1):
-                    losses = baseline.update(sampler.sample())
+                    losses = self.parallel.mean(baseline.update(sampler.sample()))
                     for key, value in losses.items():
                         sums[key] = sums.get(key, 0.0) + float(value)
                     count += 1
@@ -242,20 +246,23 @@ class Run:
                     if step % train.checkpoint_every == 0 or last:
                         self.save_checkpoint(step, elapsed + time.perf_counter() - clock, baseline, sampler, sums, count, local)
                     progress.update(task, completed=step, info=info)
-            summary = self.write_summary(elapsed)
+            summary = self.write_summary(elapsed) if main else {}
             completed = True
         finally:
             for logger in all_loggers:
                 logger.close(completed)
         return summary
 
-    def save_checkpoint(self, step, elapsed, baseline, sampler, sums, count, local: LocalFiles) -> None:
+    def save_checkpoint(self, step, elapsed, baseline, sampler, sums, count, local: LocalFiles | None) -> None:
+        rng = self.parallel.gather_rng(rng_states(self.device))  # every rank's, written by rank 0
+        if local is None:
+            return
         state = {
             "step": step,
             "time_s": elapsed,
             "baseline": baseline.state_dict(),
             "sampler": sampler.state_dict(),
-            "rng": rng_states(self.device),
+            "rng": rng,
             "loss_sums": sums,
             "loss_count": count,
             "files": local.positions(),
