@@ -51,6 +51,7 @@ def run_baseline(
         if trained_with != processes:
             raise OffbenchError(f"{resume}: trained with {trained_with} process(es); resume it with --nproc {trained_with}")
     if launch is None and nproc > 1:
+        _check_divisible(name, dataset, config, overrides, steps, resume, nproc)
         argv = [name, *(["--resume", str(resume)] if resume is not None else []), *_run_options(
             dataset=dataset, config=config, seed=seed, steps=steps, device=device, out=out if resume is None else None, name=run_name,
             logger=logger, overrides=overrides)]
@@ -77,6 +78,21 @@ def run_baseline(
     if final is not None:
         metric = summary["score_metric"]
         console.print(f"final {metric}: {final[metric]:.4g} (step {final['step']})", highlight=False)
+
+
+def _check_divisible(name, dataset, config, overrides, steps, resume, nproc) -> None:
+    """The global batch splits evenly between the processes: checked before any process starts."""
+    if resume is not None:
+        from offbench.tracking.run_dir import read_run_json
+
+        batch_size = read_run_json(resume)["config"]["batch_size"]
+    else:
+        from offbench.baselines import get_baseline
+        from offbench.training.config import resolve_config
+
+        batch_size = resolve_config(get_baseline(name), dataset, config, [*overrides, *([f"steps={steps}"] if steps else [])]).train.batch_size
+    if batch_size % nproc:
+        raise OffbenchError(f"--nproc {nproc}: batch_size {batch_size} must be divisible by the {nproc} processes (each trains on an equal shard)")
 
 
 def _run_options(**options) -> list[str]:
