@@ -8,7 +8,6 @@ writing behind its back.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import subprocess
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Protocol
 
 from offbench.errors import OffbenchError, require
+from offbench.utils import die_with_parent
 
 EXIT_BAD_INPUT = 2  # offbench's exit code for input a retry cannot fix
 STOP_GRACE_S = 60  # how long a stopped run gets to exit on SIGINT before SIGKILL
@@ -67,12 +67,6 @@ def thread_env(threads: int) -> dict[str, str]:
     return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: SIGKILL when the parent dies (Linux; elsewhere a no-op)."""
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
-
-
 def spawn(job: Job) -> subprocess.Popen:
     """Start a run process in its own session (a terminal's Ctrl-C reaches only the sweep, which stops
     its runs itself), its output appended to the job's log."""
@@ -80,7 +74,7 @@ def spawn(job: Job) -> subprocess.Popen:
     with open(job.log, "ab") as log:
         return subprocess.Popen(
             job.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env={**os.environ, **job.env},
-            start_new_session=True, preexec_fn=_die_with_parent,
+            start_new_session=True, preexec_fn=die_with_parent,
         )
 
 

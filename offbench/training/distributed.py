@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from offbench.errors import OffbenchError
+from offbench.utils import die_with_parent
 
 RANK_SEED_STRIDE = 1_000_003  # rank r's torch seed: seed + r * stride (a prime, so seeds of nearby runs do not collide)
 
@@ -181,6 +182,9 @@ def join(launch: Launch, device: str) -> tuple[DataParallel, str]:
 
     import torch.distributed as dist
 
+    die_with_parent()  # torchrun starts ranks in their own sessions: they must not outlive it
+    if os.getppid() == 1:
+        raise SystemExit("the launcher is gone")
     if device.startswith("cuda"):
         if not torch.cuda.is_available():
             raise OffbenchError(f"--device {device}: CUDA is not available on this machine")
@@ -204,6 +208,6 @@ def relaunch(nproc: int, argv: list[str]) -> int:
     """Run `offbench ARGV` (without --nproc) as `nproc` processes on this machine under torchrun."""
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", "-m", "offbench", *argv]
     try:
-        return subprocess.run(command).returncode
+        return subprocess.run(command, preexec_fn=die_with_parent).returncode
     except KeyboardInterrupt:  # torchrun forwards the signal to the ranks, which stop at their last checkpoint
         return 130
