@@ -52,10 +52,11 @@ def list_datasets(
 def _describe(id_or_path: str) -> tuple[object, str, object]:
     """(store, format name, card or None) for an id or path, fetching registered data if needed.
     For a registered id the format named is the published one (the card's), not the native copy's."""
-    from offbench.data.resolve import locate
+    from offbench.data.resolve import open_dataset
 
-    found = locate(id_or_path)
-    return found.store, (found.card.format if found.card else found.format), found.card
+    found = open_dataset(id_or_path)
+    registered = found.card is not None and not Path(id_or_path).exists()
+    return found.store, (found.card.format if registered else found.format), found.card
 
 
 @app.command()
@@ -114,7 +115,7 @@ def download(
     root: Optional[Path] = typer.Option(None, help="Use DIR as $OFFBENCH_HOME for this call (its data and its user cards)."),
 ) -> None:
     """Fetch (or generate, for a recipe card), verify, and print the local path."""
-    from offbench.data.download import download as fetch
+    from offbench.data.resolve import download as fetch
 
     if root is not None:
         os.environ["OFFBENCH_HOME"] = str(root.expanduser().resolve())

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import typer
 
-from conftest import make_store
+from helpers import make_store
 from offbench import cli
 
 RECIPE_CARD = """id = "mine/bad-recipe"

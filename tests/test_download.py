@@ -19,11 +19,11 @@ import pytest
 import tomli_w
 
 import offbench
-from conftest import make_store
+from helpers import make_store
 from offbench.data import download as dl
 from offbench.data.cards import get_card
 from offbench.data.formats import FORMATS, FunctionFormat
-from offbench.data.resolve import native_path
+from offbench.data.resolve import download, native_path
 from offbench.data.store import load_native
 from offbench.errors import OffbenchError
 
@@ -193,7 +193,7 @@ def test_connection_cut_half_way_resumes_with_range(tmp_path, server, isolated_h
     serve(server, isolated_home, "cut", data)
     server.cut_after["/d/cut.h5"] = half
 
-    path = dl.download("test/cut", quiet=True)
+    path = download("test/cut", quiet=True)
     first, resumed = server.gets("/d/cut.h5")
     assert first is None
     start = int(resumed.removeprefix("bytes=").removesuffix("-"))
@@ -385,7 +385,7 @@ def test_minari_source_fetched_through_mirror_into_minari_layout(tmp_path, serve
         return make_store()
 
     monkeypatch.setitem(FORMATS, "minari", FunctionFormat("minari", lambda p: False, load_minari_folder, None))
-    path = dl.download("test/minari-hopper", mirror=server.url("/hf"), quiet=True)
+    path = download("test/minari-hopper", mirror=server.url("/hf"), quiet=True)
 
     assert seen == [isolated_home / "data" / "test/minari-hopper" / "raw" / "mujoco/hopper/medium-v0"]
     assert load_native(path).card["source"] == {"minari_id": "mujoco/hopper/medium-v0"}
@@ -401,6 +401,6 @@ def test_download_of_a_recipe_card_generates(isolated_home, monkeypatch):
 
     monkeypatch.setitem(generators.GENERATORS, "test-tiny", tiny)
     add_card(isolated_home, "test/recipe", [], recipe={"generator": "test-tiny", "seed": 3})
-    path = dl.download("test/recipe", quiet=True)
+    path = download("test/recipe", quiet=True)
     assert path == native_path(get_card("test/recipe"))
     assert_same_arrays(load_native(path), make_store(seed=3))

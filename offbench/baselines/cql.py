@@ -32,15 +32,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from offbench.baselines.base import DatasetSpec
-from offbench.baselines.nets import fused_adam
+from offbench.baselines.base import SINGLE_AND_MULTI_TASK, DatasetSpec
+from offbench.baselines.nets import fused_adam, mlp
+from offbench.evaluation.policy import MarkovPolicy, PolicyOptions
 from offbench.baselines.q_learning import (
+    NUM_CRITICS,
     DataTransform,
     EnsembleMLP,
-    GreedyPolicy,
     action_kind,
     frozen,
-    mlp,
     polyak_update,
     reward_scale,
     seeded_generator,
@@ -58,8 +58,6 @@ class CQLConfig:
     """Defaults: CORL's CQL for D4RL locomotion (TrainConfig of algorithms/offline/cql.py and
     configs/offline/cql/<env>/medium_v2.yaml); baselines/cql/default.toml records the source."""
 
-    steps: int = 1_000_000  # number of updates (CORL max_timesteps)
-    batch_size: int = 256
     discount: float = 0.99
     policy_lr: float = 3e-5  # also the entropy temperature's learning rate, as in CORL
     critic_lr: float = 3e-4  # also alpha' (Lagrangian) learning rate, as in CORL
@@ -145,6 +143,9 @@ class CQL:
     name = "cql"
     Config = CQLConfig
     sampler = "transitions"
+    action_kinds = ("continuous", "discrete")
+    evaluation_protocols = SINGLE_AND_MULTI_TASK
+    return_conditioned = False
 
     def __init__(self, config: CQLConfig, spec: DatasetSpec, device: str | torch.device = "cpu"):
         self.config, self.spec, self.device = config, spec, torch.device(device)
@@ -161,7 +162,7 @@ class CQL:
         self.step = 0
         scale = reward_scale(spec, "cql", config.normalize_reward, config.reward_scale)
         transform = DataTransform(spec, config.normalize_observations, scale, config.reward_bias)
-        obs_dim = transform.obs_mean.numel()
+        obs_dim = transform.input_dim
         hidden = [config.hidden_dim] * config.critic_hidden_layers
         if self.discrete:
             quantiles = mlp(obs_dim, spec.action_dim * config.n_quantiles, hidden, config.orthogonal_init, OUTPUT_GAIN)
@@ -170,9 +171,7 @@ class CQL:
             midpoints = (torch.arange(config.n_quantiles, dtype=torch.float32) + 0.5) / config.n_quantiles
             self.quantile_midpoints = midpoints.to(self.device)
         else:
-            critic = EnsembleMLP(
-                obs_dim + spec.action_dim, 1, hidden, 2, config.orthogonal_init, OUTPUT_GAIN
-            )  # twin critics Q_1, Q_2
+            critic = EnsembleMLP(obs_dim + spec.action_dim, 1, hidden, NUM_CRITICS, config.orthogonal_init, OUTPUT_GAIN)
             self.nets = nn.ModuleDict(
                 {
                     "transform": transform,
@@ -316,15 +315,15 @@ class CQL:
         return {"loss": loss, "critic_loss": loss, "qr_loss": qr_loss, "cql_gap": gap, "q_data": q_data.mean()}
 
     # ------------------------------------------------------------------------------------------ acting
-    def policy(self, deterministic: bool = True) -> GreedyPolicy:
+    def policy(self, options: PolicyOptions = PolicyOptions()) -> MarkovPolicy:
         """Greedy evaluation policy: tanh of the actor's mean, or argmax of mean Q over quantiles."""
-        if not deterministic:
-            raise ValueError("cql evaluates with its deterministic policy only")
-        return GreedyPolicy(self._act, self.device)
+        if not options.deterministic:
+            raise OffbenchError("cql evaluates with its deterministic policy only (drop eval_deterministic=false)")
+        return MarkovPolicy(self._act, self.spec.action_space, self.device, options)
 
-    def _act(self, observations: torch.Tensor) -> torch.Tensor:
+    def _act(self, observations: torch.Tensor, task_ids: torch.Tensor | None = None) -> torch.Tensor:
         transform = self.nets["transform"]
-        obs = transform.observations(observations)
+        obs = transform.observations(observations, task_ids)
         if self.discrete:
             q = self.nets["critic"](obs).view(obs.shape[0], -1, self.config.n_quantiles).mean(-1)
             return q.argmax(-1)

@@ -1,12 +1,11 @@
 """Pieces the Q-learning baselines (CQL, IQL) share: MLPs with CORL's initialisation, a vectorised critic
 ensemble, the dataset transforms (observation normalisation, action bounds, reward scaling), Polyak
-averaging and a greedy evaluation policy. Each algorithm's loss stays in its own file."""
+averaging. Each algorithm's loss stays in its own file."""
 
 from __future__ import annotations
 
 import copy
-import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import gymnasium as gym
@@ -15,44 +14,14 @@ import torch
 from torch import nn
 
 from offbench.baselines.base import DatasetSpec
+from offbench.baselines.nets import ObservationNormalizer, flat_observation_dim, init_linear_, task_input_dim, with_task_onehot
 from offbench.errors import OffbenchError
 
+NUM_CRITICS = 2  # twin critics, the minimum of the two in targets (clipped double Q), as CORL's CQL and IQL
 OBSERVATION_STD_EPS = 1e-3  # CORL adds 1e-3 to the dataset's state std (compute_mean_std(..., eps=1e-3))
 
 
 # ---------------------------------------------------------------------------------------------- networks
-def init_linear_(weight: torch.Tensor, bias: torch.Tensor, orthogonal: bool, gain: float | None) -> None:
-    """CORL's `init_module_weights`: orthogonal hidden layers (gain sqrt 2) when `orthogonal`, and an output
-    layer with a small gain (orthogonal or Xavier) when `gain` is given; otherwise PyTorch's Linear default.
-    `weight` is (out, in), as in nn.Linear."""
-    with torch.no_grad():
-        if gain is not None:  # output layer
-            (nn.init.orthogonal_ if orthogonal else nn.init.xavier_uniform_)(weight, gain=gain)
-            bias.zero_()
-        elif orthogonal:
-            nn.init.orthogonal_(weight, gain=math.sqrt(2))
-            bias.zero_()
-        else:  # nn.Linear.reset_parameters
-            nn.init.kaiming_uniform_(weight, a=math.sqrt(5))
-            bound = 1 / math.sqrt(weight.shape[1]) if weight.shape[1] > 0 else 0.0
-            nn.init.uniform_(bias, -bound, bound)
-
-
-def mlp(
-    in_dim: int, out_dim: int, hidden_dims: Sequence[int], orthogonal: bool = False, output_gain: float | None = None
-) -> nn.Sequential:
-    """ReLU MLP; `output_gain` re-initialises the last layer with a small gain (CORL's CQL networks)."""
-    dims = [in_dim, *hidden_dims, out_dim]
-    layers: list[nn.Module] = []
-    for i in range(len(dims) - 1):
-        linear = nn.Linear(dims[i], dims[i + 1])
-        last = i == len(dims) - 2
-        if orthogonal or (last and output_gain is not None):
-            init_linear_(linear.weight, linear.bias, orthogonal, output_gain if last else None)
-        layers += [linear] if last else [linear, nn.ReLU()]
-    return nn.Sequential(*layers)
-
-
 class EnsembleLinear(nn.Module):
     """`size` independent linear layers applied in one batched matmul: (E, M, in) -> (E, M, out)."""
 
@@ -249,18 +218,15 @@ def action_kind(spec: DatasetSpec, baseline: str, discrete_ok: bool = True) -> s
 
 
 class DataTransform(nn.Module):
-    """From dataset units to network units and back: observations (x - mean) / (std + 1e-3) as in CORL,
-    continuous actions affinely to [-1, 1] (the tanh range), rewards * scale + bias.
-    Buffers, so they travel with state_dict() and .to(device)."""
+    """From dataset units to network units and back: observations (x - mean) / (std + 1e-3) as in CORL (with the
+    task id's one-hot appended on multi-task data: `input_dim` wide), continuous actions affinely to [-1, 1]
+    (the tanh range), rewards * scale + bias. Buffers, so they travel with state_dict() and .to(device)."""
 
     def __init__(self, spec: DatasetSpec, normalize_observations: bool, reward_scale: float, reward_bias: float):
         super().__init__()
-        obs_dim = int(np.prod(spec.observation_shape))
-        use_stats = normalize_observations and spec.observation_mean is not None
-        mean = spec.observation_mean if use_stats else np.zeros(obs_dim, np.float32)
-        std = spec.observation_std + OBSERVATION_STD_EPS if use_stats else np.ones(obs_dim, np.float32)
-        self.register_buffer("obs_mean", torch.as_tensor(mean, dtype=torch.float32).reshape(-1))
-        self.register_buffer("obs_std", torch.as_tensor(std, dtype=torch.float32).reshape(-1))
+        self.normalize = ObservationNormalizer(spec, eps=OBSERVATION_STD_EPS, enabled=normalize_observations)
+        self.num_tasks = spec.num_tasks
+        self.input_dim = flat_observation_dim(spec) + task_input_dim(spec)
         self.discrete = isinstance(spec.action_space, gym.spaces.Discrete)
         self.action_shape = tuple(spec.action_space.shape or ())
         if not self.discrete:
@@ -270,9 +236,9 @@ class DataTransform(nn.Module):
             self.register_buffer("act_half_range", (high - low) / 2)
         self.reward_scale, self.reward_bias = reward_scale, reward_bias
 
-    def observations(self, obs: torch.Tensor) -> torch.Tensor:
-        """(B, *obs) -> (B, obs_dim) normalised float."""
-        return (obs.reshape(obs.shape[0], -1).float() - self.obs_mean) / self.obs_std
+    def observations(self, obs: torch.Tensor, task_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, *obs) -> (B, input_dim) normalised float, the task's one-hot appended on multi-task data."""
+        return with_task_onehot(self.normalize(obs), task_ids, self.num_tasks)
 
     def actions_to_unit(self, actions: torch.Tensor) -> torch.Tensor:
         return (actions.reshape(actions.shape[0], -1) - self.act_center) / self.act_half_range
@@ -283,11 +249,12 @@ class DataTransform(nn.Module):
     def transitions(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
         """(obs, actions, rewards, next_obs, not_done) in network units; actions int64 if discrete."""
         actions = batch["actions"].long().reshape(-1) if self.discrete else self.actions_to_unit(batch["actions"])
+        task_ids = batch.get("task_ids")  # s and s' belong to the same task
         return (
-            self.observations(batch["observations"]),
+            self.observations(batch["observations"], task_ids),
             actions,
             batch["rewards"].float() * self.reward_scale + self.reward_bias,
-            self.observations(batch["next_observations"]),
+            self.observations(batch["next_observations"], task_ids),
             1.0 - batch["terminals"].float(),  # timeouts are not terminals: they bootstrap
         )
 
@@ -312,21 +279,3 @@ def seeded_generator(device: torch.device | str) -> torch.Generator:
     generator = torch.Generator(device=device)
     generator.manual_seed(int(torch.randint(0, 2**62, (1,)).item()))
     return generator
-
-
-class GreedyPolicy:
-    """Markov evaluation policy over a batch of envs: numpy observations in, numpy actions out."""
-
-    def __init__(self, act: Callable[[torch.Tensor], torch.Tensor], device: torch.device | str):
-        self._act, self._device = act, device
-
-    def reset(self, num_envs: int) -> None:
-        pass  # nothing to remember between steps
-
-    @torch.inference_mode()
-    def act(self, observations: np.ndarray) -> np.ndarray:
-        obs = torch.as_tensor(np.asarray(observations), dtype=torch.float32, device=self._device)
-        return self._act(obs).cpu().numpy()
-
-    def observe(self, rewards: np.ndarray, dones: np.ndarray) -> None:
-        pass

@@ -10,7 +10,7 @@ A card (see datasets/README.md for every field):
     [source]                             # exactly one of: files, minari_id, recipe
     files = [{ url = "https://...", sha256 = "...", size = 123 }]
     [env]
-    id = "Hopper-v5"                     # what evaluation recreates
+    id = "Hopper-v4"                     # what evaluation recreates
     suite = "gymnasium"                  # gymnasium | offbench | metaworld | minigrid
     kwargs = {}
     [scores]

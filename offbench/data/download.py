@@ -354,10 +354,3 @@ def _remove_payload(paths: list[Path], raw: Path) -> None:
             folder.rmdir()
             folder = folder.parent
 
-
-def download(dataset_id: str, mirror: str | None = None, quiet: bool = False) -> Path:
-    """`offbench download`: fetch (or generate, for a recipe card) a registered dataset; its local path."""
-    from offbench.data.cards import get_card
-    from offbench.data.resolve import ensure_local
-
-    return ensure_local(get_card(dataset_id), mirror=mirror, quiet=quiet)

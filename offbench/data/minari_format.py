@@ -52,7 +52,7 @@ import h5py
 import numpy as np
 
 from offbench.data.spaces import widest_space
-from offbench.data.store import EpisodeStore
+from offbench.data.store import EpisodeStore, open_hdf5
 from offbench.errors import OffbenchError, require
 from offbench.utils import give_default_permissions
 
@@ -230,12 +230,8 @@ def load_minari(path: Path) -> EpisodeStore:
     flat_obs, flat_act = _flattened(obs_space), _flattened(act_space)
     jpeg = bool(meta.get("jpeg_encoding", True))  # minari 0.5.4 reads a missing key as True
     offbench_columns = set(meta.get("offbench_columns", []))
-    try:
-        f = h5py.File(h5_path, "r")
-    except OSError as exc:
-        raise OffbenchError(f"{h5_path}: not a readable HDF5 file ({exc.__class__.__name__}: truncated or corrupt?)") from None
     episodes: list[dict[str, Any]] = []
-    with f:
+    with open_hdf5(h5_path) as f:
         total = int(meta["total_episodes"])
         if total < 1:
             raise OffbenchError(f"{meta_path}: total_episodes is {total}; offbench needs at least one episode")

@@ -95,6 +95,20 @@ class EpisodeStore:
             **kwargs,
         )
 
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray], episode_lengths: np.ndarray, **kwargs: Any) -> EpisodeStore:
+        """Build from flat arrays of concatenated episodes: the core ones by name (`final_observations` one
+        row per episode, the others one row per step) and the episode lengths; every other entry becomes a
+        per-step column."""
+        steps = dict(arrays)
+        core_names = [name for name in CORE_ARRAYS if name != "episode_starts"]
+        missing = [name for name in core_names if name not in steps]
+        if missing:
+            raise OffbenchError(f"cannot build a dataset without {', '.join(missing)}")
+        core = {name: steps.pop(name) for name in core_names}
+        starts = np.concatenate([[0], np.cumsum(episode_lengths)])
+        return cls(**core, episode_starts=starts, columns=steps, **kwargs)
+
     # ------------------------------------------------------------------ sizes and indices
     @property
     def num_transitions(self) -> int:
@@ -129,6 +143,24 @@ class EpisodeStore:
         if last.any():
             nxt[last] = self.final_observations[self.step_episode[index[last]]]
         return nxt
+
+    def observation_mean_std(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per-feature mean and std (float32, no epsilon) of the step observations, the statistics
+        baselines normalise states with (CORL's `compute_mean_std`; each baseline adds its own epsilon).
+
+        Two passes in float64 over ~32 MB blocks, so a memory-mapped dataset is never held whole and the
+        variance does not suffer the cancellation of a one-pass sum of squares.
+        """
+        obs = np.asarray(self.observations)
+        block = max(1, (32 << 20) // max(1, obs[:1].nbytes))
+        total = np.zeros(obs.shape[1:], np.float64)
+        for lo in range(0, len(obs), block):
+            total += obs[lo : lo + block].sum(axis=0, dtype=np.float64)
+        mean = total / len(obs)
+        squares = np.zeros_like(mean)
+        for lo in range(0, len(obs), block):
+            squares += np.square(obs[lo : lo + block] - mean).sum(axis=0)
+        return mean.astype(np.float32), np.sqrt(squares / len(obs)).astype(np.float32)
 
     def episode_returns(self) -> np.ndarray:
         return np.add.reduceat(np.asarray(self.rewards, dtype=np.float64), self.episode_starts[:-1])
@@ -227,16 +259,20 @@ def is_native(path: Path) -> bool:
         return False
 
 
+def open_hdf5(path: Path) -> h5py.File:
+    """An HDF5 file opened for reading, or a one-line error naming it (truncated or corrupt files)."""
+    try:
+        return h5py.File(path, "r")
+    except OSError as exc:
+        raise OffbenchError(f"{path}: not a readable HDF5 file ({exc.__class__.__name__}: truncated or corrupt?)") from None
+
+
 def load_native(path: str | Path, mmap: bool = True) -> EpisodeStore:
     """Open a native file. Contiguous uncompressed arrays are memory-mapped (nothing read until used)."""
     path = Path(path)
     if not path.is_file():
         raise OffbenchError(f"{path}: no such file")
-    try:
-        f = h5py.File(path, "r")
-    except OSError as exc:
-        raise OffbenchError(f"{path}: not a readable HDF5 file ({exc.__class__.__name__}: truncated or corrupt?)") from None
-    with f:
+    with open_hdf5(path) as f:
         if f.attrs.get("format") != FORMAT_NAME:
             raise OffbenchError(f"{path}: not an offbench dataset (HDF5 file without format='offbench')")
         version = int(f.attrs.get("format_version", 0))

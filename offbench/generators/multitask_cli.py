@@ -7,6 +7,7 @@ from typing import Any, Optional
 
 import typer
 
+from offbench.envs.metaworld import MAX_PATH_LENGTH
 from offbench.errors import OffbenchError
 
 QUALITY_HELP = "near-optimal | sub-optimal | mixed (a coin per episode between the two)."
@@ -20,7 +21,7 @@ def generate_metaworld(
     episodes: int = typer.Option(1000, help="Episodes per task."),
     tasks: Optional[str] = typer.Option(None, help="Comma-separated task names (default: all of the suite's)."),
     seed: int = typer.Option(0, help="Seeds the goal draws and every episode's goal and noise."),
-    max_episode_steps: int = typer.Option(500, help="Episode length (Meta-World's horizon is 500)."),
+    max_episode_steps: int = typer.Option(MAX_PATH_LENGTH, help=f"Episode length (Meta-World's horizon is {MAX_PATH_LENGTH})."),
     workers: int = typer.Option(0, help=WORKERS_HELP),
     out: Optional[Path] = typer.Option(None, help=OUT_HELP),
     dataset_id: Optional[str] = typer.Option(None, "--id", help="Dataset id (default: derived from the options)."),
@@ -30,7 +31,7 @@ def generate_metaworld(
     params: dict[str, Any] = {"suite": suite, "quality": quality, "episodes_per_task": episodes}
     if tasks:
         params["tasks"] = _task_list(tasks)
-    if max_episode_steps != 500:
+    if max_episode_steps != MAX_PATH_LENGTH:
         params["max_episode_steps"] = max_episode_steps
     _generate("metaworld", params, seed, workers, out, dataset_id, quiet)
 

@@ -9,8 +9,8 @@ import typer
 from rich.console import Console
 
 from offbench.errors import OffbenchError
-from offbench.leaderboard.runs import RunRecord, expand_run_dirs, is_run_dir, read_run
-from offbench.leaderboard.spec import METRICS
+from offbench.stats import BOOTSTRAP_REPS, METRICS
+from offbench.tracking.run_dir import RunRecord, expand_run_dirs, is_run_dir, read_run
 
 KINDS = ("auto", "curves", "in-context", "aggregate", "profile")
 
@@ -66,9 +66,9 @@ def plot(
     sources: list[str] = typer.Argument(..., help="Run directories (or folders of runs); or one dataset id/path of learning histories."),
     out: Path = typer.Option(..., "--out", "-o", help="Figure file: .png, .svg or .pdf."),
     kind: str = typer.Option("auto", help=f"One of {', '.join(KINDS)}; auto = in-context curves if the runs have them, else learning curves."),
-    metric: Optional[str] = typer.Option(None, help="normalized_score | success_rate | mean_return (default: the runs' headline metric)."),
+    metric: Optional[str] = typer.Option(None, help=f"{' | '.join(METRICS)} (default: the runs' headline metric)."),
     score: str = typer.Option("final", help="final | best: which summary value aggregate plots use."),
-    reps: int = typer.Option(2000, help="Bootstrap resamples for the intervals."),
+    reps: int = typer.Option(BOOTSTRAP_REPS, help="Bootstrap resamples for the intervals."),
 ) -> None:
     """Learning curves, in-context curves and aggregate plots (interval estimates, performance profiles)."""
     from offbench.plotting.figures import figure_format
@@ -100,13 +100,14 @@ def plot(
         sources = source_curves(sorted(in_context["dataset"].unique()))
         written = plot_in_context(in_context, out, optimum=optimum, sources=sources, reps=reps)
     else:
-        from offbench.leaderboard.table import score_matrices
         from offbench.plotting.aggregate import plot_aggregate_intervals, plot_performance_profiles
+        from offbench.stats import score_matrices
 
         matrices = score_matrices(scores, sorted(scores["dataset"].unique()))
         x_label = f"{score} {chosen.label}"
         if kind == "aggregate":
             written = plot_aggregate_intervals(matrices, x_label, out, reps=reps)
         else:
-            written = plot_performance_profiles(matrices, x_label, out, reps=reps, bounded=chosen.name == "success_rate")
+            written = plot_performance_profiles(matrices, x_label, out, reps=reps, bounded=chosen.name == "success_rate",
+                                                lower_is_better=chosen.lower_is_better)
     Console().print(f"wrote {written}", highlight=False, markup=False, soft_wrap=True)

@@ -39,8 +39,9 @@ import tomli_w
 from offbench.errors import OffbenchError
 from offbench.training.config import dataset_slug
 
-# Protocol keys of a benchmark.toml [evaluation] table -> the trainer's config fields (TrainConfig).
-PROTOCOL_TO_CONFIG = {"episodes": "eval_episodes", "every_steps": "eval_every", "steps": "steps"}
+# Protocol keys of a benchmark.toml [evaluation] table -> the trainer's config fields (TrainConfig); an
+# in-context evaluation runs `eval_episodes` consecutive episodes (run.json's in_context_episodes).
+PROTOCOL_TO_CONFIG = {"episodes": "eval_episodes", "in_context_episodes": "eval_episodes", "every_steps": "eval_every", "steps": "steps"}
 DISTRIBUTIONS = ("choice", "uniform", "log_uniform", "int_uniform")
 TOP_KEYS = {"name", "runs", "benchmark", "baselines", "datasets", "seeds", "config", "retries", "set", "grid", "random"}
 
@@ -74,6 +75,7 @@ class SweepSpec:
     config_file: Path | None = None
     retries: int = 2
     fixed: dict[str, Any] = field(default_factory=dict)
+    protocol: dict[str, dict[str, Any]] = field(default_factory=dict)  # baseline -> config values its benchmark pins
     grid: dict[str, list[Any]] = field(default_factory=dict)
     random: dict[str, Any] = field(default_factory=dict)
 
@@ -91,7 +93,8 @@ class SweepSpec:
             digest = variant_digest(variant)
             stem = f"{baseline}-{dataset_slug(str(dataset))}"
             name = f"{stem}-{digest}-s{seed}" if digest else f"{stem}-s{seed}"
-            runs.append(PlannedRun(name, baseline, dataset, seed, {**self.fixed, **variant}, digest, self.config_file))
+            values = {**self.fixed, **self.protocol.get(baseline, {}), **variant}
+            runs.append(PlannedRun(name, baseline, dataset, seed, values, digest, self.config_file))
         names = [run.name for run in runs]
         if len(set(names)) != len(names):
             twice = sorted({n for n in names if names.count(n) > 1})
@@ -171,6 +174,19 @@ def _check_random(table: Any, path: Path) -> dict[str, Any]:
     return table
 
 
+def _protocol_values(pins: dict[str, Any], fixed: dict[str, Any], where: str, path: Path) -> dict[str, Any]:
+    """The config values a benchmark's protocol pins; one the spec's [set] contradicts is an error."""
+    values: dict[str, Any] = {}
+    for key, config_key in PROTOCOL_TO_CONFIG.items():
+        if key not in pins:
+            continue
+        for other, value in ((f"[set] {config_key}", fixed.get(config_key)), (f"{where}'s {config_key}", values.get(config_key))):
+            if value is not None and value != pins[key]:
+                raise _fail(path, f"{other} = {value!r} contradicts {where} ({key} = {pins[key]!r})")
+        values[config_key] = pins[key]
+    return values
+
+
 def load_sweep(path: str | Path) -> SweepSpec:
     """Read and check a sweep spec; every problem is a one-line error naming the file."""
     path = Path(path)
@@ -190,19 +206,18 @@ def load_sweep(path: str | Path) -> SweepSpec:
     fixed = data.get("set", {})
     if not isinstance(fixed, dict):
         raise _fail(path, "[set] must be a table of config values")
+    baselines = _string_list(data, "baselines", path)
     benchmark = data.get("benchmark")
     datasets: tuple[str, ...]
+    protocol: dict[str, dict[str, Any]] = {}
     if benchmark is not None:
         from offbench.leaderboard.spec import load_spec
 
         if not isinstance(benchmark, str):
             raise _fail(path, "'benchmark' must be a benchmark name")
         bench = load_spec(benchmark)
-        for key, config_key in PROTOCOL_TO_CONFIG.items():
-            if key in bench.protocol:
-                if config_key in fixed and fixed[config_key] != bench.protocol[key]:
-                    raise _fail(path, f"[set] {config_key} = {fixed[config_key]!r} contradicts benchmark {benchmark}'s protocol ({key} = {bench.protocol[key]!r})")
-                fixed = {**fixed, config_key: bench.protocol[key]}
+        protocol = {baseline: _protocol_values(bench.protocol_for(baseline), fixed, f"benchmark {benchmark}'s protocol for {baseline}", path)
+                    for baseline in baselines}
         datasets = _string_list(data, "datasets", path) if "datasets" in data else tuple(bench.datasets)
         outside = [d for d in datasets if d not in bench.datasets]
         if outside:
@@ -219,7 +234,8 @@ def load_sweep(path: str | Path) -> SweepSpec:
     if not isinstance(grid, dict) or not all(isinstance(v, list) and v for v in grid.values()):
         raise _fail(path, "[grid] must map config keys to non-empty lists of values")
     random = _check_random(data.get("random", {}), path)
-    clash = sorted((set(grid) & set(random)) | ((set(grid) | set(random)) & set(fixed)))
+    pinned = set(fixed).union(*protocol.values())
+    clash = sorted((set(grid) & set(random)) | ((set(grid) | set(random)) & pinned))
     if clash:
         raise _fail(path, f"config key '{clash[0]}' is given in more than one of [set], [grid], [random] (or by the benchmark's protocol)")
     runs = data.get("runs")
@@ -236,8 +252,8 @@ def load_sweep(path: str | Path) -> SweepSpec:
         if not config_file.is_file():
             raise _fail(path, f"config file {config_file} does not exist")
     return SweepSpec(
-        path=path, name=name, baselines=_string_list(data, "baselines", path), datasets=datasets, seeds=tuple(seeds),
-        benchmark=benchmark, runs=Path(runs) if runs else None, config_file=config_file, retries=retries, fixed=dict(fixed), grid=dict(grid), random=random,
+        path=path, name=name, baselines=baselines, datasets=datasets, seeds=tuple(seeds), benchmark=benchmark,
+        runs=Path(runs) if runs else None, config_file=config_file, retries=retries, fixed=dict(fixed), protocol=protocol, grid=dict(grid), random=random,
     )
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from training_helpers import CONFIGS, offbench_command
+from helpers import TRAINING_CONFIGS, offbench_command
 from offbench.baselines import get_baseline
 from offbench.errors import OffbenchError
 
@@ -33,7 +33,7 @@ def losses(run_dir: Path) -> list[dict]:
 
 
 def test_dt_run_writes_the_run_directory_contract(pendulum, cli, tmp_path):
-    code, out, err = cli("run", "baseline", "dt", "--dataset", "pendulum-scripted", "--config", CONFIGS / "dt-tiny.toml",
+    code, out, err = cli("run", "baseline", "dt", "--dataset", "pendulum-scripted", "--config", TRAINING_CONFIGS / "dt-tiny.toml",
                          "--seed", "3", "--out", tmp_path, "--name", "dt-run")
     assert code == 0, err
     assert "final normalized_score" in out
@@ -67,13 +67,14 @@ def test_dt_run_writes_the_run_directory_contract(pendulum, cli, tmp_path):
 
     code, out, err = cli("evaluate", run_dir, "--episodes", "2")
     assert code == 0, err
-    row = next(line.split() for line in out.splitlines() if line.split()[:2] == ["50", "-140"])
-    assert float(row[3]) == pytest.approx(evaluations[2]["mean_return"], abs=0.01)  # same checkpoint, same seeds
+    assert "step 50, target return -140" in out
+    row = next(line.split() for line in out.splitlines() if line.split()[:1] == ["all"])  # the first target's table
+    assert float(row[2]) == pytest.approx(evaluations[2]["mean_return"], abs=0.01)  # same checkpoint, same seeds
 
 
 def test_same_seed_same_numbers_other_seed_other_numbers(pendulum, cli, tmp_path):
     for name, seed in (("a", 1), ("b", 1), ("c", 2)):  # DT: dropout draws from torch's RNG every update
-        code, _, err = cli("run", "baseline", "dt", "--dataset", "pendulum-scripted", "--config", CONFIGS / "dt-tiny.toml",
+        code, _, err = cli("run", "baseline", "dt", "--dataset", "pendulum-scripted", "--config", TRAINING_CONFIGS / "dt-tiny.toml",
                            "--seed", seed, "--out", tmp_path, "--name", name)
         assert code == 0, err
     assert losses(tmp_path / "a") == losses(tmp_path / "b")
@@ -84,7 +85,7 @@ def test_same_seed_same_numbers_other_seed_other_numbers(pendulum, cli, tmp_path
 def test_interrupted_dt_resumes_to_the_same_numbers(pendulum, cli, tmp_path, monkeypatch):
     """Ctrl-C between checkpoints (step 37 of 50, checkpoint at 25): resuming restores the LR schedule,
     the dropout RNG and the sampler, and truncates what was logged after the checkpoint."""
-    args = ["run", "baseline", "dt", "--dataset", "pendulum-scripted", "--config", CONFIGS / "dt-tiny.toml", "--out", tmp_path]
+    args = ["run", "baseline", "dt", "--dataset", "pendulum-scripted", "--config", TRAINING_CONFIGS / "dt-tiny.toml", "--out", tmp_path]
     code, _, err = cli(*args, "--name", "whole")
     assert code == 0, err
     dt = get_baseline("dt")
@@ -120,7 +121,7 @@ def test_checkpoint_that_no_longer_fits_the_code_is_a_one_line_error(pendulum, c
         return update(self, batch)
 
     monkeypatch.setattr(bc, "update", interrupted_update)
-    code, _, _ = cli("run", "baseline", "bc", "--dataset", "pendulum-scripted", "--config", CONFIGS / "bc-tiny.toml",
+    code, _, _ = cli("run", "baseline", "bc", "--dataset", "pendulum-scripted", "--config", TRAINING_CONFIGS / "bc-tiny.toml",
                      "--out", tmp_path, "--name", "old")
     assert code == 130
     monkeypatch.setattr(bc, "update", update)
@@ -136,7 +137,7 @@ def test_checkpoint_that_no_longer_fits_the_code_is_a_one_line_error(pendulum, c
 
 
 def test_sigkill_then_resume_ends_like_an_uninterrupted_run(pendulum, cli, tmp_path):
-    args = ["run", "baseline", "bc", "--dataset", "pendulum-scripted", "--config", CONFIGS / "bc-tiny.toml", "--out", tmp_path,
+    args = ["run", "baseline", "bc", "--dataset", "pendulum-scripted", "--config", TRAINING_CONFIGS / "bc-tiny.toml", "--out", tmp_path,
             "--set", "steps=1200", "--set", "log_every=50", "--set", "checkpoint_every=400", "--set", "eval_every=600"]
     killed = subprocess.Popen(offbench_command(*args, "--name", "killed"), stderr=subprocess.DEVNULL)
     metrics = tmp_path / "killed" / "metrics.jsonl"
@@ -185,26 +186,30 @@ def test_bad_input_is_one_line_before_anything_is_created(pendulum, cli, tmp_pat
 def test_action_kind_and_environment_are_checked_before_training(pendulum, monkeypatch):
     from offbench.baselines.base import DatasetSpec
     from offbench.data.cards import card_from_dict
+    from offbench.evaluation.protocols import EvaluationSetup, build_protocol
     from offbench.training.trainer import Dataset, check_fit
 
     class ContinuousOnly:
         name = "continuous-only"
         action_kinds = ("continuous",)
+        evaluation_protocols = ("single-task",)
 
     discrete = DatasetSpec(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(4), (3,), 4, True, 10)
     data = Dataset("toy/discrete", Path("toy.h5"), "offbench", None, None)
+    bare = build_protocol(EvaluationSetup(card=None, seed=0, episodes=0, every_steps=1))
     with pytest.raises(OffbenchError, match=r"toy/discrete: discrete actions .* baseline 'continuous-only' takes only continuous"):
-        check_fit(ContinuousOnly, discrete, data, evaluate=False)
+        check_fit(ContinuousOnly, discrete, data, bare, evaluate=False)
 
     spec = DatasetSpec.from_store(pendulum)
     card = card_from_dict({"id": "toy/hopper", "description": "", "format": "offbench", "source": {"recipe": {"generator": "x"}},
                            "env": {"suite": "gymnasium", "id": "Hopper-v5"}})
+    protocol = build_protocol(EvaluationSetup(card=card, seed=0, episodes=1, every_steps=1))
     monkeypatch.setitem(sys.modules, "mujoco", None)  # as if the mujoco extra were not installed
     with pytest.raises(OffbenchError, match=r"pip install 'offbench\[mujoco\]'"):
-        check_fit(ContinuousOnly, spec, Dataset("toy/hopper", Path("x"), "offbench", pendulum, card), evaluate=True)
+        check_fit(ContinuousOnly, spec, Dataset("toy/hopper", Path("x"), "offbench", pendulum, card), protocol, evaluate=True)
     monkeypatch.delitem(sys.modules, "mujoco")
     with pytest.raises(OffbenchError, match=r"observation shape \(3,\) differs from Hopper-v5's \(11,\)"):
-        check_fit(ContinuousOnly, spec, Dataset("toy/hopper", Path("x"), "offbench", pendulum, card), evaluate=True)
+        check_fit(ContinuousOnly, spec, Dataset("toy/hopper", Path("x"), "offbench", pendulum, card), protocol, evaluate=True)
 
 
 def test_dataset_path_without_card_trains_only_without_evaluation(pendulum, cli, tmp_path):
@@ -213,7 +218,7 @@ def test_dataset_path_without_card_trains_only_without_evaluation(pendulum, cli,
     path = tmp_path / "bare.h5"
     EpisodeStore.from_episodes([pendulum.episode(i) for i in range(4)], observation_space=pendulum.observation_space,
                                action_space=pendulum.action_space).save(path)
-    args = ["run", "baseline", "bc", "--dataset", path, "--config", CONFIGS / "bc-tiny.toml", "--out", tmp_path / "runs"]
+    args = ["run", "baseline", "bc", "--dataset", path, "--config", TRAINING_CONFIGS / "bc-tiny.toml", "--out", tmp_path / "runs"]
     code, _, err = cli(*args)
     assert code == 2 and "no dataset card with an [env]" in err and "eval_episodes=0" in err
     code, _, err = cli(*args, "--set", "eval_episodes=0", "--name", "bare")
