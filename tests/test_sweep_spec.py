@@ -126,3 +126,9 @@ def test_leaderboard_reference_sweeps_cover_their_benchmark(path):
     if missing:
         pytest.skip(f"baselines {missing} are not registered on this branch")
     check_configs(spec, runs)
+
+
+def test_per_baseline_protocol_pins_reach_each_baselines_runs():
+    spec = load_sweep(REPO / "leaderboards" / "d4rl-locomotion" / "sweep.toml")
+    episodes = {run.baseline: run.values["eval_episodes"] for run in spec.expand()}
+    assert episodes == {"bc": 10, "cql": 10, "iql": 10, "dt": 100}  # CORL's DT evaluates on 100 episodes
