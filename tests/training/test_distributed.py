@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from training_helpers import CONFIGS, offbench_command
+from helpers import TRAINING_CONFIGS as CONFIGS, offbench_command
 
 TINY = ["--config", CONFIGS / "bc-tiny.toml", "--set", "steps=100"]
 

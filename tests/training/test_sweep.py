@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from training_helpers import CONFIGS, offbench_command
+from helpers import TRAINING_CONFIGS as CONFIGS, offbench_command
 from offbench.sweep import runner
 from offbench.sweep.executors import Outcome
 from offbench.sweep.spec import load_sweep

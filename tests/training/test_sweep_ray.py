@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from training_helpers import CONFIGS
+from helpers import TRAINING_CONFIGS as CONFIGS, require_extra
 from offbench.sweep.spec import load_sweep
 
-ray = pytest.importorskip("ray", reason="the Ray executor needs the optional extra: pip install 'offbench[ray]'")
+ray = require_extra("ray", "ray")
 REPO = Path(__file__).resolve().parents[2]
 
 
