@@ -168,7 +168,8 @@ class RayExecutor:
         self.ray = require("ray", "ray")
         if not self.ray.is_initialized():
             try:
-                self.ray.init(address=address, include_dashboard=False, log_to_driver=False)
+                options = {"address": address} if address else {"include_dashboard": False}  # a new local cluster: no dashboard
+                self.ray.init(log_to_driver=False, **options)
             except ConnectionError as exc:
                 raise OffbenchError(f"--address {address}: cannot connect to a Ray cluster ({exc})") from None
         self.threads = threads or 1
