@@ -160,6 +160,10 @@ app.command("submit")(submit)
 app.add_typer(leaderboard_app, name="leaderboard")
 app.command("plot")(plot)
 
+from offbench.sweep.commands import sweep  # noqa: E402
+
+app.command("sweep")(sweep)
+
 
 @app.command()
 def quickstart(

@@ -149,6 +149,18 @@ def remove_stale_temporaries(folder: Path) -> list[Path]:
     return removed
 
 
+def die_with_parent() -> None:
+    """Have the kernel SIGKILL this process when its parent dies (Linux PR_SET_PDEATHSIG; elsewhere a
+    no-op), so a killed sweep or launcher leaves no orphan writing to a run directory. Use as a
+    Popen preexec_fn, or call it first thing in a child."""
+    import ctypes
+    import signal
+    import sys
+
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+
+
 def give_default_permissions(path: str | Path) -> None:
     """The mode a plain open()/mkdir() would have given (mkstemp and mkdtemp make files private, 0600/0700,
     which would leave a shared dataset folder unreadable to everyone else)."""

@@ -17,10 +17,6 @@
     episodes = 100
     [dataset_checksums]                   # optional pins of each dataset's content sha256
     "pendulum-scripted" = "..."
-    [populate]                            # how scripts/populate_leaderboards.py runs our own baselines
-    baselines = ["bc", "iql"]
-    seeds = [0, 1, 2]
-    set = ["key=value"]                   # extra `--set` options for `offbench run baseline`
     [[reported]]                          # published numbers shown beside ours, marked, never in our statistics
     label = "CQL"
     source = { paper = "...", table = "...", version = "...", url = "https://..." }   # url optional
@@ -73,7 +69,6 @@ class BenchmarkSpec:
     protocol: dict[str, Any]
     dataset_checksums: dict[str, str] = field(default_factory=dict)
     bootstrap_reps: int = BOOTSTRAP_REPS
-    populate: dict[str, Any] = field(default_factory=dict)
     reported: tuple[ReportedRow, ...] = ()
     path: Path | None = None
 
@@ -181,7 +176,6 @@ def spec_from_dict(name: str, data: dict[str, Any], path: Path | None = None) ->
         protocol=dict(protocol),
         dataset_checksums=dict(checksums),
         bootstrap_reps=reps,
-        populate=dict(data.get("populate", {})),
         reported=tuple(_reported_row(row, datasets, fail) for row in _reported_list(data.get("reported", []), fail)),
         path=path,
     )

@@ -28,34 +28,125 @@ def run_baseline(
     run_name: Optional[str] = typer.Option(None, "--name", help="Run directory name (default <baseline>-<dataset>-s<seed>-<time>)."),
     logger: Optional[str] = typer.Option(None, "--logger", help="Extra back-ends, comma-separated: tensorboard,wandb,mlflow."),
     resume: Optional[Path] = typer.Option(None, "--resume", help="Continue this run directory from its last checkpoint."),
+    nproc: int = typer.Option(1, "--nproc", min=1, help="Data-parallel processes on this machine (torchrun; gloo on CPU, NCCL on CUDA)."),
 ) -> None:
     """Train a baseline on a dataset, evaluate it on a schedule and track the run."""
-    from offbench.training.trainer import resume_run, start_run
+    from offbench.training import distributed
 
     if resume is not None:
         given = [flag for flag, value in (("--dataset", dataset), ("--config", config), ("--set", overrides), ("--seed", seed),
                                           ("--steps", steps), ("--name", run_name), ("--logger", logger)) if value]
         if given:
             raise OffbenchError(f"--resume continues {resume} with its own settings; drop {', '.join(given)}")
-        run, checkpoint = resume_run(resume, device)
-        if run.record["baseline"] != name:
-            raise OffbenchError(f"{resume}: is a '{run.record['baseline']}' run, not '{name}'")
+    elif dataset is None:
+        raise OffbenchError("--dataset is required (a dataset id or path)")
+    launch = distributed.launched()
+    processes = launch.world_size if launch else nproc
+    if launch is not None and nproc not in (1, launch.world_size):
+        raise OffbenchError(f"--nproc {nproc}: this command runs under torchrun with {launch.world_size} processes")
+    if resume is not None:
+        from offbench.tracking.run_dir import read_run_json
+
+        trained_with = read_run_json(resume).get("distributed", {}).get("world_size", 1)
+        if trained_with != processes:
+            raise OffbenchError(f"{resume}: trained with {trained_with} process(es); resume it with --nproc {trained_with}")
+    if launch is None and nproc > 1:
+        _check_divisible(name, dataset, config, overrides, steps, resume, nproc)
+        argv = [name, *(["--resume", str(resume)] if resume is not None else []), *_run_options(
+            dataset=dataset, config=config, seed=seed, steps=steps, device=device, out=out if resume is None else None, name=run_name,
+            logger=logger, overrides=overrides)]
+        raise typer.Exit(distributed.relaunch(nproc, ["run", "baseline", *argv]))
+    if launch is None:
+        run, checkpoint = _open(name, dataset, config, overrides, seed, steps, device, out, run_name, logger, resume)
     else:
-        if dataset is None:
-            raise OffbenchError("--dataset is required (a dataset id or path)")
-        run, checkpoint = start_run(
-            name, dataset, config, overrides, seed=seed or 0, steps=steps, device=device or "cpu", out=out, name=run_name, loggers=logger
-        ), None
-    console.print(f"run directory: {run.run_dir}", highlight=False)
+        run, checkpoint = _open_rank(launch, name, dataset, config, overrides, seed, steps, device, out, run_name, logger, resume)
+    if run.parallel.is_main:
+        console.print(f"run directory: {run.run_dir}", highlight=False)
     try:
         summary = run.train(checkpoint)
     except KeyboardInterrupt:
-        console.print(f"interrupted; continue with: offbench run baseline {name} --resume {run.run_dir}", highlight=False)
+        if run.parallel.is_main:
+            console.print(f"interrupted; continue with: offbench run baseline {name} --resume {run.run_dir}"
+                          + (f" --nproc {processes}" if processes > 1 else ""), highlight=False)
         raise typer.Exit(130) from None
+    finally:
+        if launch is not None:
+            distributed.leave()
+    if not run.parallel.is_main:
+        return
     final = summary["final"]
     if final is not None:
         metric = summary["score_metric"]
         console.print(f"final {metric}: {final[metric]:.4g} (step {final['step']})", highlight=False)
+
+
+def _check_divisible(name, dataset, config, overrides, steps, resume, nproc) -> None:
+    """The global batch splits evenly between the processes: checked before any process starts."""
+    if resume is not None:
+        from offbench.tracking.run_dir import read_run_json
+
+        batch_size = read_run_json(resume)["config"]["batch_size"]
+    else:
+        from offbench.baselines import get_baseline
+        from offbench.training.config import resolve_config
+
+        batch_size = resolve_config(get_baseline(name), dataset, config, [*overrides, *([f"steps={steps}"] if steps else [])]).train.batch_size
+    if batch_size % nproc:
+        raise OffbenchError(f"--nproc {nproc}: batch_size {batch_size} must be divisible by the {nproc} processes (each trains on an equal shard)")
+
+
+def _run_options(**options) -> list[str]:
+    """Command-line options back from their values (for the relaunch under torchrun)."""
+    args: list[str] = []
+    for key, value in options.items():
+        if key == "overrides":
+            args += [part for override in value for part in ("--set", override)]
+        elif value is not None:
+            args += [f"--{key}", str(value)]
+    return args
+
+
+def _open(name, dataset, config, overrides, seed, steps, device, out, run_name, logger, resume):
+    """(run, checkpoint): a new run, or the one at `resume` continued from its last checkpoint."""
+    from offbench.training.trainer import resume_run, start_run
+
+    if resume is not None:
+        run, checkpoint = resume_run(resume, device)
+        if run.record["baseline"] != name:
+            raise OffbenchError(f"{resume}: is a '{run.record['baseline']}' run, not '{name}'")
+        return run, checkpoint
+    return start_run(
+        name, dataset, config, overrides, seed=seed or 0, steps=steps, device=device or "cpu", out=out, name=run_name, loggers=logger
+    ), None
+
+
+def _open_rank(launch, name, dataset, config, overrides, seed, steps, device, out, run_name, logger, resume):
+    """Under torchrun: rank 0 starts (or resumes) the run and records the process count; the other ranks open
+    the run directory it made, read-only, once it is there."""
+    from offbench.training import distributed
+    from offbench.training.trainer import load_checkpoint, open_run
+    from offbench.tracking import run_dir as rd
+
+    parallel, device = distributed.join(launch, device or "cpu")
+    if parallel.is_main:
+        try:
+            run, checkpoint = _open(name, dataset, config, overrides, seed, steps, device, out, run_name, logger, resume)
+        except BaseException:
+            parallel.share(None)  # the others stop quietly; this rank reports the error
+            raise
+        if resume is None:
+            run.record["distributed"] = {"world_size": launch.world_size, "backend": "nccl" if device.startswith("cuda") else "gloo"}
+            rd.write_run_json(run.run_dir, {k: v for k, v in run.record.items() if k != "schema"})
+        parallel.share(str(run.run_dir))
+    else:
+        shared = parallel.share(None)
+        if shared is None:
+            distributed.leave()
+            raise typer.Exit(1)
+        run = open_run(Path(shared), device)
+        checkpoint = load_checkpoint(run.run_dir, run.device) if resume is not None else None
+    run.parallel = parallel
+    return run, checkpoint
 
 
 def evaluate_command(

@@ -30,6 +30,7 @@ from offbench.data.store import EpisodeStore
 from offbench.errors import OffbenchError
 from offbench.evaluation.policy import PolicyOptions
 from offbench.evaluation.protocols import EvaluationProtocol, EvaluationSetup, build_protocol, protocol_name, with_overrides
+from offbench.training.distributed import SingleProcess
 from offbench.training.config import ResolvedConfig, config_from_dict, dataset_slug, resolve_config
 from offbench.tracking import run_dir as rd
 from offbench.tracking.loggers import LocalFiles, Logger, open_loggers, parse_logger_names
@@ -169,6 +170,7 @@ class Run:
     spec: DatasetSpec
     device: torch.device
     loggers: list[str] = field(default_factory=list)
+    parallel: SingleProcess = field(default_factory=SingleProcess)  # a DataParallel rank under torchrun
 
     @property
     def seed(self) -> int:
@@ -215,38 +217,40 @@ class Run:
             baseline.sampler, self.dataset.store, self.config.train.batch_size, self.seed, device=str(self.device),
             **(baseline.sampler_options() if hasattr(baseline, "sampler_options") else {}),
         )
+        sampler = self.parallel.prepare(baseline, sampler, self.seed)
+        main = self.parallel.is_main  # the process that writes the run directory and evaluates
         state = LoopState()
         if checkpoint is not None:
             self.restore(baseline, checkpoint, sampler)
-            restore_rng_states(checkpoint["rng"])
+            restore_rng_states(self.parallel.own_rng(checkpoint["rng"]))
             state = LoopState(checkpoint["step"], checkpoint["time_s"], dict(checkpoint["loss_sums"]), checkpoint["loss_count"])
         resumed = bool(self.record.get("resumes"))
         # a resumed run cuts its files back to the checkpoint (to nothing if it died before the first one)
-        local = LocalFiles(self.run_dir, positions=(checkpoint["files"] if checkpoint else {}) if resumed else None)
-        backends = open_loggers(self.loggers, self.run_dir, self.run_dir.name, self.config.as_dict(), state.step if resumed else None)
-        all_loggers: list[Logger] = [local, *backends]
+        local = LocalFiles(self.run_dir, positions=(checkpoint["files"] if checkpoint else {}) if resumed else None) if main else None
+        backends = open_loggers(self.loggers, self.run_dir, self.run_dir.name, self.config.as_dict(), state.step if resumed else None) if main else []
+        all_loggers: list[Logger] = [local, *backends] if main else []
         completed = False
         try:
             self._loop(baseline, sampler, state, local, all_loggers)
-            summary = self.write_summary(state.elapsed)
+            summary = self.write_summary(state.elapsed) if main else {}
             completed = True
         finally:
             for logger in all_loggers:
                 logger.close(completed)
         return summary
 
-    def _loop(self, baseline, sampler, state: LoopState, local: LocalFiles, loggers: list[Logger]) -> None:
+    def _loop(self, baseline, sampler, state: LoopState, local: LocalFiles | None, loggers: list[Logger]) -> None:
         """Update, log, evaluate and checkpoint on the config's schedule, from `state.step` to the last step."""
         from offbench.utils import progress_bar
 
         train = self.config.train
-        protocol = self.protocol() if train.eval_episodes > 0 else None
+        protocol = self.protocol() if train.eval_episodes > 0 and self.parallel.is_main else None
         info = ""
         label = f"{self.baseline_cls.name} {self.dataset.id}"
-        with progress_bar(False, label, train.steps, unit="updates", completed=state.step, fields=("rate", "info")) as advance:
+        with progress_bar(not self.parallel.is_main, label, train.steps, unit="updates", completed=state.step, fields=("rate", "info")) as advance:
             clock, last_rate_step = time.perf_counter(), state.step
             for step in range(state.step + 1, train.steps + 1):
-                for key, value in baseline.update(sampler.sample()).items():
+                for key, value in self.parallel.mean(baseline.update(sampler.sample())).items():
                     state.loss_sums[key] = state.loss_sums.get(key, 0.0) + float(value)
                 state.loss_count += 1
                 state.step = step
@@ -283,13 +287,16 @@ class Run:
         last = records[-1]
         return f"eval {last['mean_return']:.1f}" + (f" @ {last['target_return']:g}" if isinstance(last["target_return"], (int, float)) else "")
 
-    def save_checkpoint(self, state: LoopState, elapsed: float, baseline, sampler, local: LocalFiles) -> None:
+    def save_checkpoint(self, state: LoopState, elapsed: float, baseline, sampler, local: LocalFiles | None) -> None:
+        rng = self.parallel.gather_rng(rng_states(self.device))  # every rank's, written by rank 0
+        if local is None:
+            return
         checkpoint = {
             "step": state.step,
             "time_s": elapsed,
             "baseline": baseline.state_dict(),
             "sampler": sampler.state_dict(),
-            "rng": rng_states(self.device),
+            "rng": rng,
             "loss_sums": state.loss_sums,
             "loss_count": state.loss_count,
             "files": local.positions(),

@@ -1,0 +1,134 @@
+"""Sweep specs: expansion (grid x random draws x seeds), stable names, the benchmark's protocol, and
+one-line errors naming the file; the leaderboards' own reference sweeps load and resolve."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from offbench.baselines import BASELINES
+from offbench.errors import OffbenchError
+from offbench.sweep.spec import check_configs, load_sweep
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def write(tmp_path: Path, text: str, name: str = "spec.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+BASE = 'baselines = ["bc", "iql"]\ndatasets = ["pendulum-scripted"]\nseeds = [0, 1]\n'
+
+
+def test_grid_crosses_every_value_and_names_are_stable(tmp_path):
+    spec = load_sweep(write(tmp_path, BASE + "[set]\neval_episodes = 2\n[grid]\nbatch_size = [16, 32]\nsteps = [10, 20, 30]\n"))
+    runs = spec.expand()
+    assert len(runs) == 2 * 6 * 2
+    assert {(r.values["batch_size"], r.values["steps"]) for r in runs} == {(b, s) for b in (16, 32) for s in (10, 20, 30)}
+    assert all(r.values["eval_episodes"] == 2 for r in runs)
+    assert len({r.name for r in runs}) == len(runs)
+    # the name depends on the run's own values only: a spec with one more seed and grid point keeps them
+    bigger = load_sweep(write(tmp_path, BASE.replace("[0, 1]", "[0, 1, 2]")
+                              + "[set]\neval_episodes = 2\n[grid]\nbatch_size = [16, 32, 64]\nsteps = [10, 20, 30]\n", "bigger.toml"))
+    assert {r.name for r in runs} < {r.name for r in bigger.expand()}
+    one = next(r for r in runs if r.baseline == "bc" and r.seed == 1 and r.values["batch_size"] == 32 and r.values["steps"] == 20)
+    assert one.name.startswith("bc-pendulum-scripted-") and one.name.endswith("-s1") and len(one.variant) == 8
+    assert sorted(one.overrides()) == ["batch_size=32", "eval_episodes=2", "steps=20"]
+
+
+def test_without_grid_or_draws_names_are_baseline_dataset_seed(tmp_path):
+    runs = load_sweep(write(tmp_path, BASE)).expand()
+    assert [r.name for r in runs] == ["bc-pendulum-scripted-s0", "bc-pendulum-scripted-s1", "iql-pendulum-scripted-s0", "iql-pendulum-scripted-s1"]
+
+
+def test_random_draws_are_reproducible_in_bounds_and_seed_dependent(tmp_path):
+    text = BASE + ("[random]\nsamples = 5\nseed = {seed}\nlr = {{ log_uniform = [1e-5, 1e-3] }}\nhidden_dim = {{ choice = [32, 64] }}\n"
+                   "num_layers = {{ int_uniform = [1, 3] }}\ndropout = {{ uniform = [0.0, 0.5] }}\n")
+    first = load_sweep(write(tmp_path, text.format(seed=0), "a.toml")).variants()
+    again = load_sweep(write(tmp_path, text.format(seed=0), "b.toml")).variants()
+    other = load_sweep(write(tmp_path, text.format(seed=1), "c.toml")).variants()
+    assert first == again and first != other and len(first) == 5
+    for draw in first:
+        assert 1e-5 <= draw["lr"] <= 1e-3 and draw["hidden_dim"] in (32, 64)
+        assert draw["num_layers"] in (1, 2, 3) and isinstance(draw["num_layers"], int) and 0 <= draw["dropout"] <= 0.5
+
+
+def test_grid_and_draws_cross(tmp_path):
+    spec = load_sweep(write(tmp_path, BASE + "[grid]\nbatch_size = [16, 32]\n[random]\nsamples = 3\nseed = 0\nlr = { uniform = [0.001, 0.002] }\n"))
+    variants = spec.variants()
+    assert len(variants) == 6 and len({v["lr"] for v in variants}) == 3
+
+
+def test_benchmark_gives_datasets_and_protocol(tmp_path):
+    spec = load_sweep(write(tmp_path, 'benchmark = "pendulum-scripted"\nbaselines = ["bc"]\nseeds = [0]\n'))
+    run, = spec.expand()
+    assert run.dataset == "pendulum-scripted" and run.values == {"eval_episodes": 10, "eval_every": 1000}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("baselines = [\n", "malformed TOML"),
+        (BASE + "colour = 1\n", "unknown key 'colour'"),
+        ('baselines = []\ndatasets = ["x"]\nseeds = [0]\n', "'baselines' must be a non-empty list of strings"),
+        ('baselines = ["bc"]\nseeds = [0]\n', "'datasets' must be a non-empty list of strings"),
+        ('baselines = ["bc"]\ndatasets = ["x"]\nseeds = [-1]\n', "'seeds' must be a non-empty list of integers"),
+        ('baselines = ["bc"]\ndatasets = ["x"]\nseeds = [0, 0]\n', "lists a seed twice"),
+        (BASE + "[grid]\nlr = []\n", "[grid] must map config keys to non-empty lists"),
+        (BASE + "[set]\nlr = 1\n[grid]\nlr = [1, 2]\n", "config key 'lr' is given in more than one"),
+        (BASE + "[random]\nseed = 0\nlr = { uniform = [0, 1] }\n", "[random] needs 'samples'"),
+        (BASE + "[random]\nsamples = 2\nseed = 0\nlr = { normal = [0, 1] }\n", "[random] 'lr' must be one of"),
+        (BASE + "[random]\nsamples = 2\nseed = 0\nlr = { log_uniform = [0, 1] }\n", "log_uniform needs [low, high]"),
+        (BASE + 'config = "missing.toml"\n', "does not exist"),
+        ('benchmark = "pendulum-scripted"\nbaselines = ["bc"]\nseeds = [0]\n[set]\neval_episodes = 3\n', "contradicts benchmark"),
+        ('benchmark = "pendulum-scripted"\nbaselines = ["bc"]\ndatasets = ["darkroom"]\nseeds = [0]\n', "not one of benchmark"),
+        ('benchmark = "nope"\nbaselines = ["bc"]\nseeds = [0]\n', "unknown benchmark 'nope'"),
+    ],
+)
+def test_bad_specs_are_one_line_errors_naming_the_file(tmp_path, text, message):
+    path = write(tmp_path, text)
+    with pytest.raises(OffbenchError) as info:
+        load_sweep(path).expand()
+    assert message in str(info.value) and "\n" not in str(info.value)
+    if "benchmark 'nope'" not in message:
+        assert str(path) in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (BASE.replace('"iql"', '"nope"'), "unknown baseline 'nope'"),
+        (BASE + "[grid]\nwidth = [1, 2]\n", "unknown config key 'width'"),
+        (BASE + "[set]\nbatch_size = \"big\"\n", "'batch_size' must be an integer"),
+    ],
+)
+def test_configs_are_checked_before_anything_runs(tmp_path, text, message):
+    path = write(tmp_path, text)
+    spec = load_sweep(path)
+    with pytest.raises(OffbenchError, match=message) as info:
+        check_configs(spec, spec.expand())
+    assert str(path) in str(info.value)
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "leaderboards").glob("*/sweep.toml")), ids=lambda p: p.parent.name)
+def test_leaderboard_reference_sweeps_cover_their_benchmark(path):
+    from offbench.leaderboard.spec import load_spec
+
+    spec = load_sweep(path)
+    assert spec.benchmark == path.parent.name and spec.name == path.parent.name
+    bench = load_spec(spec.benchmark)
+    runs = spec.expand()
+    assert {r.dataset for r in runs} == set(bench.datasets) and len(spec.seeds) >= bench.min_seeds
+    missing = [b for b in spec.baselines if b not in BASELINES]
+    if missing:
+        pytest.skip(f"baselines {missing} are not registered on this branch")
+    check_configs(spec, runs)
+
+
+def test_per_baseline_protocol_pins_reach_each_baselines_runs():
+    spec = load_sweep(REPO / "leaderboards" / "d4rl-locomotion" / "sweep.toml")
+    episodes = {run.baseline: run.values["eval_episodes"] for run in spec.expand()}
+    assert episodes == {"bc": 10, "cql": 10, "iql": 10, "dt": 100}  # CORL's DT evaluates on 100 episodes

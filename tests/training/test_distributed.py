@@ -1,0 +1,81 @@
+"""Data-parallel training on CPU with gloo and 2 processes: the loss curve equals a 1-process run with the
+same global batch (float tolerance), the run directory is written once, and a killed 2-process run resumes
+to the same numbers as an uninterrupted one."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import TRAINING_CONFIGS as CONFIGS, offbench_command
+
+TINY = ["--config", CONFIGS / "bc-tiny.toml", "--set", "steps=100"]
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def assert_same_curves(a: Path, b: Path, rel: float) -> None:
+    ma, mb = read_jsonl(a / "metrics.jsonl"), read_jsonl(b / "metrics.jsonl")
+    assert [m["step"] for m in ma] == [m["step"] for m in mb]
+    for x, y in zip(ma, mb):
+        assert x["actor_loss"] == pytest.approx(y["actor_loss"], rel=rel)
+    ea, eb = read_jsonl(a / "evaluations.jsonl"), read_jsonl(b / "evaluations.jsonl")
+    assert [e["step"] for e in ea] == [e["step"] for e in eb]
+    for x, y in zip(ea, eb):
+        assert x["returns"] == pytest.approx(y["returns"], rel=rel)
+
+
+def test_two_processes_follow_the_one_process_loss_curve(pendulum, cli, tmp_path):
+    base = ["run", "baseline", "bc", "--dataset", "pendulum-scripted", *TINY, "--out", tmp_path]
+    code, _, err = cli(*base, "--name", "one")
+    assert code == 0, err
+    code, _, err = cli(*base, "--name", "two", "--nproc", "2")
+    assert code == 0, err
+    assert_same_curves(tmp_path / "one", tmp_path / "two", rel=1e-6)
+    record = json.loads((tmp_path / "two" / "run.json").read_text())
+    assert record["distributed"] == {"world_size": 2, "backend": "gloo"} and record["config"]["batch_size"] == 32
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["one", "two"]  # rank 1 wrote no run directory of its own
+
+    code, _, err = cli("run", "baseline", "bc", "--resume", tmp_path / "two")
+    assert code == 2 and "trained with 2 process(es); resume it with --nproc 2" in err
+
+
+def test_batch_not_divisible_by_the_processes_is_a_one_line_error(pendulum, cli, tmp_path):
+    code, _, err = cli("run", "baseline", "bc", "--dataset", "pendulum-scripted", *TINY, "--set", "batch_size=33", "--out", tmp_path,
+                       "--nproc", "2")
+    assert code == 2 and err.count("\n") == 1
+    assert "--nproc 2: batch_size 33 must be divisible by the 2 processes" in err and not list(tmp_path.iterdir())
+
+
+@pytest.mark.slow  # three 2-process launches: ~40 s on a quiet 2-core machine
+def test_killed_two_process_run_resumes_to_the_same_numbers(pendulum, cli, tmp_path):
+    args = ["run", "baseline", "bc", "--dataset", "pendulum-scripted", "--config", CONFIGS / "bc-tiny.toml", "--out", tmp_path, "--nproc", "2",
+            "--set", "steps=1200", "--set", "log_every=50", "--set", "checkpoint_every=400", "--set", "eval_every=600"]
+    killed = subprocess.Popen(offbench_command(*args, "--name", "killed"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
+    metrics = tmp_path / "killed" / "metrics.jsonl"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        if metrics.exists() and any(json.loads(line)["step"] >= 700 for line in metrics.read_text().splitlines()[-3:] if line.endswith("}")):
+            break
+        time.sleep(0.01)
+    os.killpg(killed.pid, signal.SIGKILL)  # the launcher and torchrun; the ranks (own sessions) die with torchrun
+    killed.wait(timeout=30)
+    time.sleep(2)
+    assert not (tmp_path / "killed" / "summary.json").exists(), "the run finished before it could be killed"
+
+    code, _, err = cli("run", "baseline", "bc", "--resume", tmp_path / "killed", "--nproc", "2")
+    assert code == 0, err
+    code, _, err = cli(*args, "--name", "whole")
+    assert code == 0, err
+    assert [m["step"] for m in read_jsonl(metrics)] == list(range(50, 1201, 50))
+    assert_same_curves(tmp_path / "killed", tmp_path / "whole", rel=1e-9)
+    assert json.loads((tmp_path / "killed" / "run.json").read_text())["resumes"][0]["from_step"] in (400, 800)
