@@ -25,12 +25,13 @@ REFERENCES = {"UCB1": "ucb", "Thompson sampling": "thompson"}
 def reference_regret(env_spec: dict, tasks: list[dict], pulls: int, seed: int = 0) -> dict[str, np.ndarray]:
     """Mean over `tasks` of the cumulative pseudo-regret after each of `pulls` pulls, per reference algorithm."""
     from offbench.envs.benchmarks import make_batch_env
-    from offbench.generators.sources import ALGORITHMS, make_config
+    from offbench.generators.sources import ALGORITHMS, RowStreams, make_config
 
     curves = {}
     for name, algo in REFERENCES.items():
         env = make_batch_env(env_spec, tasks, seed=seed)
-        learner = ALGORITHMS[algo](env, pulls, np.random.default_rng(seed), make_config(algo, {}))
+        streams = RowStreams([np.random.default_rng(seed)], [env.num_envs])
+        learner = ALGORITHMS[algo](env, pulls, streams, make_config(algo, {}))
         rows, regret = np.arange(env.num_envs), np.zeros(pulls)
         env.reset()
         for pull in range(pulls):
@@ -38,7 +39,7 @@ def reference_regret(env_spec: dict, tasks: list[dict], pulls: int, seed: int = 
             actions = learner.act(states, np.full(env.num_envs, pull))
             _, rewards, terminated, _ = env.step(actions)
             regret[pull] = np.mean(env.optimal_returns - env.expected_rewards(rows, actions, rewards))
-            learner.update(states, actions, rewards, env.state_index(), terminated)
+            learner.update(rows * env.num_actions + actions, rewards, env.state_index(), terminated)  # one state per row
             env.reset()
         curves[name] = np.cumsum(regret)
     means = np.array([task["means"] for task in tasks], dtype=np.float64)
