@@ -62,16 +62,23 @@ def interval(values: list[float]) -> str:
     return f"{mean:.2f} ± {half:.2f}"
 
 
-def main(run_dirs: list[Path], resample: bool = typer.Option(False, help="also re-evaluate the last checkpoints with sampled actions")) -> None:
+def main(
+    run_dirs: list[Path],
+    resample: bool = typer.Option(False, help="also re-evaluate the last checkpoints with sampled actions"),
+    jobs: int = typer.Option(1, help="processes for --resample (one run each)"),
+) -> None:
     torch.set_num_threads(1)
+    run_dirs = [d for d in run_dirs if (d / "run.json").exists()]
+    resampled = {}
+    if resample:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(jobs) as pool:
+            resampled = dict(zip(run_dirs, pool.map(resampled_evaluation, run_dirs)))
     rows = []
     for run_dir in run_dirs:
-        if not (run_dir / "run.json").exists():
-            continue
         run = json.loads((run_dir / "run.json").read_text())
-        lines = [latest_evaluation(run_dir)]
-        if resample and (run_dir / "checkpoints").exists():
-            lines.append(resampled_evaluation(run_dir))
+        lines = [latest_evaluation(run_dir), resampled.get(run_dir)]
         mode = "greedy" if run["evaluation"].get("deterministic", True) else "sampled"
         for line, label in zip(lines, (f"{run['baseline']} ({mode})", f"{run['baseline']} (sampled, re-evaluated)")):
             if line is None:
