@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from training_helpers import CONFIGS
+from helpers import TRAINING_CONFIGS as CONFIGS
 from offbench.baselines import get_baseline
 
 
