@@ -5,6 +5,9 @@
 Bandits: cumulative regret after the last pull of each run's latest evaluation (held-out tasks), mean over seeds
 with a 95% interval (Student t over seeds), against Thompson sampling, UCB1 and random on the same tasks
 (`offbench.plotting.regret.reference_regret`); the target is AD's and DPT's regret <= 1.1 x Thompson sampling's.
+`--resample`: also re-evaluate each run's last checkpoint with sampled actions (`deterministic = false`) under the
+run's own in-context protocol (same tasks, same environment seed), for runs recorded with greedy actions: AD
+imitates Thompson sampling, a stochastic algorithm, and its greedy mode is not what it learnt.
 Grid worlds: return in the first in-context episode, mean of the last five, and the optimal return; the CPU
 target is last-five >= 3 x first and >= 50% of optimal.
 """
@@ -16,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import torch
 import typer
 from scipy import stats
 
@@ -29,6 +33,27 @@ def latest_evaluation(run_dir: Path) -> dict | None:
     return json.loads(lines[-1]) if lines else None
 
 
+def row_of(run: dict, line: dict, label: str) -> dict:
+    returns = line["in_context_returns"]
+    return {"dataset": run["dataset"]["id"], "baseline": label, "seed": run["seed"], "step": line["step"],
+            "regret": line["regret"], "first": returns[0], "last5": float(np.mean(returns[-5:])),
+            "optimal": line["optimal_return"], "bandit": max(line["lengths"]) == 1, "pulls": len(returns), "tasks": line["tasks"]}
+
+
+def resampled_evaluation(run_dir: Path) -> dict:
+    """The last checkpoint evaluated again by the run's protocol, actions sampled from the policy."""
+    from dataclasses import replace
+
+    from offbench.evaluation.protocols import build_protocol
+    from offbench.training.trainer import load_checkpoint, open_run
+
+    run = open_run(run_dir)
+    checkpoint = load_checkpoint(run.run_dir, run.device)
+    baseline = run.build_baseline()
+    baseline.load_state_dict(checkpoint["baseline"])
+    return build_protocol(replace(run.setup, deterministic=False)).evaluate(baseline, checkpoint["step"])[0]
+
+
 def interval(values: list[float]) -> str:
     mean = float(np.mean(values))
     if len(values) < 2:
@@ -37,20 +62,28 @@ def interval(values: list[float]) -> str:
     return f"{mean:.2f} ± {half:.2f}"
 
 
-def main(run_dirs: list[Path]) -> None:
+def main(
+    run_dirs: list[Path],
+    resample: bool = typer.Option(False, help="also re-evaluate the last checkpoints with sampled actions"),
+    jobs: int = typer.Option(1, help="processes for --resample (one run each)"),
+) -> None:
+    torch.set_num_threads(1)
+    run_dirs = [d for d in run_dirs if (d / "run.json").exists()]
+    resampled = {}
+    if resample:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(jobs) as pool:
+            resampled = dict(zip(run_dirs, pool.map(resampled_evaluation, run_dirs)))
     rows = []
     for run_dir in run_dirs:
-        if not (run_dir / "run.json").exists():
-            continue
         run = json.loads((run_dir / "run.json").read_text())
-        line = latest_evaluation(run_dir)
-        if line is None:
-            continue
-        returns = line["in_context_returns"]
-        rows.append({"dataset": run["dataset"]["id"], "baseline": run["baseline"], "seed": run["seed"], "step": line["step"],
-                     "regret": line["regret"], "first": returns[0], "last5": float(np.mean(returns[-5:])),
-                     "optimal": line["optimal_return"], "bandit": len(line["lengths"]) > 0 and max(line["lengths"]) == 1,
-                     "pulls": len(returns), "tasks": line["tasks"]})
+        lines = [latest_evaluation(run_dir), resampled.get(run_dir)]
+        mode = "greedy" if run["evaluation"].get("deterministic", True) else "sampled"
+        for line, label in zip(lines, (f"{run['baseline']} ({mode})", f"{run['baseline']} (sampled, re-evaluated)")):
+            if line is None:
+                continue
+            rows.append(row_of(run, line, label))
     frame = pd.DataFrame(rows)
     for dataset, part in frame.groupby("dataset", sort=True):
         print(f"\n### {dataset}")

@@ -197,7 +197,7 @@ class ADPolicy:
             for buffer in (self.observations, self.actions, self.rewards):
                 buffer[:, :keep] = buffer[:, steps - keep :].clone()
             self.count = keep
-        self.observations[:, self.count] = torch.as_tensor(np.asarray(observations), dtype=torch.float32, device=self.ad.device)
+        self.observations[:, self.count] = torch.tensor(np.asarray(observations), dtype=torch.float32, device=self.ad.device)
         self.count += 1
         window = (self.observations[:, : self.count], self.actions[:, : self.count], self.rewards[:, : self.count])
         with autocast(self.ad.device):
@@ -220,4 +220,4 @@ class ADPolicy:
 
     def observe(self, rewards: np.ndarray, dones: np.ndarray) -> None:
         """The step's reward joins the context; episode ends change nothing (AD's context crosses them)."""
-        self.rewards[:, self.count - 1] = torch.as_tensor(np.asarray(rewards), dtype=torch.float32, device=self.ad.device)
+        self.rewards[:, self.count - 1] = torch.tensor(np.asarray(rewards), dtype=torch.float32, device=self.ad.device)

@@ -163,7 +163,7 @@ class DPTPolicy:
         going = self.pending_length > 0  # s' of the previous step of an episode that goes on
         self.pending[self.rows[going], self.pending_length[going] - 1, obs_dim + 1 : 2 * obs_dim + 1] = flat[going]
         longest = int(self.context_length.max())
-        query = torch.as_tensor(flat, device=self.dpt.device).reshape(len(flat), *self.dpt.spec.observation_shape)
+        query = torch.tensor(flat, device=self.dpt.device).reshape(len(flat), *self.dpt.spec.observation_shape)
         with autocast(self.dpt.device):
             logits = self.model(query, *self._tensors(self.context[:, :longest]))
         logits = logits[torch.as_tensor(self.rows), torch.as_tensor(self.context_length)].float()
