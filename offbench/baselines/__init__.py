@@ -15,6 +15,8 @@ BASELINES: dict[str, str] = {
     "dt": "offbench.baselines.dt",
     "cql": "offbench.baselines.cql",
     "iql": "offbench.baselines.iql",
+    "moore-bc": "offbench.baselines.moore",
+    "moore-iql": "offbench.baselines.moore",
 }
 
 
