@@ -17,6 +17,8 @@ BASELINES: dict[str, str] = {
     "iql": "offbench.baselines.iql",
     "moore-bc": "offbench.baselines.moore",
     "moore-iql": "offbench.baselines.moore",
+    "prompt-dt": "offbench.baselines.prompt_dt",
+    "harmodt": "offbench.baselines.harmodt",
 }
 
 

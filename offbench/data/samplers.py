@@ -303,6 +303,10 @@ class SegmentSampler(_StoreSampler):
         else:
             episode = self.rng.integers(0, len(self.starts) - 1, self.batch_size)
             last = self.rng.integers(self.starts[episode], self.starts[episode + 1])
+        return self.segments(last, episode)
+
+    def segments(self, last: np.ndarray, episode: np.ndarray) -> dict[str, torch.Tensor]:
+        """The batch of segments ending at steps `last` (of episodes `episode`), rows in step order."""
         order = np.argsort(last, kind="stable")  # front-to-back reads on a memory-mapped file
         last, first = last[order], self.starts[episode[order]]
 
@@ -327,6 +331,99 @@ class SegmentSampler(_StoreSampler):
             "mask": self.tensor(mask),
         }
         return self.with_task_ids(batch, last)
+
+
+@register_sampler("prompt_segments")
+class PromptSegmentSampler(SegmentSampler):
+    """`segments`, each with a Prompt-DT prompt (Xu et al. 2022): a short piece of a demonstration of its task.
+
+    A task's demonstrations are its `prompt_pool` highest-return episodes (ties: the earlier episode). A prompt is
+    `prompt_length` steps of one of them, from step max(0, T - prompt_length - 1) of its T steps, as HarmoDT's
+    `get_prompt` cuts it (charleshsc/HarmoDT prompt_dt/prompt_utils.py): the end of the episode, where the task is
+    solved. Each row's prompt comes from a demonstration drawn uniformly (Prompt-DT's stochastic prompt); the
+    batch also carries every task's evaluation prompt (from its best episode) under `task_prompt_*`, so the
+    baseline keeps it with its state. Extra keys: prompt_{observations, actions, returns_to_go, timesteps, mask}
+    (B, P, ..) and task_prompt_* (num_tasks, P, ..); returns-to-go are raw sums from the prompt step to the
+    episode's end, times `reward_scale`; short episodes are left-padded (mask False).
+
+    `one_task_per_batch`: batch k holds rows of task k mod num_tasks only (HarmoDT's round robin, one task per
+    iteration), segment ends uniform over that task's steps.
+    """
+
+    def __init__(
+        self,
+        store: EpisodeStore,
+        batch_size: int,
+        seed: int,
+        device: str | torch.device = "cpu",
+        *,
+        segment_length: int = 20,
+        prompt_length: int = 5,
+        prompt_pool: int = 5,
+        one_task_per_batch: bool = False,
+        sample_by: str = "step",
+        reward_scale: float = 1.0,
+        normalise: Normalisation | None = None,
+    ):
+        super().__init__(store, batch_size, seed, device, segment_length=segment_length, sample_by=sample_by, reward_scale=reward_scale, normalise=normalise)
+        if self.task_ids is None:
+            raise OffbenchError(f"{self.where}prompt_segments needs a 'task_id' column (a multi-task dataset); this dataset has none")
+        if int(prompt_length) < 1 or int(prompt_pool) < 1:
+            raise OffbenchError(f"prompt_length and prompt_pool must be at least 1, got {prompt_length} and {prompt_pool}")
+        if one_task_per_batch and sample_by != "step":
+            raise OffbenchError("one_task_per_batch draws segment ends uniformly over the task's steps: use sample_by='step'")
+        self.prompt_length, self.one_task_per_batch, self.batches = int(prompt_length), bool(one_task_per_batch), 0
+        episode_task = np.asarray(self.task_ids)[self.starts[:-1]]
+        self.num_tasks = int(episode_task.max()) + 1
+        returns = np.add.reduceat(self.rewards.astype(np.float64), self.starts[:-1])
+        pools = []
+        for task in range(self.num_tasks):
+            episodes = np.flatnonzero(episode_task == task)
+            if len(episodes) == 0:
+                raise OffbenchError(f"{self.where}task {task} has no episodes (task ids must be 0..{self.num_tasks - 1})")
+            best_first = episodes[np.lexsort((episodes, -returns[episodes]))][: int(prompt_pool)]
+            pools.append(np.resize(best_first, int(prompt_pool)))  # a task with fewer episodes repeats its best
+        self.pools = np.stack(pools)  # (num_tasks, pool) episode ids, best first
+        self.task_steps = [np.flatnonzero(self.task_ids == task) for task in range(self.num_tasks)] if one_task_per_batch else None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "batches": self.batches}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.batches = int(state["batches"])
+
+    def prompts(self, episodes: np.ndarray) -> dict[str, np.ndarray]:
+        """Prompt arrays (N, P, ..) cut from `episodes` (N,)."""
+        first, end = self.starts[episodes], self.starts[episodes + 1]
+        start = np.maximum(first, end - self.prompt_length - 1)
+        index = start[:, None] + np.arange(self.prompt_length)
+        shift = np.maximum(index[:, -1] - (end - 1), 0)  # episodes shorter than P + 1 steps: left-pad
+        index = index - shift[:, None]
+        mask = index >= first[:, None]
+        index = np.maximum(index, first[:, None])
+        observations = self.observation_array(self.gather(self.observations, index))
+        observations[~mask] = 0.0
+        actions = self.gather(self.actions, index).astype(self.action_dtype, copy=False)
+        actions[~mask] = 0
+        rtg = self.gather(self.reward_and_rtg[:, 1], index) * np.float32(self.reward_scale)
+        rtg[~mask] = 0.0
+        return {"observations": observations, "actions": actions, "returns_to_go": rtg, "timesteps": np.where(mask, index - first[:, None], 0), "mask": mask}
+
+    def sample(self) -> dict[str, torch.Tensor]:
+        if self.one_task_per_batch:
+            steps = self.task_steps[self.batches % self.num_tasks]
+            last = steps[self.rng.integers(0, len(steps), self.batch_size)]
+            batch = self.segments(last, self.episode_of(last))
+        else:
+            batch = super().sample()
+        self.batches += 1
+        tasks = batch["task_ids"].cpu().numpy()
+        chosen = self.pools[tasks, self.rng.integers(0, self.pools.shape[1], len(tasks))]
+        for prefix, episodes in (("prompt_", chosen), ("task_prompt_", self.pools[:, 0])):
+            for key, value in self.prompts(episodes).items():
+                batch[prefix + key] = self.tensor(value, np.int64 if key == "timesteps" else None)
+        return batch
 
 
 # ----------------------------------------------------------------------------- Algorithm Distillation windows
