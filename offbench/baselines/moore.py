@@ -135,6 +135,7 @@ class MooreBC:
     sampler = "transitions"
     action_kinds = ("continuous", "discrete")
     evaluation_protocols = ("multi-task",)
+    return_conditioned = False
 
     def __init__(self, config: MooreBCConfig, spec: DatasetSpec, device: str | torch.device = "cpu"):
         multi_task_spec(spec, self.name)
@@ -225,6 +226,7 @@ class MooreIQL:
     sampler = "transitions"
     action_kinds = ("continuous", "discrete")
     evaluation_protocols = ("multi-task",)
+    return_conditioned = False
 
     def __init__(self, config: MooreIQLConfig, spec: DatasetSpec, device: str | torch.device = "cpu"):
         multi_task_spec(spec, self.name)

@@ -17,7 +17,7 @@ reproducible and resumes identically.
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Callable, Iterable
 
 import torch
 
@@ -34,6 +34,13 @@ def check_gradient_mode(mode: str, baseline: str) -> None:
 def per_task_losses(losses: torch.Tensor, task_ids: torch.Tensor) -> list[torch.Tensor]:
     """The mean of the per-row `losses` over the rows of each task present in the batch (task-id order)."""
     return [losses[task_ids == t].mean() for t in torch.unique(task_ids)]
+
+
+def task_losses(loss_fn: Callable[[dict[str, torch.Tensor]], torch.Tensor], batch: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+    """`loss_fn` (a baseline's batch loss) on each task's rows of `batch`, task-id order: the hook that gives any
+    multi-task baseline PCGrad without a per-row loss. Every tensor of the batch is split by rows."""
+    task_ids = batch["task_ids"]
+    return [loss_fn({key: value[task_ids == t] for key, value in batch.items()}) for t in torch.unique(task_ids)]
 
 
 def project_conflicting(gradients: torch.Tensor) -> torch.Tensor:

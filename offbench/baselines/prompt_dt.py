@@ -118,6 +118,7 @@ class PromptDT:
     sampler = "prompt_segments"
     action_kinds = ("continuous", "discrete")
     evaluation_protocols = ("multi-task",)
+    return_conditioned = True  # evaluated per target return (Config.target_returns; none: each task's best return)
     one_task_per_batch = False
 
     def __init__(self, config: PromptDTConfig, spec: DatasetSpec, device: str | torch.device = "cpu"):
@@ -202,7 +203,7 @@ class PromptDTPolicy:
             raise OffbenchError(f"{dt.name} acts with the task id of every env row and a target return (PolicyOptions)")
         if not dt.task_prompts:
             raise OffbenchError(f"{dt.name}: no evaluation prompts yet (the baseline has not seen a batch)")
-        self.dt, self.target_return = dt, float(target_return)
+        self.dt, self.target_return = dt, np.asarray(target_return, dtype=np.float32)  # one number, or one per row
         self.task_ids = torch.as_tensor(np.asarray(task_ids), dtype=torch.long, device=dt.device)
 
     def reset(self, num_envs: int) -> None:
@@ -216,7 +217,7 @@ class PromptDTPolicy:
             "timesteps": torch.zeros(num_envs, k, dtype=torch.long, device=device),
             "mask": torch.zeros(num_envs, k, dtype=torch.bool, device=device),
         }
-        self.remaining = torch.full((num_envs,), self.target_return, device=device)
+        self.remaining = torch.tensor(np.broadcast_to(self.target_return, (num_envs,)).copy(), device=device)  # raw return still to collect
         self.step = torch.zeros(num_envs, dtype=torch.long, device=device)
 
     @torch.no_grad()
