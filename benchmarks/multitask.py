@@ -122,26 +122,34 @@ def command_table(args: argparse.Namespace) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- speed
+def budget_baseline(label: str, dataset: str, spec):
+    """A fresh baseline of a method with its budget config for `dataset` (seeded), and the resolved config."""
+    import torch
+
+    from offbench.baselines import get_baseline
+    from offbench.training.config import resolve_config
+
+    name, overrides = METHODS[label]
+    cls = get_baseline(name)
+    config = resolve_config(cls, dataset, BUDGETS / f"{name}-cpu.toml", list(overrides))
+    torch.manual_seed(0)
+    return cls(config.baseline, spec), config
+
+
 def command_speed(args: argparse.Namespace) -> None:
     """Updates/s of every method's budget config on one dataset, one torch thread, in this process."""
     import torch
 
     import offbench
-    from offbench.baselines import get_baseline
     from offbench.baselines.base import DatasetSpec
     from offbench.data.samplers import make_sampler
-    from offbench.training.config import resolve_config
 
     torch.set_num_threads(1)
     store = offbench.load(args.dataset)
     spec = DatasetSpec.from_store(store)
     print(f"| method | batch | updates/s ({args.dataset}, 1 thread) |\n|---|---|---|")
     for label in args.methods:
-        name, overrides = METHODS[label]
-        cls = get_baseline(name)
-        config = resolve_config(cls, args.dataset, BUDGETS / f"{name}-cpu.toml", list(overrides))
-        torch.manual_seed(0)
-        baseline = cls(config.baseline, spec)
+        baseline, config = budget_baseline(label, args.dataset, spec)
         options = baseline.sampler_options() if hasattr(baseline, "sampler_options") else {}
         sampler = make_sampler(baseline.sampler, store, config.train.batch_size, 0, **options)
         for _ in range(5):
@@ -159,12 +167,10 @@ def command_evaluation_cost(args: argparse.Namespace) -> None:
     import torch
 
     import offbench
-    from offbench.baselines import get_baseline
     from offbench.baselines.base import DatasetSpec
     from offbench.data.cards import get_card
     from offbench.envs.multitask import evaluate_tasks
     from offbench.evaluation.policy import PolicyOptions
-    from offbench.training.config import resolve_config
 
     torch.set_num_threads(1)
     card = get_card(args.dataset)
@@ -193,16 +199,12 @@ def command_evaluation_cost(args: argparse.Namespace) -> None:
     print(f"| policy | seconds | env steps | ratio to env stepping |\n|---|---|---|---|")
     print(f"| fixed action (environments only) | {base_seconds:.1f} | {base_steps} | 1.00 |")
     for label in args.methods:
-        name, overrides = METHODS[label]
-        cls = get_baseline(name)
-        config = resolve_config(cls, args.dataset, BUDGETS / f"{name}-cpu.toml", list(overrides))
-        torch.manual_seed(0)
-        baseline = cls(config.baseline, spec)
+        baseline, _ = budget_baseline(label, args.dataset, spec)
         if hasattr(baseline, "task_prompts"):  # a prompted policy needs the prompts one batch carries
             from offbench.data.samplers import make_sampler
 
             baseline.keep_task_prompts(make_sampler(baseline.sampler, store, 2, 0, **baseline.sampler_options()).sample())
-        target = float(store.episode_returns().max()) if getattr(cls, "return_conditioned", False) else None
+        target = float(store.episode_returns().max()) if getattr(baseline, "return_conditioned", False) else None
 
         def policy_for(lanes, envs):
             return baseline.policy(PolicyOptions(task_ids=np.array([lane.task_id for lane in lanes]), target_return=target))

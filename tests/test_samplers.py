@@ -32,7 +32,7 @@ def history_store():
 
 
 def test_registry_has_every_kind():
-    assert set(SAMPLERS) == {"transitions", "segments", "ad_windows", "dpt"}
+    assert set(SAMPLERS) == {"transitions", "segments", "prompt_segments", "ad_windows", "dpt"}
 
 
 # ----------------------------------------------------------------------------- transitions
@@ -246,10 +246,16 @@ def test_dpt_needs_label_column():
 
 @pytest.mark.parametrize(
     "kind, opts",
-    [("transitions", {}), ("segments", {"segment_length": 3}), ("ad_windows", {"window_length": 4}), ("dpt", {"context_size": 3})],
+    [
+        ("transitions", {}), ("segments", {"segment_length": 3}), ("ad_windows", {"window_length": 4}), ("dpt", {"context_size": 3}),
+        ("prompt_segments", {"segment_length": 3, "prompt_length": 2, "one_task_per_batch": True}),
+    ],
 )
 def test_same_seed_same_batches_and_state_dict_resumes_the_stream(kind, opts):
     store = dpt_store()
+    if kind == "prompt_segments":  # task ids 0..T-1, as multi-task data numbers them
+        tasks = iter([0, 0, 1, 1, 0])
+        store = make_store(episode_lengths=(4, 6, 3, 5, 4), terminal_last=(False,) * 5, task_id=lambda n, t=tasks: np.full(n, next(t), np.int64))
     a = make_sampler(kind, store, 16, seed=5, **opts)
     b = make_sampler(kind, store, 16, seed=5, **opts)
     other = make_sampler(kind, store, 16, seed=6, **opts)

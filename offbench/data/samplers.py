@@ -309,28 +309,31 @@ class SegmentSampler(_StoreSampler):
         """The batch of segments ending at steps `last` (of episodes `episode`), rows in step order."""
         order = np.argsort(last, kind="stable")  # front-to-back reads on a memory-mapped file
         last, first = last[order], self.starts[episode[order]]
+        steps = self.padded_steps(last[:, None] + self.offsets, first)
+        batch = {key: self.tensor(value, np.int64 if key == "timesteps" else None) for key, value in steps.items()}
+        return self.with_task_ids(batch, last)
 
-        index = last[:, None] + self.offsets  # (B, K)
+    def padded_steps(self, index: np.ndarray, first: np.ndarray) -> dict[str, np.ndarray]:
+        """Steps at `index` (N, L) of episodes starting at `first` (N,); slots before the episode are padding
+        (zeros, mask False). Returns observations, actions, rewards, returns_to_go, timesteps (from 0 at the
+        episode's first step) and mask, as NumPy arrays."""
         mask = index >= first[:, None]
         index = np.maximum(index, first[:, None])  # padded slots read the first step, then are zeroed
         pad = ~mask
-
         observations = self.observation_array(self.gather(self.observations, index))
         observations[pad] = 0.0
         actions = self.gather(self.actions, index).astype(self.action_dtype, copy=False)
         actions[pad] = 0
         reward_and_rtg = self.gather(self.reward_and_rtg, index) * np.float32(self.reward_scale)
         reward_and_rtg[pad] = 0.0
-        timesteps = np.where(mask, index - first[:, None], 0)
-        batch = {
-            "observations": self.tensor(observations),
-            "actions": self.tensor(actions),
-            "rewards": self.tensor(reward_and_rtg[..., 0]),
-            "returns_to_go": self.tensor(reward_and_rtg[..., 1]),
-            "timesteps": self.tensor(timesteps, np.int64),
-            "mask": self.tensor(mask),
+        return {
+            "observations": observations,
+            "actions": actions,
+            "rewards": reward_and_rtg[..., 0],
+            "returns_to_go": reward_and_rtg[..., 1],
+            "timesteps": np.where(mask, index - first[:, None], 0),
+            "mask": mask,
         }
-        return self.with_task_ids(batch, last)
 
 
 @register_sampler("prompt_segments")
@@ -396,19 +399,9 @@ class PromptSegmentSampler(SegmentSampler):
     def prompts(self, episodes: np.ndarray) -> dict[str, np.ndarray]:
         """Prompt arrays (N, P, ..) cut from `episodes` (N,)."""
         first, end = self.starts[episodes], self.starts[episodes + 1]
-        start = np.maximum(first, end - self.prompt_length - 1)
-        index = start[:, None] + np.arange(self.prompt_length)
-        shift = np.maximum(index[:, -1] - (end - 1), 0)  # episodes shorter than P + 1 steps: left-pad
-        index = index - shift[:, None]
-        mask = index >= first[:, None]
-        index = np.maximum(index, first[:, None])
-        observations = self.observation_array(self.gather(self.observations, index))
-        observations[~mask] = 0.0
-        actions = self.gather(self.actions, index).astype(self.action_dtype, copy=False)
-        actions[~mask] = 0
-        rtg = self.gather(self.reward_and_rtg[:, 1], index) * np.float32(self.reward_scale)
-        rtg[~mask] = 0.0
-        return {"observations": observations, "actions": actions, "returns_to_go": rtg, "timesteps": np.where(mask, index - first[:, None], 0), "mask": mask}
+        last = np.minimum(np.maximum(first, end - self.prompt_length - 1) + self.prompt_length, end) - 1
+        steps = self.padded_steps(last[:, None] + np.arange(1 - self.prompt_length, 1), first)  # short episodes: left-padded
+        return {key: value for key, value in steps.items() if key != "rewards"}
 
     def sample(self) -> dict[str, torch.Tensor]:
         if self.one_task_per_batch:

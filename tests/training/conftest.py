@@ -10,22 +10,34 @@ import pytest
 
 
 
-@pytest.fixture(scope="session")
-def pendulum_home(tmp_path_factory) -> Path:
-    """An OFFBENCH_HOME holding pendulum-scripted, generated once for all training tests."""
-    home = tmp_path_factory.mktemp("pendulum_home")
+def generated_home(tmp_path_factory, name: str, *datasets: str) -> Path:
+    """A fresh OFFBENCH_HOME holding `datasets` (generated from their recipes)."""
+    home = tmp_path_factory.mktemp(name)
     old = os.environ.get("OFFBENCH_HOME")
     os.environ["OFFBENCH_HOME"] = str(home)
     try:
         import offbench
 
-        offbench.load("pendulum-scripted")
+        for dataset in datasets:
+            offbench.load(dataset)
     finally:
         if old is None:
             del os.environ["OFFBENCH_HOME"]
         else:
             os.environ["OFFBENCH_HOME"] = old
     return home
+
+
+@pytest.fixture(scope="session")
+def pendulum_home(tmp_path_factory) -> Path:
+    """An OFFBENCH_HOME holding pendulum-scripted, generated once for all training tests."""
+    return generated_home(tmp_path_factory, "pendulum_home", "pendulum-scripted")
+
+
+@pytest.fixture(scope="session")
+def multitask_home(tmp_path_factory) -> Path:
+    """An OFFBENCH_HOME holding the tiny Meta-World (continuous) and MiniGrid (discrete) multi-task datasets."""
+    return generated_home(tmp_path_factory, "multitask_home", "metaworld/tiny-near-optimal", "minigrid/tiny-near-optimal")
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ evaluation under the task's own mask), Prompt-DT's prompts, and that every one o
 
 from __future__ import annotations
 
-import os
 import types
 
 import numpy as np
@@ -23,24 +22,6 @@ from training_helpers import CONFIGS
 
 TINY = ("metaworld/tiny-near-optimal", "minigrid/tiny-near-optimal")  # continuous, discrete
 MULTI_TASK = ("moore-bc", "moore-iql", "prompt-dt", "harmodt")
-
-
-@pytest.fixture(scope="session")
-def multitask_home(tmp_path_factory):
-    home = tmp_path_factory.mktemp("multitask_home")
-    old = os.environ.get("OFFBENCH_HOME")
-    os.environ["OFFBENCH_HOME"] = str(home)
-    try:
-        import offbench
-
-        for dataset in TINY:
-            offbench.load(dataset)
-    finally:
-        if old is None:
-            del os.environ["OFFBENCH_HOME"]
-        else:
-            os.environ["OFFBENCH_HOME"] = old
-    return home
 
 
 @pytest.fixture
