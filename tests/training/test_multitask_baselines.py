@@ -213,3 +213,42 @@ def test_multitask_baselines_refuse_a_single_task_spec(tiny):
             cls(cls.Config(), single)
     with pytest.raises(OffbenchError, match="gradient"):
         get_baseline("harmodt")(get_baseline("harmodt").Config(gradient="pcgrad"), spec)
+
+
+# ---------------------------------------------------------------------------------------------- runs
+def metrics(run_dir) -> list[dict]:
+    import json
+
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in line.items() if k != "time_s"} for line in lines]
+
+
+@pytest.mark.parametrize("name, stop_at", [("harmodt", 27), ("moore-bc", 33)])
+def test_multitask_runs_repeat_and_resume_to_the_same_numbers(multitask_home, monkeypatch, cli, tmp_path, name, stop_at):
+    """Same seed, same numbers; Ctrl-C after the step-20 checkpoint and --resume end like the whole run (HarmoDT:
+    masks, iteration count and each task's latest batch restored; MOORE-BC with PCGrad: its random task order)."""
+    monkeypatch.setenv("OFFBENCH_HOME", str(multitask_home))
+    args = ["run", "baseline", name, "--dataset", "metaworld/tiny-near-optimal", "--config", CONFIGS / f"{name}-tiny.toml", "--out", tmp_path]
+    if name == "moore-bc":
+        args += ["--set", 'gradient="pcgrad"']
+    for run in ("whole", "again"):
+        code, _, err = cli(*args, "--name", run)
+        assert code == 0, err
+    assert metrics(tmp_path / "whole") == metrics(tmp_path / "again")
+    cls = get_baseline(name)
+    update, calls = cls.update, []
+
+    def interrupted_update(self, batch):
+        calls.append(1)
+        if len(calls) == stop_at:
+            raise KeyboardInterrupt
+        return update(self, batch)
+
+    monkeypatch.setattr(cls, "update", interrupted_update)
+    code, out, _ = cli(*args, "--name", "cut")
+    assert code == 130 and "--resume" in out
+    monkeypatch.setattr(cls, "update", update)
+    code, _, err = cli("run", "baseline", name, "--resume", tmp_path / "cut")
+    assert code == 0, err
+    assert metrics(tmp_path / "cut") == metrics(tmp_path / "whole")
+    assert (tmp_path / "cut" / "evaluations.jsonl").read_text() == (tmp_path / "whole" / "evaluations.jsonl").read_text()
