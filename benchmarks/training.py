@@ -50,6 +50,7 @@ import offbench  # noqa: E402
 from offbench.baselines import get_baseline  # noqa: E402
 from offbench.baselines.base import DatasetSpec  # noqa: E402
 from offbench.data.samplers import make_sampler  # noqa: E402
+from offbench.evaluation.policy import PolicyOptions  # noqa: E402
 from offbench.training.config import parse_override  # noqa: E402
 
 DATASET = "pendulum-scripted"
@@ -197,7 +198,7 @@ def run_offbench(algo: str, config: dict[str, Any], store, spec: DatasetSpec, se
     for _ in range(steps):
         baseline.update(sampler.sample())
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-    policy = baseline.policy(target_return=config["target_returns"][0]) if algo == "dt" else baseline.policy()
+    policy = baseline.policy(PolicyOptions(target_return=config["target_returns"][0] if algo == "dt" else None))
     return {"cpu_s": cpu, "wall_s": wall, "returns": evaluate(policy, episodes)}
 
 

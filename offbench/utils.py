@@ -51,3 +51,16 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
 
 def atomic_write_json(path: str | Path, data: Any) -> Path:
     return atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n")
+
+
+def progress_bar(*extra_fields: str):
+    """The rich progress bar of long commands, on stderr: description, bar, n/total, elapsed and remaining time,
+    then one text column per name in `extra_fields` (each task sets them as fields: `add_task(..., rate="")`)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    return Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
+        *(TextColumn(f"{{task.fields[{name}]}}") for name in extra_fields),
+        console=Console(stderr=True),
+    )

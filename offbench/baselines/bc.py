@@ -1,4 +1,5 @@
 """Behaviour cloning: an MLP actor regressed onto the dataset's actions (the reference row of every table).
+On a multi-task card it is MTBC: the task id's one-hot is appended to the normalised observation.
 
 Reference: CORL, algorithms/offline/any_percent_bc.py (Actor 2 x 256 ReLU + tanh * max_action, Adam
 3e-4, batch 256, MSE, states normalised with eps 1e-3), trained on all the data (CORL's "BC"; its
@@ -15,8 +16,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from offbench.baselines.base import DatasetSpec
-from offbench.baselines.nets import BoundedActions, FeedForwardPolicy, ObservationNormalizer, flat_observation_dim, mlp
+from offbench.baselines.base import SINGLE_AND_MULTI_TASK, DatasetSpec
+from offbench.baselines.nets import BoundedActions, ObservationNormalizer, flat_observation_dim, mlp, task_input_dim, with_task_onehot
+from offbench.errors import OffbenchError
+from offbench.evaluation.policy import MarkovPolicy, PolicyOptions
 
 
 @dataclass
@@ -31,12 +34,13 @@ class Actor(nn.Module):
     def __init__(self, config: BCConfig, spec: DatasetSpec):
         super().__init__()
         self.normalize = ObservationNormalizer(spec, eps=1e-3, enabled=config.normalize_observations)
-        self.net = mlp(flat_observation_dim(spec), config.hidden_dim, config.num_layers, spec.action_dim)
+        self.num_tasks = spec.num_tasks
+        self.net = mlp(flat_observation_dim(spec) + task_input_dim(spec), config.hidden_dim, config.num_layers, spec.action_dim)
         self.bound = nn.Identity() if spec.discrete else BoundedActions(spec)
 
-    def forward(self, observations: torch.Tensor) -> torch.Tensor:
+    def forward(self, observations: torch.Tensor, task_ids: torch.Tensor | None = None) -> torch.Tensor:
         """Actions (continuous) or logits (discrete)."""
-        return self.bound(self.net(self.normalize(observations)))
+        return self.bound(self.net(with_task_onehot(self.normalize(observations), task_ids, self.num_tasks)))
 
 
 class BC:
@@ -44,6 +48,8 @@ class BC:
     Config = BCConfig
     sampler = "transitions"
     action_kinds = ("continuous", "discrete")
+    evaluation_protocols = SINGLE_AND_MULTI_TASK
+    return_conditioned = False
 
     def __init__(self, config: BCConfig, spec: DatasetSpec, device: str | torch.device = "cpu"):
         self.config, self.spec, self.device = config, spec, torch.device(device)
@@ -51,7 +57,7 @@ class BC:
         self.optimizer = torch.optim.Adam(self.actor.parameters(), lr=config.learning_rate)
 
     def loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        output = self.actor(batch["observations"])
+        output = self.actor(batch["observations"], batch.get("task_ids"))
         if self.spec.discrete:
             return F.cross_entropy(output, batch["actions"].long())
         return F.mse_loss(output, batch["actions"].reshape(output.shape))
@@ -64,13 +70,16 @@ class BC:
         self.optimizer.step()
         return {"actor_loss": loss.item()}
 
-    def act(self, observations: torch.Tensor) -> torch.Tensor:
+    def act(self, observations: torch.Tensor, task_ids: torch.Tensor | None = None) -> torch.Tensor:
         self.actor.eval()
-        output = self.actor(observations)
+        output = self.actor(observations, task_ids)
         return output.argmax(dim=-1) if self.spec.discrete else output
 
-    def policy(self) -> FeedForwardPolicy:
-        return FeedForwardPolicy(self.act, self.spec, self.device)
+    def policy(self, options: PolicyOptions = PolicyOptions()) -> MarkovPolicy:
+        """The actor's action (greedy for discrete actions): BC's regression has no distribution to sample from."""
+        if not options.deterministic:
+            raise OffbenchError("bc evaluates deterministically only (drop eval_deterministic=false)")
+        return MarkovPolicy(self.act, self.spec.action_space, self.device, options)
 
     def state_dict(self) -> dict[str, Any]:
         return {"actor": self.actor.state_dict(), "optimizer": self.optimizer.state_dict()}

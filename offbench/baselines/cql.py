@@ -32,12 +32,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from offbench.baselines.base import DatasetSpec
+from offbench.baselines.base import SINGLE_AND_MULTI_TASK, DatasetSpec
+from offbench.evaluation.policy import MarkovPolicy, PolicyOptions
 from offbench.baselines.nets import fused_adam
 from offbench.baselines.q_learning import (
     DataTransform,
     EnsembleMLP,
-    GreedyPolicy,
     action_kind,
     frozen,
     mlp,
@@ -145,6 +145,9 @@ class CQL:
     name = "cql"
     Config = CQLConfig
     sampler = "transitions"
+    action_kinds = ("continuous", "discrete")
+    evaluation_protocols = SINGLE_AND_MULTI_TASK
+    return_conditioned = False
 
     def __init__(self, config: CQLConfig, spec: DatasetSpec, device: str | torch.device = "cpu"):
         self.config, self.spec, self.device = config, spec, torch.device(device)
@@ -161,7 +164,7 @@ class CQL:
         self.step = 0
         scale = reward_scale(spec, "cql", config.normalize_reward, config.reward_scale)
         transform = DataTransform(spec, config.normalize_observations, scale, config.reward_bias)
-        obs_dim = transform.obs_mean.numel()
+        obs_dim = transform.input_dim
         hidden = [config.hidden_dim] * config.critic_hidden_layers
         if self.discrete:
             quantiles = mlp(obs_dim, spec.action_dim * config.n_quantiles, hidden, config.orthogonal_init, OUTPUT_GAIN)
@@ -316,15 +319,15 @@ class CQL:
         return {"loss": loss, "critic_loss": loss, "qr_loss": qr_loss, "cql_gap": gap, "q_data": q_data.mean()}
 
     # ------------------------------------------------------------------------------------------ acting
-    def policy(self, deterministic: bool = True) -> GreedyPolicy:
+    def policy(self, options: PolicyOptions = PolicyOptions()) -> MarkovPolicy:
         """Greedy evaluation policy: tanh of the actor's mean, or argmax of mean Q over quantiles."""
-        if not deterministic:
-            raise ValueError("cql evaluates with its deterministic policy only")
-        return GreedyPolicy(self._act, self.device)
+        if not options.deterministic:
+            raise OffbenchError("cql evaluates with its deterministic policy only (drop eval_deterministic=false)")
+        return MarkovPolicy(self._act, self.spec.action_space, self.device, options)
 
-    def _act(self, observations: torch.Tensor) -> torch.Tensor:
+    def _act(self, observations: torch.Tensor, task_ids: torch.Tensor | None = None) -> torch.Tensor:
         transform = self.nets["transform"]
-        obs = transform.observations(observations)
+        obs = transform.observations(observations, task_ids)
         if self.discrete:
             q = self.nets["critic"](obs).view(obs.shape[0], -1, self.config.n_quantiles).mean(-1)
             return q.argmax(-1)

@@ -8,6 +8,10 @@ with linear warm-up, gradient clipping, returns-to-go multiplied by `reward_scal
 with the dataset's mean and std + 1e-6. Discrete actions: actions enter through an embedding table,
 the head gives logits trained with cross-entropy, and the policy acts greedily.
 
+On a multi-task card it is MTDT: a learned embedding of the task id (a one-hot through a linear layer) is added
+to every token, like the timestep embedding; evaluated per task with that task's target return (the best
+episode return of the task in the data unless target_returns says otherwise).
+
 Differences from CORL, on purpose: segments are LEFT-padded (offbench's sampler convention) so the
 attention mask lets every token attend to itself (a padded query would otherwise have no key), and
 the loss averages over real steps only (CORL multiplies by the mask and averages over all).
@@ -27,8 +31,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from offbench.baselines.base import DatasetSpec
+from offbench.baselines.base import SINGLE_AND_MULTI_TASK, DatasetSpec
 from offbench.baselines.nets import BoundedActions, ObservationNormalizer, flat_observation_dim, fused_adam
+from offbench.errors import OffbenchError
+from offbench.evaluation.policy import PolicyOptions, actions_to_numpy
 
 
 @dataclass
@@ -109,6 +115,7 @@ class DecisionTransformerModel(nn.Module):
         self.state_embedding = nn.Linear(flat_observation_dim(spec), dim)
         self.action_embedding = nn.Embedding(spec.action_dim, dim) if spec.discrete else nn.Linear(spec.action_dim, dim)
         self.return_embedding = nn.Linear(1, dim)
+        self.task_embedding = nn.Embedding(spec.num_tasks, dim) if spec.num_tasks > 1 else None
         self.embedding_norm, self.output_norm = nn.LayerNorm(dim), nn.LayerNorm(dim)
         self.embedding_dropout = Dropout(config.embedding_dropout)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.num_layers))
@@ -123,10 +130,13 @@ class DecisionTransformerModel(nn.Module):
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
 
-    def forward(self, observations, actions, returns_to_go, timesteps, mask) -> torch.Tensor:
-        """(B, K, ...) inputs, returns-to-go already scaled -> action predictions (B, K, A) or logits."""
+    def forward(self, observations, actions, returns_to_go, timesteps, mask, task_ids=None) -> torch.Tensor:
+        """(B, K, ...) inputs, returns-to-go already scaled, task ids (B,) on multi-task data -> action predictions
+        (B, K, A) or logits."""
         batch, k = mask.shape
         time = self.timestep_embedding(timesteps.clamp(0, self.max_timestep - 1))
+        if self.task_embedding is not None:
+            time = time + self.task_embedding(task_ids.long()).unsqueeze(1)
         states = self.state_embedding(self.normalize(observations)) + time
         acts = self.action_embedding(actions.long() if self.discrete else actions.reshape(batch, k, -1)) + time
         returns = self.return_embedding(returns_to_go.unsqueeze(-1)) + time
@@ -155,6 +165,8 @@ class DecisionTransformer:
     Config = DTConfig
     sampler = "segments"
     action_kinds = ("continuous", "discrete")
+    evaluation_protocols = SINGLE_AND_MULTI_TASK
+    return_conditioned = True
 
     def __init__(self, config: DTConfig, spec: DatasetSpec, device: str | torch.device = "cpu"):
         self.config, self.spec, self.device = config, spec, torch.device(device)
@@ -172,7 +184,8 @@ class DecisionTransformer:
     def loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         mask = batch["mask"]
         predicted = self.model(
-            batch["observations"], batch["actions"], batch["returns_to_go"] * self.config.reward_scale, batch["timesteps"], mask
+            batch["observations"], batch["actions"], batch["returns_to_go"] * self.config.reward_scale, batch["timesteps"], mask,
+            batch.get("task_ids"),
         )
         if self.spec.discrete:
             return F.cross_entropy(predicted[mask], batch["actions"][mask].long())
@@ -189,8 +202,13 @@ class DecisionTransformer:
         self.scheduler.step()
         return {"action_loss": loss.item(), "learning_rate": self.scheduler.get_last_lr()[0]}
 
-    def policy(self, target_return: float) -> DTPolicy:
-        return DTPolicy(self, target_return)
+    def policy(self, options: PolicyOptions) -> DTPolicy:
+        """Conditioned on `options.target_return` (one per row on multi-task data); greedy for discrete actions."""
+        if options.target_return is None:
+            raise ValueError("dt acts towards a target return: PolicyOptions.target_return is required")
+        if not options.deterministic:
+            raise OffbenchError("dt evaluates deterministically only (drop eval_deterministic=false)")
+        return DTPolicy(self, options)
 
     def state_dict(self) -> dict[str, Any]:
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
@@ -204,8 +222,9 @@ class DecisionTransformer:
 class DTPolicy:
     """Acts in N environments at once, keeping each one's last K (R, s, a) steps, left-padded like training."""
 
-    def __init__(self, dt: DecisionTransformer, target_return: float):
-        self.dt, self.target_return = dt, float(target_return)
+    def __init__(self, dt: DecisionTransformer, options: PolicyOptions):
+        self.dt, self.target_return = dt, options.target_return
+        self.task_ids = None if options.task_ids is None else torch.as_tensor(np.asarray(options.task_ids), dtype=torch.long, device=dt.device)
 
     def reset(self, num_envs: int) -> None:
         k, spec, device = self.dt.config.segment_length, self.dt.spec, self.dt.device
@@ -215,7 +234,8 @@ class DTPolicy:
         self.returns_to_go = torch.zeros(num_envs, k, device=device)
         self.timesteps = torch.zeros(num_envs, k, dtype=torch.long, device=device)
         self.mask = torch.zeros(num_envs, k, dtype=torch.bool, device=device)
-        self.remaining = torch.full((num_envs,), self.target_return, device=device)  # raw return still to collect
+        target = torch.as_tensor(np.asarray(self.target_return, dtype=np.float32), device=device)
+        self.remaining = target.expand(num_envs).clone()  # raw return still to collect, per row
         self.step = torch.zeros(num_envs, dtype=torch.long, device=device)
 
     @torch.no_grad()
@@ -229,14 +249,11 @@ class DTPolicy:
         self.mask[:, -1] = True
         self.dt.model.eval()
         output = self.dt.model(
-            self.observations, self.actions, self.returns_to_go * self.dt.config.reward_scale, self.timesteps, self.mask
+            self.observations, self.actions, self.returns_to_go * self.dt.config.reward_scale, self.timesteps, self.mask, self.task_ids
         )[:, -1]
         action = output.argmax(dim=-1) if self.dt.spec.discrete else output
         self.actions[:, -1] = action
-        if self.dt.spec.discrete:
-            return action.cpu().numpy().astype(np.int64)
-        space = self.dt.spec.action_space
-        return action.cpu().numpy().reshape(len(action), *space.shape).astype(space.dtype)
+        return actions_to_numpy(action, self.dt.spec.action_space)
 
     def observe(self, rewards: np.ndarray, dones: np.ndarray) -> None:
         self.remaining -= torch.tensor(np.asarray(rewards), dtype=torch.float32, device=self.dt.device)

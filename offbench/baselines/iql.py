@@ -24,11 +24,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from offbench.baselines.base import DatasetSpec
+from offbench.baselines.base import SINGLE_AND_MULTI_TASK, DatasetSpec
+from offbench.evaluation.policy import MarkovPolicy, PolicyOptions
 from offbench.baselines.q_learning import (
     DataTransform,
     EnsembleMLP,
-    GreedyPolicy,
     action_kind,
     mlp,
     polyak_update,
@@ -108,6 +108,9 @@ class IQL:
     name = "iql"
     Config = IQLConfig
     sampler = "transitions"
+    action_kinds = ("continuous", "discrete")
+    evaluation_protocols = SINGLE_AND_MULTI_TASK
+    return_conditioned = False
 
     def __init__(self, config: IQLConfig, spec: DatasetSpec, device: str | torch.device = "cpu"):
         if config.actor_lr_schedule not in SCHEDULES:
@@ -119,7 +122,7 @@ class IQL:
         self.step = 0
         scale = reward_scale(spec, "iql", config.normalize_reward, config.reward_scale)
         transform = DataTransform(spec, config.normalize_observations, scale, config.reward_bias)
-        obs_dim = transform.obs_mean.numel()
+        obs_dim = transform.input_dim
         hidden = [config.hidden_dim] * config.num_hidden_layers
         if self.discrete:  # Q(s, .) for every action at once
             critic = EnsembleMLP(obs_dim, spec.action_dim, hidden, 2)
@@ -188,15 +191,15 @@ class IQL:
         return dict(zip(names, torch.stack([x.detach() for x in logged]).tolist()))
 
     # ------------------------------------------------------------------------------------------ acting
-    def policy(self, deterministic: bool = True) -> GreedyPolicy:
+    def policy(self, options: PolicyOptions = PolicyOptions()) -> MarkovPolicy:
         """Evaluation policy: the actor's mean (CORL's act in eval mode), or the most likely discrete action."""
-        if not deterministic:
-            raise ValueError("iql evaluates with its deterministic policy only")
-        return GreedyPolicy(self._act, self.device)
+        if not options.deterministic:
+            raise OffbenchError("iql evaluates with its deterministic policy only (drop eval_deterministic=false)")
+        return MarkovPolicy(self._act, self.spec.action_space, self.device, options)
 
-    def _act(self, observations: torch.Tensor) -> torch.Tensor:
+    def _act(self, observations: torch.Tensor, task_ids: torch.Tensor | None = None) -> torch.Tensor:
         transform = self.nets["transform"]
-        out = self.nets["actor"](transform.observations(observations))
+        out = self.nets["actor"](transform.observations(observations, task_ids))
         return out.argmax(-1) if self.discrete else transform.actions_from_unit(out.clamp(-1.0, 1.0))
 
     # ------------------------------------------------------------------------------------------ resume

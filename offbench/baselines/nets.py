@@ -1,9 +1,7 @@
-"""The few network pieces several baselines share: an MLP, observation normalisation, bounded actions,
-and the evaluation policy of a feed-forward actor."""
+"""The few network pieces several baselines share: an MLP, observation normalisation, bounded actions, and
+the task input of the single-task baselines on multi-task data."""
 
 from __future__ import annotations
-
-from typing import Callable
 
 import numpy as np
 import torch
@@ -66,21 +64,16 @@ class BoundedActions(nn.Module):
         return self.centre + self.half_range * torch.tanh(raw) if self.bounded else raw
 
 
-class FeedForwardPolicy:
-    """Evaluation policy of a memoryless actor: observations (N, *obs) -> actions (N, *act) as NumPy."""
+def task_input_dim(spec: DatasetSpec) -> int:
+    """Width of the task input: a one-hot of the task id on multi-task data (num_tasks > 1), nothing otherwise."""
+    return spec.num_tasks if spec.num_tasks > 1 else 0
 
-    def __init__(self, act: Callable[[torch.Tensor], torch.Tensor], spec: DatasetSpec, device: torch.device):
-        self._act, self._spec, self._device = act, spec, device
 
-    def reset(self, num_envs: int) -> None:
-        pass
-
-    @torch.no_grad()
-    def act(self, observations: np.ndarray) -> np.ndarray:
-        actions = self._act(torch.tensor(np.asarray(observations), device=self._device)).cpu().numpy()
-        if self._spec.discrete:
-            return actions.astype(np.int64)
-        return actions.reshape(len(actions), *self._spec.action_space.shape).astype(self._spec.action_space.dtype)
-
-    def observe(self, rewards: np.ndarray, dones: np.ndarray) -> None:
-        pass
+def with_task_onehot(features: torch.Tensor, task_ids: torch.Tensor | None, num_tasks: int) -> torch.Tensor:
+    """(B, D) features with the one-hot of each row's task id appended (B, D + num_tasks); unchanged when the data
+    has one task. Multi-task data without task ids is a programming error, not a user's."""
+    if num_tasks <= 1:
+        return features
+    if task_ids is None:
+        raise ValueError("multi-task data: the batch or the policy options must carry task_ids")
+    return torch.cat([features, nn.functional.one_hot(task_ids.long(), num_tasks).to(features.dtype)], dim=-1)

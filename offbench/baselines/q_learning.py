@@ -1,12 +1,12 @@
 """Pieces the Q-learning baselines (CQL, IQL) share: MLPs with CORL's initialisation, a vectorised critic
 ensemble, the dataset transforms (observation normalisation, action bounds, reward scaling), Polyak
-averaging and a greedy evaluation policy. Each algorithm's loss stays in its own file."""
+averaging. Each algorithm's loss stays in its own file."""
 
 from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import gymnasium as gym
@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from offbench.baselines.base import DatasetSpec
+from offbench.baselines.nets import task_input_dim, with_task_onehot
 from offbench.errors import OffbenchError
 
 OBSERVATION_STD_EPS = 1e-3  # CORL adds 1e-3 to the dataset's state std (compute_mean_std(..., eps=1e-3))
@@ -249,9 +250,9 @@ def action_kind(spec: DatasetSpec, baseline: str, discrete_ok: bool = True) -> s
 
 
 class DataTransform(nn.Module):
-    """From dataset units to network units and back: observations (x - mean) / (std + 1e-3) as in CORL,
-    continuous actions affinely to [-1, 1] (the tanh range), rewards * scale + bias.
-    Buffers, so they travel with state_dict() and .to(device)."""
+    """From dataset units to network units and back: observations (x - mean) / (std + 1e-3) as in CORL (with the
+    task id's one-hot appended on multi-task data: `input_dim` wide), continuous actions affinely to [-1, 1]
+    (the tanh range), rewards * scale + bias. Buffers, so they travel with state_dict() and .to(device)."""
 
     def __init__(self, spec: DatasetSpec, normalize_observations: bool, reward_scale: float, reward_bias: float):
         super().__init__()
@@ -261,6 +262,8 @@ class DataTransform(nn.Module):
         std = spec.observation_std + OBSERVATION_STD_EPS if use_stats else np.ones(obs_dim, np.float32)
         self.register_buffer("obs_mean", torch.as_tensor(mean, dtype=torch.float32).reshape(-1))
         self.register_buffer("obs_std", torch.as_tensor(std, dtype=torch.float32).reshape(-1))
+        self.num_tasks = spec.num_tasks
+        self.input_dim = obs_dim + task_input_dim(spec)
         self.discrete = isinstance(spec.action_space, gym.spaces.Discrete)
         self.action_shape = tuple(spec.action_space.shape or ())
         if not self.discrete:
@@ -270,9 +273,10 @@ class DataTransform(nn.Module):
             self.register_buffer("act_half_range", (high - low) / 2)
         self.reward_scale, self.reward_bias = reward_scale, reward_bias
 
-    def observations(self, obs: torch.Tensor) -> torch.Tensor:
-        """(B, *obs) -> (B, obs_dim) normalised float."""
-        return (obs.reshape(obs.shape[0], -1).float() - self.obs_mean) / self.obs_std
+    def observations(self, obs: torch.Tensor, task_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, *obs) -> (B, input_dim) normalised float."""
+        normalised = (obs.reshape(obs.shape[0], -1).float() - self.obs_mean) / self.obs_std
+        return with_task_onehot(normalised, task_ids, self.num_tasks)
 
     def actions_to_unit(self, actions: torch.Tensor) -> torch.Tensor:
         return (actions.reshape(actions.shape[0], -1) - self.act_center) / self.act_half_range
@@ -283,11 +287,12 @@ class DataTransform(nn.Module):
     def transitions(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
         """(obs, actions, rewards, next_obs, not_done) in network units; actions int64 if discrete."""
         actions = batch["actions"].long().reshape(-1) if self.discrete else self.actions_to_unit(batch["actions"])
+        task_ids = batch.get("task_ids")  # s and s' belong to the same task
         return (
-            self.observations(batch["observations"]),
+            self.observations(batch["observations"], task_ids),
             actions,
             batch["rewards"].float() * self.reward_scale + self.reward_bias,
-            self.observations(batch["next_observations"]),
+            self.observations(batch["next_observations"], task_ids),
             1.0 - batch["terminals"].float(),  # timeouts are not terminals: they bootstrap
         )
 
@@ -312,21 +317,3 @@ def seeded_generator(device: torch.device | str) -> torch.Generator:
     generator = torch.Generator(device=device)
     generator.manual_seed(int(torch.randint(0, 2**62, (1,)).item()))
     return generator
-
-
-class GreedyPolicy:
-    """Markov evaluation policy over a batch of envs: numpy observations in, numpy actions out."""
-
-    def __init__(self, act: Callable[[torch.Tensor], torch.Tensor], device: torch.device | str):
-        self._act, self._device = act, device
-
-    def reset(self, num_envs: int) -> None:
-        pass  # nothing to remember between steps
-
-    @torch.inference_mode()
-    def act(self, observations: np.ndarray) -> np.ndarray:
-        obs = torch.as_tensor(np.asarray(observations), dtype=torch.float32, device=self._device)
-        return self._act(obs).cpu().numpy()
-
-    def observe(self, rewards: np.ndarray, dones: np.ndarray) -> None:
-        pass

@@ -27,7 +27,7 @@ from offbench.envs.factory import make_env
 from offbench.errors import OffbenchError
 
 if TYPE_CHECKING:  # the protocol only; importing it would pull in torch
-    from offbench.baselines.base import Policy
+    from offbench.evaluation.policy import Policy
 
 
 @dataclass(frozen=True)

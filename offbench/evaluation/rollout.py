@@ -2,7 +2,7 @@
 
 All episodes run side by side (one environment each, one batched `act` per step); an environment that
 has finished stops stepping while the others go on. Episode i of a run with training seed s resets
-with seed `episode_seed(s, i)`, the same at every evaluation, so learning curves compare like with
+with seed `evaluation_seed(s, i)`, the same at every evaluation, so learning curves compare like with
 like, and apart from every seed used for training or data generation.
 
 Scores: raw return; normalised score = 100 * (R - ref_min) / (ref_max - ref_min) from the card
@@ -18,11 +18,16 @@ from typing import Any, Callable
 import gymnasium as gym
 import numpy as np
 
-from offbench.baselines.base import Policy
+from offbench.evaluation.policy import Policy
+
+EVALUATION_SEED_BASE = 10_000  # above every seed the generators and training use
+EPISODES_PER_SEED = 1_000  # evaluation seeds of training seed s: EVALUATION_SEED_BASE + EPISODES_PER_SEED * s + [0, 1000)
+EPISODE_SEEDS_RULE = "10000 + 1000 * seed + episode"  # what run.json records
 
 
-def episode_seed(seed: int, episode: int) -> int:
-    return 10_000 + 1_000 * seed + episode
+def evaluation_seed(seed: int, episode: int) -> int:
+    """The reset seed of evaluation episode `episode` of a run trained with `seed`."""
+    return EVALUATION_SEED_BASE + EPISODES_PER_SEED * seed + episode
 
 
 @dataclass

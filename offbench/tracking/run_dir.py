@@ -20,6 +20,8 @@ RUN_FILE = "run.json"
 SUMMARY_FILE = "summary.json"
 CHECKPOINT = Path("checkpoints") / "last.pt"
 SUMMARY_FIELDS = ("step", "mean_return", "normalized_score", "success_rate", "target_return")
+OPTIONAL_SUMMARY_FIELDS = ("regret",)  # in-context evaluations only
+LOWER_IS_BETTER = frozenset({"regret"})  # headline metrics where the smaller number is the better run
 
 
 def utc_now() -> str:
@@ -115,14 +117,15 @@ def score_metric(evaluations: list[dict[str, Any]], has_reference_scores: bool) 
 
 
 def summarize(evaluations: list[dict[str, Any]], headline_target: float | None, metric: str) -> dict[str, Any]:
-    """`final` (the last evaluation: what tables use) and `best` (highest headline score, earliest on ties),
-    both at the headline target return for return-conditioned baselines."""
+    """`final` (the last evaluation: what tables use) and `best` (best headline score: highest, or lowest for
+    LOWER_IS_BETTER metrics; earliest on ties), both at the headline target return for return-conditioned baselines."""
     headline = [record for record in evaluations if record.get("target_return") == headline_target]
     if not headline:
         return {"final": None, "best": None, "score_metric": metric}
-    best = max(headline, key=lambda record: (record[metric], -record["step"]))
+    sign = -1.0 if metric in LOWER_IS_BETTER else 1.0
+    best = max(headline, key=lambda record: (sign * record[metric], -record["step"]))
     return {"final": _summary_entry(headline[-1]), "best": _summary_entry(best), "score_metric": metric}
 
 
 def _summary_entry(record: dict[str, Any]) -> dict[str, Any]:
-    return {key: record.get(key) for key in SUMMARY_FIELDS}
+    return {**{key: record.get(key) for key in SUMMARY_FIELDS}, **{key: record[key] for key in OPTIONAL_SUMMARY_FIELDS if key in record}}

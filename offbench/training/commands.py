@@ -60,38 +60,48 @@ def run_baseline(
 
 def evaluate_command(
     run_dir: Path = typer.Argument(..., help="A run directory."),
-    episodes: Optional[int] = typer.Option(None, "--episodes", help="Episodes per target (default: the run's)."),
+    episodes: Optional[int] = typer.Option(None, "--episodes", help="Episodes (per task; in context: consecutive episodes) (default: the run's)."),
+    tasks: Optional[str] = typer.Option(None, "--tasks", help="In-context runs: held-out (default) or train tasks."),
     device: Optional[str] = typer.Option(None, "--device", help="Device to evaluate on (default: the run's)."),
 ) -> None:
-    """Re-evaluate a run's last checkpoint (same episode seeds as during training); prints, writes nothing."""
-    import numpy as np
-
+    """Re-evaluate a run's last checkpoint under the run's own protocol (same seeds as in training); prints, writes nothing."""
+    from offbench.training.config import MAX_EVAL_EPISODES
     from offbench.training.trainer import check_fit, load_checkpoint, open_run
 
-    if episodes is not None and not 1 <= episodes <= 1000:  # episode seeds 10_000 + 1_000 * seed + i stay per-seed
-        raise OffbenchError(f"--episodes must be between 1 and 1000, got {episodes}")
+    if episodes is not None and not 1 <= episodes <= MAX_EVAL_EPISODES:
+        raise OffbenchError(f"--episodes must be between 1 and {MAX_EVAL_EPISODES}, got {episodes}")
     run = open_run(run_dir, device)
     checkpoint = load_checkpoint(run.run_dir, run.device)
     if checkpoint is None:
         raise OffbenchError(f"{run_dir}: no checkpoint yet (checkpoints/last.pt)")
-    count = episodes if episodes is not None else run.config.train.eval_episodes
-    if count < 1:
+    if episodes is None and run.config.train.eval_episodes < 1:
         raise OffbenchError(f"{run_dir}: the run evaluates no episodes (eval_episodes = 0); give --episodes")
-    check_fit(run.baseline_cls, run.spec, run.dataset, evaluate=True)
-    baseline = run.build_baseline()
-    baseline.load_state_dict(checkpoint["baseline"])
-    table = Table(box=None, header_style="bold")
-    for column in ("step", "target return", "episodes", "mean return", "std", "normalized score", "success rate"):
+    protocol = run.protocol(episodes, tasks)
+    check_fit(run.baseline_cls, run.spec, run.dataset, protocol, evaluate=True)
+    baseline = run.restored_baseline(checkpoint)
+    for record in protocol.evaluate(baseline, checkpoint["step"]):
+        console.print(evaluation_table(record))
+
+
+def evaluation_table(record: dict) -> Table:
+    """One evaluation as a table: the headline row, then a row per task (multi-task) or the in-context curve."""
+    import numpy as np
+
+    def number(value, digits=2):
+        return "-" if value is None else f"{value:.{digits}f}"
+
+    table = Table(box=None, header_style="bold", title=f"step {record['step']}" + (
+        f", target return {record['target_return']:g}" if isinstance(record.get("target_return"), (int, float)) else ""))
+    for column in ("", "episodes", "mean return", "std", "normalized score", "success rate"):
         table.add_column(column, justify="right")
-    for record in run.evaluate(baseline, checkpoint["step"], count):
-        returns = record["returns"]
-        table.add_row(
-            str(record["step"]),
-            "-" if record["target_return"] is None else f"{record['target_return']:g}",
-            str(len(returns)),
-            f"{record['mean_return']:.2f}",
-            f"{np.std(returns):.2f}",
-            "-" if record["normalized_score"] is None else f"{record['normalized_score']:.2f}",
-            "-" if record["success_rate"] is None else f"{record['success_rate']:.2f}",
-        )
-    console.print(table)
+    returns = record["returns"]
+    table.add_row("all", str(len(returns)), number(record["mean_return"]), number(float(np.std(returns))),
+                  number(record["normalized_score"]), number(record["success_rate"]))
+    for name, task in (record.get("per_task") or {}).items():
+        table.add_row(name, str(len(task["returns"])), number(task["mean_return"]), number(float(np.std(task["returns"]))), "-",
+                      number(task["success_rate"]))
+    curve = record.get("in_context_returns")
+    if curve:
+        table.caption = (f"in context ({record['tasks']} tasks): episode 1 {curve[0]:.2f}, last {curve[-1]:.2f}, "
+                         f"optimal {record['optimal_return']:.2f}, cumulative regret {record['regret']:.2f}")
+    return table

@@ -23,6 +23,8 @@ from typing import Any
 from offbench.errors import OffbenchError
 from offbench.paths import builtin_dir
 
+from offbench.evaluation.rollout import EPISODES_PER_SEED as MAX_EVAL_EPISODES  # evaluation seeds stay per training seed
+
 METADATA_KEYS = ("source",)
 
 
@@ -34,15 +36,16 @@ class TrainConfig:
     batch_size: int = 256
     log_every: int = 1_000  # metrics.jsonl gets the mean of each loss over this many updates
     eval_every: int = 10_000
-    eval_episodes: int = 10  # 0: no evaluation
+    eval_episodes: int = 10  # 0: no evaluation; per task on multi-task data; consecutive episodes in context
+    eval_deterministic: bool = True  # greedy / mean actions at evaluation; false samples (baselines that can)
     checkpoint_every: int = 10_000
 
     def validate(self) -> None:
         for key in ("steps", "batch_size", "log_every", "eval_every", "checkpoint_every"):
             if getattr(self, key) < 1:
                 raise OffbenchError(f"config: '{key}' must be at least 1, got {getattr(self, key)}")
-        if not 0 <= self.eval_episodes <= 1000:  # episode seeds are 10_000 + 1_000 * seed + episode
-            raise OffbenchError(f"config: 'eval_episodes' must be between 0 and 1000, got {self.eval_episodes}")
+        if not 0 <= self.eval_episodes <= MAX_EVAL_EPISODES:
+            raise OffbenchError(f"config: 'eval_episodes' must be between 0 and {MAX_EVAL_EPISODES}, got {self.eval_episodes}")
 
 
 @dataclass

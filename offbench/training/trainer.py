@@ -22,12 +22,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from offbench.baselines import get_baseline
-from offbench.baselines.base import DatasetSpec
-from offbench.data.cards import DatasetCard, card_from_dict, get_card
+from offbench.baselines import BASELINES, get_baseline
+from offbench.data.cards import DatasetCard, all_cards, card_from_dict, get_card
+from offbench.data.spec import DatasetSpec
 from offbench.data.store import EpisodeStore
 from offbench.errors import OffbenchError
-from offbench.evaluation.rollout import episode_seed, evaluation_record, run_episodes
+from offbench.evaluation.policy import PolicyOptions
+from offbench.evaluation.protocols import EvaluationProtocol, EvaluationSetup, build_protocol, protocol_name, with_overrides
 from offbench.training.config import ResolvedConfig, config_from_dict, dataset_slug, resolve_config
 from offbench.tracking import run_dir as rd
 from offbench.tracking.loggers import LocalFiles, Logger, open_loggers, parse_logger_names
@@ -60,33 +61,73 @@ def open_dataset(id_or_path: str | Path) -> Dataset:
     return Dataset(dataset_id, found.path.resolve(), found.format, found.store, card)
 
 
-def check_fit(baseline_cls: type, spec: DatasetSpec, dataset: Dataset, evaluate: bool) -> None:
-    """The dataset's action kind suits the baseline, and its environment can be built and matches the data."""
+def check_fit(baseline_cls: type, spec: DatasetSpec, dataset: Dataset, protocol: EvaluationProtocol, evaluate: bool) -> None:
+    """The dataset's action kind and evaluation protocol suit the baseline, and (when it evaluates) the protocol's
+    environment builds and matches the data."""
     kind = "discrete" if spec.discrete else "continuous"
-    kinds = getattr(baseline_cls, "action_kinds", ("continuous", "discrete"))
-    if kind not in kinds:
+    if kind not in baseline_cls.action_kinds:
         raise OffbenchError(
-            f"{dataset.id}: {kind} actions ({spec.action_space}), but baseline '{baseline_cls.name}' takes only {' or '.join(kinds)} actions"
+            f"{dataset.id}: {kind} actions ({spec.action_space}), but baseline '{baseline_cls.name}' takes only {' or '.join(baseline_cls.action_kinds)} actions"
         )
-    if not evaluate:
-        return
-    if dataset.card is None or not dataset.card.env:
-        raise OffbenchError(f"{dataset.path}: no dataset card with an [env] to evaluate in (use a registered id, or --set eval_episodes=0)")
-    from offbench.envs.factory import make_env
+    check_protocol_support(baseline_cls, dataset.card, dataset.id)
+    if evaluate:
+        protocol.check(spec)
 
-    env = make_env(dataset.card.env)
-    try:
-        for what, env_space, data_space in (
-            ("observation", env.observation_space, spec.observation_space),
-            ("action", env.action_space, spec.action_space),
-        ):
-            if data_space is not None and env_space.shape != data_space.shape:
-                raise OffbenchError(
-                    f"{dataset.id}: the dataset's {what} shape {data_space.shape} differs from "
-                    f"{dataset.card.env.get('id')}'s {env_space.shape}"
-                )
-    finally:
-        env.close()
+
+def check_protocol_support(baseline_cls: type, card: DatasetCard | None, dataset_id: str) -> None:
+    """The baseline has a mode for the protocol the card's kind calls for (checked from the card alone, so a
+    registered dataset is refused before it is downloaded or generated)."""
+    wanted = protocol_name(card)
+    if wanted not in baseline_cls.evaluation_protocols:
+        having = [name for name in BASELINES if wanted in get_baseline(name).evaluation_protocols]
+        kind = card.kind if card is not None else "offline"
+        raise OffbenchError(
+            f"{dataset_id}: a {kind} dataset is evaluated {wanted}, and baseline '{baseline_cls.name}' has no "
+            f"{wanted} mode (baselines that have one: {', '.join(having) or 'none yet'})"
+        )
+
+
+def evaluation_setup(baseline_cls: type, config: ResolvedConfig, data: Dataset, seed: int) -> EvaluationSetup:
+    """The evaluation settings of a new run. Return-conditioned baselines are evaluated once per target return of
+    their config; without one, at the best episode return in the data (per task on multi-task data)."""
+    targets: tuple[float | None, ...] = (None,)
+    task_targets = None
+    if baseline_cls.return_conditioned:
+        given = tuple(float(t) for t in config.baseline.target_returns)
+        if given:
+            targets = given
+        elif protocol_name(data.card) == "multi-task":
+            task_targets = tuple(float(r) for r in best_return_per_task(data.store))
+        else:
+            targets = (float(data.store.episode_returns().max()),)
+    train = config.train
+    return EvaluationSetup(
+        card=data.card, seed=seed, episodes=train.eval_episodes, every_steps=train.eval_every, target_returns=targets,
+        task_target_returns=task_targets, deterministic=train.eval_deterministic,
+    )
+
+
+def best_return_per_task(store: EpisodeStore) -> np.ndarray:
+    """The best episode return of each task id in a multi-task store (task ids 0..num_tasks-1)."""
+    returns = store.episode_returns()
+    task_of_episode = np.asarray(store.columns["task_id"])[store.episode_starts[:-1]]
+    best = np.full(int(task_of_episode.max()) + 1, -np.inf)
+    np.maximum.at(best, task_of_episode, returns)
+    return best
+
+
+def setup_from_record(record: dict[str, Any], card: DatasetCard | None, config: ResolvedConfig) -> EvaluationSetup:
+    """A run's evaluation settings as its run.json recorded them."""
+    evaluation = record["evaluation"]
+    targets = evaluation.get("target_returns")
+    task_targets = evaluation.get("task_target_returns")
+    return EvaluationSetup(
+        card=card, seed=int(record["seed"]), episodes=int(evaluation["episodes"]), every_steps=int(evaluation["every_steps"]),
+        target_returns=tuple(float(t) for t in targets) if targets else (None,),
+        task_target_returns=tuple(float(t) for t in task_targets) if task_targets else None,
+        deterministic=bool(evaluation.get("deterministic", True)),
+        tasks=evaluation.get("tasks") if isinstance(evaluation.get("tasks"), str) else "held-out",
+    )
 
 
 # ---------------------------------------------------------------------------------------------- seeds
@@ -134,6 +175,16 @@ def resolve_device(name: str) -> torch.device:
 
 # ---------------------------------------------------------------------------------------------- the run
 @dataclass
+class LoopState:
+    """What the training loop carries between updates and saves in a checkpoint besides the networks."""
+
+    step: int = 0
+    elapsed: float = 0.0  # seconds of training so far, resumes included
+    loss_sums: dict[str, float] = field(default_factory=dict)  # the metrics line in progress
+    loss_count: int = 0
+
+
+@dataclass
 class Run:
     run_dir: Path
     record: dict[str, Any]  # run.json
@@ -149,8 +200,12 @@ class Run:
         return int(self.record["seed"])
 
     @property
-    def target_returns(self) -> list[float | None]:
-        return self.record["evaluation"]["target_returns"] or [None]
+    def setup(self) -> EvaluationSetup:
+        return setup_from_record(self.record, self.dataset.card, self.config)
+
+    def protocol(self, episodes: int | None = None, tasks: str | None = None) -> EvaluationProtocol:
+        """The run's evaluation protocol (with `offbench evaluate`'s overrides, if given)."""
+        return build_protocol(with_overrides(self.setup, episodes, tasks))
 
     def build_baseline(self):
         return self.baseline_cls(self.config.baseline, self.spec, self.device)
@@ -169,110 +224,114 @@ class Run:
                 f"({exc.__class__.__name__}: {str(exc).splitlines()[0][:160]}); it was written at {written_at}"
             ) from None
 
-    def evaluate(self, baseline, step: int, episodes: int) -> list[dict[str, Any]]:
-        from offbench.envs.factory import make_env
-
-        seeds = [episode_seed(self.seed, i) for i in range(episodes)]
-        records = []
-        for target in self.target_returns:
-            policy = baseline.policy() if target is None else baseline.policy(target_return=target)
-            results = run_episodes(policy, lambda: make_env(self.dataset.card.env), seeds)
-            records.append(evaluation_record(step, results, self.dataset.card, target))
-        return records
+    def restored_baseline(self, checkpoint: dict[str, Any]):
+        """The baseline with the checkpoint's weights (the same checks `--resume` makes)."""
+        baseline = self.build_baseline()
+        self.restore(baseline, checkpoint)
+        return baseline
 
     def train(self, checkpoint: dict[str, Any] | None = None) -> dict[str, Any]:
         """Run (or continue) the training loop to the configured number of steps; returns the summary."""
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
         from offbench.data.samplers import make_sampler
 
-        train = self.config.train
         seed_everything(self.seed, self.device)
         baseline = self.build_baseline()
         sampler = make_sampler(
-            baseline.sampler, self.dataset.store, train.batch_size, self.seed, device=str(self.device),
+            baseline.sampler, self.dataset.store, self.config.train.batch_size, self.seed, device=str(self.device),
             **(baseline.sampler_options() if hasattr(baseline, "sampler_options") else {}),
         )
-        start_step, elapsed, sums, count = 0, 0.0, {}, 0
+        state = LoopState()
         if checkpoint is not None:
             self.restore(baseline, checkpoint, sampler)
             restore_rng_states(checkpoint["rng"])
-            start_step, elapsed = checkpoint["step"], checkpoint["time_s"]
-            sums, count = dict(checkpoint["loss_sums"]), checkpoint["loss_count"]
+            state = LoopState(checkpoint["step"], checkpoint["time_s"], dict(checkpoint["loss_sums"]), checkpoint["loss_count"])
         resumed = bool(self.record.get("resumes"))
         # a resumed run cuts its files back to the checkpoint (to nothing if it died before the first one)
         local = LocalFiles(self.run_dir, positions=(checkpoint["files"] if checkpoint else {}) if resumed else None)
-        backends = open_loggers(self.loggers, self.run_dir, self.run_dir.name, self.config.as_dict(), start_step if resumed else None)
+        backends = open_loggers(self.loggers, self.run_dir, self.run_dir.name, self.config.as_dict(), state.step if resumed else None)
         all_loggers: list[Logger] = [local, *backends]
-        evaluate = train.eval_episodes > 0
         completed = False
-        info = ""
-        progress = Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]:>8}"),
-            TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[info]}"),
-            console=Console(stderr=True), transient=False,
-        )
         try:
-            with progress:
-                task = progress.add_task(f"{self.baseline_cls.name} {self.dataset.id}", total=train.steps, completed=start_step, rate="", info="")
-                clock, last_rate_step = time.perf_counter(), start_step
-                for step in range(start_step + 1, train.steps + 1):
-                    losses = baseline.update(sampler.sample())
-                    for key, value in losses.items():
-                        sums[key] = sums.get(key, 0.0) + float(value)
-                    count += 1
-                    last = step == train.steps
-                    if step % train.log_every == 0 or last:
-                        now = time.perf_counter()
-                        elapsed += now - clock
-                        rate = (step - last_rate_step) / max(now - clock, 1e-9)
-                        clock, last_rate_step = now, step
-                        means = {key: value / count for key, value in sums.items()}
-                        for logger in all_loggers:
-                            logger.log_metrics(step, {"time_s": round(elapsed, 3), **means})
-                        sums, count = {}, 0
-                        info = " ".join(f"{k} {v:.4g}" for k, v in means.items() if k.endswith("loss"))
-                        progress.update(task, rate=f"{rate:.0f} it/s")
-                    if evaluate and (step % train.eval_every == 0 or last):
-                        for record in self.evaluate(baseline, step, train.eval_episodes):
-                            for logger in all_loggers:
-                                logger.log_evaluation(record)
-                            info = f"eval {record['mean_return']:.1f}" + (f" @ {record['target_return']:g}" if record["target_return"] is not None else "")
-                    if step % train.checkpoint_every == 0 or last:
-                        self.save_checkpoint(step, elapsed + time.perf_counter() - clock, baseline, sampler, sums, count, local)
-                    progress.update(task, completed=step, info=info)
-            summary = self.write_summary(elapsed)
+            self._loop(baseline, sampler, state, local, all_loggers)
+            summary = self.write_summary(state.elapsed)
             completed = True
         finally:
             for logger in all_loggers:
                 logger.close(completed)
         return summary
 
-    def save_checkpoint(self, step, elapsed, baseline, sampler, sums, count, local: LocalFiles) -> None:
-        state = {
-            "step": step,
+    def _loop(self, baseline, sampler, state: LoopState, local: LocalFiles, loggers: list[Logger]) -> None:
+        """Update, log, evaluate and checkpoint on the config's schedule, from `state.step` to the last step."""
+        from offbench.utils import progress_bar
+
+        train = self.config.train
+        protocol = self.protocol() if train.eval_episodes > 0 else None
+        info = ""
+        with progress_bar("rate", "info") as progress:
+            task = progress.add_task(f"{self.baseline_cls.name} {self.dataset.id}", total=train.steps, completed=state.step, rate="", info="")
+            clock, last_rate_step = time.perf_counter(), state.step
+            for step in range(state.step + 1, train.steps + 1):
+                for key, value in baseline.update(sampler.sample()).items():
+                    state.loss_sums[key] = state.loss_sums.get(key, 0.0) + float(value)
+                state.loss_count += 1
+                state.step = step
+                last = step == train.steps
+                if step % train.log_every == 0 or last:
+                    now = time.perf_counter()
+                    state.elapsed += now - clock
+                    rate = (step - last_rate_step) / max(now - clock, 1e-9)
+                    clock, last_rate_step = now, step
+                    info = self._log_losses(state, loggers)
+                    progress.update(task, rate=f"{rate:.0f} it/s")
+                if protocol is not None and (step % train.eval_every == 0 or last):
+                    info = self._log_evaluations(protocol.evaluate(baseline, step), loggers) or info
+                if step % train.checkpoint_every == 0 or last:
+                    self.save_checkpoint(state, state.elapsed + time.perf_counter() - clock, baseline, sampler, local)
+                progress.update(task, completed=step, info=info)
+
+    @staticmethod
+    def _log_losses(state: LoopState, loggers: list[Logger]) -> str:
+        """One metrics line (each loss's mean since the last line); the progress bar's text."""
+        means = {key: value / state.loss_count for key, value in state.loss_sums.items()}
+        for logger in loggers:
+            logger.log_metrics(state.step, {"time_s": round(state.elapsed, 3), **means})
+        state.loss_sums, state.loss_count = {}, 0
+        return " ".join(f"{k} {v:.4g}" for k, v in means.items() if k.endswith("loss"))
+
+    @staticmethod
+    def _log_evaluations(records: list[dict[str, Any]], loggers: list[Logger]) -> str:
+        for record in records:
+            for logger in loggers:
+                logger.log_evaluation(record)
+        if not records:
+            return ""
+        last = records[-1]
+        return f"eval {last['mean_return']:.1f}" + (f" @ {last['target_return']:g}" if isinstance(last["target_return"], (int, float)) else "")
+
+    def save_checkpoint(self, state: LoopState, elapsed: float, baseline, sampler, local: LocalFiles) -> None:
+        checkpoint = {
+            "step": state.step,
             "time_s": elapsed,
             "baseline": baseline.state_dict(),
             "sampler": sampler.state_dict(),
             "rng": rng_states(self.device),
-            "loss_sums": sums,
-            "loss_count": count,
+            "loss_sums": state.loss_sums,
+            "loss_count": state.loss_count,
             "files": local.positions(),
         }
         buffer = io.BytesIO()
-        torch.save(state, buffer)
+        torch.save(checkpoint, buffer)
         atomic_write_bytes(self.run_dir / rd.CHECKPOINT, buffer.getvalue())
 
     def write_summary(self, elapsed: float) -> dict[str, Any]:
         evaluations = rd.read_evaluations(self.run_dir)
-        card = self.dataset.card
-        metric = rd.score_metric(evaluations, card is not None and card.ref_min_score is not None and card.ref_max_score is not None)
+        setup = self.setup
+        metric = self.protocol().score_metric(evaluations) if evaluations else "mean_return"
         summary = {
             "status": "completed",
             "steps": self.config.train.steps,
             "wall_time_s": round(elapsed, 3),
-            **rd.summarize(evaluations, self.target_returns[0], metric),
+            **rd.summarize(evaluations, setup.target_returns[0], metric),
             "finished_at": rd.utc_now(),
         }
         atomic_write_json(self.run_dir / rd.SUMMARY_FILE, summary)
@@ -314,13 +373,16 @@ def start_run(
     baseline_cls = get_baseline(baseline_name)
     logger_names = parse_logger_names(loggers)
     torch_device = resolve_device(device)
+    if isinstance(dataset, str) and dataset in all_cards():
+        check_protocol_support(baseline_cls, get_card(dataset), dataset)
     data = open_dataset(dataset)
     config = resolve_config(baseline_cls, data.id, config_file, [*overrides, *([f"steps={steps}"] if steps is not None else [])])
     spec = DatasetSpec.from_store(data.store)
-    check_fit(baseline_cls, spec, data, evaluate=config.train.eval_episodes > 0)
-    targets = None
-    if hasattr(config.baseline, "target_returns"):
-        targets = [float(t) for t in config.baseline.target_returns] or [float(data.store.episode_returns().max())]
+    setup = evaluation_setup(baseline_cls, config, data, seed)
+    protocol = build_protocol(setup)
+    check_fit(baseline_cls, spec, data, protocol, evaluate=config.train.eval_episodes > 0)
+    if not config.train.eval_deterministic and config.train.eval_episodes > 0:  # a baseline without sampling says so now
+        baseline_cls(config.baseline, spec, torch.device("cpu")).policy(PolicyOptions(deterministic=False, target_return=setup.target_returns[0]))
     run_dir = rd.create_run_dir(Path(out) / (name or default_run_name(baseline_name, data.id, seed)))
     record = {
         "run_id": run_dir.name,
@@ -331,13 +393,7 @@ def start_run(
         "config_sources": config.sources,
         "code": rd.code_version(),
         "env": rd.environment_info(str(torch_device)),
-        "evaluation": {
-            "episodes": config.train.eval_episodes,
-            "every_steps": config.train.eval_every,
-            "target_returns": targets,
-            "env": dict(data.card.env) if data.card else None,
-            "episode_seeds": "10000 + 1000 * seed + episode",
-        },
+        "evaluation": protocol.describe(),
         "loggers": logger_names,
         "started_at": rd.utc_now(),
     }
@@ -371,7 +427,7 @@ def resume_run(run_dir: Path, device: str | None = None) -> tuple[Run, dict[str,
         raise OffbenchError(f"{run_dir}: the run has already completed (summary.json exists); nothing to resume")
     checkpoint = load_checkpoint(run.run_dir, run.device)
     if checkpoint is not None:
-        run.restore(run.build_baseline(), checkpoint)  # one that does not fit fails here, before run.json changes
+        run.restored_baseline(checkpoint)  # one that does not fit fails here, before run.json changes
     run.record.setdefault("resumes", []).append({"at": rd.utc_now(), "from_step": checkpoint["step"] if checkpoint else 0})
     rd.write_run_json(run.run_dir, {k: v for k, v in run.record.items() if k != "schema"})
     return run, checkpoint

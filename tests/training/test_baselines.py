@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from offbench.baselines import get_baseline
-from offbench.baselines.base import Baseline, DatasetSpec, Policy
+from offbench.baselines.base import Baseline, DatasetSpec
 from offbench.data.samplers import make_sampler
 from offbench.data.store import EpisodeStore
+from offbench.evaluation.policy import Policy, PolicyOptions
 
 TINY_DT = dict(segment_length=5, embedding_dim=16, num_layers=2, num_heads=2, warmup_steps=1, learning_rate=1e-3)
 
@@ -56,7 +57,7 @@ def test_continuous_baselines_learn_and_act_in_bounds(pendulum, name, config, ba
     baseline, losses = train(name, expert, 300, batch, **config)
     assert isinstance(baseline, Baseline)
     assert np.mean(losses[-10:]) < 0.7 * np.mean(losses[:10])
-    policy = baseline.policy() if name == "bc" else baseline.policy(target_return=-150.0)
+    policy = baseline.policy(PolicyOptions(target_return=-150.0))  # bc has no use for a target
     assert isinstance(policy, Policy)
     policy.reset(4)
     actions = policy.act(np.asarray(pendulum.observations[:4]))
@@ -68,7 +69,7 @@ def test_discrete_baselines_learn_with_cross_entropy(name, config, batch):
     store = discrete_store()
     baseline, losses = train(name, store, 300, batch, **config)
     assert np.mean(losses[:10]) > 0.9 and np.mean(losses[-10:]) < 0.5 * np.mean(losses[:10])  # CE starts near log(3)
-    policy = baseline.policy() if name == "bc" else baseline.policy(target_return=0.0)
+    policy = baseline.policy(PolicyOptions(target_return=0.0))
     policy.reset(5)
     observations = np.asarray(store.observations[:5])
     actions = policy.act(observations)
@@ -83,7 +84,7 @@ def test_dt_policy_context_matches_training_segments(pendulum):
     dt.model.eval()
     k, target = dt.config.segment_length, -300.0
     episode = pendulum.episode(3)
-    policy = dt.policy(target_return=target)
+    policy = dt.policy(PolicyOptions(target_return=target))
     policy.reset(1)
     taken = []
     for t in range(8):

@@ -6,7 +6,7 @@ import gymnasium as gym
 import numpy as np
 
 from offbench.data.cards import get_card
-from offbench.evaluation.rollout import episode_seed, evaluation_record, run_episodes
+from offbench.evaluation.rollout import evaluation_seed, evaluation_record, run_episodes
 from offbench.generators.pendulum import rollout, scripted_action
 
 
@@ -52,7 +52,7 @@ class ConstantPolicy:
 
 
 def test_batched_rollouts_equal_sequential_ones():
-    seeds = [episode_seed(0, i) for i in range(3)]
+    seeds = [evaluation_seed(0, i) for i in range(3)]
     policy = ScriptedPolicy()
     results = run_episodes(policy, lambda: gym.make("Pendulum-v1"), seeds)
     env = gym.make("Pendulum-v1")
@@ -73,11 +73,11 @@ def test_success_counts_if_reported_at_any_step_and_finished_envs_stop():
 
 def test_normalised_score_uses_the_card():
     card = get_card("pendulum-scripted")
-    results = run_episodes(ScriptedPolicy(), lambda: gym.make("Pendulum-v1"), [episode_seed(1, 0)])
+    results = run_episodes(ScriptedPolicy(), lambda: gym.make("Pendulum-v1"), [evaluation_seed(1, 0)])
     record = evaluation_record(0, results, card, None)
     assert record["normalized_score"] == 100 * (record["mean_return"] - card.ref_min_score) / (card.ref_max_score - card.ref_min_score)
 
 
 def test_evaluation_seeds_are_distinct_per_training_seed_and_episode():
-    seeds = {episode_seed(s, e) for s in range(10) for e in range(100)}
+    seeds = {evaluation_seed(s, e) for s in range(10) for e in range(100)}
     assert len(seeds) == 1000 and min(seeds) >= 10_000

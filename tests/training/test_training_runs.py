@@ -67,8 +67,9 @@ def test_dt_run_writes_the_run_directory_contract(pendulum, cli, tmp_path):
 
     code, out, err = cli("evaluate", run_dir, "--episodes", "2")
     assert code == 0, err
-    row = next(line.split() for line in out.splitlines() if line.split()[:2] == ["50", "-140"])
-    assert float(row[3]) == pytest.approx(evaluations[2]["mean_return"], abs=0.01)  # same checkpoint, same seeds
+    assert "step 50, target return -140" in out
+    row = next(line.split() for line in out.splitlines() if line.split()[:1] == ["all"])  # the first target's table
+    assert float(row[2]) == pytest.approx(evaluations[2]["mean_return"], abs=0.01)  # same checkpoint, same seeds
 
 
 def test_same_seed_same_numbers_other_seed_other_numbers(pendulum, cli, tmp_path):
@@ -185,26 +186,30 @@ def test_bad_input_is_one_line_before_anything_is_created(pendulum, cli, tmp_pat
 def test_action_kind_and_environment_are_checked_before_training(pendulum, monkeypatch):
     from offbench.baselines.base import DatasetSpec
     from offbench.data.cards import card_from_dict
+    from offbench.evaluation.protocols import EvaluationSetup, build_protocol
     from offbench.training.trainer import Dataset, check_fit
 
     class ContinuousOnly:
         name = "continuous-only"
         action_kinds = ("continuous",)
+        evaluation_protocols = ("single-task",)
 
     discrete = DatasetSpec(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(4), (3,), 4, True, 10)
     data = Dataset("toy/discrete", Path("toy.h5"), "offbench", None, None)
+    bare = build_protocol(EvaluationSetup(card=None, seed=0, episodes=0, every_steps=1))
     with pytest.raises(OffbenchError, match=r"toy/discrete: discrete actions .* baseline 'continuous-only' takes only continuous"):
-        check_fit(ContinuousOnly, discrete, data, evaluate=False)
+        check_fit(ContinuousOnly, discrete, data, bare, evaluate=False)
 
     spec = DatasetSpec.from_store(pendulum)
     card = card_from_dict({"id": "toy/hopper", "description": "", "format": "offbench", "source": {"recipe": {"generator": "x"}},
                            "env": {"suite": "gymnasium", "id": "Hopper-v5"}})
+    protocol = build_protocol(EvaluationSetup(card=card, seed=0, episodes=1, every_steps=1))
     monkeypatch.setitem(sys.modules, "mujoco", None)  # as if the mujoco extra were not installed
     with pytest.raises(OffbenchError, match=r"pip install 'offbench\[mujoco\]'"):
-        check_fit(ContinuousOnly, spec, Dataset("toy/hopper", Path("x"), "offbench", pendulum, card), evaluate=True)
+        check_fit(ContinuousOnly, spec, Dataset("toy/hopper", Path("x"), "offbench", pendulum, card), protocol, evaluate=True)
     monkeypatch.delitem(sys.modules, "mujoco")
     with pytest.raises(OffbenchError, match=r"observation shape \(3,\) differs from Hopper-v5's \(11,\)"):
-        check_fit(ContinuousOnly, spec, Dataset("toy/hopper", Path("x"), "offbench", pendulum, card), evaluate=True)
+        check_fit(ContinuousOnly, spec, Dataset("toy/hopper", Path("x"), "offbench", pendulum, card), protocol, evaluate=True)
 
 
 def test_dataset_path_without_card_trains_only_without_evaluation(pendulum, cli, tmp_path):

@@ -1,0 +1,72 @@
+"""What evaluation asks of a trained baseline: a `Policy` for a batch of environments, built from one set of
+`PolicyOptions` whatever the baseline (task ids, a target return, greedy or sampled actions).
+
+Every baseline has `policy(options: PolicyOptions) -> Policy`. A baseline ignores the options it has no use
+for (BC has no target return; AD infers its task from its context, not from `task_ids`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Protocol, runtime_checkable
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+
+@dataclass(frozen=True)
+class PolicyOptions:
+    task_ids: np.ndarray | None = None  # (num_envs,) task id of each environment row: multi-task and in-context
+    target_return: float | np.ndarray | None = None  # return-conditioned baselines: one number, or one per row
+    deterministic: bool = True  # greedy / mean action; False samples from the policy's distribution
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """Acts in a batch of environments; stateful policies (DT, AD) keep their context here.
+
+    The evaluator calls `reset(num_envs)` once, then per step `act(observations)` for every row and
+    `observe(rewards, dones)`; `dones[i]` is True when row i's episode ended at that step (the next `act` sees
+    the first observation of its next episode)."""
+
+    def reset(self, num_envs: int) -> None: ...
+
+    def act(self, observations: np.ndarray) -> np.ndarray: ...
+
+    def observe(self, rewards: np.ndarray, dones: np.ndarray) -> None: ...
+
+
+def actions_to_numpy(actions: torch.Tensor, action_space: gym.Space) -> np.ndarray:
+    """A batch of actions from a network as the environment wants them: int64 indices, or the Box's shape and dtype."""
+    array = actions.detach().cpu().numpy()
+    if isinstance(action_space, gym.spaces.Discrete):
+        return array.astype(np.int64)
+    return array.reshape(len(array), *action_space.shape).astype(action_space.dtype)
+
+
+class MarkovPolicy:
+    """The evaluation policy of every memoryless actor (BC, CQL, IQL, MOORE): `act(observations, task_ids)` maps a
+    batch of observation tensors (and the rows' task ids, or None) to a batch of action tensors."""
+
+    def __init__(
+        self,
+        act: Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor],
+        action_space: gym.Space,
+        device: torch.device | str,
+        options: PolicyOptions = PolicyOptions(),
+    ):
+        self._act, self._space, self._device = act, action_space, device
+        self._task_ids = None if options.task_ids is None else torch.as_tensor(np.asarray(options.task_ids), dtype=torch.long, device=device)
+
+    def reset(self, num_envs: int) -> None:
+        if self._task_ids is not None and len(self._task_ids) != num_envs:
+            raise ValueError(f"the policy was built for {len(self._task_ids)} task ids, reset with {num_envs} environments")
+
+    @torch.inference_mode()
+    def act(self, observations: np.ndarray) -> np.ndarray:
+        obs = torch.tensor(np.asarray(observations), dtype=torch.float32, device=self._device)
+        return actions_to_numpy(self._act(obs, self._task_ids), self._space)
+
+    def observe(self, rewards: np.ndarray, dones: np.ndarray) -> None:
+        pass  # nothing to remember between steps

@@ -1,0 +1,362 @@
+"""Evaluation protocols: how a trained baseline is scored on the data it learnt from. The trainer only delegates.
+
+A protocol is chosen by the dataset card's `kind` (`PROTOCOL_FOR_KIND`) and built from an `EvaluationSetup`:
+
+    single-task   one environment, `episodes` seeded episodes (D4RL / Minari / pendulum cards)
+    multi-task    every task of the card's suite, `episodes` per task, all tasks' episodes batched into one
+                  policy call per step; success and return per task and their means (Meta-World, MiniGrid)
+    in-context    the card's held-out tasks (or its training tasks), all in one batched environment,
+                  `episodes` consecutive episodes per task with the policy's context kept across them (AD, DPT)
+
+Each one checks what it needs before training (`check`), says what run.json's `evaluation` block records
+(`describe`) and writes evaluations.jsonl lines (`evaluate`); docs/run-directory.md lists their fields.
+Seeds: evaluation episode i of a run with seed s resets with `evaluation_seed(s, i)`, disjoint from every seed
+used for training or data generation; the multi-task suite hashes the task name into it as well
+(`offbench.envs.multitask.episode_seed`), and the in-context batch is seeded with `evaluation_seed(s, 0)`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Callable, Protocol
+
+import numpy as np
+
+from offbench.errors import OffbenchError
+from offbench.evaluation.policy import PolicyOptions
+from offbench.evaluation.rollout import EPISODE_SEEDS_RULE, evaluation_record, evaluation_seed, run_episodes
+
+if TYPE_CHECKING:
+    from offbench.data.cards import DatasetCard
+    from offbench.data.spec import DatasetSpec
+
+PROTOCOL_FOR_KIND = {"offline": "single-task", "multi-task": "multi-task", "learning-history": "in-context"}
+TASK_SPLITS = ("held-out", "train")
+
+
+@dataclass(frozen=True)
+class EvaluationSetup:
+    """What every protocol is built from: the card, the run's seed and the evaluation settings of its config."""
+
+    card: DatasetCard | None
+    seed: int
+    episodes: int  # single-task: episodes; multi-task: episodes per task; in-context: consecutive episodes per task
+    every_steps: int
+    target_returns: tuple[float | None, ...] = (None,)  # one evaluation per target; (None,) unless return-conditioned
+    task_target_returns: tuple[float, ...] | None = None  # multi-task, return-conditioned, no target given: per task
+    deterministic: bool = True
+    tasks: str = "held-out"  # in-context only: which split of the card's tasks
+
+    @property
+    def env_spec(self) -> dict[str, Any] | None:
+        return dict(self.card.env) if self.card is not None and self.card.env else None
+
+    def common(self, name: str) -> dict[str, Any]:
+        return {
+            "protocol": name,
+            "episodes": self.episodes,
+            "every_steps": self.every_steps,
+            "target_returns": None if self.target_returns == (None,) else list(self.target_returns),
+            "deterministic": self.deterministic,
+            "env": self.env_spec,
+        }
+
+
+class EvaluationProtocol(Protocol):
+    name: str
+
+    def check(self, spec: DatasetSpec) -> None:
+        """Before training: the environment builds and matches the data (one-line OffbenchError otherwise)."""
+
+    def describe(self) -> dict[str, Any]:
+        """run.json's `evaluation` block."""
+
+    def evaluate(self, baseline: Any, step: int) -> list[dict[str, Any]]:
+        """Evaluate `baseline` (anything with `policy(PolicyOptions) -> Policy`); evaluations.jsonl lines."""
+
+    def score_metric(self, evaluations: list[dict[str, Any]]) -> str:
+        """The headline field of its evaluation lines (summary.json `score_metric`)."""
+
+
+PROTOCOLS: dict[str, Callable[[EvaluationSetup], EvaluationProtocol]] = {}
+
+
+def register_protocol(name: str):
+    def add(cls):
+        cls.name = name
+        PROTOCOLS[name] = cls
+        return cls
+
+    return add
+
+
+def protocol_name(card: DatasetCard | None) -> str:
+    """The protocol a card's kind calls for (single-task for a file without a card)."""
+    kind = card.kind if card is not None else "offline"
+    if kind not in PROTOCOL_FOR_KIND:
+        raise OffbenchError(f"dataset card {card.id}: kind '{kind}' has no evaluation protocol (known kinds: {', '.join(PROTOCOL_FOR_KIND)})")
+    return PROTOCOL_FOR_KIND[kind]
+
+
+def build_protocol(setup: EvaluationSetup) -> EvaluationProtocol:
+    return PROTOCOLS[protocol_name(setup.card)](setup)
+
+
+def _check_shapes(dataset_id: str, env_id: str, pairs: list[tuple[str, tuple, tuple | None]]) -> None:
+    for what, env_shape, data_shape in pairs:
+        if data_shape is not None and tuple(env_shape) != tuple(data_shape):
+            raise OffbenchError(f"{dataset_id}: the dataset's {what} shape {tuple(data_shape)} differs from {env_id}'s {tuple(env_shape)}")
+
+
+def _space_shape(space) -> tuple:
+    return (int(space.n),) if hasattr(space, "n") else tuple(space.shape)
+
+
+def _needs_env(setup: EvaluationSetup) -> dict[str, Any]:
+    env = setup.env_spec
+    if env is None:
+        where = setup.card.id if setup.card is not None else "this dataset file"
+        raise OffbenchError(f"{where}: no dataset card with an [env] to evaluate in (use a registered id, or --set eval_episodes=0)")
+    return env
+
+
+# ---------------------------------------------------------------------------------------------- single-task
+@register_protocol("single-task")
+class SingleTask:
+    """Today's D4RL-style protocol: `episodes` seeded episodes in the card's one environment, per target return."""
+
+    def __init__(self, setup: EvaluationSetup):
+        self.setup = setup
+
+    def check(self, spec: DatasetSpec) -> None:
+        from offbench.envs.factory import make_env
+
+        env_spec = _needs_env(self.setup)
+        env = make_env(env_spec)
+        try:
+            _check_shapes(self.setup.card.id, env_spec["id"], [
+                ("observation", env.observation_space.shape, spec.observation_space.shape),
+                ("action", _space_shape(env.action_space), _space_shape(spec.action_space)),
+            ])
+        finally:
+            env.close()
+
+    def describe(self) -> dict[str, Any]:
+        return {**self.setup.common(self.name), "episode_seeds": EPISODE_SEEDS_RULE}
+
+    def evaluate(self, baseline: Any, step: int) -> list[dict[str, Any]]:
+        from offbench.envs.factory import make_env
+
+        setup = self.setup
+        seeds = [evaluation_seed(setup.seed, i) for i in range(setup.episodes)]
+        records = []
+        for target in setup.target_returns:
+            policy = baseline.policy(PolicyOptions(target_return=target, deterministic=setup.deterministic))
+            results = run_episodes(policy, lambda: make_env(setup.env_spec), seeds)
+            records.append(evaluation_record(step, results, setup.card, target))
+        return records
+
+    def score_metric(self, evaluations: list[dict[str, Any]]) -> str:
+        from offbench.tracking.run_dir import score_metric
+
+        card = self.setup.card
+        return score_metric(evaluations, card is not None and card.ref_min_score is not None and card.ref_max_score is not None)
+
+
+# ---------------------------------------------------------------------------------------------- multi-task
+@register_protocol("multi-task")
+class MultiTask:
+    """Every task of the card's suite, `episodes` per task, all episodes of a round in one policy call per step.
+    The line's `mean_return` and `success_rate` are means over tasks (each task weighs the same)."""
+
+    MAX_LANES = 512  # episodes stepped side by side (one policy call covers them all)
+
+    def __init__(self, setup: EvaluationSetup):
+        from offbench.envs.multitask import task_names
+
+        self.setup = setup
+        self.tasks = task_names(_needs_env(setup)) if setup.env_spec else []
+
+    def check(self, spec: DatasetSpec) -> None:
+        from offbench.envs.factory import make_env
+
+        env_spec = _needs_env(self.setup)
+        if len(self.tasks) != spec.num_tasks:
+            raise OffbenchError(
+                f"{self.setup.card.id}: the card's suite has {len(self.tasks)} tasks but the data's task ids name {spec.num_tasks}"
+            )
+        env = make_env(env_spec, 0)
+        try:
+            _check_shapes(self.setup.card.id, f"{env_spec['id']} task {self.tasks[0]}", [
+                ("observation", env.observation_space.shape, spec.observation_space.shape),
+                ("action", _space_shape(env.action_space), _space_shape(spec.action_space)),
+            ])
+        finally:
+            env.close()
+
+    def describe(self) -> dict[str, Any]:
+        setup = self.setup
+        return {
+            **setup.common(self.name),
+            "tasks": self.tasks,
+            "task_target_returns": None if setup.task_target_returns is None else list(setup.task_target_returns),
+            "episode_seeds": f"offbench.envs.multitask.episode_seed({EPISODE_SEEDS_RULE.replace(' + episode', '')}, task name, episode)",
+        }
+
+    def evaluate(self, baseline: Any, step: int) -> list[dict[str, Any]]:
+        from offbench.envs.multitask import evaluate_tasks
+
+        setup = self.setup
+        records = []
+        for target in setup.target_returns:
+            def policy_for(lanes, _envs, target=target):
+                task_ids = np.array([lane.task_id for lane in lanes], dtype=np.int64)
+                row_target = target
+                if target is None and setup.task_target_returns is not None:
+                    row_target = np.asarray(setup.task_target_returns, dtype=np.float64)[task_ids]
+                return baseline.policy(PolicyOptions(task_ids=task_ids, target_return=row_target, deterministic=setup.deterministic))
+
+            lanes = setup.episodes * len(self.tasks)
+            episodes = evaluate_tasks(setup.env_spec, policy_for, setup.episodes, evaluation_seed(setup.seed, 0), max_envs=min(lanes, self.MAX_LANES))
+            records.append(self.record(step, episodes, target))
+        return records
+
+    def record(self, step: int, episodes, target: float | None) -> dict[str, Any]:
+        per_task = {}
+        for task_id, name in enumerate(self.tasks):
+            rows = episodes[episodes["task_id"] == task_id]
+            per_task[name] = {
+                "task_id": task_id,
+                "returns": [float(r) for r in rows["return"]],
+                "successes": [bool(s) for s in rows["success"]],
+                "mean_return": float(rows["return"].mean()),
+                "success_rate": float(rows["success"].mean()),
+            }
+        return {
+            "step": step,
+            "returns": [float(r) for r in episodes["return"]],
+            "lengths": [int(n) for n in episodes["length"]],
+            "mean_return": float(np.mean([t["mean_return"] for t in per_task.values()])),
+            "normalized_score": None,
+            "success_rate": float(np.mean([t["success_rate"] for t in per_task.values()])),
+            "target_return": target,
+            "per_task": per_task,
+        }
+
+    def score_metric(self, evaluations: list[dict[str, Any]]) -> str:
+        return "success_rate"
+
+
+# ---------------------------------------------------------------------------------------------- in-context
+@dataclass
+class InContextResults:
+    returns: np.ndarray  # (tasks, episodes)
+    expected_returns: np.ndarray  # (tasks, episodes): the environment's expectation of each return (bandits: arm means)
+    lengths: np.ndarray  # (tasks, episodes)
+
+
+def run_in_context(policy, env, episodes: int) -> InContextResults:
+    """`episodes` consecutive episodes on every row of a batched environment, one policy context per row kept
+    across episode ends (the policy sees dones and the next episode's first observation). A row that finished
+    its episodes goes on stepping with the others until all have, unrecorded."""
+    n = env.num_envs
+    rows = np.arange(n)
+    returns, expected = np.zeros((n, episodes)), np.zeros((n, episodes))
+    lengths = np.zeros((n, episodes), dtype=np.int64)
+    episode = np.zeros(n, dtype=np.int64)
+    observations = env.reset()
+    policy.reset(n)
+    while (episode < episodes).any():
+        actions = np.asarray(policy.act(observations))
+        observations, rewards, terminated, truncated = env.step(actions)
+        done = np.asarray(terminated) | np.asarray(truncated)
+        live = episode < episodes
+        r, e = rows[live], episode[live]
+        returns[r, e] += rewards[live]
+        expected[r, e] += env.expected_rewards(r, actions[live], rewards[live])
+        lengths[r, e] += 1
+        policy.observe(rewards, done)
+        episode += done
+        if done.any():
+            observations = env.reset(done)
+    return InContextResults(returns, expected, lengths)
+
+
+@register_protocol("in-context")
+class InContext:
+    """The card's held-out tasks (or its training tasks), all in one batched environment, `episodes` consecutive
+    episodes per task with the policy's context kept across them. `regret` sums the optimal return minus the
+    expected return over all episodes (bandits: the pseudo-regret of the pulls); it is the headline metric
+    where episodes are single pulls (bandits), the last episode's return elsewhere."""
+
+    def __init__(self, setup: EvaluationSetup):
+        if setup.tasks not in TASK_SPLITS:
+            raise OffbenchError(f"--tasks must be one of {', '.join(TASK_SPLITS)}, got {setup.tasks!r}")
+        self.setup = setup
+        self.task_list, self.task_ids = self._tasks()
+
+    def _tasks(self) -> tuple[list[dict], list[int]]:
+        from offbench.envs.benchmarks import card_tasks
+
+        if self.setup.card is None:
+            return [], []
+        train, held_out = card_tasks(self.setup.card)
+        if self.setup.tasks == "train":
+            return train, list(range(len(train)))
+        return held_out, list(range(len(train), len(train) + len(held_out)))
+
+    def make_env(self):
+        from offbench.envs.benchmarks import make_batch_env
+
+        return make_batch_env(_needs_env(self.setup), self.task_list, seed=evaluation_seed(self.setup.seed, 0))
+
+    def check(self, spec: DatasetSpec) -> None:
+        if not self.task_list:
+            raise OffbenchError(f"{self.setup.card.id}: the card's split has no {self.setup.tasks} tasks to evaluate in context")
+        env = self.make_env()
+        _check_shapes(self.setup.card.id, self.setup.env_spec["id"], [
+            ("observation", env.single_observation_space.shape, spec.observation_space.shape),
+            ("action", (env.num_actions,), _space_shape(spec.action_space)),
+        ])
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            **self.setup.common(self.name),
+            "in_context_episodes": self.setup.episodes,
+            "tasks": self.setup.tasks,
+            "task_ids": self.task_ids,
+            "env_seed": evaluation_seed(self.setup.seed, 0),
+        }
+
+    def evaluate(self, baseline: Any, step: int) -> list[dict[str, Any]]:
+        env = self.make_env()
+        options = PolicyOptions(task_ids=np.asarray(self.task_ids, dtype=np.int64), deterministic=self.setup.deterministic)
+        results = run_in_context(baseline.policy(options), env, self.setup.episodes)
+        optimal = np.asarray(env.optimal_returns, dtype=np.float64)
+        curve = results.returns.mean(axis=0)
+        regret = np.cumsum((optimal[:, None] - results.expected_returns).mean(axis=0))
+        return [{
+            "step": step,
+            "returns": results.returns[:, -1].tolist(),
+            "lengths": results.lengths[:, -1].tolist(),
+            "mean_return": float(curve[-1]),
+            "normalized_score": None,
+            "success_rate": None,
+            "target_return": None,
+            "in_context_returns": curve.tolist(),
+            "optimal_return": float(optimal.mean()),
+            "tasks": self.setup.tasks,
+            "task_returns": results.returns.tolist(),
+            "regret": float(regret[-1]),
+            "in_context_regret": regret.tolist(),
+        }]
+
+    def score_metric(self, evaluations: list[dict[str, Any]]) -> str:
+        return "regret" if self.make_env().horizon == 1 else "mean_return"
+
+
+def with_overrides(setup: EvaluationSetup, episodes: int | None = None, tasks: str | None = None) -> EvaluationSetup:
+    """`offbench evaluate`'s --episodes / --tasks on a run's own setup (--tasks is for in-context runs only)."""
+    if tasks is not None and protocol_name(setup.card) != "in-context":
+        raise OffbenchError(f"--tasks applies to in-context evaluation; this run is evaluated {protocol_name(setup.card)}")
+    return replace(setup, episodes=setup.episodes if episodes is None else episodes, tasks=tasks or setup.tasks)
