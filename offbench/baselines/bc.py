@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from offbench.baselines import pcgrad
 from offbench.baselines.base import SINGLE_AND_MULTI_TASK, DatasetSpec
 from offbench.baselines.nets import BoundedActions, ObservationNormalizer, flat_observation_dim, mlp, task_input_dim, with_task_onehot
 from offbench.errors import OffbenchError
@@ -28,6 +29,7 @@ class BCConfig:
     num_layers: int = 2
     learning_rate: float = 3e-4
     normalize_observations: bool = True
+    gradient: str = "mean"  # multi-task data: "pcgrad" for gradient surgery over the tasks of each batch (MTBC+PCGrad)
 
 
 class Actor(nn.Module):
@@ -52,6 +54,7 @@ class BC:
     return_conditioned = False
 
     def __init__(self, config: BCConfig, spec: DatasetSpec, device: str | torch.device = "cpu"):
+        pcgrad.check_gradient_mode(config.gradient, self.name, spec.num_tasks)
         self.config, self.spec, self.device = config, spec, torch.device(device)
         self.actor = Actor(config, spec).to(self.device)
         self.optimizer = torch.optim.Adam(self.actor.parameters(), lr=config.learning_rate)
@@ -64,9 +67,8 @@ class BC:
 
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         self.actor.train()
-        loss = self.loss(batch)
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        loss = pcgrad.backward(self.loss, batch, self.actor.parameters(), self.config.gradient)
         self.optimizer.step()
         return {"actor_loss": loss.item()}
 

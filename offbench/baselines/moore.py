@@ -26,11 +26,11 @@ std is one learnt vector per task (MOORE's SAC predicts it from the features); n
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -41,6 +41,7 @@ from offbench.baselines.nets import BoundedActions, ObservationNormalizer, flat_
 from offbench.baselines.pcgrad import check_gradient_mode, pcgrad_backward, per_task_losses
 from offbench.baselines.q_learning import DataTransform, EnsembleMLP, action_kind, polyak_update, reward_scale, target_copy
 from offbench.errors import OffbenchError
+from offbench.evaluation.policy import MarkovPolicy, PolicyOptions
 
 
 def gram_schmidt(h: torch.Tensor) -> torch.Tensor:
@@ -91,29 +92,13 @@ def multi_task_spec(spec: DatasetSpec, baseline: str) -> None:
         raise OffbenchError(f"{baseline} is a multi-task baseline: the dataset has one task (use a multi-task card, or bc/dt/cql/iql)")
 
 
-class TaskPolicy:
-    """Memoryless evaluation policy over a batch of envs whose rows belong to given tasks."""
-
-    def __init__(self, act: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], spec: DatasetSpec, device: torch.device, task_ids):
-        if task_ids is None:
-            raise OffbenchError("a multi-task policy needs the task id of every env row (PolicyOptions.task_ids)")
-        self._act, self._spec, self._device = act, spec, device
-        self._task_ids = torch.as_tensor(np.asarray(task_ids), dtype=torch.long, device=device)
-
-    def reset(self, num_envs: int) -> None:
-        if num_envs != len(self._task_ids):
-            raise ValueError(f"policy made for {len(self._task_ids)} env rows, reset for {num_envs}")
-
-    @torch.inference_mode()
-    def act(self, observations: np.ndarray) -> np.ndarray:
-        obs = torch.tensor(np.asarray(observations), dtype=torch.float32, device=self._device)
-        actions = self._act(obs, self._task_ids).cpu().numpy()
-        if self._spec.discrete:
-            return actions.astype(np.int64)
-        return actions.reshape(len(actions), *self._spec.action_space.shape).astype(self._spec.action_space.dtype)
-
-    def observe(self, rewards: np.ndarray, dones: np.ndarray) -> None:
-        pass
+def task_policy(baseline, options: PolicyOptions) -> MarkovPolicy:
+    """The evaluation policy of a MOORE actor: greedy (mean action, or most likely discrete action) per row's task."""
+    if options.task_ids is None:
+        raise ValueError(f"{baseline.name} acts with the task id of every env row (PolicyOptions.task_ids)")
+    if not options.deterministic:
+        raise OffbenchError(f"{baseline.name} evaluates deterministically only (drop eval_deterministic=false)")
+    return MarkovPolicy(baseline.act, baseline.spec.action_space, baseline.device, options)
 
 
 # ---------------------------------------------------------------------------------------------- MOORE-BC
@@ -139,7 +124,7 @@ class MooreBC:
 
     def __init__(self, config: MooreBCConfig, spec: DatasetSpec, device: str | torch.device = "cpu"):
         multi_task_spec(spec, self.name)
-        check_gradient_mode(config.gradient, self.name)
+        check_gradient_mode(config.gradient, self.name, spec.num_tasks)
         self.config, self.spec, self.device = config, spec, torch.device(device)
         self.actor = nn.ModuleDict(
             {
@@ -177,8 +162,8 @@ class MooreBC:
         output = self.output(observations, task_ids)
         return output.argmax(dim=-1) if self.spec.discrete else output
 
-    def policy(self, options) -> TaskPolicy:
-        return TaskPolicy(self.act, self.spec, self.device, options.task_ids)
+    def policy(self, options: PolicyOptions) -> MarkovPolicy:
+        return task_policy(self, options)
 
     def state_dict(self) -> dict[str, Any]:
         return {"actor": self.actor.state_dict(), "optimizer": self.optimizer.state_dict()}
@@ -230,13 +215,15 @@ class MooreIQL:
 
     def __init__(self, config: MooreIQLConfig, spec: DatasetSpec, device: str | torch.device = "cpu"):
         multi_task_spec(spec, self.name)
-        check_gradient_mode(config.gradient, self.name)
+        check_gradient_mode(config.gradient, self.name, spec.num_tasks)
         if config.actor_lr_schedule not in SCHEDULES:
             raise OffbenchError(f"{self.name}: actor_lr_schedule must be one of {', '.join(SCHEDULES)}, not {config.actor_lr_schedule!r}")
         self.config, self.spec, self.device = config, spec, torch.device(device)
         self.discrete = action_kind(spec, self.name) == "discrete"
         self.step = 0
-        transform = DataTransform(spec, config.normalize_observations, reward_scale(spec, self.name, config.normalize_reward, config.reward_scale), config.reward_bias)
+        scale = reward_scale(spec, self.name, config.normalize_reward, config.reward_scale)
+        # the task enters MOORE through its mixing weights and heads, never as an input: no one-hot on the states
+        transform = DataTransform(dataclasses.replace(spec, num_tasks=1), config.normalize_observations, scale, config.reward_bias)
         obs_dim, act_dim = transform.obs_mean.numel(), spec.action_dim
 
         def moore(in_dim: int, out_dim: int) -> MooreNetwork:
@@ -315,8 +302,8 @@ class MooreIQL:
         out = self.nets["actor"](transform.observations(observations), task_ids)
         return out.argmax(-1) if self.discrete else transform.actions_from_unit(torch.tanh(out))
 
-    def policy(self, options) -> TaskPolicy:
-        return TaskPolicy(self.act, self.spec, self.device, options.task_ids)
+    def policy(self, options: PolicyOptions) -> MarkovPolicy:
+        return task_policy(self, options)
 
     def state_dict(self) -> dict[str, Any]:
         return {

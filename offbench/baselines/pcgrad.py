@@ -26,9 +26,23 @@ from offbench.errors import OffbenchError
 GRADIENT_MODES = ("mean", "pcgrad")
 
 
-def check_gradient_mode(mode: str, baseline: str) -> None:
+def check_gradient_mode(mode: str, baseline: str, num_tasks: int) -> None:
     if mode not in GRADIENT_MODES:
         raise OffbenchError(f"{baseline}: gradient must be one of {', '.join(GRADIENT_MODES)}, not {mode!r}")
+    if mode == "pcgrad" and num_tasks < 2:
+        raise OffbenchError(f"{baseline}: gradient=pcgrad projects one task's gradient off another's; this dataset has one task")
+
+
+def backward(loss_fn: Callable[[dict[str, torch.Tensor]], torch.Tensor], batch: dict[str, torch.Tensor], parameters, mode: str) -> torch.Tensor:
+    """The hook a baseline's update calls in place of `loss_fn(batch).backward()`: that, or with mode "pcgrad" the
+    PCGrad gradient of the batch's per-task losses. Returns the loss to log (PCGrad: the mean of the task losses)."""
+    if mode == "pcgrad":
+        losses = task_losses(loss_fn, batch)
+        pcgrad_backward(losses, parameters)
+        return torch.stack([loss.detach() for loss in losses]).mean()
+    loss = loss_fn(batch)
+    loss.backward()
+    return loss
 
 
 def per_task_losses(losses: torch.Tensor, task_ids: torch.Tensor) -> list[torch.Tensor]:

@@ -20,17 +20,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from offbench.baselines.base import DatasetSpec
-from offbench.baselines.dt import Block, Dropout
+from offbench.baselines.dt import Block, Dropout, DTPolicy
 from offbench.baselines.moore import multi_task_spec
 from offbench.baselines.nets import BoundedActions, ObservationNormalizer, flat_observation_dim, fused_adam
 from offbench.baselines.pcgrad import check_gradient_mode, pcgrad_backward, per_task_losses
 from offbench.errors import OffbenchError
+from offbench.evaluation.policy import PolicyOptions
 
 PROMPT_KEYS = ("observations", "actions", "returns_to_go", "timesteps", "mask")
 
@@ -123,7 +123,7 @@ class PromptDT:
 
     def __init__(self, config: PromptDTConfig, spec: DatasetSpec, device: str | torch.device = "cpu"):
         multi_task_spec(spec, self.name)
-        check_gradient_mode(config.gradient, self.name)
+        check_gradient_mode(config.gradient, self.name, spec.num_tasks)
         self.config, self.spec, self.device = config, spec, torch.device(device)
         self.model = PromptDTModel(config, spec).to(self.device)
         self.optimizer = torch.optim.AdamW(
@@ -178,8 +178,15 @@ class PromptDT:
         self.model.eval()
         return self.predict(batch, {key: value[task_ids] for key, value in self.task_prompts.items()})[:, -1]
 
-    def policy(self, options) -> PromptDTPolicy:
-        return PromptDTPolicy(self, options.target_return, options.task_ids)
+    def policy(self, options: PolicyOptions) -> PromptDTPolicy:
+        """Conditioned on `options.target_return` (one per row), each row prompted by its task (`options.task_ids`)."""
+        if options.task_ids is None or options.target_return is None:
+            raise ValueError(f"{self.name} acts with the task id of every env row and a target return (PolicyOptions)")
+        if not options.deterministic:
+            raise OffbenchError(f"{self.name} evaluates deterministically only (drop eval_deterministic=false)")
+        if not self.task_prompts:
+            raise OffbenchError(f"{self.name}: no evaluation prompts yet (the baseline has not seen a batch)")
+        return PromptDTPolicy(self, options)
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -194,50 +201,11 @@ class PromptDT:
         self.task_prompts = {key: value.to(self.device) for key, value in state["task_prompts"].items()}
 
 
-class PromptDTPolicy:
-    """Acts in N environments at once, keeping each one's last K (R, s, a) steps (left-padded like training) and
-    prompting each row with its task's evaluation prompt."""
+class PromptDTPolicy(DTPolicy):
+    """DT's evaluation policy (the last K steps of every env row, left-padded like training), each row prompted
+    with its task's evaluation prompt through the baseline's `act_rows` (HarmoDT's applies the task's mask)."""
 
-    def __init__(self, dt: PromptDT, target_return: float | None, task_ids):
-        if task_ids is None or target_return is None:
-            raise OffbenchError(f"{dt.name} acts with the task id of every env row and a target return (PolicyOptions)")
-        if not dt.task_prompts:
-            raise OffbenchError(f"{dt.name}: no evaluation prompts yet (the baseline has not seen a batch)")
-        self.dt, self.target_return = dt, np.asarray(target_return, dtype=np.float32)  # one number, or one per row
-        self.task_ids = torch.as_tensor(np.asarray(task_ids), dtype=torch.long, device=dt.device)
-
-    def reset(self, num_envs: int) -> None:
-        k, spec, device = self.dt.config.segment_length, self.dt.spec, self.dt.device
-        if num_envs != len(self.task_ids):
-            raise ValueError(f"policy made for {len(self.task_ids)} env rows, reset for {num_envs}")
-        self.context = {
-            "observations": torch.zeros(num_envs, k, *spec.observation_shape, device=device),
-            "actions": torch.zeros(num_envs, k, *(() if spec.discrete else (spec.action_dim,)), dtype=torch.long if spec.discrete else torch.float32, device=device),
-            "returns_to_go": torch.zeros(num_envs, k, device=device),
-            "timesteps": torch.zeros(num_envs, k, dtype=torch.long, device=device),
-            "mask": torch.zeros(num_envs, k, dtype=torch.bool, device=device),
-        }
-        self.remaining = torch.tensor(np.broadcast_to(self.target_return, (num_envs,)).copy(), device=device)  # raw return still to collect
-        self.step = torch.zeros(num_envs, dtype=torch.long, device=device)
-
-    @torch.no_grad()
-    def act(self, observations: np.ndarray) -> np.ndarray:
-        c = self.context
-        for buffer in c.values():
-            buffer.copy_(buffer.roll(-1, dims=1))  # drop the oldest step; the newest goes last
-        c["observations"][:, -1] = torch.tensor(np.asarray(observations), dtype=torch.float32, device=self.dt.device)
-        c["actions"][:, -1] = 0  # never seen: the state token that predicts it comes first
-        c["returns_to_go"][:, -1] = self.remaining
-        c["timesteps"][:, -1] = self.step
-        c["mask"][:, -1] = True
-        output = self.dt.act_rows(c, self.task_ids)
-        action = output.argmax(dim=-1) if self.dt.spec.discrete else output
-        c["actions"][:, -1] = action
-        if self.dt.spec.discrete:
-            return action.cpu().numpy().astype(np.int64)
-        space = self.dt.spec.action_space
-        return action.cpu().numpy().reshape(len(action), *space.shape).astype(space.dtype)
-
-    def observe(self, rewards: np.ndarray, dones: np.ndarray) -> None:
-        self.remaining -= torch.tensor(np.asarray(rewards), dtype=torch.float32, device=self.dt.device)
-        self.step += 1
+    def predict(self) -> torch.Tensor:
+        context = {"observations": self.observations, "actions": self.actions, "returns_to_go": self.returns_to_go,
+                   "timesteps": self.timesteps, "mask": self.mask}
+        return self.dt.act_rows(context, self.task_ids)
