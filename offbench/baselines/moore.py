@@ -38,7 +38,7 @@ from torch import nn
 from offbench.baselines.base import DatasetSpec
 from offbench.baselines.iql import LOG_STD_MAX, LOG_STD_MIN, SCHEDULES
 from offbench.baselines.nets import BoundedActions, ObservationNormalizer, flat_observation_dim
-from offbench.baselines.pcgrad import check_gradient_mode, pcgrad_backward, per_task_losses
+from offbench.baselines import pcgrad
 from offbench.baselines.q_learning import DataTransform, EnsembleMLP, action_kind, polyak_update, reward_scale, target_copy
 from offbench.errors import OffbenchError
 from offbench.evaluation.policy import MarkovPolicy, PolicyOptions
@@ -124,7 +124,7 @@ class MooreBC:
 
     def __init__(self, config: MooreBCConfig, spec: DatasetSpec, device: str | torch.device = "cpu"):
         multi_task_spec(spec, self.name)
-        check_gradient_mode(config.gradient, self.name, spec.num_tasks)
+        pcgrad.check_gradient_mode(config.gradient, self.name, spec.num_tasks)
         self.config, self.spec, self.device = config, spec, torch.device(device)
         self.actor = nn.ModuleDict(
             {
@@ -141,21 +141,18 @@ class MooreBC:
         """Actions (continuous) or logits (discrete)."""
         return self.actor["bound"](self.actor["net"](self.actor["normalize"](observations), task_ids))
 
+    def loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        output = self.output(batch["observations"], batch["task_ids"])
+        if self.spec.discrete:
+            return F.cross_entropy(output, batch["actions"].long())
+        return F.mse_loss(output, batch["actions"].reshape(output.shape))
+
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         self.actor.train()
-        task_ids = batch["task_ids"]
-        output = self.output(batch["observations"], task_ids)
-        if self.spec.discrete:
-            losses = F.cross_entropy(output, batch["actions"].long(), reduction="none")
-        else:
-            losses = (output - batch["actions"].reshape(output.shape)).pow(2).mean(-1)
         self.optimizer.zero_grad(set_to_none=True)
-        if self.config.gradient == "pcgrad":
-            pcgrad_backward(per_task_losses(losses, task_ids), self.actor.parameters())
-        else:
-            losses.mean().backward()
+        loss = pcgrad.backward(self.loss, batch, self.actor.parameters(), self.config.gradient)
         self.optimizer.step()
-        return {"actor_loss": losses.mean().item()}
+        return {"actor_loss": loss.item()}
 
     def act(self, observations: torch.Tensor, task_ids: torch.Tensor) -> torch.Tensor:
         self.actor.eval()
@@ -215,7 +212,7 @@ class MooreIQL:
 
     def __init__(self, config: MooreIQLConfig, spec: DatasetSpec, device: str | torch.device = "cpu"):
         multi_task_spec(spec, self.name)
-        check_gradient_mode(config.gradient, self.name, spec.num_tasks)
+        pcgrad.check_gradient_mode(config.gradient, self.name, spec.num_tasks)
         if config.actor_lr_schedule not in SCHEDULES:
             raise OffbenchError(f"{self.name}: actor_lr_schedule must be one of {', '.join(SCHEDULES)}, not {config.actor_lr_schedule!r}")
         self.config, self.spec, self.device = config, spec, torch.device(device)
@@ -287,7 +284,7 @@ class MooreIQL:
         losses = {"value": value_losses, "critic": critic_losses, "actor": actor_losses}
         if cfg.gradient == "pcgrad":  # surgery per network: their parameters are disjoint
             for name, per_row in losses.items():
-                pcgrad_backward(per_task_losses(per_row, task_ids), self.groups[name])
+                pcgrad.pcgrad_backward(pcgrad.per_task_losses(per_row, task_ids), self.groups[name])
         else:
             sum(per_row.mean() for per_row in losses.values()).backward()
         for optimizer in self.optimizers.values():

@@ -14,7 +14,7 @@ from offbench.baselines import get_baseline
 from offbench.baselines.base import DatasetSpec
 from offbench.baselines.harmodt import change_count, erk_densities
 from offbench.baselines.moore import MooreNetwork, gram_schmidt
-from offbench.baselines.pcgrad import pcgrad_backward, project_conflicting
+from offbench.baselines.pcgrad import pcgrad_backward, per_task_losses, project_conflicting, task_losses
 from offbench.data.samplers import make_sampler
 from offbench.errors import OffbenchError
 from offbench.training.config import resolve_config
@@ -198,10 +198,40 @@ def test_multitask_baselines_learn_and_act_per_task(tiny, name, dataset):
         assert np.all(np.abs(actions) <= 1.0)
 
 
-@pytest.mark.parametrize("name", ["moore-bc", "prompt-dt"])
-def test_pcgrad_option_trains(tiny, name):
-    baseline, sampler = build(name, "minigrid/tiny-near-optimal", tiny, gradient='"pcgrad"')
-    assert np.isfinite(baseline.update(sampler.sample())["action_loss" if name == "prompt-dt" else "actor_loss"])
+@pytest.mark.parametrize("name", ["bc", "dt", "moore-bc", "prompt-dt"])
+def test_pcgrad_option_steps_with_the_projected_task_gradients(name):
+    """`gradient=pcgrad`: one update equals an optimiser step on pcgrad_backward of the batch's task losses."""
+    from baseline_contract import TINY_CONFIGS, multi_task_store
+
+    store = multi_task_store()
+    spec, cls = DatasetSpec.from_store(store), get_baseline(name)
+    config = cls.Config(**{**TINY_CONFIGS[name], "gradient": "pcgrad"})
+    if hasattr(config, "embedding_dropout"):  # no dropout: the two computations draw different masks
+        config.embedding_dropout = config.attention_dropout = config.residual_dropout = 0.0
+    models = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        models.append(cls(config, spec))
+    options = models[0].sampler_options() if hasattr(models[0], "sampler_options") else {}
+    batch = make_sampler(cls.sampler, store, 24, 0, **options).sample()
+    torch.manual_seed(1)  # PCGrad's random task order
+    models[0].update(batch)
+    manual = models[1]
+    net, optimizer = (manual.actor, manual.optimizer) if hasattr(manual, "actor") else (manual.model, manual.optimizer)
+    net.train()
+    torch.manual_seed(1)
+    if name == "prompt-dt":
+        manual.keep_task_prompts(batch)
+        losses = per_task_losses(manual.row_losses(batch), batch["task_ids"])
+    else:
+        losses = task_losses(manual.loss, batch)
+    optimizer.zero_grad()
+    pcgrad_backward(losses, net.parameters())
+    if getattr(config, "grad_clip", 0) > 0:
+        torch.nn.utils.clip_grad_norm_(net.parameters(), config.grad_clip)
+    optimizer.step()
+    for a, b in zip((models[0].actor if hasattr(models[0], "actor") else models[0].model).parameters(), net.parameters()):
+        assert torch.allclose(a, b, atol=1e-6)
 
 
 def test_multitask_baselines_refuse_a_single_task_spec(tiny):
@@ -213,6 +243,9 @@ def test_multitask_baselines_refuse_a_single_task_spec(tiny):
             cls(cls.Config(), single)
     with pytest.raises(OffbenchError, match="gradient"):
         get_baseline("harmodt")(get_baseline("harmodt").Config(gradient="pcgrad"), spec)
+    for name in ("bc", "dt"):  # gradient surgery needs tasks
+        with pytest.raises(OffbenchError, match="one task"):
+            get_baseline(name)(get_baseline(name).Config(gradient="pcgrad"), single)
 
 
 # ---------------------------------------------------------------------------------------------- runs
@@ -252,3 +285,10 @@ def test_multitask_runs_repeat_and_resume_to_the_same_numbers(multitask_home, mo
     assert code == 0, err
     assert metrics(tmp_path / "cut") == metrics(tmp_path / "whole")
     assert (tmp_path / "cut" / "evaluations.jsonl").read_text() == (tmp_path / "whole" / "evaluations.jsonl").read_text()
+
+
+@pytest.mark.parametrize("name", MULTI_TASK)
+def test_a_multitask_baseline_on_a_single_task_card_is_one_line_and_writes_nothing(pendulum, cli, tmp_path, name):
+    code, _, err = cli("run", "baseline", name, "--dataset", "pendulum-scripted", "--out", tmp_path / "runs")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "single-task" in err and name in err
+    assert not (tmp_path / "runs").exists()
