@@ -115,6 +115,7 @@ class HarmoDT(PromptDT):
         self.masks = masks.to(self.device)  # (T, N): task t's mask over the flattened transformer weights
         self.iteration = 0
         self.recent_batches: dict[int, dict[str, torch.Tensor]] = {}  # each task's latest batch, for the outer step
+        self._masked_weights: dict[int, tuple[torch.Tensor, dict[str, torch.Tensor]]] = {}  # evaluation: see masked_weights
 
     # ---------------------------------------------------------------------------------------- masks
     def mask_views(self, task: int) -> list[torch.Tensor]:
@@ -149,6 +150,7 @@ class HarmoDT(PromptDT):
 
     # ---------------------------------------------------------------------------------------- training
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+        self._masked_weights.clear()
         self.keep_task_prompts(batch)
         task = self.batch_task(batch)
         self.recent_batches[task] = batch
@@ -200,18 +202,23 @@ class HarmoDT(PromptDT):
             mask[prune] = False
 
     # ---------------------------------------------------------------------------------------- acting
+    def masked_weights(self, task: int) -> dict[str, torch.Tensor]:
+        """The transformer's weights as task sees them (times its mask), for evaluation: computed once per task and
+        kept until the weights change (an update or a load) or the task's mask does."""
+        cached = self._masked_weights.get(task)
+        if cached is None or not torch.equal(cached[0], self.masks[task]):
+            weights = {name: p.detach() * mask for (name, p), mask in zip(self.masked, self.mask_views(task))}
+            cached = self._masked_weights[task] = (self.masks[task].clone(), weights)
+        return cached[1]
+
     def act_rows(self, batch: dict[str, torch.Tensor], task_ids: torch.Tensor) -> torch.Tensor:
         """Each task's rows through the network under that task's mask."""
         self.model.eval()
         out = None
         for task in torch.unique(task_ids).tolist():
             rows = task_ids == task
-            originals = self.apply_mask(task)
-            try:
-                prompt = {key: value[task_ids[rows]] for key, value in self.task_prompts.items()}
-                predicted = self.predict({key: value[rows] for key, value in batch.items()}, prompt)[:, -1]
-            finally:
-                self.restore(originals)
+            prompt = {key: value[task_ids[rows]] for key, value in self.task_prompts.items()}
+            predicted = self.predict({key: value[rows] for key, value in batch.items()}, prompt, self.masked_weights(task))[:, -1]
             if out is None:
                 out = predicted.new_empty(len(task_ids), *predicted.shape[1:])
             out[rows] = predicted
@@ -221,6 +228,7 @@ class HarmoDT(PromptDT):
         return {**super().state_dict(), "masks": self.masks.clone(), "iteration": self.iteration, "recent_batches": self.recent_batches}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._masked_weights.clear()
         super().load_state_dict(state)
         if state["masks"].shape != self.masks.shape:
             raise ValueError(f"masks of shape {tuple(state['masks'].shape)}, this model needs {tuple(self.masks.shape)}")

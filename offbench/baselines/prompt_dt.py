@@ -138,11 +138,14 @@ class PromptDT:
         c = self.config
         return {"segment_length": c.segment_length, "prompt_length": c.prompt_length, "prompt_pool": c.prompt_pool, "one_task_per_batch": self.one_task_per_batch}
 
-    def predict(self, batch: dict[str, torch.Tensor], prompt: dict[str, torch.Tensor]) -> torch.Tensor:
-        return self.model(
+    def predict(self, batch: dict[str, torch.Tensor], prompt: dict[str, torch.Tensor], weights: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
+        """The model's predictions for segments `batch` prompted by `prompt`; `weights` replace the model's own
+        parameters of those names (HarmoDT's masked transformer)."""
+        args = (
             batch["observations"], batch["actions"], batch["returns_to_go"] * self.config.reward_scale, batch["timesteps"], batch["mask"],
             {**prompt, "returns_to_go": prompt["returns_to_go"] * self.config.reward_scale},
         )
+        return self.model(*args) if weights is None else torch.func.functional_call(self.model, weights, args)
 
     def row_losses(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Each row's loss (the mean over its real steps)."""
