@@ -47,6 +47,7 @@ class Actor(nn.Module):
 
 class BC:
     name = "bc"
+    Actor = Actor  # the network; a subclass (MOORE-BC) brings its own with the same forward(observations, task_ids)
     Config = BCConfig
     sampler = "transitions"
     action_kinds = ("continuous", "discrete")
@@ -56,7 +57,7 @@ class BC:
     def __init__(self, config: BCConfig, spec: DatasetSpec, device: str | torch.device = "cpu"):
         pcgrad.check_gradient_mode(config.gradient, self.name, spec.num_tasks)
         self.config, self.spec, self.device = config, spec, torch.device(device)
-        self.actor = Actor(config, spec).to(self.device)
+        self.actor = self.Actor(config, spec).to(self.device)
         self.optimizer = torch.optim.Adam(self.actor.parameters(), lr=config.learning_rate)
 
     def loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -39,6 +39,7 @@ from offbench.baselines.base import DatasetSpec
 from offbench.baselines.iql import LOG_STD_MAX, LOG_STD_MIN, SCHEDULES
 from offbench.baselines.nets import BoundedActions, ObservationNormalizer, flat_observation_dim
 from offbench.baselines import pcgrad
+from offbench.baselines.bc import BC
 from offbench.baselines.q_learning import DataTransform, EnsembleMLP, action_kind, polyak_update, reward_scale, target_copy
 from offbench.errors import OffbenchError
 from offbench.evaluation.policy import MarkovPolicy, PolicyOptions
@@ -112,62 +113,34 @@ class MooreBCConfig:
     gradient: str = "mean"  # "pcgrad": gradient surgery over the tasks of each batch
 
 
-class MooreBC:
-    """Multi-task behaviour cloning with a MOORE torso: per-row MSE (or cross-entropy) to the dataset's actions."""
+class MooreActor(nn.Module):
+    """BC's actor with a MOORE network: normalised observations -> per-task actions (bounded) or logits."""
+
+    def __init__(self, config: MooreBCConfig, spec: DatasetSpec):
+        super().__init__()
+        self.normalize = ObservationNormalizer(spec, eps=1e-3, enabled=config.normalize_observations)
+        self.net = MooreNetwork(flat_observation_dim(spec), spec.action_dim, list(config.expert_dims), config.num_experts, spec.num_tasks, config.orthogonal)
+        self.bound = nn.Identity() if spec.discrete else BoundedActions(spec)
+
+    def forward(self, observations: torch.Tensor, task_ids: torch.Tensor) -> torch.Tensor:
+        return self.bound(self.net(self.normalize(observations), task_ids))
+
+
+class MooreBC(BC):
+    """Multi-task behaviour cloning with a MOORE torso: BC's loss, update and greedy policy (offbench/baselines/bc.py)
+    on MooreActor (MSE, or cross-entropy for discrete actions, to the dataset's actions)."""
 
     name = "moore-bc"
     Config = MooreBCConfig
-    sampler = "transitions"
-    action_kinds = ("continuous", "discrete")
+    Actor = MooreActor
     evaluation_protocols = ("multi-task",)
-    return_conditioned = False
 
     def __init__(self, config: MooreBCConfig, spec: DatasetSpec, device: str | torch.device = "cpu"):
         multi_task_spec(spec, self.name)
-        pcgrad.check_gradient_mode(config.gradient, self.name, spec.num_tasks)
-        self.config, self.spec, self.device = config, spec, torch.device(device)
-        self.actor = nn.ModuleDict(
-            {
-                "normalize": ObservationNormalizer(spec, eps=1e-3, enabled=config.normalize_observations),
-                "net": MooreNetwork(
-                    flat_observation_dim(spec), spec.action_dim, list(config.expert_dims), config.num_experts, spec.num_tasks, config.orthogonal
-                ),
-                "bound": nn.Identity() if spec.discrete else BoundedActions(spec),
-            }
-        ).to(self.device)
-        self.optimizer = torch.optim.Adam(self.actor.parameters(), lr=config.learning_rate)
-
-    def output(self, observations: torch.Tensor, task_ids: torch.Tensor) -> torch.Tensor:
-        """Actions (continuous) or logits (discrete)."""
-        return self.actor["bound"](self.actor["net"](self.actor["normalize"](observations), task_ids))
-
-    def loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        output = self.output(batch["observations"], batch["task_ids"])
-        if self.spec.discrete:
-            return F.cross_entropy(output, batch["actions"].long())
-        return F.mse_loss(output, batch["actions"].reshape(output.shape))
-
-    def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
-        self.actor.train()
-        self.optimizer.zero_grad(set_to_none=True)
-        loss = pcgrad.backward(self.loss, batch, self.actor.parameters(), self.config.gradient)
-        self.optimizer.step()
-        return {"actor_loss": loss.item()}
-
-    def act(self, observations: torch.Tensor, task_ids: torch.Tensor) -> torch.Tensor:
-        self.actor.eval()
-        output = self.output(observations, task_ids)
-        return output.argmax(dim=-1) if self.spec.discrete else output
+        super().__init__(config, spec, device)
 
     def policy(self, options: PolicyOptions) -> MarkovPolicy:
         return task_policy(self, options)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"actor": self.actor.state_dict(), "optimizer": self.optimizer.state_dict()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.actor.load_state_dict(state["actor"])
-        self.optimizer.load_state_dict(state["optimizer"])
 
 
 # ---------------------------------------------------------------------------------------------- MOORE-IQL

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from offbench.baselines.base import DatasetSpec
-from offbench.baselines.dt import Block, Dropout, DTPolicy
+from offbench.baselines.dt import Block, Dropout, DTConfig, DTPolicy
 from offbench.baselines.moore import multi_task_spec
 from offbench.baselines.nets import BoundedActions, ObservationNormalizer, flat_observation_dim, fused_adam
 from offbench.baselines.pcgrad import check_gradient_mode, pcgrad_backward, per_task_losses
@@ -36,23 +36,11 @@ PROMPT_KEYS = ("observations", "actions", "returns_to_go", "timesteps", "mask")
 
 
 @dataclass
-class PromptDTConfig:
-    segment_length: int = 20  # K
+class PromptDTConfig(DTConfig):
+    """DT's hyper-parameters (offbench/baselines/dt.py) and the prompt's."""
+
     prompt_length: int = 5  # P: steps in a prompt
     prompt_pool: int = 5  # a task's training prompts come from its this many best episodes
-    embedding_dim: int = 128
-    num_layers: int = 3
-    num_heads: int = 1
-    embedding_dropout: float = 0.1
-    attention_dropout: float = 0.1
-    residual_dropout: float = 0.1
-    learning_rate: float = 1e-4
-    weight_decay: float = 1e-4
-    warmup_steps: int = 10_000
-    grad_clip: float = 0.25
-    reward_scale: float = 1e-3  # returns-to-go are multiplied by this before entering the network
-    target_returns: tuple[float, ...] = ()  # evaluation targets (raw return); empty: the dataset's best episode return
-    gradient: str = "mean"  # "pcgrad": gradient surgery over the tasks of each batch
 
 
 class TokenEmbedding(nn.Module):
@@ -127,7 +115,8 @@ class PromptDT:
         self.config, self.spec, self.device = config, spec, torch.device(device)
         self.model = PromptDTModel(config, spec).to(self.device)
         self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay, fused=fused_adam(self.device)
+            self.model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay, betas=tuple(config.betas),
+            fused=fused_adam(self.device),
         )
         warmup = max(1, config.warmup_steps)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda step: min((step + 1) / warmup, 1.0))
