@@ -52,10 +52,11 @@ def list_datasets(
 def _describe(id_or_path: str) -> tuple[object, str, object]:
     """(store, format name, card or None) for an id or path, fetching registered data if needed.
     For a registered id the format named is the published one (the card's), not the native copy's."""
-    from offbench.data.resolve import locate
+    from offbench.data.resolve import open_dataset
 
-    found = locate(id_or_path)
-    return found.store, (found.card.format if found.card else found.format), found.card
+    found = open_dataset(id_or_path)
+    registered = found.card is not None and not Path(id_or_path).exists()
+    return found.store, (found.card.format if registered else found.format), found.card
 
 
 @app.command()
@@ -114,7 +115,7 @@ def download(
     root: Optional[Path] = typer.Option(None, help="Use DIR as $OFFBENCH_HOME for this call (its data and its user cards)."),
 ) -> None:
     """Fetch (or generate, for a recipe card), verify, and print the local path."""
-    from offbench.data.download import download as fetch
+    from offbench.data.resolve import download as fetch
 
     if root is not None:
         os.environ["OFFBENCH_HOME"] = str(root.expanduser().resolve())
@@ -167,6 +168,14 @@ def main(argv: list[str] | None = None) -> None:
         code = app(args=argv, standalone_mode=False)  # a typer.Exit(n) comes back as n here
     except OffbenchError as exc:
         err.print(f"offbench: error: {exc}", highlight=False, markup=False, soft_wrap=True)
+        sys.exit(2)
+    except OSError as exc:  # the safety net for a path the user gave that no check caught (a name too long, ...)
+        from offbench.utils import USER_FIXABLE_ERRNOS, os_error_number
+
+        number = os_error_number(exc)
+        if number not in USER_FIXABLE_ERRNOS or not exc.filename:
+            raise
+        err.print(f"offbench: error: {exc.filename}: {os.strerror(number)}", highlight=False, markup=False, soft_wrap=True)
         sys.exit(2)
     except click.exceptions.UsageError as exc:
         err.print(f"offbench: error: {exc.format_message()}", highlight=False, markup=False, soft_wrap=True)

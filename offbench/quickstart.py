@@ -100,12 +100,13 @@ def submit_and_render(out: Path, run_dirs: list[Path]) -> None:
 
 
 def quickstart(out: Path, seeds: tuple[int, ...] = (0, 1, 2), steps: int = 1_000) -> None:
-    out = Path(out)
-    if out.exists() and any(out.iterdir()):
-        from offbench.errors import OffbenchError
+    from offbench.errors import OffbenchError
+    from offbench.utils import ensure_dir
 
+    out = Path(out)
+    if out.is_dir() and any(out.iterdir()):
         raise OffbenchError(f"{out}: already exists and is not empty; pass another --out")
-    out.mkdir(parents=True, exist_ok=True)
+    ensure_dir(out)
     _step(f"1. In-context RL data: {HISTORY_DATASET} (generated from its recipe card on first use)")
     sample_learning_histories(out)
     _step(f"2. Train and evaluate BC on {CONTROL_DATASET} ({len(seeds)} seeds, {steps} updates each)")

@@ -1,13 +1,152 @@
-"""Small helpers shared across layers: atomic writes, JSON that never holds pickles."""
+"""Small helpers shared across layers: safe file names, atomic writes, one-line errors for files the user
+can fix, JSON that never holds pickles, a progress bar."""
 
 from __future__ import annotations
 
+import dataclasses
+import errno
 import json
 import os
+import re
+import shutil
+import socket
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
+
+from offbench.errors import OffbenchError
+
+_SAFE_COMPONENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
+
+
+def safe_component(name: str, what: str) -> str:
+    """`name` if it is one safe path component (letters, digits, `._+-`, not starting with a dot or dash,
+    at most 128 characters); else an OffbenchError naming `what` and the value. Every file or folder name
+    taken from a URL, a card, a run or a label goes through here, so none can climb out of its folder."""
+    if not isinstance(name, str) or not _SAFE_COMPONENT.fullmatch(name) or name in (".", ".."):
+        raise OffbenchError(
+            f"{what} {name!r} is not a safe file name (1-128 of A-Z a-z 0-9 . _ + -, starting with a letter or digit)"
+        )
+    return name
+
+
+# ---------------------------------------------------------------------------------------- errors
+_SPACE_ERRNOS = {errno.ENOSPC, errno.EDQUOT}
+USER_FIXABLE_ERRNOS = _SPACE_ERRNOS | {
+    errno.EFBIG, errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EISDIR, errno.EEXIST, errno.ENAMETOOLONG, errno.ELOOP,
+}
+
+
+def os_error_number(exc: OSError) -> int | None:
+    """The errno of an OSError, also where h5py only puts it in the text ("errno = 28, error message = ...")."""
+    if exc.errno is not None:
+        return exc.errno
+    text = str(exc)
+    found = re.search(r"errno = (\d+)", text)
+    if found:
+        return int(found.group(1))
+    return errno.ENOSPC if "No space left on device" in text else None
+
+
+def disk_full_error(path: str | Path, need: int | None = None) -> OffbenchError:
+    folder = Path(path).parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    free = shutil.disk_usage(folder).free
+    needs = f"; {need:,} bytes needed" if need else ""
+    return OffbenchError(f"disk full writing {path} ({free:,} bytes free{needs}); free space or write elsewhere (OFFBENCH_HOME, --out)")
+
+
+def write_error(path: str | Path, exc: OSError) -> OffbenchError | None:
+    """One line for an OSError the user can fix (full disk, no permission, read-only, a file where a folder
+    should be, a name too long); None for anything else, which stays a bug with its traceback."""
+    number = os_error_number(exc)
+    if number in _SPACE_ERRNOS:
+        return disk_full_error(path)
+    if number in USER_FIXABLE_ERRNOS:
+        return OffbenchError(f"cannot write {path}: {os.strerror(number)}")
+    return None
+
+
+@contextmanager
+def user_fixable_write_errors(path: str | Path) -> Iterator[None]:
+    """Turn the OSErrors `write_error` knows into its one-line OffbenchError naming `path`."""
+    try:
+        yield
+    except OSError as exc:
+        error = write_error(path, exc)
+        if error is None:
+            raise
+        raise error from None
+
+
+def check_writable(path: str | Path) -> Path:
+    """Fail fast, creating nothing, where folder `path` (existing or not) could not be made or written
+    into: a file in the way (an OFFBENCH_HOME or --out that is a file), a read-only or foreign folder.
+    Long work (generating, downloading) calls it before it starts."""
+    path = Path(path)
+    with user_fixable_write_errors(path):  # a name too long fails already here
+        existing = next(p for p in (path, *path.parents) if p.exists() or p.is_symlink())
+    if not existing.is_dir():
+        raise OffbenchError(f"cannot make folder {path}: {existing} is not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise OffbenchError(f"cannot write into {existing}: read-only or no permission")
+    return path
+
+
+def ensure_dir(path: str | Path) -> Path:
+    """mkdir -p, with a one-line error where that is impossible (a file in the way, no permission, ...)."""
+    path = check_writable(path)
+    with user_fixable_write_errors(path):
+        path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+# ---------------------------------------------------------------------------------------- temporaries
+def _host_tag() -> str:
+    return re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname().split(".")[0])[:32] or "host"
+
+
+_TEMPORARY = re.compile(r"\..+\.(?P<pid>\d+)@(?P<host>[A-Za-z0-9-]+)\.[A-Za-z0-9_]+\.tmp")
+
+
+def temp_prefix(path: Path) -> str:
+    """Name prefix of a temporary for `path`: `.<name>.<pid>@<host>.`, so a later run can tell whether the
+    process that made it is still alive (see remove_stale_temporaries)."""
+    return f".{path.name}.{os.getpid()}@{_host_tag()}."
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_temporaries(folder: Path) -> list[Path]:
+    """Delete the temporaries in `folder` left by processes of this host that died (kill -9, power loss)
+    before they could clean up; those of live processes and of other hosts stay. Returns what it removed."""
+    removed = []
+    host = _host_tag()
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return removed
+    for entry in entries:
+        found = _TEMPORARY.fullmatch(entry.name)
+        if not found or found["host"] != host or _alive(int(found["pid"])):
+            continue
+        path = Path(entry.path)
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+        removed.append(path)
+    return removed
 
 
 def give_default_permissions(path: str | Path) -> None:
@@ -18,27 +157,62 @@ def give_default_permissions(path: str | Path) -> None:
     os.chmod(path, (0o777 if Path(path).is_dir() else 0o666) & ~umask)
 
 
+SPACE_MARGIN = 1 << 20  # bytes kept free beyond what a write needs (file-format overhead, other writers)
+
+
+def check_space(path: Path, need: int | None) -> None:
+    """Refuse a write of about `need` bytes into `path`'s folder that cannot fit, before it starts: HDF5 does
+    not recover from a write failing half-way (it may report it only at close, or crash), so a full disk
+    must be found first."""
+    if need is not None and shutil.disk_usage(path.parent).free < need + SPACE_MARGIN:
+        raise disk_full_error(path, need)
+
+
 @contextmanager
-def atomic_path(path: str | Path) -> Iterator[Path]:
+def atomic_path(path: str | Path, need: int | None = None) -> Iterator[Path]:
     """A temp file next to `path` to write into; on success it replaces `path` in one rename, on any
-    failure it is removed, so readers never see half a file and an existing file survives a failed write."""
+    failure it is removed, so readers never see half a file and an existing file survives a failed write.
+    `need` (bytes, if known) is checked against the free space first. A full disk, a read-only folder or a
+    name too long become a one-line OffbenchError naming `path`."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp = Path(name)
-    try:
-        yield tmp
-        give_default_permissions(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with user_fixable_write_errors(path):
+        ensure_dir(path.parent)
+        remove_stale_temporaries(path.parent)
+        check_space(path, need)
+        fd, name = tempfile.mkstemp(prefix=temp_prefix(path), suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        tmp = Path(name)
+        try:
+            yield tmp
+            give_default_permissions(tmp)
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+
+
+@contextmanager
+def atomic_dir(path: str | Path, need: int | None = None) -> Iterator[Path]:
+    """`atomic_path` for a folder: a temp folder next to `path`, renamed to it on success (never replacing
+    an existing one), removed on failure."""
+    path = Path(path)
+    with user_fixable_write_errors(path):
+        ensure_dir(path.parent)
+        remove_stale_temporaries(path.parent)
+        check_space(path, need)
+        tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(path), suffix=".tmp", dir=path.parent))
+        try:
+            yield tmp
+            give_default_permissions(tmp)
+            os.rename(tmp, path)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     """Write via a temp file in the same folder and rename, so readers never see half a file."""
-    with atomic_path(path) as tmp, open(tmp, "wb") as handle:
+    with atomic_path(path, need=len(data)) as tmp, open(tmp, "wb") as handle:
         handle.write(data)
         handle.flush()
         os.fsync(handle.fileno())
@@ -53,14 +227,40 @@ def atomic_write_json(path: str | Path, data: Any) -> Path:
     return atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n")
 
 
-def progress_bar(*extra_fields: str):
-    """The rich progress bar of long commands, on stderr: description, bar, n/total, elapsed and remaining time,
-    then one text column per name in `extra_fields` (each task sets them as fields: `add_task(..., rate="")`)."""
+def read_text(path: str | Path, what: str) -> str:
+    """A UTF-8 text file's contents, or a one-line error naming the file (missing, unreadable, not UTF-8)."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise OffbenchError(f"{path}: {what} is not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise OffbenchError(f"{path}: cannot read {what} ({exc.strerror})") from None
+
+
+def ranged(default: Any, *, ge: float | None = None, gt: float | None = None, le: float | None = None,
+           lt: float | None = None, choices: tuple[str, ...] | None = None) -> Any:
+    """A config dataclass field with its allowed values declared next to it (bounds apply to every item of
+    a tuple), checked when a config is resolved: a bad value is refused before a run creates anything."""
+    limits = {key: value for key, value in (("ge", ge), ("gt", gt), ("le", le), ("lt", lt), ("choices", choices)) if value is not None}
+    return dataclasses.field(default=default, metadata={"allowed": limits})
+
+
+@contextmanager
+def progress_bar(
+    quiet: bool, label: str, total: int, unit: str = "episodes", completed: int = 0, fields: tuple[str, ...] = ()
+) -> Iterator[Callable[..., None]]:
+    """A rich progress bar on stderr (nothing when quiet); yields `advance(n, **values)`: n more done, and new
+    values for the extra text columns named in `fields` (the trainer's rate and losses)."""
+    if quiet:
+        yield lambda n, **values: None
+        return
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-    return Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
-        *(TextColumn(f"{{task.fields[{name}]}}") for name in extra_fields),
-        console=Console(stderr=True),
+    columns = (
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn(unit), TimeElapsedColumn(), TimeRemainingColumn(),
+        *(TextColumn(f"{{task.fields[{name}]}}") for name in fields),
     )
+    with Progress(*columns, console=Console(stderr=True)) as bar:
+        task = bar.add_task(label, total=total, completed=completed, **{name: "" for name in fields})
+        yield lambda n, **values: bar.update(task, advance=n, **values)

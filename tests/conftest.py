@@ -44,31 +44,12 @@ def run_cli():
     return run
 
 
-def make_store(episode_lengths=(3, 5, 2), obs_dim=4, act_dim=2, terminal_last=(True, False, True), seed=0, **columns):
-    """A small hand-built dataset: episode i has the given length; its last step terminates or is truncated."""
-    from offbench.data.store import EpisodeStore
+@pytest.fixture
+def one_thread():
+    """One torch intra-op thread (the CQL / IQL tests: on a shared 2-core machine more threads spin)."""
+    import torch
 
-    rng = np.random.default_rng(seed)
-    episodes = []
-    for length, term in zip(episode_lengths, terminal_last):
-        terminations = np.zeros(length, bool)
-        truncations = np.zeros(length, bool)
-        (terminations if term else truncations)[-1] = True
-        ep = {
-            "observations": rng.normal(size=(length + 1, obs_dim)).astype(np.float32),
-            "actions": rng.uniform(-1, 1, size=(length, act_dim)).astype(np.float32),
-            "rewards": rng.normal(size=length).astype(np.float32),
-            "terminations": terminations,
-            "truncations": truncations,
-        }
-        for name, fn in columns.items():
-            ep[name] = fn(length)
-        episodes.append(ep)
-    import gymnasium as gym
-
-    return EpisodeStore.from_episodes(
-        episodes,
-        observation_space=gym.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float32),
-        action_space=gym.spaces.Box(-1, 1, (act_dim,), np.float32),
-        card={"id": "test/hand-built"},
-    )
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -10,7 +10,7 @@ from typing import Any
 
 import tomli_w
 
-from conftest import make_store
+from helpers import make_store
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 ENV = {"id": "Pendulum-v1", "suite": "gymnasium", "kwargs": {}}
@@ -60,10 +60,17 @@ def write_run(
     optimal_return: float | None = None,
     with_summary: bool = True,
     name: str | None = None,
+    per_task_success: dict[str, list[float]] | None = None,
+    regret: list[float] | None = None,
 ) -> Path:
     """A finished run whose normalised score at evaluation k (step (k+1) * every_steps) is curve[k].
 
-    Returns are the inverse of the card's normalisation (ref_min -1000, ref_max 0).
+    Returns are the inverse of the card's normalisation (ref_min -1000, ref_max 0), spread around their mean
+    by a seed-dependent offset (so two runs never share their evaluations). In-context runs (in_context given)
+    evaluate 5 tasks, each scoring in_context[k] in episode k, and with `regret` (the cumulative curve of the
+    final evaluation; earlier evaluations have proportionally more) a regret per line. Multi-task runs
+    (per_task_success: task -> success rate at each evaluation) play `episodes` episodes per task.
+    checkpoints/last.pt holds bytes unique to the run.
     """
     run_dir = root / (name or f"{baseline}-{dataset_id.replace('/', '-')}-s{seed}")
     run_dir.mkdir(parents=True)
@@ -78,15 +85,30 @@ def write_run(
         "started_at": "2025-01-01T00:00:00+00:00",
     }
     if in_context is not None:
-        info["evaluation"]["in_context_episodes"] = len(in_context)
+        info["evaluation"].update(protocol="in-context", in_context_episodes=len(in_context), task_ids=list(range(5)))
+    if per_task_success is not None:
+        info["evaluation"].update(protocol="multi-task", tasks=list(per_task_success))
     lines = []
+    spread = [0.25 * (i - (episodes - 1) / 2) * (seed + 1) for i in range(episodes)]  # sums to zero
     for k, score in enumerate(curve):
         mean_return = -1000.0 + 10.0 * score if not math.isnan(score) else float("nan")
-        line = {"step": (k + 1) * every_steps, "returns": [mean_return] * episodes, "lengths": [200] * episodes,
+        line = {"step": (k + 1) * every_steps, "returns": [mean_return + d for d in spread], "lengths": [200] * episodes,
                 "mean_return": mean_return, "normalized_score": score, "success_rate": None, "target_return": None}
         if in_context is not None:
-            line["in_context_returns"] = in_context
-            line["mean_return"] = in_context[-1]
+            line.update(returns=[in_context[-1]] * 5, lengths=[20] * 5, mean_return=in_context[-1], normalized_score=None,
+                        in_context_returns=in_context, task_returns=[list(in_context)] * 5)
+        if regret is not None:
+            scale = len(curve) - k
+            line.update(regret=regret[-1] * scale, in_context_regret=[v * scale for v in regret])
+        if per_task_success is not None:
+            per_task = {}
+            for task_id, (task, rates) in enumerate(per_task_success.items()):
+                wins = round(rates[k] * episodes)
+                per_task[task] = {"task_id": task_id, "returns": [mean_return + d for d in spread], "mean_return": mean_return,
+                                  "successes": [i < wins for i in range(episodes)], "success_rate": wins / episodes}
+            line.update(per_task=per_task, returns=[r for block in per_task.values() for r in block["returns"]],
+                        lengths=[200] * episodes * len(per_task),
+                        success_rate=sum(block["success_rate"] for block in per_task.values()) / len(per_task))
         if optimal_return is not None:
             line["optimal_return"] = optimal_return
         lines.append(line)
@@ -94,11 +116,14 @@ def write_run(
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "time_s": 0.1 * s, "loss": 1.0 / s}) + "\n"
                                                    for s in range(every_steps, every_steps * (len(curve) + 1), every_steps)))
     (run_dir / "evaluations.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    (run_dir / "checkpoints").mkdir()
+    (run_dir / "checkpoints" / "last.pt").write_bytes(f"checkpoint of {baseline} {dataset_id} {seed} {curve}".encode())
     if with_summary:
         def block(line):
-            return {k: line[k] for k in ("step", "mean_return", "normalized_score", "success_rate", "target_return")}
+            return {k: line.get(k) for k in ("step", "mean_return", "normalized_score", "success_rate", "target_return", "regret")}
 
-        best = max(lines, key=lambda line: line["normalized_score"] if not math.isnan(line["normalized_score"]) else -math.inf)
+        best = max(lines, key=lambda line: line["normalized_score"] if line["normalized_score"] is not None
+                   and not math.isnan(line["normalized_score"]) else -math.inf)
         summary = {"status": "completed", "steps": every_steps * len(curve), "wall_time_s": 1.0,
                    "final": block(lines[-1]), "best": block(best), "score_metric": "normalized_score"}
         (run_dir / "summary.json").write_text(json.dumps(summary))

@@ -3,6 +3,7 @@
 import gymnasium as gym
 import pytest
 
+from helpers import require_extra
 from offbench.data.cards import all_cards, read_card
 from offbench.data.formats import FORMATS
 from offbench.paths import builtin_dir
@@ -44,3 +45,39 @@ def test_minari_mujoco_cards_point_at_minari_ids():
     for card in cards:
         assert card.id == f"minari/{card.source['minari_id']}"
         assert card.env["id"].endswith("-v5")
+
+
+# What D4RL's v2 data was collected on: gym's MuJoCo v3 environments (mujoco-py). Checked in openai/gym:
+# gym/envs/mujoco/assets/walker2d.xml (foot_geom friction 0.9, foot_left_geom 1.9),
+# gym/envs/mujoco/assets/hopper.xml (foot_geom 2.0), and walker2d_v3.py / hopper_v3.py, whose
+# `healthy_reward` is `float(is_healthy or terminate_when_unhealthy) * healthy_reward`: the step that
+# ends an episode by falling still pays the healthy reward. Gymnasium 1.x's -v5 changes both for
+# Walker2d (both feet 1.9) and the reward rule for Hopper (walker2d_v5.py / hopper_v5.py version history).
+GYM_V3_FOOT_FRICTION = {"Walker2d": {"foot_geom": 0.9, "foot_left_geom": 1.9}, "Hopper": {"foot_geom": 2.0}}
+GYM_V3_HEALTHY_REWARD_ON_FALLING = 1.0
+
+D4RL_LEGGED_CARDS = sorted(
+    (card for card in all_cards().values() if card.id.startswith(("d4rl/walker2d", "d4rl/hopper"))), key=lambda c: c.id
+)
+
+
+@pytest.mark.parametrize("card", D4RL_LEGGED_CARDS, ids=lambda c: c.id)
+def test_d4rl_card_environment_matches_the_model_the_data_was_collected_on(card):
+    require_extra("mujoco", "mujoco")
+    import numpy as np
+
+    from offbench.envs.factory import make_env
+
+    env = make_env(card.env)
+    robot = card.env["id"].split("-")[0]
+    model = env.unwrapped.model
+    for geom, friction in GYM_V3_FOOT_FRICTION[robot].items():
+        assert model.geom(geom).friction[0] == pytest.approx(friction), (card.id, geom)
+
+    env.reset(seed=0)
+    qpos, qvel = env.unwrapped.data.qpos.copy(), env.unwrapped.data.qvel.copy()
+    qpos[2] = 1.5  # torso tilted past the healthy angle range (-1, 1): this step ends the episode
+    env.unwrapped.set_state(qpos, qvel)
+    _, reward, terminated, _, info = env.step(np.zeros(env.action_space.shape))
+    assert terminated
+    assert reward - info["x_velocity"] == pytest.approx(GYM_V3_HEALTHY_REWARD_ON_FALLING), card.id

@@ -8,20 +8,15 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from q_learning_data import (  # noqa: F401 (one_thread is an autouse fixture)
-    bandit_batch,
-    best_action_batch,
-    box_spec,
-    discrete_spec,
-    greedy_accuracy,
-    one_thread,
-)
 
 from offbench.baselines.base import DatasetSpec
 from offbench.baselines.cql import CQL, CQLConfig
 from offbench.errors import OffbenchError
+from helpers import bandit_batch, best_action_batch, box_spec, discrete_spec, greedy_accuracy
 
-TINY = dict(hidden_dim=32, critic_hidden_layers=2, actor_hidden_layers=2, batch_size=64, cql_n_actions=4)
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+TINY = dict(hidden_dim=32, critic_hidden_layers=2, actor_hidden_layers=2, cql_n_actions=4)
 
 
 def make(config=None, spec=None, seed=0, **overrides) -> CQL:

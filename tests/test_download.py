@@ -19,11 +19,11 @@ import pytest
 import tomli_w
 
 import offbench
-from conftest import make_store
+from helpers import make_store
 from offbench.data import download as dl
 from offbench.data.cards import get_card
 from offbench.data.formats import FORMATS, FunctionFormat
-from offbench.data.resolve import native_path
+from offbench.data.resolve import download, native_path
 from offbench.data.store import load_native
 from offbench.errors import OffbenchError
 
@@ -193,7 +193,7 @@ def test_connection_cut_half_way_resumes_with_range(tmp_path, server, isolated_h
     serve(server, isolated_home, "cut", data)
     server.cut_after["/d/cut.h5"] = half
 
-    path = dl.download("test/cut", quiet=True)
+    path = download("test/cut", quiet=True)
     first, resumed = server.gets("/d/cut.h5")
     assert first is None
     start = int(resumed.removeprefix("bytes=").removesuffix("-"))
@@ -330,6 +330,48 @@ def test_unknown_sha256_is_recorded_then_enforced(tmp_path, server, isolated_hom
     assert leftovers(isolated_home, "test/nosum") == ["SHA256SUMS"]
 
 
+def test_first_download_is_recorded_only_after_it_converts(tmp_path, server, isolated_home, capsys):
+    """An HTML error page served with status 200 must not become the trusted checksum of the card's file."""
+    data, store = payload(tmp_path)
+    server.files["/d/page.hdf5"] = b"<html><body>Service temporarily unavailable</body></html>"
+    add_card(isolated_home, "test/page", [entry(server.url("/d/page.hdf5"), None)])
+    with pytest.raises(OffbenchError, match=r"page\.hdf5.*not recorded and has been deleted: check the URL, then run `offbench download test/page` again"):
+        offbench.load("test/page")
+    assert leftovers(isolated_home, "test/page") == [] and "recorded sha256" not in capsys.readouterr().err
+
+    server.files["/d/page.hdf5"] = data  # the server recovers: the next attempt downloads afresh and records
+    assert_same_arrays(offbench.load("test/page"), store)
+    assert leftovers(isolated_home, "test/page") == ["SHA256SUMS"]
+    assert hashlib.sha256(data).hexdigest() in (isolated_home / "data" / "test/page" / "raw" / "SHA256SUMS").read_text()
+
+
+def test_an_unrecorded_file_from_an_interrupted_first_conversion_is_converted_then_recorded(tmp_path, server, isolated_home):
+    data, store = payload(tmp_path)
+    add_card(isolated_home, "test/again", [entry(server.url("/d/again.h5"), None)])
+    raw = isolated_home / "data" / "test/again" / "raw"
+    raw.mkdir(parents=True)
+    (raw / "again.h5").write_bytes(data)  # downloaded, then killed before the conversion finished
+    assert_same_arrays(offbench.load("test/again"), store)
+    assert server.gets("/d/again.h5") == [] and leftovers(isolated_home, "test/again") == ["SHA256SUMS"]
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://h/a/..%2F..%2F..%2Fx", "http://h/a/%2E%2E", "http://h/a/x%2Fy.h5", "http://h/.hidden.h5", "http://h/" + "a" * 200 + ".h5"],
+)
+def test_a_url_never_names_a_file_outside_raw(url, isolated_home, tmp_path):
+    add_card(isolated_home, "test/escape", [{"url": url}])
+    before = sorted(tmp_path.rglob("*"))
+    with pytest.raises(OffbenchError, match=r"the file name of URL .* is not a safe file name"):
+        offbench.load("test/escape")
+    assert sorted(tmp_path.rglob("*")) == before
+
+
+def test_a_minari_id_never_names_a_folder_outside_raw():
+    with pytest.raises(OffbenchError, match=r"component '\.\.' is not a safe file name"):
+        dl.minari_urls("mujoco/../../../x-v0")
+
+
 def test_no_network_errors_are_one_line(isolated_home, monkeypatch):
     with socket.socket() as sock:  # a port nobody listens on
         sock.bind(("127.0.0.1", 0))
@@ -385,7 +427,7 @@ def test_minari_source_fetched_through_mirror_into_minari_layout(tmp_path, serve
         return make_store()
 
     monkeypatch.setitem(FORMATS, "minari", FunctionFormat("minari", lambda p: False, load_minari_folder, None))
-    path = dl.download("test/minari-hopper", mirror=server.url("/hf"), quiet=True)
+    path = download("test/minari-hopper", mirror=server.url("/hf"), quiet=True)
 
     assert seen == [isolated_home / "data" / "test/minari-hopper" / "raw" / "mujoco/hopper/medium-v0"]
     assert load_native(path).card["source"] == {"minari_id": "mujoco/hopper/medium-v0"}
@@ -401,6 +443,6 @@ def test_download_of_a_recipe_card_generates(isolated_home, monkeypatch):
 
     monkeypatch.setitem(generators.GENERATORS, "test-tiny", tiny)
     add_card(isolated_home, "test/recipe", [], recipe={"generator": "test-tiny", "seed": 3})
-    path = dl.download("test/recipe", quiet=True)
+    path = download("test/recipe", quiet=True)
     assert path == native_path(get_card("test/recipe"))
     assert_same_arrays(load_native(path), make_store(seed=3))

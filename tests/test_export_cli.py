@@ -8,7 +8,7 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import make_store
+from helpers import make_store
 from offbench.data.d4rl_format import export_d4rl
 from offbench.data.minari_format import export_minari
 

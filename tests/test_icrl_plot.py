@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from conftest import make_store
+from helpers import make_store
 from offbench.errors import OffbenchError
 from offbench.generators.histories import HistoryRecipe, run_histories
 from offbench.plotting.histories import learning_curve, mean_optimal_return, plot_learning_histories

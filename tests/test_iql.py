@@ -8,19 +8,14 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
-from q_learning_data import (  # noqa: F401 (one_thread is an autouse fixture)
-    bandit_batch,
-    best_action_batch,
-    box_spec,
-    discrete_spec,
-    greedy_accuracy,
-    one_thread,
-)
 
 from offbench.baselines.iql import IQL, IQLConfig, expectile_loss
 from offbench.errors import OffbenchError
+from helpers import bandit_batch, best_action_batch, box_spec, discrete_spec, greedy_accuracy
 
-TINY = dict(hidden_dim=32, num_hidden_layers=2, batch_size=64, steps=1000)
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+TINY = dict(hidden_dim=32, num_hidden_layers=2, steps=1000)
 
 
 def make(spec=None, seed=0, **overrides) -> IQL:

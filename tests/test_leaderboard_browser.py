@@ -5,10 +5,12 @@ from __future__ import annotations
 import pytest
 
 from cdp import Browser, chromium_path
-from run_dirs import make_bench, runs_of
+from run_dirs import make_bench, runs_of, write_benchmark
 
-# Label order (awac, bc, iql) differs from score order (bc < awac < iql): sorting must move rows.
-LEVELS = {"awac": 55.0, "bc": 40.0, "iql": 70.0}
+# Name order (bc, cql, iql) differs from score order (bc < cql < iql): sorting must move rows.
+LEVELS = {"cql": 55.0, "bc": 40.0, "iql": 70.0}
+REPORTED = {"label": "CQL <b>paper</b>", "source": {"paper": "A paper", "table": "Table 1", "version": "v2"},
+            "scores": {"test/a": {"mean": 60.0, "std": 1.5}}}
 
 
 @pytest.mark.skipif(chromium_path() is None, reason="chromium is not installed (scripts/setup.sh --test installs Debian's chromium)")
@@ -18,6 +20,7 @@ def test_leaderboard_page_in_headless_chromium(tmp_path, monkeypatch):
     from offbench.leaderboard.submit import submit
 
     bench = make_bench(tmp_path, monkeypatch, LEVELS)
+    write_benchmark(bench["root"], "tb", ["test/a", "test/b"], reported=[REPORTED])
     spec = load_spec("tb")
     for baseline in LEVELS:
         submit(spec, runs_of(bench, baseline), render=baseline == "iql")
@@ -27,16 +30,20 @@ def test_leaderboard_page_in_headless_chromium(tmp_path, monkeypatch):
     try:
         browser.navigate(page.as_uri())
         rows = "Array.from(document.querySelectorAll('#scores tbody tr')).map(r => r.cells[0].textContent.trim())"
-        assert browser.evaluate(rows) == ["awac", "bc", "iql"]
+        ours = ["iql", "cql", "bc"]  # ranked best first
+        assert browser.evaluate(rows) == [*ours, "CQL <b>paper</b> reported [1]"]  # escaped: shown as text
+        assert browser.evaluate("getComputedStyle(document.querySelector('#scores tr.reported td')).fontStyle") == "italic"
 
-        # A real mouse click on the 'test/a' column header sorts ascending, a second click descending.
-        box = browser.evaluate("(() => { const th = Array.from(document.querySelectorAll('#scores thead th'))"
-                               ".find(h => h.textContent.trim() === 'test/a'); const r = th.getBoundingClientRect();"
-                               " th.scrollIntoView(); const s = th.getBoundingClientRect(); return [s.x + s.width / 2, s.y + s.height / 2]; })()")
-        browser.click(*box)
-        assert browser.evaluate(rows) == ["bc", "awac", "iql"]
-        browser.click(*box)
-        assert browser.evaluate(rows) == ["iql", "awac", "bc"]
+        def click(header):
+            box = browser.evaluate("(() => { const th = Array.from(document.querySelectorAll('#scores thead th'))"
+                                   f".find(h => h.textContent.trim() === '{header}'); th.scrollIntoView();"
+                                   " const s = th.getBoundingClientRect(); return [s.x + s.width / 2, s.y + s.height / 2]; })()")
+            browser.click(*box)
+            return [row for row in browser.evaluate(rows) if row in ours]
+
+        assert click("baseline") == ["bc", "cql", "iql"]  # a text column: ascending first
+        assert click("test/a") == ["iql", "cql", "bc"]  # a score column: best first (higher is better)
+        assert click("test/a") == ["bc", "cql", "iql"]
 
         images = browser.evaluate("Array.from(document.images).map(i => [i.getAttribute('src'), i.complete, i.naturalWidth])")
         assert {src for src, _, _ in images} == {"figures/curves.svg", "figures/aggregates.svg", "figures/profiles.svg"}

@@ -6,12 +6,12 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from conftest import make_store
+from helpers import make_store, require_extra
 from offbench.data.formats import detect_format, load_path
 from offbench.data.minari_format import export_minari
 
-minari = pytest.importorskip("minari")
-pytest.importorskip("jax")  # DataCollector (minari[create])
+minari = require_extra("minari", "minari")
+pytest.importorskip("jax", reason="Minari's DataCollector needs jax: pip install 'minari[create]' (in offbench's dev extra)")
 
 
 class InfoWrapper(gym.Wrapper):

@@ -7,13 +7,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from helpers import require_extra
 from offbench.data.cards import read_card
 from offbench.data.store import load_native
 from offbench.envs.multitask import episode_seed, evaluate_tasks, summarise
 from offbench.errors import OffbenchError
 
-pytest.importorskip("metaworld")
-pytest.importorskip("minigrid")
+require_extra("metaworld", "metaworld")
+require_extra("minigrid", "minigrid")
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import make_store
+from helpers import make_store
 from run_dirs import write_benchmark, write_run
 
 CHECKSUM = "a" * 64
@@ -78,10 +78,14 @@ def test_in_context_curves_with_source_and_optimum(tmp_path):
 
 
 def test_in_context_benchmark_accepts_in_context_runs(tmp_path, monkeypatch):
-    from offbench.leaderboard.runs import Refused
+    from offbench.tracking.run_dir import Refused
     from offbench.leaderboard.spec import load_spec
     from offbench.leaderboard.submit import submit
 
+    from offbench.baselines import BASELINES
+
+    for name in ("ad", "dpt"):  # in-context baselines, registered or not yet in this checkout
+        monkeypatch.setitem(BASELINES, name, f"offbench.baselines.{name}")
     store = _history_dataset()
     root = tmp_path / "leaderboards"
     monkeypatch.setenv("OFFBENCH_LEADERBOARDS", str(root))

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import make_store
-from offbench.data.samplers import SAMPLERS, make_sampler, normalisation, returns_to_go
+from helpers import make_store
+from offbench.data.samplers import SAMPLERS, make_sampler, returns_to_go
 from offbench.data.store import load_native
 from offbench.errors import OffbenchError
 
@@ -31,10 +31,13 @@ def history_store():
     )
 
 
+<<<<<<< HEAD
 def test_registry_has_every_kind():
     assert set(SAMPLERS) == {"transitions", "segments", "prompt_segments", "ad_windows", "dpt"}
 
 
+=======
+>>>>>>> main
 # ----------------------------------------------------------------------------- transitions
 
 
@@ -87,7 +90,7 @@ def test_returns_to_go_match_brute_force():
 def test_segments_left_padding_mask_timesteps_and_rtg():
     store = make_store(episode_lengths=(3, 5, 2), terminal_last=(True, False, True))
     K = 4
-    batch = make_sampler("segments", store, batch_size=300, seed=0, segment_length=K, reward_scale=0.5).sample()
+    batch = make_sampler("segments", store, batch_size=300, seed=0, segment_length=K).sample()
     shapes = {k: tuple(v.shape) for k, v in batch.items()}
     assert shapes == {"observations": (300, K, 4), "actions": (300, K, 2), "rewards": (300, K), "returns_to_go": (300, K),
                       "timesteps": (300, K), "mask": (300, K)}
@@ -107,8 +110,8 @@ def test_segments_left_padding_mask_timesteps_and_rtg():
         assert real == len(steps)
         np.testing.assert_array_equal(batch["observations"][b, K - real:].numpy(), all_obs[steps])
         np.testing.assert_array_equal(batch["actions"][b, K - real:].numpy(), store.actions[steps])
-        np.testing.assert_allclose(batch["rewards"][b, K - real:].numpy(), 0.5 * store.rewards[steps], rtol=1e-6)
-        np.testing.assert_allclose(batch["returns_to_go"][b, K - real:].numpy(), 0.5 * rtg[steps], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(batch["rewards"][b, K - real:].numpy(), store.rewards[steps], rtol=1e-6)
+        np.testing.assert_allclose(batch["returns_to_go"][b, K - real:].numpy(), rtg[steps], rtol=1e-5, atol=1e-6)
         assert batch["timesteps"][b, K - real:].tolist() == (steps - store.episode_starts[e]).tolist()
         for key in ("observations", "actions", "rewards", "returns_to_go", "timesteps"):
             assert not batch[key][b, : K - real].any()  # padding is zero
@@ -126,41 +129,17 @@ def test_segment_at_episode_start_is_mostly_padding():
         assert (firsts == row).all(axis=1).any()
 
 
-def test_segments_sample_by_episode_is_uniform_over_episodes():
+def test_segments_end_uniformly_over_steps():
+    """Episodes are drawn in proportion to their length (DT's and CORL's sampling): with episodes of 1 and
+    9 steps and K = 2, a lone token (mask sum 1) ends 2 of the 10 steps."""
     store = make_store(episode_lengths=(1, 9), terminal_last=(True, True))
-    sampler = make_sampler("segments", store, batch_size=4000, seed=0, segment_length=2, sample_by="episode")
-    batch = sampler.sample()
-    short_episode = (batch["mask"].sum(1) == 1) & (batch["timesteps"][:, -1] == 0)
-    # episode 0 has 1 step (always a lone token); episode 1 yields a lone token only at its first step
-    share_ep0 = float(short_episode.float().mean()) - 0.5 / 9
-    assert abs(share_ep0 - 0.5) < 0.05
-    by_step = make_sampler("segments", store, batch_size=4000, seed=0, segment_length=2).sample()
-    assert abs(float(((by_step["mask"].sum(1) == 1)).float().mean()) - 0.2) < 0.03  # 2 of 10 steps
+    batch = make_sampler("segments", store, batch_size=4000, seed=0, segment_length=2).sample()
+    assert abs(float((batch["mask"].sum(1) == 1).float().mean()) - 0.2) < 0.03
 
 
-def test_segments_task_ids_and_normalisation():
-    store = history_store()
-    norm = normalisation(store)
-    all_obs = np.asarray(store.observations, np.float64)
-    np.testing.assert_allclose(norm.mean, all_obs.mean(0), rtol=1e-5)
-    np.testing.assert_allclose(norm.std, all_obs.std(0) + 1e-3, rtol=1e-5)
-    batch = make_sampler("segments", store, batch_size=64, seed=0, segment_length=3, normalise=norm).sample()
-    raw = make_sampler("segments", store, batch_size=64, seed=0, segment_length=3).sample()
-    mask = raw["mask"].numpy()
-    np.testing.assert_allclose(batch["observations"].numpy()[mask], norm(raw["observations"].numpy()[mask]), rtol=1e-5, atol=1e-6)
-    assert not batch["observations"].numpy()[~mask].any()
+def test_segments_task_ids():
+    batch = make_sampler("segments", history_store(), batch_size=64, seed=0, segment_length=3).sample()
     assert set(batch["task_ids"].tolist()) <= {7, 9} and batch["task_ids"].shape == (64,)
-
-
-def test_baselines_take_the_samplers_statistics_without_cancellation():
-    """DatasetSpec's mean/std are `normalisation(store, eps=0)`: two passes, exact even far from zero."""
-    from offbench.baselines.base import DatasetSpec
-
-    store = make_store(episode_lengths=(400, 600), terminal_last=(True, True))
-    store.observations = 1e6 + np.random.default_rng(0).normal(0, 1e-3, store.observations.shape)
-    spec = DatasetSpec.from_store(store)
-    np.testing.assert_allclose(spec.observation_std, store.observations.std(0), rtol=1e-4)
-    np.testing.assert_array_equal(spec.observation_mean, normalisation(store, eps=0.0).mean)
 
 
 # ----------------------------------------------------------------------------- AD windows
@@ -241,9 +220,13 @@ def test_dpt_needs_label_column():
         make_sampler("dpt", history_store(), batch_size=4, seed=0, context_size=2)
 
 
-# ----------------------------------------------------------------------------- seeds, resume, options
+# ----------------------------------------------------------------------------- contract of every sampler
+
+# The smallest options each registered kind needs on dpt_store(); a new sampler adds its entry here.
+CONTRACT_OPTIONS = {"transitions": {}, "segments": {"segment_length": 3}, "ad_windows": {"window_length": 4}, "dpt": {"context_size": 3}}
 
 
+<<<<<<< HEAD
 @pytest.mark.parametrize(
     "kind, opts",
     [
@@ -256,13 +239,30 @@ def test_same_seed_same_batches_and_state_dict_resumes_the_stream(kind, opts):
     if kind == "prompt_segments":  # task ids 0..T-1, as multi-task data numbers them
         tasks = iter([0, 0, 1, 1, 0])
         store = make_store(episode_lengths=(4, 6, 3, 5, 4), terminal_last=(False,) * 5, task_id=lambda n, t=tasks: np.full(n, next(t), np.int64))
+=======
+def test_every_registered_sampler_is_in_the_contract():
+    assert set(SAMPLERS) <= set(CONTRACT_OPTIONS), f"add the new sampler's options to CONTRACT_OPTIONS: {set(SAMPLERS) - set(CONTRACT_OPTIONS)}"
+
+
+@pytest.mark.parametrize("kind", sorted(SAMPLERS))
+def test_sampler_contract(kind, tmp_path):
+    """Every kind: named by its key; a dict of tensors with the batch size first, float32 observations and
+    rewards, int64 task ids; same seed, same batches (another seed, others); state_dict() survives a
+    weights-only checkpoint and resumes the stream; a memory-mapped store samples like an in-memory one."""
+    store, opts = dpt_store(), CONTRACT_OPTIONS[kind]
+>>>>>>> main
     a = make_sampler(kind, store, 16, seed=5, **opts)
-    b = make_sampler(kind, store, 16, seed=5, **opts)
-    other = make_sampler(kind, store, 16, seed=6, **opts)
-    first_a, first_b = a.sample(), b.sample()
-    for key in first_a:
-        assert torch.equal(first_a[key], first_b[key])
-    assert any(not torch.equal(first_a[k], other.sample()[k]) for k in first_a)
+    assert a.kind == kind and a.batch_size == 16
+    first = a.sample()
+    for key, value in first.items():
+        assert isinstance(value, torch.Tensor) and value.shape[0] == 16, key
+        if "observations" in key or "rewards" in key:
+            assert value.dtype == torch.float32, key
+    assert first["task_ids"].dtype == torch.int64
+    again = make_sampler(kind, store, 16, seed=5, **opts).sample()
+    assert all(torch.equal(first[k], again[k]) for k in first)
+    other = make_sampler(kind, store, 16, seed=6, **opts).sample()
+    assert any(not torch.equal(first[k], other[k]) for k in first)
 
     buffer = io.BytesIO()
     torch.save(a.state_dict(), buffer)  # a checkpoint holds it; must load without pickles
@@ -272,19 +272,12 @@ def test_same_seed_same_batches_and_state_dict_resumes_the_stream(kind, opts):
     resumed.load_state_dict(torch.load(buffer, weights_only=True))
     for want in expected:
         got = resumed.sample()
-        for key in want:
-            assert torch.equal(want[key], got[key])
+        assert all(torch.equal(want[k], got[k]) for k in want)
 
-
-def test_memory_mapped_store_samples_like_in_memory(tmp_path):
-    store = dpt_store()
     mapped = load_native(store.save(tmp_path / "d.h5"))
     assert isinstance(mapped.observations, np.memmap)
-    for kind, opts in [("transitions", {}), ("segments", {"segment_length": 5}), ("ad_windows", {"window_length": 3})]:
-        x = make_sampler(kind, store, 32, seed=0, **opts).sample()
-        y = make_sampler(kind, mapped, 32, seed=0, **opts).sample()
-        for key in x:
-            assert torch.equal(x[key], y[key]), (kind, key)
+    x, y = make_sampler(kind, store, 32, seed=0, **opts).sample(), make_sampler(kind, mapped, 32, seed=0, **opts).sample()
+    assert all(torch.equal(x[k], y[k]) for k in x)
 
 
 def test_segment_longer_than_every_episode_is_padded():
@@ -304,7 +297,5 @@ def test_bad_options_are_one_line_errors():
         make_sampler("ad_windows", store, 4, 0)
     with pytest.raises(OffbenchError, match="batch_size"):
         make_sampler("transitions", store, 0, 0)
-    with pytest.raises(OffbenchError, match="sample_by"):
-        make_sampler("segments", store, 4, 0, sample_by="length")
     with pytest.raises(OffbenchError, match="kind 'transitions', not 'segments'"):
         make_sampler("segments", store, 4, 0).load_state_dict(make_sampler("transitions", store, 4, 0).state_dict())

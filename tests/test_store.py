@@ -1,22 +1,17 @@
+import gymnasium as gym
 import h5py
 import numpy as np
 import pytest
 
-from conftest import make_store
+from helpers import make_store
 from offbench.data.store import EpisodeStore, load_native
 from offbench.errors import OffbenchError
 
 
-def test_round_trip_is_memory_mapped_and_identical(tmp_path):
-    store = make_store(task_id=lambda n: np.full(n, 3, np.int32))
-    path = store.save(tmp_path / "d.h5")
-    loaded = load_native(path)
+def test_native_file_is_memory_mapped_and_keeps_the_card(tmp_path):
+    """(The exact round trip of every format is tests/test_formats.py.)"""
+    loaded = load_native(make_store().save(tmp_path / "d.h5"))
     assert isinstance(loaded.observations, np.memmap)
-    for name in ("observations", "actions", "rewards", "terminations", "truncations", "episode_starts", "final_observations"):
-        np.testing.assert_array_equal(np.asarray(getattr(loaded, name)), np.asarray(getattr(store, name)))
-    np.testing.assert_array_equal(loaded.columns["task_id"], store.columns["task_id"])
-    assert loaded.content_sha256() == store.content_sha256()
-    assert loaded.action_space == store.action_space
     assert loaded.card == {"id": "test/hand-built"}
 
 
@@ -102,3 +97,65 @@ def test_written_files_get_the_usual_permissions_not_mkstemps_private_ones(tmp_p
         os.umask(umask)
     assert [stat.S_IMODE(p.stat().st_mode) for p in written] == [0o644] * 3
     assert stat.S_IMODE(minari_dir.stat().st_mode) == 0o755
+
+
+def _replaced(store, **arrays):
+    fields = {name: getattr(store, name) for name in ("observations", "actions", "rewards", "terminations", "truncations", "episode_starts", "final_observations")}
+    return {**fields, "observation_space": store.observation_space, "action_space": store.action_space, **arrays}
+
+
+def _with(name, index, value):
+    def change(store):
+        arr = np.array(getattr(store, name))
+        arr[index] = value
+        return {name: arr}
+
+    return change
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (_with("rewards", 7, np.nan), r"rewards\[7\] is not finite \(nan\)"),
+        (_with("rewards", 0, np.inf), r"rewards\[0\] is not finite \(inf\)"),
+        (_with("observations", (4, 3), -np.inf), r"observations\[4\] is not finite"),
+        (_with("actions", (9, 0), np.nan), r"actions\[9\] is not finite"),
+        (lambda s: {"rewards": np.zeros((10, 2), np.float32)}, r"rewards must have one value per step, got shape \(10, 2\)"),
+        (lambda s: {"terminations": np.zeros(10, np.int64)}, "terminations must be an array of booleans, got dtype int64"),
+        (lambda s: {"final_observations": np.zeros((3, 2), np.float32)}, r"final_observations rows have shape \(2,\), observations \(4,\)"),
+        (lambda s: {"action_space": gym.spaces.Box(-1, 1, (3,))}, r"actions rows have shape \(2,\), but the action space is Box"),
+        (lambda s: {"actions": np.array([0, 1, 2, 1, 0, 3, 1, 0, 1, 2]), "action_space": gym.spaces.Discrete(3)}, r"actions\[5\] = 3 is outside"),
+        (lambda s: {"actions": np.array([0, 1, 2, 1, 0.5, 0, 1, 0, 1, 2]), "action_space": gym.spaces.Discrete(3)}, r"actions\[4\] = 0.5 is outside"),
+        (lambda s: {"actions": np.array([1, 1, 1, 1, 1, 1, 1, 1, 1, 0]), "action_space": gym.spaces.Discrete(3, start=1)}, r"actions\[9\] = 0 is outside"),
+    ],
+)
+def test_values_a_baseline_cannot_train_on_are_refused_naming_the_first_bad_index(change, message):
+    store = make_store()  # 10 steps in 3 episodes, 4-d observations, 2-d actions
+    with pytest.raises(OffbenchError, match=message):
+        EpisodeStore(**_replaced(store, **change(store)))
+
+
+def test_value_checks_read_a_memory_mapped_file_in_blocks(tmp_path, monkeypatch):
+    """The first bad row is found across block boundaries (blocks of 3 rows here)."""
+    from offbench.data import store as store_module
+
+    store = make_store(episode_lengths=(5, 5, 5), terminal_last=(True, True, False))
+    path = store.save(tmp_path / "d.h5")
+    with h5py.File(path, "r+") as f:
+        f["rewards"][13] = np.nan
+    original = store_module._first_row
+    monkeypatch.setattr(store_module, "_first_row", lambda arr, is_bad, block_rows=3: original(arr, is_bad, block_rows))
+    with pytest.raises(OffbenchError, match=r"d\.h5: rewards\[13\] is not finite"):
+        load_native(path)
+
+
+def test_observation_statistics_are_exact_far_from_zero():
+    """Two float64 passes: a one-pass sum of squares would lose this std to cancellation. Baselines get them
+    through DatasetSpec, without epsilon."""
+    from offbench.baselines.base import DatasetSpec
+
+    store = make_store(episode_lengths=(400, 600), terminal_last=(True, True))
+    store.observations = 1e6 + np.random.default_rng(0).normal(0, 1e-3, store.observations.shape)
+    spec = DatasetSpec.from_store(store)
+    np.testing.assert_allclose(spec.observation_std, store.observations.std(0), rtol=1e-4)
+    np.testing.assert_allclose(spec.observation_mean, store.observations.mean(0), rtol=1e-7)

@@ -20,14 +20,15 @@ from offbench.baselines import pcgrad
 from offbench.baselines.base import SINGLE_AND_MULTI_TASK, DatasetSpec
 from offbench.baselines.nets import BoundedActions, ObservationNormalizer, flat_observation_dim, mlp, task_input_dim, with_task_onehot
 from offbench.errors import OffbenchError
+from offbench.utils import ranged
 from offbench.evaluation.policy import MarkovPolicy, PolicyOptions
 
 
 @dataclass
 class BCConfig:
-    hidden_dim: int = 256
-    num_layers: int = 2
-    learning_rate: float = 3e-4
+    hidden_dim: int = ranged(256, ge=1)
+    num_layers: int = ranged(2, ge=0)
+    learning_rate: float = ranged(3e-4, gt=0)
     normalize_observations: bool = True
     gradient: str = "mean"  # multi-task data: "pcgrad" for gradient surgery over the tasks of each batch (MTBC+PCGrad)
 
@@ -37,7 +38,7 @@ class Actor(nn.Module):
         super().__init__()
         self.normalize = ObservationNormalizer(spec, eps=1e-3, enabled=config.normalize_observations)
         self.num_tasks = spec.num_tasks
-        self.net = mlp(flat_observation_dim(spec) + task_input_dim(spec), config.hidden_dim, config.num_layers, spec.action_dim)
+        self.net = mlp(flat_observation_dim(spec) + task_input_dim(spec), spec.action_dim, [config.hidden_dim] * config.num_layers)
         self.bound = nn.Identity() if spec.discrete else BoundedActions(spec)
 
     def forward(self, observations: torch.Tensor, task_ids: torch.Tensor | None = None) -> torch.Tensor:

@@ -33,20 +33,21 @@ import torch.nn.functional as F
 from torch import nn
 
 from offbench.baselines.base import SINGLE_AND_MULTI_TASK, DatasetSpec
+from offbench.baselines.nets import fused_adam, mlp
 from offbench.evaluation.policy import MarkovPolicy, PolicyOptions
-from offbench.baselines.nets import fused_adam
 from offbench.baselines.q_learning import (
+    NUM_CRITICS,
     DataTransform,
     EnsembleMLP,
     action_kind,
     frozen,
-    mlp,
     polyak_update,
     reward_scale,
     seeded_generator,
     target_copy,
 )
 from offbench.errors import OffbenchError
+from offbench.utils import ranged
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # CORL's TanhGaussianPolicy clamp
 CRITIC_BLOCK_ROWS = 768  # rows per block of the critics' pass: within 2 % of the best for 2 x 128 and 3 x 256 (CPU)
@@ -58,40 +59,38 @@ class CQLConfig:
     """Defaults: CORL's CQL for D4RL locomotion (TrainConfig of algorithms/offline/cql.py and
     configs/offline/cql/<env>/medium_v2.yaml); baselines/cql/default.toml records the source."""
 
-    steps: int = 1_000_000  # number of updates (CORL max_timesteps)
-    batch_size: int = 256
-    discount: float = 0.99
-    policy_lr: float = 3e-5  # also the entropy temperature's learning rate, as in CORL
-    critic_lr: float = 3e-4  # also alpha' (Lagrangian) learning rate, as in CORL
-    tau: float = 5e-3  # Polyak rate of the target critics (CORL soft_target_update_rate)
-    target_update_period: int = 1
-    hidden_dim: int = 256
-    critic_hidden_layers: int = 3  # CORL q_n_hidden_layers (5 in its AntMaze configs)
-    actor_hidden_layers: int = 3  # fixed at 3 in CORL's TanhGaussianPolicy
+    discount: float = ranged(0.99, ge=0, le=1)
+    policy_lr: float = ranged(3e-5, gt=0)  # also the entropy temperature's learning rate, as in CORL
+    critic_lr: float = ranged(3e-4, gt=0)  # also alpha' (Lagrangian) learning rate, as in CORL
+    tau: float = ranged(5e-3, gt=0, le=1)  # Polyak rate of the target critics (CORL soft_target_update_rate)
+    target_update_period: int = ranged(1, ge=1)
+    hidden_dim: int = ranged(256, ge=1)
+    critic_hidden_layers: int = ranged(3, ge=0)  # CORL q_n_hidden_layers (5 in its AntMaze configs)
+    actor_hidden_layers: int = ranged(3, ge=0)  # fixed at 3 in CORL's TanhGaussianPolicy
     orthogonal_init: bool = True  # the critics' hidden layers (CORL's actor keeps PyTorch's default init)
     normalize_observations: bool = True  # dataset mean / (std + 1e-3), as CORL's `normalize`
     normalize_reward: bool = False  # rewards * max_episode_length / return range (True in CORL's hopper configs)
     reward_scale: float = 1.0  # then * reward_scale + reward_bias
     reward_bias: float = 0.0
-    alpha_multiplier: float = 1.0
+    alpha_multiplier: float = ranged(1.0, ge=0)
     automatic_entropy_tuning: bool = True
     backup_entropy: bool = False
     log_std_multiplier: float = 1.0  # CORL policy_log_std_multiplier (a learnt scalar, like the offset)
     log_std_offset: float = -1.0
-    bc_steps: int = 0  # first updates train the actor by behaviour cloning
-    cql_n_actions: int = 10
+    bc_steps: int = ranged(0, ge=0)  # first updates train the actor by behaviour cloning
+    cql_n_actions: int = ranged(10, ge=1)
     cql_importance_sample: bool = True
     cql_lagrange: bool = False
     cql_target_action_gap: float = -1.0
-    cql_temp: float = 1.0
-    cql_alpha: float = 10.0
+    cql_temp: float = ranged(1.0, gt=0)
+    cql_alpha: float = ranged(10.0, ge=0)
     cql_max_target_backup: bool = False
     cql_clip_diff_min: float | None = None  # None: no clipping (CORL's -inf / inf; run.json is strict JSON)
     cql_clip_diff_max: float | None = None
     # discrete actions (QR-DQN + CQL): 200 quantiles as QR-DQN (Dabney et al. 2018) and the CQL paper's Atari
     # runs; weight 1.0 as d3rlpy's DiscreteCQLConfig.alpha. The rest (lr = critic_lr, tau, ...) is shared.
-    n_quantiles: int = 200
-    discrete_cql_alpha: float = 1.0
+    n_quantiles: int = ranged(200, ge=1)
+    discrete_cql_alpha: float = ranged(1.0, ge=0)
 
 
 class TanhGaussianActor(nn.Module):
@@ -173,9 +172,7 @@ class CQL:
             midpoints = (torch.arange(config.n_quantiles, dtype=torch.float32) + 0.5) / config.n_quantiles
             self.quantile_midpoints = midpoints.to(self.device)
         else:
-            critic = EnsembleMLP(
-                obs_dim + spec.action_dim, 1, hidden, 2, config.orthogonal_init, OUTPUT_GAIN
-            )  # twin critics Q_1, Q_2
+            critic = EnsembleMLP(obs_dim + spec.action_dim, 1, hidden, NUM_CRITICS, config.orthogonal_init, OUTPUT_GAIN)
             self.nets = nn.ModuleDict(
                 {
                     "transform": transform,

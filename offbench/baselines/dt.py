@@ -35,24 +35,25 @@ from offbench.baselines import pcgrad
 from offbench.baselines.base import SINGLE_AND_MULTI_TASK, DatasetSpec
 from offbench.baselines.nets import BoundedActions, ObservationNormalizer, flat_observation_dim, fused_adam
 from offbench.errors import OffbenchError
+from offbench.utils import ranged
 from offbench.evaluation.policy import PolicyOptions, actions_to_numpy
 
 
 @dataclass
 class DTConfig:
-    segment_length: int = 20  # K: timesteps per training segment and evaluation context
-    embedding_dim: int = 128
-    num_layers: int = 3
-    num_heads: int = 1
-    embedding_dropout: float = 0.1
-    attention_dropout: float = 0.1
-    residual_dropout: float = 0.1
-    learning_rate: float = 1e-4
-    betas: tuple[float, float] = (0.9, 0.999)
-    weight_decay: float = 1e-4
-    warmup_steps: int = 10_000
-    grad_clip: float = 0.25  # max gradient norm; 0 turns clipping off
-    reward_scale: float = 1e-3  # returns-to-go are multiplied by this before entering the network
+    segment_length: int = ranged(20, ge=1)  # K: timesteps per training segment and evaluation context
+    embedding_dim: int = ranged(128, ge=1)
+    num_layers: int = ranged(3, ge=1)
+    num_heads: int = ranged(1, ge=1)
+    embedding_dropout: float = ranged(0.1, ge=0, lt=1)
+    attention_dropout: float = ranged(0.1, ge=0, lt=1)
+    residual_dropout: float = ranged(0.1, ge=0, lt=1)
+    learning_rate: float = ranged(1e-4, gt=0)
+    betas: tuple[float, float] = ranged((0.9, 0.999), ge=0, lt=1)
+    weight_decay: float = ranged(1e-4, ge=0)
+    warmup_steps: int = ranged(10_000, ge=0)
+    grad_clip: float = ranged(0.25, ge=0)  # max gradient norm; 0 turns clipping off
+    reward_scale: float = ranged(1e-3, gt=0)  # returns-to-go are multiplied by this before entering the network
     target_returns: tuple[float, ...] = ()  # evaluation targets (raw return); empty: the dataset's best episode return
     gradient: str = "mean"  # multi-task data: "pcgrad" for gradient surgery over the tasks of each batch
 

@@ -25,17 +25,19 @@ import torch.nn.functional as F
 from torch import nn
 
 from offbench.baselines.base import SINGLE_AND_MULTI_TASK, DatasetSpec
+from offbench.baselines.nets import mlp
 from offbench.evaluation.policy import MarkovPolicy, PolicyOptions
 from offbench.baselines.q_learning import (
+    NUM_CRITICS,
     DataTransform,
     EnsembleMLP,
     action_kind,
-    mlp,
     polyak_update,
     reward_scale,
     target_copy,
 )
 from offbench.errors import OffbenchError
+from offbench.utils import ranged
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # CORL
 SCHEDULES = ("cosine", "linear", "constant")
@@ -46,24 +48,23 @@ class IQLConfig:
     """Defaults: CORL's IQL for D4RL locomotion (TrainConfig of algorithms/offline/iql.py and
     configs/offline/iql/<env>/medium_v2.yaml); baselines/iql/default.toml records the source."""
 
-    steps: int = 1_000_000  # number of updates; the length of the actor's learning-rate schedule
-    batch_size: int = 256
-    discount: float = 0.99
-    tau: float = 5e-3  # Polyak rate of the target critics
-    beta: float = 3.0  # inverse temperature of the advantage weights
-    expectile: float = 0.7  # CORL iql_tau
-    exp_adv_max: float = 100.0  # CORL EXP_ADV_MAX
+    steps: int = ranged(1_000_000, ge=1)  # number of updates; the length of the actor's learning-rate schedule
+    discount: float = ranged(0.99, ge=0, le=1)
+    tau: float = ranged(5e-3, gt=0, le=1)  # Polyak rate of the target critics
+    beta: float = ranged(3.0, ge=0)  # inverse temperature of the advantage weights
+    expectile: float = ranged(0.7, gt=0, lt=1)  # CORL iql_tau
+    exp_adv_max: float = ranged(100.0, gt=0)  # CORL EXP_ADV_MAX
     deterministic_actor: bool = False  # CORL iql_deterministic
     normalize_observations: bool = True
     normalize_reward: bool = False  # True in CORL's hopper configs
     reward_scale: float = 1.0  # applied after normalize_reward
     reward_bias: float = 0.0
-    value_lr: float = 3e-4
-    critic_lr: float = 3e-4
-    actor_lr: float = 3e-4
-    actor_lr_schedule: str = "cosine"  # CORL: CosineAnnealingLR(actor_optimizer, max_timesteps)
-    hidden_dim: int = 256
-    num_hidden_layers: int = 2
+    value_lr: float = ranged(3e-4, gt=0)
+    critic_lr: float = ranged(3e-4, gt=0)
+    actor_lr: float = ranged(3e-4, gt=0)
+    actor_lr_schedule: str = ranged("cosine", choices=SCHEDULES)  # CORL: CosineAnnealingLR(actor_optimizer, max_timesteps)
+    hidden_dim: int = ranged(256, ge=1)
+    num_hidden_layers: int = ranged(2, ge=0)
 
 
 class GaussianActor(nn.Module):
@@ -125,10 +126,10 @@ class IQL:
         obs_dim = transform.input_dim
         hidden = [config.hidden_dim] * config.num_hidden_layers
         if self.discrete:  # Q(s, .) for every action at once
-            critic = EnsembleMLP(obs_dim, spec.action_dim, hidden, 2)
+            critic = EnsembleMLP(obs_dim, spec.action_dim, hidden, NUM_CRITICS)
             actor: nn.Module = CategoricalActor(obs_dim, spec.action_dim, hidden)
         else:
-            critic = EnsembleMLP(obs_dim + spec.action_dim, 1, hidden, 2)
+            critic = EnsembleMLP(obs_dim + spec.action_dim, 1, hidden, NUM_CRITICS)
             actor = GaussianActor(obs_dim, spec.action_dim, hidden, config.deterministic_actor)
         self.nets = nn.ModuleDict(
             {

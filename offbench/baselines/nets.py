@@ -3,6 +3,10 @@ the task input of the single-task baselines on multi-task data."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+from typing import Callable
+
 import numpy as np
 import torch
 from torch import nn
@@ -10,12 +14,35 @@ from torch import nn
 from offbench.baselines.base import DatasetSpec
 
 
-def mlp(in_dim: int, hidden_dim: int, num_layers: int, out_dim: int, activation: type[nn.Module] = nn.ReLU) -> nn.Sequential:
-    """`num_layers` hidden layers of width `hidden_dim`, then a linear output layer."""
+def init_linear_(weight: torch.Tensor, bias: torch.Tensor, orthogonal: bool, gain: float | None) -> None:
+    """CORL's `init_module_weights`: orthogonal hidden layers (gain sqrt 2) when `orthogonal`, and an output
+    layer with a small gain (orthogonal or Xavier) when `gain` is given; otherwise PyTorch's Linear default.
+    `weight` is (out, in), as in nn.Linear."""
+    with torch.no_grad():
+        if gain is not None:  # output layer
+            (nn.init.orthogonal_ if orthogonal else nn.init.xavier_uniform_)(weight, gain=gain)
+            bias.zero_()
+        elif orthogonal:
+            nn.init.orthogonal_(weight, gain=math.sqrt(2))
+            bias.zero_()
+        else:  # nn.Linear.reset_parameters
+            nn.init.kaiming_uniform_(weight, a=math.sqrt(5))
+            bound = 1 / math.sqrt(weight.shape[1]) if weight.shape[1] > 0 else 0.0
+            nn.init.uniform_(bias, -bound, bound)
+
+
+def mlp(
+    in_dim: int, out_dim: int, hidden_dims: Sequence[int], orthogonal: bool = False, output_gain: float | None = None
+) -> nn.Sequential:
+    """ReLU MLP; `output_gain` re-initialises the last layer with a small gain (CORL's CQL networks)."""
+    dims = [in_dim, *hidden_dims, out_dim]
     layers: list[nn.Module] = []
-    for i in range(num_layers):
-        layers += [nn.Linear(in_dim if i == 0 else hidden_dim, hidden_dim), activation()]
-    layers.append(nn.Linear(hidden_dim if num_layers else in_dim, out_dim))
+    for i in range(len(dims) - 1):
+        linear = nn.Linear(dims[i], dims[i + 1])
+        last = i == len(dims) - 2
+        if orthogonal or (last and output_gain is not None):
+            init_linear_(linear.weight, linear.bias, orthogonal, output_gain if last else None)
+        layers += [linear] if last else [linear, nn.ReLU()]
     return nn.Sequential(*layers)
 
 

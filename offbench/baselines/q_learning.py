@@ -5,7 +5,6 @@ averaging. Each algorithm's loss stays in its own file."""
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
@@ -15,45 +14,14 @@ import torch
 from torch import nn
 
 from offbench.baselines.base import DatasetSpec
-from offbench.baselines.nets import task_input_dim, with_task_onehot
+from offbench.baselines.nets import ObservationNormalizer, flat_observation_dim, init_linear_, task_input_dim, with_task_onehot
 from offbench.errors import OffbenchError
 
+NUM_CRITICS = 2  # twin critics, the minimum of the two in targets (clipped double Q), as CORL's CQL and IQL
 OBSERVATION_STD_EPS = 1e-3  # CORL adds 1e-3 to the dataset's state std (compute_mean_std(..., eps=1e-3))
 
 
 # ---------------------------------------------------------------------------------------------- networks
-def init_linear_(weight: torch.Tensor, bias: torch.Tensor, orthogonal: bool, gain: float | None) -> None:
-    """CORL's `init_module_weights`: orthogonal hidden layers (gain sqrt 2) when `orthogonal`, and an output
-    layer with a small gain (orthogonal or Xavier) when `gain` is given; otherwise PyTorch's Linear default.
-    `weight` is (out, in), as in nn.Linear."""
-    with torch.no_grad():
-        if gain is not None:  # output layer
-            (nn.init.orthogonal_ if orthogonal else nn.init.xavier_uniform_)(weight, gain=gain)
-            bias.zero_()
-        elif orthogonal:
-            nn.init.orthogonal_(weight, gain=math.sqrt(2))
-            bias.zero_()
-        else:  # nn.Linear.reset_parameters
-            nn.init.kaiming_uniform_(weight, a=math.sqrt(5))
-            bound = 1 / math.sqrt(weight.shape[1]) if weight.shape[1] > 0 else 0.0
-            nn.init.uniform_(bias, -bound, bound)
-
-
-def mlp(
-    in_dim: int, out_dim: int, hidden_dims: Sequence[int], orthogonal: bool = False, output_gain: float | None = None
-) -> nn.Sequential:
-    """ReLU MLP; `output_gain` re-initialises the last layer with a small gain (CORL's CQL networks)."""
-    dims = [in_dim, *hidden_dims, out_dim]
-    layers: list[nn.Module] = []
-    for i in range(len(dims) - 1):
-        linear = nn.Linear(dims[i], dims[i + 1])
-        last = i == len(dims) - 2
-        if orthogonal or (last and output_gain is not None):
-            init_linear_(linear.weight, linear.bias, orthogonal, output_gain if last else None)
-        layers += [linear] if last else [linear, nn.ReLU()]
-    return nn.Sequential(*layers)
-
-
 class EnsembleLinear(nn.Module):
     """`size` independent linear layers applied in one batched matmul: (E, M, in) -> (E, M, out)."""
 
@@ -256,14 +224,9 @@ class DataTransform(nn.Module):
 
     def __init__(self, spec: DatasetSpec, normalize_observations: bool, reward_scale: float, reward_bias: float):
         super().__init__()
-        obs_dim = int(np.prod(spec.observation_shape))
-        use_stats = normalize_observations and spec.observation_mean is not None
-        mean = spec.observation_mean if use_stats else np.zeros(obs_dim, np.float32)
-        std = spec.observation_std + OBSERVATION_STD_EPS if use_stats else np.ones(obs_dim, np.float32)
-        self.register_buffer("obs_mean", torch.as_tensor(mean, dtype=torch.float32).reshape(-1))
-        self.register_buffer("obs_std", torch.as_tensor(std, dtype=torch.float32).reshape(-1))
+        self.normalize = ObservationNormalizer(spec, eps=OBSERVATION_STD_EPS, enabled=normalize_observations)
         self.num_tasks = spec.num_tasks
-        self.input_dim = obs_dim + task_input_dim(spec)
+        self.input_dim = flat_observation_dim(spec) + task_input_dim(spec)
         self.discrete = isinstance(spec.action_space, gym.spaces.Discrete)
         self.action_shape = tuple(spec.action_space.shape or ())
         if not self.discrete:
@@ -274,9 +237,8 @@ class DataTransform(nn.Module):
         self.reward_scale, self.reward_bias = reward_scale, reward_bias
 
     def observations(self, obs: torch.Tensor, task_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """(B, *obs) -> (B, input_dim) normalised float."""
-        normalised = (obs.reshape(obs.shape[0], -1).float() - self.obs_mean) / self.obs_std
-        return with_task_onehot(normalised, task_ids, self.num_tasks)
+        """(B, *obs) -> (B, input_dim) normalised float, the task's one-hot appended on multi-task data."""
+        return with_task_onehot(self.normalize(obs), task_ids, self.num_tasks)
 
     def actions_to_unit(self, actions: torch.Tensor) -> torch.Tensor:
         return (actions.reshape(actions.shape[0], -1) - self.act_center) / self.act_half_range

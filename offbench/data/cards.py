@@ -10,7 +10,7 @@ A card (see datasets/README.md for every field):
     [source]                             # exactly one of: files, minari_id, recipe
     files = [{ url = "https://...", sha256 = "...", size = 123 }]
     [env]
-    id = "Hopper-v5"                     # what evaluation recreates
+    id = "Hopper-v4"                     # what evaluation recreates
     suite = "gymnasium"                  # gymnasium | offbench | metaworld | minigrid
     kwargs = {}
     [scores]
@@ -18,11 +18,15 @@ A card (see datasets/README.md for every field):
     ref_max = 3234.3
 
 Built-in cards live in the repository's `datasets/`; users add theirs in `$OFFBENCH_HOME/datasets/`
-(a user card with the same id overrides the built-in one).
+(a user card with the same id overrides the built-in one). A user card that does not read or validate
+is skipped with one warning per process naming the file, so it cannot stop every command; asking for
+it by id (its `id`, or its path under the folder without `.toml`) still gives its error.
 """
 
 from __future__ import annotations
 
+import re
+import sys
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +34,7 @@ from typing import Any
 
 from offbench.errors import OffbenchError
 from offbench.paths import builtin_dir, user_cards_dir
+from offbench.utils import read_text, safe_component
 
 SOURCE_KINDS = ("files", "minari_id", "recipe")
 
@@ -91,8 +96,10 @@ def card_from_dict(data: dict[str, Any], card_path: Path | None = None) -> Datas
     for key in ("id", "description", "format", "source"):
         if key not in data:
             raise OffbenchError(f"{where}: missing required key '{key}'")
-    if not isinstance(data["id"], str) or not data["id"] or data["id"].startswith("/") or ".." in data["id"]:
-        raise OffbenchError(f"{where}: 'id' must be a non-empty relative name, got {data['id']!r}")
+    if not isinstance(data["id"], str):
+        raise OffbenchError(f"{where}: 'id' must be a string, got {data['id']!r}")
+    for part in data["id"].split("/"):  # the id names the dataset's folder under $OFFBENCH_HOME/data
+        safe_component(part, f"{where}: 'id' part")
     source = data["source"]
     if not isinstance(source, dict):
         raise OffbenchError(f"{where}: [source] must be a table")
@@ -107,8 +114,11 @@ def card_from_dict(data: dict[str, Any], card_path: Path | None = None) -> Datas
             if not isinstance(entry, dict) or not str(entry.get("url", "")).startswith(("http://", "https://")):
                 raise OffbenchError(f"{where}: every source.files entry needs an http(s) 'url'")
             sha = entry.get("sha256")
-            if sha is not None and (not isinstance(sha, str) or len(sha) != 64):
+            if sha is not None and (not isinstance(sha, str) or not re.fullmatch(r"[0-9a-fA-F]{64}", sha)):
                 raise OffbenchError(f"{where}: sha256 of {entry['url']} must be 64 hex characters")
+            size = entry.get("size")
+            if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+                raise OffbenchError(f"{where}: size of {entry['url']} must be a positive number of bytes, got {size!r}")
     if "recipe" in source:
         recipe = source["recipe"]
         if not isinstance(recipe, dict) or not isinstance(recipe.get("generator"), str):
@@ -149,11 +159,9 @@ def card_from_dict(data: dict[str, Any], card_path: Path | None = None) -> Datas
 
 def read_card(path: Path) -> DatasetCard:
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(read_text(path, "card"))
     except tomllib.TOMLDecodeError as exc:
         raise OffbenchError(f"{path}: malformed TOML ({exc})") from None
-    except OSError as exc:
-        raise OffbenchError(f"{path}: cannot read card ({exc.strerror})") from None
     return card_from_dict(data, path)
 
 
@@ -171,19 +179,65 @@ def card_dirs() -> list[Path]:
     return [builtin_dir("datasets"), user_cards_dir()]
 
 
-def all_cards() -> dict[str, DatasetCard]:
-    """Every registered card by id (user cards override built-in ones with the same id)."""
+_warned: set[str] = set()  # broken user cards already reported in this process (their messages)
+
+
+def _read_cards() -> tuple[dict[str, DatasetCard], dict[str, OffbenchError]]:
+    """(valid cards by id, errors of broken user cards by every id they may stand for). A broken built-in
+    card is a bug of this checkout and stays an error."""
     cards: dict[str, DatasetCard] = {}
-    for folder in card_dirs():
-        if folder.is_dir():
-            for path in sorted(folder.rglob("*.toml")):
+    broken: dict[str, OffbenchError] = {}
+    builtin, user = card_dirs()
+    for folder in (builtin, user):
+        if not folder.is_dir():
+            continue
+        for path in sorted(folder.rglob("*.toml")):
+            try:
                 card = read_card(path)
-                cards[card.id] = card
-    return dict(sorted(cards.items()))
+            except OffbenchError as exc:
+                if folder == builtin:
+                    raise
+                for dataset_id in _claimed_ids(path, folder):
+                    broken[dataset_id] = exc
+                continue
+            cards[card.id] = card
+    return dict(sorted(cards.items())), broken
+
+
+def _claimed_ids(path: Path, folder: Path) -> set[str]:
+    """The ids a card file that failed to validate may be meant for: its path under the folder, and its
+    `id` if that much reads."""
+    ids = {path.relative_to(folder).with_suffix("").as_posix()}
+    try:
+        stated = tomllib.loads(path.read_text(encoding="utf-8")).get("id")
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        stated = None
+    if isinstance(stated, str):
+        ids.add(stated)
+    return ids
+
+
+def _warn_skipped(broken: dict[str, OffbenchError]) -> None:
+    for error in broken.values():
+        if str(error) in _warned:
+            continue
+        _warned.add(str(error))
+        print(f"offbench: warning: skipping a user card: {error}", file=sys.stderr)
+
+
+def all_cards() -> dict[str, DatasetCard]:
+    """Every registered card by id (user cards override built-in ones with the same id); broken user cards
+    are skipped with a warning."""
+    cards, broken = _read_cards()
+    _warn_skipped(broken)
+    return cards
 
 
 def get_card(dataset_id: str) -> DatasetCard:
-    cards = all_cards()
+    cards, broken = _read_cards()
+    if dataset_id in broken:  # the card asked for is the broken one (a built-in of that id must not stand in)
+        raise broken[dataset_id]
+    _warn_skipped(broken)
     if dataset_id not in cards:
         close = [c for c in cards if dataset_id.split("/")[-1] in c][:5]
         if dataset_id.startswith(("/", ".", "~")) or dataset_id.endswith((".h5", ".hdf5")):

@@ -36,6 +36,7 @@ per-episode columns under `metadata/offbench_*`, from which a round trip restore
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,9 +44,9 @@ import h5py
 import numpy as np
 
 from offbench.data.spaces import space_from_json, space_to_json, widest_space
-from offbench.data.store import EpisodeStore
+from offbench.data.store import EpisodeStore, open_hdf5
 from offbench.errors import OffbenchError
-from offbench.utils import atomic_path
+from offbench.utils import atomic_path, safe_component
 
 REQUIRED_KEYS = ("observations", "actions", "rewards", "terminals")
 STEP_KEYS = ("observations", "actions", "rewards", "terminals", "timeouts", "next_observations")
@@ -77,11 +78,7 @@ def _read_datasets(group: h5py.Group, prefix: str = "") -> dict[str, np.ndarray]
 
 def load_d4rl(path: Path) -> EpisodeStore:
     path = Path(path)
-    try:
-        f = h5py.File(path, "r")
-    except OSError as exc:
-        raise OffbenchError(f"{path}: not a readable HDF5 file ({exc.__class__.__name__}: truncated or corrupt?)") from None
-    with f:
+    with open_hdf5(path) as f:
         missing = [key for key in REQUIRED_KEYS if not isinstance(f.get(key), h5py.Dataset)]
         if missing:
             raise OffbenchError(f"{path}: not a complete D4RL file, missing {', '.join(missing)}")
@@ -133,15 +130,78 @@ def from_d4rl_arrays(
     n = len(obs)
     if n == 0:
         raise OffbenchError(f"{where}: observations is empty")
-    metadata = metadata or {}
     step = {key: _per_step(arrays[key], n, key, where) for key in STEP_KEYS if key in arrays and key != "observations"}
     terminals = step["terminals"].astype(bool)
     timeouts = step["timeouts"].astype(bool) if "timeouts" in step else np.zeros(n, bool)
-    next_obs = step.get("next_observations")
     columns = {f"infos/{key}": _per_step(value, n, f"infos/{key}", where) for key, value in (infos or {}).items()}
     ignored = sorted(key for key, value in (extra or {}).items() if np.ndim(value) == 0 or len(value) != n)
     columns.update({key: np.asarray(value) for key, value in (extra or {}).items() if key not in ignored})
 
+    episodes = _cut_episodes(obs, terminals, timeouts, step.get("next_observations"), where)
+    stored = _stored_metadata(metadata or {}, where)
+    card = stored.pop("card", None) or {
+        "id": name,
+        "format": "d4rl",
+        "d4rl": {
+            **episodes.report(terminals, timeouts, has_timeouts="timeouts" in step),
+            "ignored_datasets": ignored,
+            "metadata": stored.pop("scalars"),
+        },
+    }
+    keep = episodes.keep
+    return EpisodeStore(
+        observations=obs[keep],
+        actions=step["actions"][keep],
+        rewards=step["rewards"][keep],
+        terminations=terminals[keep],
+        truncations=episodes.truncations[keep],
+        episode_starts=np.concatenate([[0], np.cumsum(episodes.lengths)]),
+        final_observations=episodes.final,
+        columns={key: value[keep] for key, value in columns.items()},
+        episode_columns=stored["episode_columns"],
+        observation_space=stored.get("observation_space") or widest_space(obs[:1]),
+        action_space=stored.get("action_space") or widest_space(step["actions"][:1]),
+        card=card,
+    )
+
+
+@dataclass
+class _Episodes:
+    """How the flat rows become episodes: where each one ends and what it keeps."""
+
+    starts: np.ndarray  # first row of each episode (before any row is dropped)
+    ends: np.ndarray  # last row of each episode
+    truncations: np.ndarray  # per row
+    cut: np.ndarray  # per row: an episode split where next_observations jumps
+    trailing: bool  # the last rows end with neither flag
+    keep: np.ndarray  # per row: False for a row dropped for want of its next observation
+    final: np.ndarray  # final observation of each kept episode
+    lengths: np.ndarray  # length of each kept episode
+    vanished: np.ndarray  # per episode: dropped whole (one row, no next observation)
+    has_next_observations: bool
+
+    def report(self, terminals: np.ndarray, timeouts: np.ndarray, has_timeouts: bool) -> dict[str, Any]:
+        """What the import did, for the card (so a user can see how the file was read)."""
+        ends = self.ends
+        return {
+            "episodes": int(len(self.lengths)),
+            "ended_by_terminal": int(terminals[ends].sum()),
+            "ended_by_timeout": int((timeouts[ends] & ~terminals[ends]).sum()),
+            "terminal_and_timeout_on_one_step": int((terminals & timeouts).sum()),
+            "split_where_next_observation_jumps": int(self.cut.sum()),
+            "trailing_rows_truncated": int(ends[-1] - self.starts[-1] + 1) if self.trailing else 0,
+            "has_next_observations": self.has_next_observations,
+            "has_timeouts": has_timeouts,
+            "rows_removed_for_missing_next_observation": int((~self.keep).sum()),
+            "episodes_removed_for_missing_next_observation": int(self.vanished.sum()),
+            "terminal_final_observation": "next_observations" if self.has_next_observations else "zeros (not in the file)",
+        }
+
+
+def _cut_episodes(obs: np.ndarray, terminals: np.ndarray, timeouts: np.ndarray, next_obs: np.ndarray | None, where: str) -> _Episodes:
+    """Episode ends: a terminal or timeout flag, a jump of next_observations, the last row. Without
+    next_observations, an episode not ended by a terminal loses its last row (its s' is unknown)."""
+    n = len(obs)
     flagged = terminals | timeouts
     cut = np.zeros(n, bool)
     if next_obs is not None:
@@ -156,9 +216,7 @@ def from_d4rl_arrays(
 
     keep = np.ones(n, bool)
     if next_obs is not None:
-        final = next_obs[ends]
-        lengths = ends - starts + 1
-        vanished = np.zeros(len(ends), bool)
+        final, lengths, vanished = next_obs[ends], ends - starts + 1, np.zeros(len(ends), bool)
     else:
         needs_next = ~terminals[ends]  # timeout, trailing: s' needed for a TD target but not in the file
         keep[ends[needs_next]] = False
@@ -171,41 +229,7 @@ def from_d4rl_arrays(
         final, lengths = final[~vanished], lengths[~vanished]
         if not len(lengths):
             raise OffbenchError(f"{where}: every episode has one row and no next observation (no next_observations key): no transition is left")
-
-    stored = _stored_metadata(metadata, where)
-    card = stored.pop("card", None) or {
-        "id": name,
-        "format": "d4rl",
-        "d4rl": {
-            "episodes": int(len(lengths)),
-            "ended_by_terminal": int(terminals[ends].sum()),
-            "ended_by_timeout": int((timeouts[ends] & ~terminals[ends]).sum()),
-            "terminal_and_timeout_on_one_step": int((terminals & timeouts).sum()),
-            "split_where_next_observation_jumps": int(cut.sum()),
-            "trailing_rows_truncated": int(ends[-1] - starts[-1] + 1) if trailing else 0,
-            "has_next_observations": next_obs is not None,
-            "has_timeouts": "timeouts" in step,
-            "rows_removed_for_missing_next_observation": int((~keep).sum()),
-            "episodes_removed_for_missing_next_observation": int(vanished.sum()),
-            "terminal_final_observation": "next_observations" if next_obs is not None else "zeros (not in the file)",
-            "ignored_datasets": ignored,
-            "metadata": stored.pop("scalars"),
-        },
-    }
-    return EpisodeStore(
-        observations=obs[keep],
-        actions=step["actions"][keep],
-        rewards=step["rewards"][keep],
-        terminations=terminals[keep],
-        truncations=truncations[keep],
-        episode_starts=np.concatenate([[0], np.cumsum(lengths)]),
-        final_observations=final,
-        columns={key: value[keep] for key, value in columns.items()},
-        episode_columns=stored["episode_columns"],
-        observation_space=stored.get("observation_space") or widest_space(obs[:1]),
-        action_space=stored.get("action_space") or widest_space(step["actions"][:1]),
-        card=card,
-    )
+    return _Episodes(starts, ends, truncations, cut, trailing, keep, final, lengths, vanished, next_obs is not None)
 
 
 def _stored_metadata(metadata: dict[str, np.ndarray], where: str) -> dict[str, Any]:
@@ -231,7 +255,7 @@ def _stored_metadata(metadata: dict[str, np.ndarray], where: str) -> dict[str, A
 def export_d4rl(store: EpisodeStore, out: Path) -> Path:
     """Write `store` as one D4RL-layout file (`out` itself if it ends in .hdf5/.h5, else out/<name>.hdf5)."""
     out = Path(out)
-    name = str(store.card.get("id") or "dataset").rsplit("/", 1)[-1]
+    name = safe_component(str(store.card.get("id") or "dataset").rsplit("/", 1)[-1], f"{store.path or 'dataset'}: the last part of the card id")
     target = out if out.suffix in (".hdf5", ".h5") else out / f"{name}.hdf5"
     if target.exists():
         raise OffbenchError(f"{target}: already exists; remove it or choose another --out")
@@ -255,7 +279,8 @@ def export_d4rl(store: EpisodeStore, out: Path) -> Path:
         "metadata/offbench_action_space": space_to_json(store.action_space),
         **{f"metadata/offbench_episode_columns/{k}": np.asarray(v) for k, v in store.episode_columns.items()},
     }
-    with atomic_path(target) as tmp, h5py.File(tmp, "w") as f:
+    need = sum(value.nbytes for value in arrays.values() if isinstance(value, np.ndarray))
+    with atomic_path(target, need=need) as tmp, h5py.File(tmp, "w") as f:
         for key, value in arrays.items():
             if isinstance(value, np.ndarray) and value.dtype.kind == "U":
                 value = value.astype(h5py.string_dtype())

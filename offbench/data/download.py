@@ -14,13 +14,16 @@ What `fetch_card` guarantees, whatever the network does:
 * 404, other HTTP errors, a wrong checksum, a full disk and no network each end in a one-line
   `OffbenchError` naming the URL or file.
 
-A card file entry without `sha256` (D4RL publishes none) is trusted on first use: its sha256 is
-computed, recorded in `$OFFBENCH_HOME/data/<id>/raw/SHA256SUMS` (the `sha256sum` format) and every
-later re-download is checked against that record.
+A card file entry without `sha256` (D4RL publishes none) is trusted on first use, once it has proved
+readable: its sha256 is recorded in `$OFFBENCH_HOME/data/<id>/raw/SHA256SUMS` (the `sha256sum` format)
+only after the payload converted to the native file, and every later re-download is checked against
+that record. A first download that does not convert (say, an HTML error page served with status 200)
+is deleted unrecorded, so the next attempt starts clean.
 
 Sources (see `offbench.data.cards`):
 
-* `files = [{url, sha256, size}, ...]`: each file is saved as `raw/<basename of the URL path>`.
+* `files = [{url, sha256, size}, ...]`: each file is saved as `raw/<basename of the URL path>`, a name
+  that must be one safe path component (`offbench.utils.safe_component`) once percent-decoded.
 * `minari_id = "<namespace>/<name>-v<N>"`, e.g. `"mujoco/hopper/medium-v0"`, optional
   `revision` (a branch or commit, default `main`). Minari 0.5 keeps its remote datasets on the
   Hugging Face hub (`minari.storage.remotes.HuggingFaceStorage`, default remote
@@ -65,7 +68,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 
 from offbench.data.cards import DatasetCard
 from offbench.errors import OffbenchError
-from offbench.utils import atomic_write_text
+from offbench.utils import atomic_write_text, disk_full_error, ensure_dir, os_error_number, safe_component
 
 MAX_ATTEMPTS = 5  # attempts in a row that did not grow the .part file before giving up
 RETRY_BASE_SECONDS = 0.5  # back-off: 0.5, 1, 2, 4 s
@@ -107,6 +110,8 @@ def minari_urls(minari_id: str, revision: str = "main") -> list[tuple[str, str]]
     """(url, relpath under raw/) of a Minari remote dataset's two files; see the module docstring."""
     if not re.fullmatch(r"[\w.-]+(/[\w.-]+)*/[\w.-]+-v\d+", minari_id):
         raise OffbenchError(f"minari_id {minari_id!r} is not of the form <namespace>/<name>-v<N>")
+    for part in minari_id.split("/"):  # the id is also the folder under raw/
+        safe_component(part, f"minari_id {minari_id!r}: component")
     repo, path_in_repo = minari_id.split("/", 1)
     return [
         (f"{MINARI_REMOTE}/{repo}/resolve/{revision}/{path_in_repo}/data/{name}", f"{minari_id}/data/{name}")
@@ -125,8 +130,9 @@ def remote_files(card: DatasetCard) -> list[RemoteFile]:
     files = []
     for entry in card.source["files"]:
         name = unquote(urlsplit(entry["url"]).path.rsplit("/", 1)[-1])
-        if not name or name in (".", ".."):
+        if not name:
             raise OffbenchError(f"{where}: URL {entry['url']} does not end in a file name")
+        safe_component(name, f"{where}: the file name of URL {entry['url']}")
         size = entry.get("size")
         files.append(RemoteFile(entry["url"], name, entry.get("sha256"), int(size) if size is not None else None))
     names = [f.relpath for f in files]
@@ -157,8 +163,8 @@ def read_sums(raw: Path) -> dict[str, str]:
     return sums
 
 
-def _record_sum(raw: Path, relpath: str, digest: str) -> None:
-    sums = read_sums(raw) | {relpath: digest}
+def _record_sums(raw: Path, digests: dict[str, str]) -> None:
+    sums = read_sums(raw) | digests
     atomic_write_text(raw / SUMS_FILE, "".join(f"{d}  {r}\n" for r, d in sorted(sums.items())))
 
 
@@ -181,17 +187,6 @@ def _network_reason(exc: BaseException, url: str) -> str:
         todo += [getattr(cause, "reason", None), cause.__cause__, cause.__context__]
         todo += [a for a in getattr(cause, "args", ()) if isinstance(a, BaseException)]
     return f"network error talking to {host} ({str(exc).splitlines()[0][:160]})"
-
-
-def _is_disk_full(exc: OSError) -> bool:
-    # h5py reports a full disk as a plain OSError whose text carries the C library's message
-    return exc.errno == errno.ENOSPC or "No space left on device" in str(exc)
-
-
-def _disk_full(path: Path, need: int | None = None) -> OffbenchError:
-    free = shutil.disk_usage(path.parent).free
-    needs = f"; {need:,} bytes needed" if need else ""
-    return OffbenchError(f"disk full writing {path} ({free:,} bytes free{needs}); free space or set OFFBENCH_HOME")
 
 
 # ---------------------------------------------------------------------------------------- one file
@@ -230,7 +225,7 @@ def _attempt(session: requests.Session, url: str, part: Path, expected_size: int
             if total:
                 free = shutil.disk_usage(part.parent).free
                 if free < total - offset:
-                    raise _disk_full(part, total - offset)
+                    raise disk_full_error(part, total - offset)
             progress.update(task, completed=offset, total=total)
             try:
                 with open(part, "ab" if offset else "wb") as handle:
@@ -240,9 +235,9 @@ def _attempt(session: requests.Session, url: str, part: Path, expected_size: int
                     handle.flush()
                     os.fsync(handle.fileno())
             except OSError as exc:
-                if _is_disk_full(exc):
+                if os_error_number(exc) == errno.ENOSPC:
                     part.unlink(missing_ok=True)
-                    raise _disk_full(part) from None
+                    raise disk_full_error(part) from None
                 raise
     except requests.RequestException as exc:
         raise _Retryable(f"{url}: {_network_reason(exc, url)}") from None
@@ -270,14 +265,19 @@ def _download(session: requests.Session, url: str, part: Path, expected_size: in
 
 def fetch_file(
     session: requests.Session, remote: RemoteFile, raw: Path, mirror: str | None, progress: Progress
-) -> Path:
-    """Download one file to raw/<relpath>, verified before it gets its final name. Caller holds the lock."""
+) -> tuple[Path, str | None]:
+    """Download one file to raw/<relpath>, checked against the card's or the recorded sha256 before it
+    gets its final name. Caller holds the lock. Returns the path and, for a file with no checksum on
+    record yet, its sha256, for the caller to record once the payload has converted."""
     dest = raw / remote.relpath
     url = apply_mirror(remote.url, mirror)
     recorded = read_sums(raw).get(remote.relpath)
     expected = remote.sha256 or recorded
-    if dest.is_file() and (expected is None or file_sha256(dest) == expected):
-        return dest  # verified when it got its name (a stale or tampered copy is fetched again)
+    if dest.is_file():
+        if expected is None:  # an earlier first download that never got to convert: try it again
+            return dest, file_sha256(dest)
+        if file_sha256(dest) == expected:
+            return dest, None  # verified when it got its name (a stale or tampered copy is fetched again)
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(dest.name + ".part")
     task = progress.add_task(remote.relpath, total=remote.size)
@@ -290,13 +290,12 @@ def fetch_file(
     digest = file_sha256(part)
     if expected is not None and digest != expected:
         part.unlink()
-        source = "the card" if remote.sha256 else f"recorded in {raw / SUMS_FILE}"
+        source = "the card" if remote.sha256 else (
+            f"recorded in {raw / SUMS_FILE} at the first download; if that record is wrong, delete its line there and run again"
+        )
         raise OffbenchError(f"{url}: checksum mismatch (sha256 {digest[:16]}..., expected {expected[:16]}... {source}); download discarded")
-    if expected is None:  # recorded before the rename: a file under its final name is always on record
-        _record_sum(raw, remote.relpath, digest)
-        _stderr.print(f"offbench: unverified first download; recorded sha256 {digest} of {remote.relpath} in {raw / SUMS_FILE}")
     os.replace(part, dest)
-    return dest
+    return dest, (digest if expected is None else None)
 
 
 # ---------------------------------------------------------------------------------------- a card
@@ -310,8 +309,7 @@ def fetch_card(card: DatasetCard, target: Path, mirror: str | None = None, quiet
     target = Path(target)
     mirror = mirror or os.environ.get("OFFBENCH_MIRROR") or None
     remotes = remote_files(card)
-    raw = target.parent / "raw"
-    raw.mkdir(parents=True, exist_ok=True)
+    raw = ensure_dir(target.parent / "raw")
     lock = FileLock(str(target.parent / ".download.lock"))
     try:
         lock.acquire(timeout=0)
@@ -325,19 +323,30 @@ def fetch_card(card: DatasetCard, target: Path, mirror: str | None = None, quiet
         columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn())
         with requests.Session() as session, Progress(*columns, console=_stderr, disable=not show) as progress:
             session.headers["User-Agent"] = "offbench (dataset download)"
-            paths = [fetch_file(session, remote, raw, mirror, progress) for remote in remotes]
+            fetched = [fetch_file(session, remote, raw, mirror, progress) for remote in remotes]
+        paths = [path for path, _ in fetched]
+        unrecorded = {remote.relpath: digest for remote, (_, digest) in zip(remotes, fetched) if digest is not None}
         if card.source_kind == "minari_id":
             payload = raw / str(card.source["minari_id"])
         else:
             payload = paths[0] if len(paths) == 1 else raw
-        store = load_path(payload, card.format)
-        store.card = {**card.to_dict(), "import": store.card}
         try:
-            store.save(target)
-        except OSError as exc:
-            if _is_disk_full(exc):
-                raise _disk_full(target) from None
-            raise
+            store = load_path(payload, card.format)
+        except OffbenchError as exc:
+            if not unrecorded:
+                raise
+            for relpath in unrecorded:  # never trusted: the next attempt downloads afresh
+                (raw / relpath).unlink(missing_ok=True)
+            hint = "the URL and --mirror" if mirror else "the URL"
+            raise OffbenchError(
+                f"{exc}; this first download was not recorded and has been deleted: check {hint}, then run `offbench download {card.id}` again"
+            ) from None
+        store.card = {**card.to_dict(), "import": store.card}
+        store.save(target)
+        if unrecorded:  # only a payload that converted is trusted on first use
+            _record_sums(raw, unrecorded)
+            for relpath, digest in unrecorded.items():
+                _stderr.print(f"offbench: unverified first download; recorded sha256 {digest} of {relpath} in {raw / SUMS_FILE}")
         _remove_payload(paths, raw)
         return target
     finally:
@@ -354,10 +363,3 @@ def _remove_payload(paths: list[Path], raw: Path) -> None:
             folder.rmdir()
             folder = folder.parent
 
-
-def download(dataset_id: str, mirror: str | None = None, quiet: bool = False) -> Path:
-    """`offbench download`: fetch (or generate, for a recipe card) a registered dataset; its local path."""
-    from offbench.data.cards import get_card
-    from offbench.data.resolve import ensure_local
-
-    return ensure_local(get_card(dataset_id), mirror=mirror, quiet=quiet)

@@ -9,8 +9,9 @@ from typing import Callable, Protocol
 import h5py
 
 from offbench.data import d4rl_format, minari_format
-from offbench.data.store import EpisodeStore, is_native, load_native
+from offbench.data.store import EpisodeStore, is_native, load_native, open_hdf5
 from offbench.errors import OffbenchError
+from offbench.registry import lookup, register
 
 
 class Format(Protocol):
@@ -40,15 +41,13 @@ def _export_native(store: EpisodeStore, out: Path) -> Path:
     return store.save(target)
 
 
-FORMATS: dict[str, Format] = {
-    "offbench": FunctionFormat("offbench", is_native, load_native, _export_native),
-    "minari": FunctionFormat("minari", minari_format.detect_minari, minari_format.load_minari, minari_format.export_minari),
-    "d4rl": FunctionFormat("d4rl", d4rl_format.detect_d4rl, d4rl_format.load_d4rl, d4rl_format.export_d4rl),
-}
-
-
-def register_format(fmt: Format) -> None:
-    FORMATS[fmt.name] = fmt
+FORMATS: dict[str, Format] = {}  # add one with offbench.registry.register(FORMATS, fmt.name)(fmt)
+for _format in (
+    FunctionFormat("offbench", is_native, load_native, _export_native),
+    FunctionFormat("minari", minari_format.detect_minari, minari_format.load_minari, minari_format.export_minari),
+    FunctionFormat("d4rl", d4rl_format.detect_d4rl, d4rl_format.load_d4rl, d4rl_format.export_d4rl),
+):
+    register(FORMATS, _format.name)(_format)
 
 
 def detect_format(path: Path) -> str:
@@ -60,16 +59,11 @@ def detect_format(path: Path) -> str:
         if fmt.detect(path):
             return name
     if path.is_file() and h5py.is_hdf5(path):
-        try:
-            h5py.File(path, "r").close()
-        except OSError as exc:
-            raise OffbenchError(f"{path}: not a readable HDF5 file ({exc.__class__.__name__}: truncated or corrupt?)") from None
+        open_hdf5(path).close()  # a truncated or corrupt file says so
     raise OffbenchError(f"{path}: not a dataset in any known format ({', '.join(FORMATS)})")
 
 
 def load_path(path: str | Path, format: str | None = None) -> EpisodeStore:
     path = Path(path)
     name = format or detect_format(path)
-    if name not in FORMATS:
-        raise OffbenchError(f"unknown format '{name}' (known: {', '.join(FORMATS)})")
-    return FORMATS[name].load(path)
+    return lookup(FORMATS, name, "format").load(path)

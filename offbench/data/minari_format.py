@@ -40,10 +40,7 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -52,9 +49,9 @@ import h5py
 import numpy as np
 
 from offbench.data.spaces import widest_space
-from offbench.data.store import EpisodeStore
+from offbench.data.store import EpisodeStore, open_hdf5
 from offbench.errors import OffbenchError, require
-from offbench.utils import give_default_permissions
+from offbench.utils import atomic_dir
 
 METADATA_FILE = "metadata.json"
 MAIN_FILE = "main_data.hdf5"
@@ -230,12 +227,8 @@ def load_minari(path: Path) -> EpisodeStore:
     flat_obs, flat_act = _flattened(obs_space), _flattened(act_space)
     jpeg = bool(meta.get("jpeg_encoding", True))  # minari 0.5.4 reads a missing key as True
     offbench_columns = set(meta.get("offbench_columns", []))
-    try:
-        f = h5py.File(h5_path, "r")
-    except OSError as exc:
-        raise OffbenchError(f"{h5_path}: not a readable HDF5 file ({exc.__class__.__name__}: truncated or corrupt?)") from None
     episodes: list[dict[str, Any]] = []
-    with f:
+    with open_hdf5(h5_path) as f:
         total = int(meta["total_episodes"])
         if total < 1:
             raise OffbenchError(f"{meta_path}: total_episodes is {total}; offbench needs at least one episode")
@@ -386,20 +379,13 @@ def export_minari(store: EpisodeStore, out: Path) -> Path:
     env_spec = _env_spec_json(store.card)
     if env_spec:
         meta["env_spec"] = env_spec
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
-    try:
+    with atomic_dir(target, need=store.nbytes + store.final_observations.nbytes) as tmp:  # observations gain a row per episode
         (tmp / "data").mkdir()
         with h5py.File(tmp / "data" / MAIN_FILE, "w", track_order=True) as f:
             for i in range(store.num_episodes):
                 _write_episode(f, store, i, {**info_columns, **{name: name for name in extra_columns}}, extra_episode)
         meta["dataset_size"] = round((tmp / "data" / MAIN_FILE).stat().st_size / 1e6, 1)
         (tmp / "data" / METADATA_FILE).write_text(json.dumps(meta))
-        give_default_permissions(tmp)
-        os.rename(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return target
 
 

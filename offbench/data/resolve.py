@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from offbench.data.cards import DatasetCard, get_card
+from offbench.data.cards import DatasetCard, card_from_dict, get_card
 from offbench.data.formats import detect_format, load_path
 from offbench.data.store import EpisodeStore, is_native
+from offbench.errors import OffbenchError
 from offbench.paths import data_dir
 
 
@@ -30,26 +31,44 @@ def ensure_local(card: DatasetCard, mirror: str | None = None, quiet: bool = Fal
     return fetch_card(card, target, mirror=mirror, quiet=quiet)
 
 
+def download(dataset_id: str, mirror: str | None = None, quiet: bool = False) -> Path:
+    """`offbench download`: fetch (or generate, for a recipe card) a registered dataset; its local path."""
+    return ensure_local(get_card(dataset_id), mirror=mirror, quiet=quiet)
+
+
 @dataclass(frozen=True)
-class Located:
-    """A dataset opened from an id or a path, with what was found on the way."""
+class Dataset:
+    """A dataset opened from an id or a path: what training, evaluation and `offbench info` need of it."""
 
-    store: EpisodeStore
-    path: Path  # the file or folder opened (a registered id's native copy)
+    id: str  # the card's id; for a path without a stored card, the file's stem
+    path: Path  # the file or folder opened (a registered id's native copy), absolute
     format: str  # the format of `path`, detected once
-    card: DatasetCard | None  # the registered card; None when a path was given
+    store: EpisodeStore
+    card: DatasetCard | None  # the registered card, or for a path the card stored in the file (None if none)
 
 
-def locate(id_or_path: str | Path, mirror: str | None = None, quiet: bool = False) -> Located:
+def _stored_card(store: EpisodeStore) -> DatasetCard | None:
+    """The card a file carries (written at conversion or generation), when it is a valid one."""
+    if not store.card:
+        return None
+    try:
+        return card_from_dict(store.card)
+    except OffbenchError:
+        return None
+
+
+def open_dataset(id_or_path: str | Path, mirror: str | None = None, quiet: bool = False) -> Dataset:
     """Open a path (format detected by content) or a registered id (fetched or generated on first use)."""
     path = Path(id_or_path)
     if path.exists():
         fmt = detect_format(path)
-        return Located(load_path(path, fmt), path, fmt, None)
+        store = load_path(path, fmt)
+        card = _stored_card(store)
+        return Dataset(card.id if card else path.stem, path.resolve(), fmt, store, card)
     card = get_card(str(id_or_path))
     local = ensure_local(card, mirror=mirror, quiet=quiet)  # always the native format
-    return Located(load_path(local, "offbench"), local, "offbench", card)
+    return Dataset(card.id, local.resolve(), "offbench", load_path(local, "offbench"), card)
 
 
 def resolve(id_or_path: str | Path, mirror: str | None = None, quiet: bool = False) -> EpisodeStore:
-    return locate(id_or_path, mirror=mirror, quiet=quiet).store
+    return open_dataset(id_or_path, mirror=mirror, quiet=quiet).store

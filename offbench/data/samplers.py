@@ -25,14 +25,15 @@ from __future__ import annotations
 
 import copy
 import inspect
-from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from functools import partial
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
 from offbench.data.store import EpisodeStore
 from offbench.errors import OffbenchError
+from offbench.registry import lookup, register
 
 # ----------------------------------------------------------------------------- registry
 
@@ -51,20 +52,12 @@ class Sampler(Protocol):
 SAMPLERS: dict[str, type] = {}
 
 
-def register_sampler(kind: str) -> Callable[[type], type]:
-    def add(cls: type) -> type:
-        cls.kind = kind
-        SAMPLERS[kind] = cls
-        return cls
-
-    return add
+register_sampler = partial(register, SAMPLERS)  # @register_sampler("kind"); the class says `kind` too
 
 
 def make_sampler(kind: str, store: EpisodeStore, batch_size: int, seed: int, device: str | torch.device = "cpu", **opts: Any) -> Sampler:
     """Build the sampler registered under `kind`; unknown kinds and options are one-line OffbenchErrors."""
-    if kind not in SAMPLERS:
-        raise OffbenchError(f"unknown sampler kind '{kind}' (known: {', '.join(SAMPLERS)})")
-    cls = SAMPLERS[kind]
+    cls = lookup(SAMPLERS, kind, "sampler kind")
     params = inspect.signature(cls.__init__).parameters
     own = {name: p for name, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
     unknown = sorted(set(opts) - set(own))
@@ -76,62 +69,21 @@ def make_sampler(kind: str, store: EpisodeStore, batch_size: int, seed: int, dev
     return cls(store, batch_size, seed, device, **opts)
 
 
-# ----------------------------------------------------------------------------- observation normalisation
-
-
-@dataclass(frozen=True)
-class Normalisation:
-    """Per-feature observation mean and std; baselines apply the same one at evaluation time."""
-
-    mean: np.ndarray
-    std: np.ndarray
-
-    def __call__(self, observations: np.ndarray) -> np.ndarray:
-        return ((observations - self.mean) / self.std).astype(np.float32, copy=False)
-
-    def to_dict(self) -> dict[str, list]:
-        """JSON-safe form, for checkpoints and run directories."""
-        return {"mean": self.mean.tolist(), "std": self.std.tolist()}
-
-    @classmethod
-    def from_dict(cls, state: dict[str, list]) -> Normalisation:
-        return cls(np.asarray(state["mean"], np.float32), np.asarray(state["std"], np.float32))
-
-
-def normalisation(store: EpisodeStore, eps: float = 1e-3) -> Normalisation:
-    """Mean and std (+ eps, as CORL's `compute_mean_std`) of the dataset's observations.
-
-    Two passes in float64 over ~32 MB blocks, so a memory-mapped dataset is never held whole and the
-    variance does not suffer the cancellation of a one-pass sum of squares.
-    """
-    obs = np.asarray(store.observations)
-    block = max(1, (32 << 20) // max(1, obs[:1].nbytes))
-    total = np.zeros(obs.shape[1:], np.float64)
-    for lo in range(0, len(obs), block):
-        total += obs[lo : lo + block].sum(axis=0, dtype=np.float64)
-    mean = total / len(obs)
-    squares = np.zeros_like(mean)
-    for lo in range(0, len(obs), block):
-        squares += np.square(obs[lo : lo + block] - mean).sum(axis=0)
-    std = np.sqrt(squares / len(obs)) + eps
-    return Normalisation(mean.astype(np.float32), std.astype(np.float32))
-
-
 # ----------------------------------------------------------------------------- shared machinery
 
 
 class _StoreSampler:
-    """RNG, tensor conversion, s' lookup and optional normalisation shared by every kind."""
+    """RNG, tensor conversion and s' lookup shared by every kind. Observations come in dataset units:
+    baselines normalise them in their networks (offbench.baselines.nets.ObservationNormalizer)."""
 
     kind: str
 
-    def __init__(self, store: EpisodeStore, batch_size: int, seed: int, device: str | torch.device, normalise: Normalisation | None):
+    def __init__(self, store: EpisodeStore, batch_size: int, seed: int, device: str | torch.device):
         if int(batch_size) < 1:
             raise OffbenchError(f"batch_size must be at least 1, got {batch_size}")
         self.store = store
         self.batch_size = int(batch_size)
         self.device = torch.device(device)
-        self.normalise = normalise
         self.rng = np.random.default_rng(seed)
         self.where = f"{store.path}: " if store.path else ""
         # np.asarray turns an np.memmap into a plain ndarray view of the same mapping: still lazy, but
@@ -173,7 +125,7 @@ class _StoreSampler:
         return np.take(array, index, axis=0)
 
     def observation_array(self, obs: np.ndarray) -> np.ndarray:
-        return obs.astype(np.float32, copy=False) if self.normalise is None else self.normalise(obs)
+        return obs.astype(np.float32, copy=False)
 
     def observation_tensor(self, obs: np.ndarray) -> torch.Tensor:
         return self.tensor(self.observation_array(obs))
@@ -226,8 +178,10 @@ class TransitionSampler(_StoreSampler):
     stored final observation, never the next episode's reset observation.
     """
 
-    def __init__(self, store: EpisodeStore, batch_size: int, seed: int, device: str | torch.device = "cpu", *, normalise: Normalisation | None = None):
-        super().__init__(store, batch_size, seed, device, normalise)
+    kind = "transitions"
+
+    def __init__(self, store: EpisodeStore, batch_size: int, seed: int, device: str | torch.device = "cpu"):
+        super().__init__(store, batch_size, seed, device)
         self.terminations = np.asarray(store.terminations)
 
     def sample(self) -> dict[str, torch.Tensor]:
@@ -263,14 +217,15 @@ class SegmentSampler(_StoreSampler):
     d3rlpy's BasicTrajectorySlicer; the original DT code instead samples the first step and pads at
     the left when the segment runs past the episode end).
 
-    `sample_by="step"` (default) draws t uniformly over all steps, i.e. an episode with probability
-    proportional to its length, like DT's `p_sample = traj_lens / sum(traj_lens)` and CORL's
-    `sample_prob`: long, usually good episodes are not under-weighted. `"episode"` draws an episode
-    uniformly, then t uniformly inside it.
+    t is uniform over all steps, i.e. an episode with probability proportional to its length, like DT's
+    `p_sample = traj_lens / sum(traj_lens)` and CORL's `sample_prob`: long, usually good episodes are
+    not under-weighted.
 
-    returns_to_go and rewards are multiplied by `reward_scale` (CORL's DT uses 0.001 on MuJoCo);
+    rewards and returns_to_go are in dataset units (DT scales them itself: CORL's reward_scale);
     timesteps count from 0 at the episode's first step (padding: 0).
     """
+
+    kind = "segments"
 
     def __init__(
         self,
@@ -280,23 +235,17 @@ class SegmentSampler(_StoreSampler):
         device: str | torch.device = "cpu",
         *,
         segment_length: int = 20,
-        sample_by: str = "step",
-        reward_scale: float = 1.0,
-        normalise: Normalisation | None = None,
     ):
-        super().__init__(store, batch_size, seed, device, normalise)
+        super().__init__(store, batch_size, seed, device)
         if int(segment_length) < 1:
             raise OffbenchError(f"segment_length must be at least 1, got {segment_length}")
-        if sample_by not in ("step", "episode"):
-            raise OffbenchError(f"sample_by must be 'step' or 'episode', got '{sample_by}'")
         self.segment_length = int(segment_length)
-        self.sample_by = sample_by
-        self.reward_scale = float(reward_scale)
         # rewards and returns-to-go side by side, so one gather fetches both (8 bytes a step)
         self.reward_and_rtg = np.stack([self.rewards.astype(np.float32), returns_to_go(self.rewards, self.starts)], axis=1).astype(np.float32)
         self.offsets = np.arange(1 - self.segment_length, 1, dtype=np.int64)
 
     def sample(self) -> dict[str, torch.Tensor]:
+<<<<<<< HEAD
         if self.sample_by == "step":
             last = self.rng.integers(0, len(self.rewards), self.batch_size)
             episode = self.episode_of(last)
@@ -307,6 +256,10 @@ class SegmentSampler(_StoreSampler):
 
     def segments(self, last: np.ndarray, episode: np.ndarray) -> dict[str, torch.Tensor]:
         """The batch of segments ending at steps `last` (of episodes `episode`), rows in step order."""
+=======
+        last = self.rng.integers(0, len(self.rewards), self.batch_size)
+        episode = self.episode_of(last)
+>>>>>>> main
         order = np.argsort(last, kind="stable")  # front-to-back reads on a memory-mapped file
         last, first = last[order], self.starts[episode[order]]
         steps = self.padded_steps(last[:, None] + self.offsets, first)
@@ -324,7 +277,7 @@ class SegmentSampler(_StoreSampler):
         observations[pad] = 0.0
         actions = self.gather(self.actions, index).astype(self.action_dtype, copy=False)
         actions[pad] = 0
-        reward_and_rtg = self.gather(self.reward_and_rtg, index) * np.float32(self.reward_scale)
+        reward_and_rtg = self.gather(self.reward_and_rtg, index)
         reward_and_rtg[pad] = 0.0
         return {
             "observations": observations,
@@ -431,6 +384,8 @@ class ADWindowSampler(_StoreSampler):
     is uniform over every valid position of every history (each full window equally likely).
     """
 
+    kind = "ad_windows"
+
     def __init__(
         self,
         store: EpisodeStore,
@@ -439,9 +394,8 @@ class ADWindowSampler(_StoreSampler):
         device: str | torch.device = "cpu",
         *,
         window_length: int,
-        normalise: Normalisation | None = None,
     ):
-        super().__init__(store, batch_size, seed, device, normalise)
+        super().__init__(store, batch_size, seed, device)
         if "history_id" not in store.columns:
             raise OffbenchError(f"{self.where}ad_windows needs a 'history_id' column (learning histories); this dataset has none")
         if int(window_length) < 1:
@@ -477,7 +431,7 @@ class DPTSampler(_StoreSampler):
 
     Per sample: a group (task) uniformly, C context transitions from that group's steps, one query
     step uniformly from the same group, and the label `optimal_action[query]`. The group is
-    `history_id` when present, else `task_id` (`group_by` overrides). Group rows need not be
+    `history_id` when present, else `task_id`. Group rows need not be
     contiguous: they are taken in time order within the group.
 
     `context="window"` (default) takes C consecutive steps of the group from a uniform start, i.e. a
@@ -485,6 +439,8 @@ class DPTSampler(_StoreSampler):
     the context is a sequence of interaction. `context="random"` takes C steps uniformly with
     replacement, kept in time order (the DPT paper's bandit setting, where D is i.i.d. pulls).
     """
+
+    kind = "dpt"
 
     def __init__(
         self,
@@ -495,13 +451,11 @@ class DPTSampler(_StoreSampler):
         *,
         context_size: int,
         context: str = "window",
-        group_by: str | None = None,
-        normalise: Normalisation | None = None,
     ):
-        super().__init__(store, batch_size, seed, device, normalise)
+        super().__init__(store, batch_size, seed, device)
         if "optimal_action" not in store.columns:
             raise OffbenchError(f"{self.where}dpt needs an 'optimal_action' column (the query labels); this dataset has none")
-        group_by = group_by or ("history_id" if "history_id" in store.columns else "task_id")
+        group_by = "history_id" if "history_id" in store.columns else "task_id"
         if group_by not in store.columns:
             raise OffbenchError(f"{self.where}dpt groups steps by task: the dataset has no '{group_by}' column")
         if context not in ("window", "random"):

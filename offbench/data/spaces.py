@@ -61,6 +61,8 @@ def space_to_json(space: gym.Space | None) -> str:
 
 def space_from_json(text: str) -> gym.Space | None:
     spec = json.loads(text)
+    if spec is not None and not isinstance(spec, dict):
+        raise ValueError(f"a space must be a JSON object or null, got {text[:80]!r}")
     return None if spec is None else space_from_dict(spec)
 
 

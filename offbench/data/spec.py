@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 import gymnasium as gym
 import numpy as np
 
-from offbench.data.samplers import normalisation
 
 
 @dataclass(frozen=True)
@@ -34,7 +33,7 @@ class DatasetSpec:
         discrete = isinstance(space, gym.spaces.Discrete)
         action_dim = int(space.n) if discrete else int(np.prod(space.shape))
         num_tasks = int(np.max(store.columns["task_id"])) + 1 if "task_id" in store.columns else 1
-        stats = normalisation(store, eps=0.0)
+        mean, std = store.observation_mean_std()
         returns = store.episode_returns()
         return cls(
             observation_space=store.observation_space,
@@ -44,7 +43,7 @@ class DatasetSpec:
             discrete=discrete,
             max_episode_length=int(store.episode_lengths.max()),
             num_tasks=num_tasks,
-            observation_mean=stats.mean,
-            observation_std=stats.std,
+            observation_mean=mean,
+            observation_std=std,
             return_range=(float(returns.min()), float(returns.max())),
         )

@@ -95,6 +95,20 @@ class EpisodeStore:
             **kwargs,
         )
 
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray], episode_lengths: np.ndarray, **kwargs: Any) -> EpisodeStore:
+        """Build from flat arrays of concatenated episodes: the core ones by name (`final_observations` one
+        row per episode, the others one row per step) and the episode lengths; every other entry becomes a
+        per-step column."""
+        steps = dict(arrays)
+        core_names = [name for name in CORE_ARRAYS if name != "episode_starts"]
+        missing = [name for name in core_names if name not in steps]
+        if missing:
+            raise OffbenchError(f"cannot build a dataset without {', '.join(missing)}")
+        core = {name: steps.pop(name) for name in core_names}
+        starts = np.concatenate([[0], np.cumsum(episode_lengths)])
+        return cls(**core, episode_starts=starts, columns=steps, **kwargs)
+
     # ------------------------------------------------------------------ sizes and indices
     @property
     def num_transitions(self) -> int:
@@ -130,6 +144,30 @@ class EpisodeStore:
             nxt[last] = self.final_observations[self.step_episode[index[last]]]
         return nxt
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of all arrays (about the size of an uncompressed native file)."""
+        arrays = [getattr(self, name) for name in CORE_ARRAYS] + [*self.columns.values(), *self.episode_columns.values()]
+        return sum(int(arr.nbytes) for arr in arrays)
+
+    def observation_mean_std(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per-feature mean and std (float32, no epsilon) of the step observations, the statistics
+        baselines normalise states with (CORL's `compute_mean_std`; each baseline adds its own epsilon).
+
+        Two passes in float64 over ~32 MB blocks, so a memory-mapped dataset is never held whole and the
+        variance does not suffer the cancellation of a one-pass sum of squares.
+        """
+        obs = np.asarray(self.observations)
+        block = max(1, (32 << 20) // max(1, obs[:1].nbytes))
+        total = np.zeros(obs.shape[1:], np.float64)
+        for lo in range(0, len(obs), block):
+            total += obs[lo : lo + block].sum(axis=0, dtype=np.float64)
+        mean = total / len(obs)
+        squares = np.zeros_like(mean)
+        for lo in range(0, len(obs), block):
+            squares += np.square(obs[lo : lo + block] - mean).sum(axis=0)
+        return mean.astype(np.float32), np.sqrt(squares / len(obs)).astype(np.float32)
+
     def episode_returns(self) -> np.ndarray:
         return np.add.reduceat(np.asarray(self.rewards, dtype=np.float64), self.episode_starts[:-1])
 
@@ -150,8 +188,11 @@ class EpisodeStore:
 
     # ------------------------------------------------------------------ checks
     def validate(self) -> None:
-        """Structural checks; raises OffbenchError naming the file (if any) and the problem."""
+        """Structure and values a baseline can train on (shapes, dtypes, finite numbers, actions inside a
+        discrete space, episode bounds); raises OffbenchError naming the file (if any), the array and the
+        first bad index. Run on every construction, so whatever loads has passed it."""
         where = f"{self.path}: " if self.path else ""
+        self._check_kinds(where)
         n, starts = len(self.actions), self.episode_starts
         if starts.ndim != 1 or len(starts) < 2 or starts[0] != 0 or starts[-1] != n:
             raise OffbenchError(f"{where}episode_starts must run from 0 to the number of steps ({n})")
@@ -169,10 +210,45 @@ class EpisodeStore:
         for name, arr in self.episode_columns.items():
             if len(arr) != self.num_episodes:
                 raise OffbenchError(f"{where}episode column {name} has {len(arr)} rows, expected {self.num_episodes}")
+        if self.final_observations.shape[1:] != self.observations.shape[1:]:
+            raise OffbenchError(
+                f"{where}final_observations rows have shape {self.final_observations.shape[1:]}, observations {self.observations.shape[1:]}"
+            )
         ended = np.asarray(self.terminations) | np.asarray(self.truncations)
         if np.any(ended & ~self.is_last_step):
             step = int(np.flatnonzero(ended & ~self.is_last_step)[0])
             raise OffbenchError(f"{where}step {step} ends an episode but is not an episode's last step")
+        self._check_values(where)
+
+    def _check_kinds(self, where: str) -> None:
+        """Dtypes and dimensions of the core arrays."""
+        kinds = {"observations": "biuf", "final_observations": "biuf", "actions": "biuf", "rewards": "iuf", "terminations": "b", "truncations": "b"}
+        for name, allowed in kinds.items():
+            arr = getattr(self, name)
+            if not hasattr(arr, "dtype") or arr.dtype.kind not in allowed or arr.ndim == 0:
+                wanted = "booleans" if allowed == "b" else "numbers"
+                raise OffbenchError(f"{where}{name} must be an array of {wanted}, got dtype {getattr(arr, 'dtype', type(arr).__name__)}")
+        for name in ("rewards", "terminations", "truncations"):
+            if getattr(self, name).ndim != 1:
+                raise OffbenchError(f"{where}{name} must have one value per step, got shape {getattr(self, name).shape}")
+        for name, space in (("observations", self.observation_space), ("actions", self.action_space)):
+            if space is not None and space.shape is not None and getattr(self, name).shape[1:] != space.shape:
+                raise OffbenchError(f"{where}{name} rows have shape {getattr(self, name).shape[1:]}, but the {name[:-1]} space is {space}")
+
+    def _check_values(self, where: str) -> None:
+        """Finite floats everywhere and actions inside a discrete action space, naming the first bad index."""
+        for name in ("observations", "final_observations", "actions", "rewards"):
+            arr = getattr(self, name)
+            if arr.dtype.kind == "f":
+                bad = _first_row(arr, lambda block: ~np.isfinite(block))
+                if bad is not None:
+                    raise OffbenchError(f"{where}{name}[{bad}] is not finite ({_show(arr[bad])})")
+        space = self.action_space
+        if isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
+            low, high = (space.start, space.start + space.n) if isinstance(space, gym.spaces.Discrete) else (0, space.nvec)
+            bad = _first_row(self.actions, lambda block: (block != np.round(block)) | (block < low) | (block >= high))
+            if bad is not None:
+                raise OffbenchError(f"{where}actions[{bad}] = {_show(self.actions[bad])} is outside the action space {space}")
 
     def content_sha256(self) -> str:
         """Checksum of the arrays (names, dtypes, shapes, bytes), independent of HDF5 layout and attrs."""
@@ -192,7 +268,7 @@ class EpisodeStore:
     def save(self, path: str | Path, compression: str | None = None) -> Path:
         """Write atomically (temp file in the same folder, then rename). Uncompressed files open memory-mapped."""
         path = Path(path)
-        with atomic_path(path) as tmp:
+        with atomic_path(path, need=None if compression else self.nbytes) as tmp:
             with h5py.File(tmp, "w", track_order=True) as f:
                 f.attrs["format"] = FORMAT_NAME
                 f.attrs["format_version"] = FORMAT_VERSION
@@ -207,6 +283,21 @@ class EpisodeStore:
                         _write_array(f, f"{group}/{name}", np.asarray(arr), compression)
         self.path = path
         return path
+
+
+def _first_row(arr: np.ndarray, is_bad, block_rows: int = 1 << 16) -> int | None:
+    """Index of the first row of `arr` where `is_bad` (elementwise) holds anywhere; read in blocks, so a
+    memory-mapped file is never loaded whole."""
+    for lo in range(0, len(arr), block_rows):
+        block = np.asarray(arr[lo : lo + block_rows])
+        rows = is_bad(block).reshape(len(block), -1).any(axis=1)
+        if rows.any():
+            return lo + int(np.argmax(rows))
+    return None
+
+
+def _show(value: np.ndarray) -> str:
+    return np.array2string(np.asarray(value), threshold=8, precision=4)
 
 
 def _write_array(f: h5py.File, name: str, arr: np.ndarray, compression: str | None) -> None:
@@ -227,19 +318,25 @@ def is_native(path: Path) -> bool:
         return False
 
 
+def open_hdf5(path: Path) -> h5py.File:
+    """An HDF5 file opened for reading, or a one-line error naming it (truncated or corrupt files)."""
+    try:
+        return h5py.File(path, "r")
+    except OSError as exc:
+        raise OffbenchError(f"{path}: not a readable HDF5 file ({exc.__class__.__name__}: truncated or corrupt?)") from None
+
+
 def load_native(path: str | Path, mmap: bool = True) -> EpisodeStore:
     """Open a native file. Contiguous uncompressed arrays are memory-mapped (nothing read until used)."""
     path = Path(path)
     if not path.is_file():
         raise OffbenchError(f"{path}: no such file")
-    try:
-        f = h5py.File(path, "r")
-    except OSError as exc:
-        raise OffbenchError(f"{path}: not a readable HDF5 file ({exc.__class__.__name__}: truncated or corrupt?)") from None
-    with f:
+    with open_hdf5(path) as f:
         if f.attrs.get("format") != FORMAT_NAME:
             raise OffbenchError(f"{path}: not an offbench dataset (HDF5 file without format='offbench')")
-        version = int(f.attrs.get("format_version", 0))
+        version = f.attrs.get("format_version", 0)
+        if not isinstance(version, (int, np.integer)) or isinstance(version, (bool, np.bool_)):
+            raise OffbenchError(f"{path}: attribute format_version must be an integer, got {version!r}")
         if version > FORMAT_VERSION:
             raise OffbenchError(f"{path}: format version {version} is newer than this offbench supports ({FORMAT_VERSION})")
         missing = [name for name in CORE_ARRAYS if name not in f]
@@ -249,12 +346,23 @@ def load_native(path: str | Path, mmap: bool = True) -> EpisodeStore:
             core = {name: _read_array(path, f[name], mmap) for name in CORE_ARRAYS}
             columns = _read_group(path, f, "columns", mmap)
             episode_columns = _read_group(path, f, "episode_columns", mmap)
-            card = json.loads(f.attrs.get("card", "{}"))
-            obs_space = space_from_json(f.attrs.get("observation_space", "null"))
-            act_space = space_from_json(f.attrs.get("action_space", "null"))
-        except (OSError, ValueError, KeyError) as exc:
-            raise OffbenchError(f"{path}: unreadable dataset ({exc})") from None
+            card = json.loads(_text_attr(path, f, "card", "{}"))
+            if not isinstance(card, dict):
+                raise ValueError(f"attribute card must hold a JSON object, got {type(card).__name__}")
+            obs_space = space_from_json(_text_attr(path, f, "observation_space", "null"))
+            act_space = space_from_json(_text_attr(path, f, "action_space", "null"))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise OffbenchError(f"{path}: unreadable dataset ({str(exc).splitlines()[0][:200]})") from None
     return EpisodeStore(**core, columns=columns, episode_columns=episode_columns, observation_space=obs_space, action_space=act_space, card=card, path=path)
+
+
+def _text_attr(path: Path, f: h5py.File, name: str, default: str) -> str:
+    value = f.attrs.get(name, default)
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", errors="replace")
+    if not isinstance(value, str):
+        raise OffbenchError(f"{path}: attribute {name} must be a string, got {type(value).__name__}")
+    return value
 
 
 def stored_checksum(path: str | Path) -> str | None:

@@ -7,23 +7,21 @@ lazily and name the extra when it is missing.
 
 from __future__ import annotations
 
+import warnings
+from functools import partial
 from typing import Any, Callable
 
 import gymnasium as gym
 
 from offbench.errors import OffbenchError
+from offbench.registry import lookup, register
 
 EnvBuilder = Callable[..., gym.Env]
 
 ENV_SUITES: dict[str, EnvBuilder] = {}
 
 
-def register_suite(name: str) -> Callable[[EnvBuilder], EnvBuilder]:
-    def decorator(fn: EnvBuilder) -> EnvBuilder:
-        ENV_SUITES[name] = fn
-        return fn
-
-    return decorator
+register_suite = partial(register, ENV_SUITES)  # @register_suite("name")
 
 
 @register_suite("gymnasium")
@@ -33,7 +31,10 @@ def _make_gymnasium(env_id: str, task: Any = None, **kwargs: Any) -> gym.Env:
 
         require("mujoco", "mujoco")
     try:
-        return gym.make(env_id, **kwargs)
+        with warnings.catch_warnings():
+            # A card names an older version on purpose (D4RL cards: -v4, the model their data came from).
+            warnings.filterwarnings("ignore", message=".*is out of date", category=DeprecationWarning)
+            return gym.make(env_id, **kwargs)
     except gym.error.Error as exc:
         raise OffbenchError(f"cannot make environment '{env_id}': {exc}") from None
 
@@ -50,6 +51,4 @@ def make_env(env_spec: dict[str, Any], task: Any = None) -> gym.Env:
             importlib.import_module(f"offbench.envs.{suite}")
         except ModuleNotFoundError:
             pass
-    if suite not in ENV_SUITES:
-        raise OffbenchError(f"unknown environment suite '{suite}' (known: {', '.join(sorted(ENV_SUITES))})")
-    return ENV_SUITES[suite](env_spec["id"], task=task, **env_spec.get("kwargs", {}))
+    return lookup(ENV_SUITES, suite, "environment suite")(env_spec["id"], task=task, **env_spec.get("kwargs", {}))

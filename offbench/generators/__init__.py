@@ -12,10 +12,11 @@ native dataset file at `out` (atomically) and returns its path. Cards name it in
 from __future__ import annotations
 
 import importlib
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
-from offbench.errors import OffbenchError
+from offbench.registry import lookup, register
 
 Generator = Callable[[dict[str, Any], int, Path, bool], Path]
 
@@ -30,29 +31,24 @@ _GENERATOR_MODULES: list[str] = [
 ]
 
 
-def register_generator(name: str) -> Callable[[Generator], Generator]:
-    def decorator(fn: Generator) -> Generator:
-        GENERATORS[name] = fn
-        return fn
-
-    return decorator
+register_generator = partial(register, GENERATORS)  # @register_generator("name")
 
 
 def get_generator(name: str) -> Generator:
     if name not in GENERATORS:
         for module in _GENERATOR_MODULES:
             importlib.import_module(module)
-    if name not in GENERATORS:
-        raise OffbenchError(f"unknown generator '{name}' (known: {', '.join(sorted(GENERATORS)) or 'none'})")
-    return GENERATORS[name]
+    return lookup(GENERATORS, name, "generator")
 
 
 def generate_from_card(card, out: Path, quiet: bool = False) -> Path:
     """Generate the dataset a recipe card describes (used on first `offbench.load` of its id)."""
     from offbench.data.store import load_native
+    from offbench.utils import check_writable
 
     recipe = card.source["recipe"]
     generator = get_generator(recipe["generator"])
+    check_writable(out.parent)  # before the work, not after it
     staging = out.with_name(f".{out.name}.generating")
     try:
         generator(dict(recipe.get("params", {})), int(recipe.get("seed", 0)), staging, quiet)

@@ -65,6 +65,7 @@ def generate_and_register(benchmark: str, *, seed: int, out: Path | None, quiet:
     from offbench.data.store import load_native
     from offbench.generators.histories import HistoryRecipe, generate
     from offbench.paths import user_cards_dir
+    from offbench.utils import check_writable
 
     recipe = HistoryRecipe.from_params(benchmark, params)
     if seed < 0:
@@ -81,6 +82,7 @@ def generate_and_register(benchmark: str, *, seed: int, out: Path | None, quiet:
         stub = card_from_dict({"id": dataset_id, "description": "", "format": "offbench", "source": {"recipe": {"generator": benchmark}}})
         data_path, card_path = native_path(stub), user_cards_dir() / f"{dataset_id}.toml"
 
+    check_writable(data_path.parent)  # before the work, not after it
     generate(benchmark, recipe.to_params(), seed, data_path, quiet=quiet)
     store = load_native(data_path)
     write_card(card_from_dict(store.card, card_path), card_path)

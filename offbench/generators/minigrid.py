@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections import deque
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Hashable, Iterator, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -41,81 +41,13 @@ OPEN, CLOSED, LOCKED = 0, 1, 2  # minigrid's door state encoding
 
 def shortest_plan(env: gym.Env) -> list[int]:
     """The shortest action sequence from the environment's current state to success ([] if none exists)."""
-    from minigrid.core.world_object import Door, Key
-    from minigrid.envs import MemoryEnv, RedBlueDoorEnv
+    world = _PlanningWorld(env.unwrapped)
+    return breadth_first_plan(world.start, world.successors)
 
-    world = env.unwrapped
-    grid = world.grid
-    doors: list[tuple[tuple[int, int], Any]] = []
-    keys: list[tuple[tuple[int, int] | None, Any]] = []
-    for index, cell in enumerate(grid.grid):
-        position = (index % grid.width, index // grid.width)
-        if isinstance(cell, Door):
-            doors.append((position, cell))
-        elif isinstance(cell, Key):
-            keys.append((position, cell))
-    carrying = -1
-    if isinstance(world.carrying, Key):
-        keys.append((None, world.carrying))
-        carrying = len(keys) - 1
-    elif world.carrying is not None:
-        carrying = -2  # something that is not a key: it opens nothing
-    door_at = {position: i for i, (position, _) in enumerate(doors)}
-    key_at = {position: i for i, (position, _) in enumerate(keys) if position is not None}
-    memory = isinstance(world, MemoryEnv)
-    red_blue = isinstance(world, RedBlueDoorEnv)
-    if red_blue:
-        red, blue = (
-            next(i for i, (_, door) in enumerate(doors) if door is target) for target in (world.red_door, world.blue_door)
-        )
 
-    def door_state(door) -> int:
-        return OPEN if door.is_open else LOCKED if door.is_locked else CLOSED
-
-    start = (
-        int(world.agent_pos[0]),
-        int(world.agent_pos[1]),
-        int(world.agent_dir),
-        carrying,
-        tuple(door_state(door) for _, door in doors),
-        tuple(position is not None for position, _ in keys),
-    )
-
-    def successors(state):
-        """(action, next state or None when that action succeeds) for every action that changes the state."""
-        x, y, d, carry, door_states, on_floor = state
-        yield LEFT, (x, y, (d - 1) % 4, carry, door_states, on_floor)
-        yield RIGHT, (x, y, (d + 1) % 4, carry, door_states, on_floor)
-        fx, fy = x + DIRECTIONS[d][0], y + DIRECTIONS[d][1]
-        front = (fx, fy)
-        cell = grid.get(fx, fy)
-        if front in door_at:
-            i = door_at[front]
-            state_i = door_states[i]
-            if state_i == OPEN:
-                yield FORWARD, (fx, fy, d, carry, door_states, on_floor)
-            opened = state_i == CLOSED or (state_i == LOCKED and carry >= 0 and keys[carry][1].color == doors[i][1].color)
-            if state_i == OPEN or opened:
-                new_states = door_states[:i] + ((CLOSED if state_i == OPEN else OPEN),) + door_states[i + 1 :]
-                if red_blue and i == blue and new_states[i] == OPEN:
-                    if door_states[red] == OPEN:
-                        yield TOGGLE, None
-                elif not (red_blue and i == red and door_states[blue] == OPEN):
-                    yield TOGGLE, (x, y, d, carry, new_states, on_floor)
-        elif front in key_at and on_floor[key_at[front]]:
-            i = key_at[front]
-            if carry == -1 and not memory:  # Memory turns pickup into toggle
-                yield PICKUP, (x, y, d, i, door_states, on_floor[:i] + (False,) + on_floor[i + 1 :])
-        elif cell is None or cell.can_overlap() or (front in key_at and not on_floor[key_at[front]]):
-            if memory and front == tuple(world.success_pos):
-                yield FORWARD, None
-            elif memory and front == tuple(world.failure_pos):
-                return
-            elif cell is not None and cell.type == "goal":
-                yield FORWARD, None
-            elif cell is None or cell.type != "lava":
-                yield FORWARD, (fx, fy, d, carry, door_states, on_floor)
-
+def breadth_first_plan(start: Hashable, successors: Callable[[Any], Iterator[tuple[int, Any]]]) -> list[int]:
+    """Actions of a shortest path from `start` to success: `successors(state)` yields (action, next state),
+    with None as the next state when that action succeeds. [] when success cannot be reached."""
     parents: dict[Any, tuple[Any, int] | None] = {start: None}
     queue = deque([start])
     while queue:
@@ -131,6 +63,97 @@ def shortest_plan(env: gym.Env) -> list[int]:
                 parents[nxt] = (state, action)
                 queue.append(nxt)
     return []
+
+
+class _PlanningWorld:
+    """A MiniGrid layout as a search problem. A state is (x, y, direction, carried key index (-1 none, -2 a
+    non-key object), each door's OPEN / CLOSED / LOCKED, whether each key is still on the floor); the
+    walls, goal, lava and the rules of Memory and RedBlueDoors stay fixed during the search."""
+
+    def __init__(self, world: Any):
+        from minigrid.core.world_object import Door, Key
+        from minigrid.envs import MemoryEnv, RedBlueDoorEnv
+
+        self.world, self.grid = world, world.grid
+        self.doors: list[tuple[tuple[int, int], Any]] = []
+        self.keys: list[tuple[tuple[int, int] | None, Any]] = []
+        for index, cell in enumerate(self.grid.grid):
+            position = (index % self.grid.width, index // self.grid.width)
+            if isinstance(cell, Door):
+                self.doors.append((position, cell))
+            elif isinstance(cell, Key):
+                self.keys.append((position, cell))
+        carrying = -1
+        if isinstance(world.carrying, Key):
+            self.keys.append((None, world.carrying))
+            carrying = len(self.keys) - 1
+        elif world.carrying is not None:
+            carrying = -2  # something that is not a key: it opens nothing
+        self.door_at = {position: i for i, (position, _) in enumerate(self.doors)}
+        self.key_at = {position: i for i, (position, _) in enumerate(self.keys) if position is not None}
+        self.memory = isinstance(world, MemoryEnv)
+        self.red_blue = isinstance(world, RedBlueDoorEnv)
+        if self.red_blue:
+            self.red, self.blue = (
+                next(i for i, (_, door) in enumerate(self.doors) if door is target) for target in (world.red_door, world.blue_door)
+            )
+        self.start = (
+            int(world.agent_pos[0]),
+            int(world.agent_pos[1]),
+            int(world.agent_dir),
+            carrying,
+            tuple(OPEN if door.is_open else LOCKED if door.is_locked else CLOSED for _, door in self.doors),
+            tuple(position is not None for position, _ in self.keys),
+        )
+
+    def successors(self, state):
+        """(action, next state or None when that action succeeds) for every action that changes the state."""
+        x, y, d, carry, door_states, on_floor = state
+        yield LEFT, (x, y, (d - 1) % 4, carry, door_states, on_floor)
+        yield RIGHT, (x, y, (d + 1) % 4, carry, door_states, on_floor)
+        fx, fy = x + DIRECTIONS[d][0], y + DIRECTIONS[d][1]
+        front = (fx, fy)
+        if front in self.door_at:
+            yield from self._at_door(state, self.door_at[front])
+        elif front in self.key_at and on_floor[self.key_at[front]]:
+            i = self.key_at[front]
+            if carry == -1 and not self.memory:  # Memory turns pickup into toggle
+                yield PICKUP, (x, y, d, i, door_states, on_floor[:i] + (False,) + on_floor[i + 1 :])
+        else:
+            yield from self._forward(state, front)
+
+    def _at_door(self, state, i: int):
+        """Facing door i: walk through it if open, toggle it (open, close, unlock with the carried key of
+        its colour), under RedBlueDoors' rule that the blue door succeeds only after the red one."""
+        x, y, d, carry, door_states, on_floor = state
+        fx, fy = x + DIRECTIONS[d][0], y + DIRECTIONS[d][1]
+        state_i = door_states[i]
+        if state_i == OPEN:
+            yield FORWARD, (fx, fy, d, carry, door_states, on_floor)
+        opened = state_i == CLOSED or (state_i == LOCKED and carry >= 0 and self.keys[carry][1].color == self.doors[i][1].color)
+        if state_i == OPEN or opened:
+            new_states = door_states[:i] + ((CLOSED if state_i == OPEN else OPEN),) + door_states[i + 1 :]
+            if self.red_blue and i == self.blue and new_states[i] == OPEN:
+                if door_states[self.red] == OPEN:
+                    yield TOGGLE, None
+            elif not (self.red_blue and i == self.red and door_states[self.blue] == OPEN):
+                yield TOGGLE, (x, y, d, carry, new_states, on_floor)
+
+    def _forward(self, state, front: tuple[int, int]):
+        """Stepping onto a free cell (or a picked-up key's former cell): the goal or Memory's matching object
+        succeeds, lava and Memory's other object end the search on this branch."""
+        x, y, d, carry, door_states, on_floor = state
+        cell = self.grid.get(*front)
+        if not (cell is None or cell.can_overlap() or (front in self.key_at and not on_floor[self.key_at[front]])):
+            return
+        if self.memory and front == tuple(self.world.success_pos):
+            yield FORWARD, None
+        elif self.memory and front == tuple(self.world.failure_pos):
+            return
+        elif cell is not None and cell.type == "goal":
+            yield FORWARD, None
+        elif cell is None or cell.type != "lava":
+            yield FORWARD, (front[0], front[1], d, carry, door_states, on_floor)
 
 
 class NoisyPlanner:

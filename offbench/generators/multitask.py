@@ -29,7 +29,7 @@ import numpy as np
 
 from offbench.envs.multitask import EnvPool, Lane, episode_seed, run_lanes, task_names
 from offbench.errors import OffbenchError
-from offbench.utils import atomic_write_bytes
+from offbench.utils import atomic_write_bytes, progress_bar
 
 QUALITIES = ("near-optimal", "sub-optimal", "mixed")
 PROFILES = ("near-optimal", "sub-optimal")  # what `mixed` draws from, one coin flip per episode
@@ -142,7 +142,7 @@ def collect(collection: Collection, out: Path, quiet: bool = False) -> Path:
     _claim_work_dir(work, recipe)
     todo = [job for job in collection.jobs() if not (work / job.shard_name).is_file()]
     total = recipe.episodes_per_task * len(task_names(recipe.env))
-    with _progress(quiet, f"{recipe.generator} {recipe.env['id']} {recipe.quality}", total) as advance:
+    with progress_bar(quiet, f"{recipe.generator} {recipe.env['id']} {recipe.quality}", total) as advance:
         advance(total - sum(job.stop - job.start for job in todo))
         workers = collection.workers or _usable_cores()
         if workers == 1 or len(todo) <= 1:
@@ -248,15 +248,9 @@ def merge_shards(collection: Collection, work: Path):
                 block = shard[key]
                 cat[key][offsets[key] : offsets[key] + len(block)] = block
                 offsets[key] += len(block)
-    store = EpisodeStore(
-        observations=cat.pop("observations"),
-        final_observations=cat.pop("final_observations"),
-        actions=cat.pop("actions"),
-        rewards=cat.pop("rewards"),
-        terminations=cat.pop("terminations"),
-        truncations=cat.pop("truncations"),
-        episode_starts=np.concatenate([[0], np.cumsum(lengths)]),
-        columns={key.removeprefix("column:"): value for key, value in cat.items()},
+    store = EpisodeStore.from_arrays(
+        {key.removeprefix("column:"): value for key, value in cat.items()},
+        lengths,
         observation_space=collection.observation_space,
         action_space=collection.action_space,
     )
@@ -308,28 +302,3 @@ def _npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
     return buffer.getvalue()
-
-
-class _progress:
-    """A rich progress bar over episodes (or nothing when quiet); yields an `advance(n)` function."""
-
-    def __init__(self, quiet: bool, label: str, total: int):
-        self.quiet, self.label, self.total = quiet, label, total
-
-    def __enter__(self):
-        if self.quiet:
-            return lambda n: None
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-        self._bar = Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("episodes"),
-            TimeElapsedColumn(), TimeRemainingColumn(),
-        )
-        self._bar.__enter__()
-        task = self._bar.add_task(self.label, total=self.total)
-        return lambda n: self._bar.advance(task, n) if n else None
-
-    def __exit__(self, *exc):
-        if not self.quiet:
-            self._bar.__exit__(*exc)
-        return False

@@ -7,6 +7,7 @@ from typing import Any, Optional
 
 import typer
 
+from offbench.envs.metaworld import MAX_PATH_LENGTH
 from offbench.errors import OffbenchError
 
 QUALITY_HELP = "near-optimal | sub-optimal | mixed (a coin per episode between the two)."
@@ -20,7 +21,7 @@ def generate_metaworld(
     episodes: int = typer.Option(1000, help="Episodes per task."),
     tasks: Optional[str] = typer.Option(None, help="Comma-separated task names (default: all of the suite's)."),
     seed: int = typer.Option(0, help="Seeds the goal draws and every episode's goal and noise."),
-    max_episode_steps: int = typer.Option(500, help="Episode length (Meta-World's horizon is 500)."),
+    max_episode_steps: int = typer.Option(MAX_PATH_LENGTH, help=f"Episode length (Meta-World's horizon is {MAX_PATH_LENGTH})."),
     workers: int = typer.Option(0, help=WORKERS_HELP),
     out: Optional[Path] = typer.Option(None, help=OUT_HELP),
     dataset_id: Optional[str] = typer.Option(None, "--id", help="Dataset id (default: derived from the options)."),
@@ -30,7 +31,7 @@ def generate_metaworld(
     params: dict[str, Any] = {"suite": suite, "quality": quality, "episodes_per_task": episodes}
     if tasks:
         params["tasks"] = _task_list(tasks)
-    if max_episode_steps != 500:
+    if max_episode_steps != MAX_PATH_LENGTH:
         params["max_episode_steps"] = max_episode_steps
     _generate("metaworld", params, seed, workers, out, dataset_id, quiet)
 
@@ -82,6 +83,7 @@ def _generate(
     from offbench.data.store import load_native
     from offbench.generators import get_generator
     from offbench.paths import user_cards_dir
+    from offbench.utils import check_writable
 
     if workers < 0:
         raise OffbenchError(f"--workers must be 0 (all cores) or more, got {workers}")
@@ -100,6 +102,7 @@ def _generate(
     }
     card = card_from_dict(card_data)
     target = Path(out) / "data.h5" if out else native_path(card)
+    check_writable(target.parent)  # before the work, not after it
     path = get_generator(generator)({**params, "workers": workers}, seed, target, quiet)
     store = load_native(path)
     recorded = ("env", "quality", "behaviour", "behaviour_profiles", "task_stats")

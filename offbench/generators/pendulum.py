@@ -21,6 +21,7 @@ import numpy as np
 
 from offbench.data.store import EpisodeStore
 from offbench.generators import register_generator
+from offbench.utils import progress_bar
 
 ENV_ID = "Pendulum-v1"
 MAX_TORQUE = 2.0
@@ -74,22 +75,20 @@ def noisy_scripted_policy(noise_std: float, rng: np.random.Generator):
 @register_generator("pendulum-scripted")
 def generate(params: dict[str, Any], seed: int, out: Path, quiet: bool) -> Path:
     """params: noise_levels (action-noise std per block), episodes_per_level."""
-    from rich.progress import Progress
 
     noise_levels = [float(x) for x in params.get("noise_levels", [0.0, 1.0, 2.0, 4.0])]
     episodes_per_level = int(params.get("episodes_per_level", 25))
     rng = np.random.default_rng(seed)
     env = gym.make(ENV_ID)
     episodes = []
-    with Progress(disable=quiet, transient=True) as progress:
-        task = progress.add_task("pendulum-scripted", total=len(noise_levels) * episodes_per_level)
+    with progress_bar(quiet, "pendulum-scripted", len(noise_levels) * episodes_per_level) as advance:
         for noise_std in noise_levels:
             act = noisy_scripted_policy(noise_std, rng)
             for _ in range(episodes_per_level):
                 episode = rollout(env, act, reset_seed=int(rng.integers(2**31)))
                 episode["noise_std"] = np.full(len(episode["actions"]), noise_std, dtype=np.float32)
                 episodes.append(episode)
-                progress.advance(task)
+                advance(1)
     env.close()
     store = EpisodeStore.from_episodes(
         episodes,

@@ -32,8 +32,8 @@ def submit(
     root: Optional[Path] = ROOT_OPTION,
 ) -> None:
     """Validate runs against a benchmark and add them to its leaderboard (refusals name the rule that failed)."""
-    from offbench.leaderboard.runs import expand_run_dirs
     from offbench.leaderboard.submit import submit as submit_runs
+    from offbench.tracking.run_dir import expand_run_dirs
 
     spec = load_spec(benchmark, root)
     written = submit_runs(spec, expand_run_dirs(run_dirs), label=label, render=render)
@@ -45,8 +45,8 @@ def submit(
 
 def _preview_entries(spec: BenchmarkSpec, paths: list[Path], with_entries: bool) -> list[dict[str, Any]]:
     """Entries for unsubmitted runs that pass every rule; each refused run or group is reported and left out."""
-    from offbench.leaderboard.runs import Refused, expand_run_dirs, read_run
     from offbench.leaderboard.submit import check_against_accepted, check_run, load_entries, validate_runs
+    from offbench.tracking.run_dir import Refused, expand_run_dirs, read_run
 
     accepted = load_entries(spec) if with_entries else []
     groups: dict[tuple[str, str], list] = defaultdict(list)
@@ -68,12 +68,12 @@ def _preview_entries(spec: BenchmarkSpec, paths: list[Path], with_entries: bool)
     return entries
 
 
-def _board(benchmark: str, root: Optional[Path], runs: Optional[list[Path]]):
+def _board(spec: BenchmarkSpec, runs: Optional[list[Path]]):
+    """The accepted entries (and previewed runs) as a Board; callers that write from it hold spec.lock."""
     from offbench.leaderboard.render import build_board
 
-    spec = load_spec(benchmark, root)
     previews = _preview_entries(spec, runs, with_entries=True) if runs else []
-    return spec, build_board(spec, previews)
+    return build_board(spec, previews)
 
 
 def _require_out_for_preview(runs: Optional[list[Path]], out: Optional[Path]) -> None:
@@ -85,18 +85,23 @@ def _require_out_for_preview(runs: Optional[list[Path]], out: Optional[Path]) ->
 def show(benchmark: str = typer.Argument(..., help="Benchmark name."), runs: Optional[list[Path]] = RUNS_OPTION,
          root: Optional[Path] = ROOT_OPTION) -> None:
     """The table in the terminal: mean [95% interval] (n seeds) per baseline and dataset, then the aggregates."""
-    from offbench.leaderboard.table import compute_results, improvement_table, main_table
+    from offbench.leaderboard.table import compute_results, improvement_table, main_table, per_task_tables, reported_table
 
-    spec, board = _board(benchmark, root, runs)
+    spec = load_spec(benchmark, root)
+    board = _board(spec, runs)
     console.print(f"[bold]{escape(spec.title)}[/bold]: {escape(spec.score_label)}; cells are mean \\[95% bootstrap interval] (n = seeds)")
+    frames = [("published numbers (reported, not run here; not in any statistic)", reported_table(board))]
     if board.scores.empty:
         console.print("no accepted entries yet")
-        return
-    results = compute_results(board)
-    for frame in (main_table(board, results), improvement_table(results)):
+    else:
+        results = compute_results(board)
+        frames = [("", main_table(board, results)), *frames,
+                  *((f"per task: {dataset}", frame) for dataset, frame in per_task_tables(board, results).items()),
+                  ("", improvement_table(board, results))]
+    for title, frame in frames:
         if frame.empty:
             continue
-        table = Table(header_style="bold")
+        table = Table(header_style="bold", title=escape(title) or None)
         for column in frame.columns:
             table.add_column(escape(str(column)))
         for row in frame.itertuples(index=False):
@@ -113,9 +118,10 @@ def build(benchmark: str = typer.Argument(..., help="Benchmark name."), runs: Op
     from offbench.leaderboard.table import compute_results
 
     _require_out_for_preview(runs, out)
-    spec, board = _board(benchmark, root, runs)
+    spec = load_spec(benchmark, root)
     target = out or spec.folder / "results.json"
-    with spec.lock:
+    with spec.lock:  # read and write under the lock: a submit beside it cannot be overwritten by a stale board
+        board = _board(spec, runs)
         write_results(board, compute_results(board), target)
     console.print(f"wrote {target} ({len(board.scores)} runs)", highlight=False, markup=False, soft_wrap=True)
 
@@ -128,8 +134,8 @@ def render(benchmark: str = typer.Argument(..., help="Benchmark name."), runs: O
     from offbench.leaderboard.render import render_to
 
     _require_out_for_preview(runs, out)
-    spec, board = _board(benchmark, root, runs)
-    with spec.lock:
-        written = render_to(board, out or spec.folder)
+    spec = load_spec(benchmark, root)
+    with spec.lock:  # read and write under the lock: a submit beside it cannot be overwritten by a stale board
+        written = render_to(_board(spec, runs), out or spec.folder)
     for path in written:
         console.print(f"wrote {path}", highlight=False, markup=False, soft_wrap=True)

@@ -1,7 +1,12 @@
 """Writing a leaderboard: results.json (build), then README.md, index.html and figures/ (render).
 
 The HTML page is static and self-contained apart from its figure files: a sortable table (a few
-lines of vanilla JavaScript, no external scripts) and the figures as <img> elements.
+lines of vanilla JavaScript, no external scripts) and the figures as <img> elements. Every string that
+comes from an entry, a run or a benchmark file is escaped for the format it lands in: Markdown cells
+(`markdown_text`: no raw HTML, no table-breaking `|` or newline, no emphasis or links), HTML
+(`html.escape`) and SVG (matplotlib escapes XML; `offbench.plotting.figures.plain_text` keeps `$`
+from starting math). Only the benchmark's description is Markdown by design (with HTML escaped).
+Reported rows (published numbers) are set apart: italic and tagged "reported [n]", with their sources listed.
 """
 
 from __future__ import annotations
@@ -14,20 +19,65 @@ from typing import Any
 
 import pandas as pd
 
-from offbench.errors import require
 from offbench.leaderboard.spec import BenchmarkSpec
 from offbench.leaderboard.table import (
     Board,
     Results,
     aggregates_meaningful,
+    better_direction,
     board_from_entries,
     compute_results,
+    improvement_heading,
     improvement_table,
     main_table,
+    per_task_tables,
+    reported_table,
     results_json,
-    score_matrices,
 )
+from offbench.stats import score_matrices
 from offbench.utils import atomic_write_json, atomic_write_text
+
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
+
+
+def markdown_text(value: Any) -> str:
+    """Any value as inert Markdown inline text: one line, HTML characters as entities, Markdown syntax escaped."""
+    text = html.escape(" ".join(str(value).split()), quote=False)
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", text)
+
+
+def markdown_table(frame: pd.DataFrame, reported: dict[int, int] | None = None) -> str:
+    """A GitHub-flavoured Markdown table with every header and cell escaped. `reported` maps row numbers to
+    their source number: those rows are set apart (italic, their label tagged "reported [n]")."""
+    reported = reported or {}
+    lines = ["| " + " | ".join(markdown_text(c) for c in frame.columns) + " |", "|" + "---|" * len(frame.columns)]
+    for number, row in enumerate(frame.itertuples(index=False)):
+        cells = [markdown_text(v) for v in row]
+        if number in reported:
+            cells = [f"*{c}*" if c else c for c in cells]
+            cells[0] += f" (reported \\[{reported[number]}\\])"
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def html_table(frame: pd.DataFrame, table_id: str, better: dict[str, str] | None = None,
+               reported: dict[int, int] | None = None) -> str:
+    """A sortable HTML table, every header and cell escaped. `better` marks score columns ("higher"/"lower":
+    the first click sorts best first); `reported` maps row numbers to their source number (row set apart)."""
+    better, reported = better or {}, reported or {}
+    e = html.escape
+    head = "".join(f'<th data-better="{better[c]}">{e(str(c))}</th>' if c in better else f"<th>{e(str(c))}</th>"
+                   for c in frame.columns)
+    body = []
+    for number, row in enumerate(frame.itertuples(index=False)):
+        cells = [e(str(v)) for v in row]
+        if number in reported:
+            cells[0] += f' <span class="tag">reported [{reported[number]}]</span>'
+            body.append('<tr class="reported">' + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+        else:
+            body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    return (f'<table id="{e(table_id)}" class="sortable"><thead><tr>{head}</tr></thead>'
+            f"<tbody>{''.join(body)}</tbody></table>")
 
 
 @dataclass
@@ -56,27 +106,33 @@ def write_figures(board: Board, folder: Path) -> list[Figure]:
     if matrices:
         plot_aggregate_intervals(matrices, spec.score_label, folder / "figures" / "aggregates.svg", reps=reps)
         figures.append(Figure("figures/aggregates.svg", "Mean, median and interquartile mean (IQM) with 95% stratified-bootstrap intervals."))
+        lower = spec.metric.lower_is_better
         plot_performance_profiles(matrices, spec.score_label, folder / "figures" / "profiles.svg", reps=reps,
-                                  bounded=spec.metric.name == "success_rate")
-        figures.append(Figure("figures/profiles.svg", "Performance profiles: fraction of runs whose score exceeds each threshold."))
+                                  bounded=spec.metric.name == "success_rate", lower_is_better=lower)
+        figures.append(Figure("figures/profiles.svg", "Performance profiles: fraction of runs whose score is "
+                                                      f"{'below' if lower else 'above'} each threshold."))
     return figures
 
 
 def _protocol_lines(spec: BenchmarkSpec) -> list[str]:
+    """The protocol as plain sentences (each format escapes them its own way)."""
     names = {"episodes": "evaluation episodes per evaluation", "every_steps": "evaluation every (update steps)",
              "steps": "training updates", "target_returns": "target returns (DT)",
              "in_context_episodes": "in-context episodes per evaluation"}
-    lines = [f"score: **{spec.score}** {spec.metric.label} (`{spec.metric.name}`; final = last evaluation, never mixed with best)",
-             f"datasets: {', '.join(f'`{d}`' for d in spec.datasets)}",
+    lines = [f"score: {spec.score} {spec.metric.label} ({spec.metric.name}; final = last evaluation, never mixed with best; "
+             f"{better_direction(spec)} is better)",
+             f"datasets: {', '.join(spec.datasets)}",
              f"at least {spec.min_seeds} seeds per baseline and dataset; intervals: 95% stratified bootstrap "
              f"({spec.bootstrap_reps} resamples, rliable)"]
-    lines += [f"{names[key]}: {value}" for key, value in spec.protocol.items()]
+    lines += [f"{names[key]}: {value}" for key, value in spec.protocol.items() if key != "baseline"]
+    for baseline, keys in spec.protocol.get("baseline", {}).items():
+        lines.append(f"{baseline} runs: " + ", ".join(f"{names[key]}: {value}" for key, value in keys.items()))
     return lines
 
 
 def _cell_note(spec: BenchmarkSpec) -> str:
     note = (f"Each cell: mean over seeds of the {spec.score_label}, [95% bootstrap interval], (n = seeds). "
-            "Rows are baselines as submitted (`--label` names a variant).")
+            f"Rows are baselines as submitted (--label names a variant), best first ({better_direction(spec)} is better).")
     if len(spec.datasets) > 1 and aggregates_meaningful(spec):
         note += (" Mean, median and IQM aggregate every dataset and seed of a row (rows with all datasets only; "
                  "a row's smallest seed count per dataset is used).")
@@ -85,25 +141,63 @@ def _cell_note(spec: BenchmarkSpec) -> str:
     return note
 
 
+REPORTED_NOTE = ("Rows marked reported [n] are published numbers, not runs made here: mean ± spread as the source "
+                 "gives them, under the source's own protocol. They take no part in any interval, aggregate, "
+                 "ranking or probability of improvement.")
+IMPROVEMENT_NOTE = ("chance that a run of the row's baseline scores better than a run of the column's "
+                    "(averaged over datasets), [95% interval].")
+
+
+def _source_line(number: int, row) -> str:
+    source = row.source
+    text = f"[{number}] {row.label}: {source['paper']}; {source['table']}; version {source['version']}"
+    if "url" in source:
+        text += f"; {source['url']}"
+    return text + (f". {row.note}" if row.note else "")
+
+
+def _results_table(board: Board, results: Results) -> tuple[pd.DataFrame, dict[int, int]]:
+    """Our rows then the reported ones in the same columns, and {row number: source number} of the reported."""
+    ours = main_table(board, results) if not board.scores.empty else pd.DataFrame(columns=["baseline", *board.spec.datasets])
+    reported = reported_table(board).drop(columns="source")
+    if reported.empty:
+        return ours, {}
+    combined = pd.concat([ours, reported.reindex(columns=ours.columns, fill_value="—")], ignore_index=True)
+    return combined, {len(ours) + i: i + 1 for i in range(len(reported))}
+
+
+def _score_columns(frame: pd.DataFrame, spec: BenchmarkSpec) -> dict[str, str]:
+    return {column: better_direction(spec) for column in frame.columns if column != "baseline"}
+
+
 def render_markdown(spec: BenchmarkSpec, board: Board, results: Results, figures: list[Figure]) -> str:
-    require("tabulate", "stats")
-    parts = [f"# {spec.title}", "", spec.description, "", "## Protocol", ""]
-    parts += [f"- {line}" for line in _protocol_lines(spec)]
+    description = html.escape(spec.description, quote=False)  # Markdown by design; never raw HTML
+    parts = [f"# {markdown_text(spec.title)}", "", description, "", "## Protocol", ""]
+    parts += [f"- {markdown_text(line)}" for line in _protocol_lines(spec)]
     parts += ["", "## Results", ""]
     if board.scores.empty:
-        parts += ["No accepted entries yet. Submit runs with `offbench submit RUN_DIR... --benchmark " + spec.name + "`."]
+        parts += [f"No accepted entries yet. Submit runs with `offbench submit RUN_DIR... --benchmark {spec.name}`.", ""]
     else:
-        parts += [_cell_note(spec), "", main_table(board, results).to_markdown(index=False)]
-        improvement = improvement_table(results)
+        parts += [markdown_text(_cell_note(spec)), ""]
+    table, reported = _results_table(board, results)
+    if len(table):
+        parts += [markdown_table(table, reported)]
+    if reported:
+        parts += ["", markdown_text(REPORTED_NOTE), ""]
+        parts += [f"- {markdown_text(_source_line(n, row))}" for n, row in enumerate(spec.reported, 1)]
+    if not board.scores.empty:
+        for dataset, frame in per_task_tables(board, results).items():
+            parts += ["", f"### Per task: {markdown_text(dataset)}", "",
+                      markdown_text(f"Mean over seeds of each task's {spec.score} {spec.metric.label}."), "", markdown_table(frame)]
+        improvement = improvement_table(board, results)
         if not improvement.empty:
             parts += ["", "### Probability of improvement", "",
-                      "P(row > column): chance that a run of the row's baseline scores higher than a run of the "
-                      "column's, averaged over datasets, [95% interval].", "", improvement.to_markdown(index=False)]
+                      markdown_text(f"{improvement_heading(spec)}: {IMPROVEMENT_NOTE}"), "", markdown_table(improvement)]
         parts += ["", "## Figures", ""]
-        parts += [f"![{f.caption}]({f.file})\n\n*{f.caption}*\n" for f in figures]
+        parts += [f"![{markdown_text(f.caption)}]({f.file})\n\n*{markdown_text(f.caption)}*\n" for f in figures]
         parts += ["## Entries", "", "Every number traces back to these files in `entries/` (config, code version, "
                   "dataset checksum, per-seed scores and learning curves).", "",
-                  pd.DataFrame(board.entries).to_markdown(index=False)]
+                  markdown_table(pd.DataFrame(board.entries))]
     parts += ["", f"Rendered by `offbench leaderboard render {spec.name}`; the same page with a sortable table: "
               "[index.html](index.html).", ""]
     return "\n".join(parts)
@@ -116,17 +210,21 @@ th, td { border: 1px solid #ccc; padding: 0.3rem 0.6rem; text-align: left; }
 table.sortable th { cursor: pointer; background: #f2f2f2; user-select: none; }
 th[aria-sort="ascending"]::after { content: " \\25B2"; }
 th[aria-sort="descending"]::after { content: " \\25BC"; }
+tr.reported td { font-style: italic; background: #f7f4ea; color: #555; }
+.tag { font-size: 0.75rem; font-style: normal; border: 1px solid #b9a96b; border-radius: 0.3rem; padding: 0 0.3rem; }
 figure { margin: 1.5rem 0; } figure img { max-width: 100%; border: 1px solid #eee; }
 .note { color: #555; font-size: 0.9rem; }
 """
 
 # Sort by the leading number of a cell ("12.3 [10.1, 14.0] (n=3)" sorts as 12.3); text cells after numbers.
+# The first click on a score column (data-better) puts the best first; on any other column, ascending.
 _SCRIPT = """
 document.querySelectorAll("table.sortable").forEach(function (table) {
   var headers = table.querySelectorAll("thead th");
   headers.forEach(function (th, column) {
     th.addEventListener("click", function () {
-      var ascending = th.getAttribute("aria-sort") !== "ascending";
+      var current = th.getAttribute("aria-sort");
+      var ascending = current ? current !== "ascending" : th.getAttribute("data-better") !== "higher";
       headers.forEach(function (h) { h.removeAttribute("aria-sort"); });
       th.setAttribute("aria-sort", ascending ? "ascending" : "descending");
       var body = table.tBodies[0];
@@ -149,33 +247,35 @@ document.querySelectorAll("table.sortable").forEach(function (table) {
 """
 
 
-def _inline_code(escaped: str) -> str:
-    """Markdown's `code` spans as <code> (the protocol lines are shared with the Markdown page)."""
-    return re.sub(r"`([^`]*)`", r"<code>\1</code>", escaped)
-
-
-def _html_table(frame: pd.DataFrame, table_id: str) -> str:
-    return frame.to_html(index=False, escape=True, border=0, table_id=table_id, classes="sortable")
-
-
 def render_html(spec: BenchmarkSpec, board: Board, results: Results, figures: list[Figure]) -> str:
     e = html.escape
     body = [f"<h1>{e(spec.title)}</h1>", f"<p>{e(spec.description)}</p>", "<h2>Protocol</h2><ul>"]
-    body += [f"<li>{_inline_code(e(line.replace('**', '')))}</li>" for line in _protocol_lines(spec)]
+    body += [f"<li>{e(line)}</li>" for line in _protocol_lines(spec)]
     body += ["</ul>", "<h2>Results</h2>"]
     if board.scores.empty:
         body.append(f"<p>No accepted entries yet. Submit runs with <code>offbench submit RUN_DIR... --benchmark {e(spec.name)}</code>.</p>")
     else:
-        body += [f'<p class="note">{_inline_code(e(_cell_note(spec)))} Click a column header to sort.</p>', _html_table(main_table(board, results), "scores")]
-        improvement = improvement_table(results)
+        body.append(f'<p class="note">{e(_cell_note(spec))} Click a column header to sort.</p>')
+    table, reported = _results_table(board, results)
+    if len(table):
+        body.append(html_table(table, "scores", _score_columns(table, spec), reported))
+    if reported:
+        body += [f'<p class="note">{e(REPORTED_NOTE)}</p>', "<ul>"]
+        body += [f"<li>{e(_source_line(n, row))}</li>" for n, row in enumerate(spec.reported, 1)]
+        body.append("</ul>")
+    if not board.scores.empty:
+        for number, (dataset, frame) in enumerate(per_task_tables(board, results).items()):
+            body += [f"<h3>Per task: {e(dataset)}</h3>",
+                     f'<p class="note">Mean over seeds of each task\'s {e(spec.score)} {e(spec.metric.label)}.</p>',
+                     html_table(frame, f"per-task-{number}", _score_columns(frame.drop(columns="task"), spec))]
+        improvement = improvement_table(board, results)
         if not improvement.empty:
             body += ["<h3>Probability of improvement</h3>",
-                     '<p class="note">P(row &gt; column): chance that a run of the row\'s baseline scores higher than a run of the '
-                     "column's, averaged over datasets, [95% interval].</p>", _html_table(improvement, "improvement")]
+                     f'<p class="note">{e(improvement_heading(spec))}: {e(IMPROVEMENT_NOTE)}</p>', html_table(improvement, "improvement")]
         body.append("<h2>Figures</h2>")
         body += [f'<figure><img src="{e(f.file)}" alt="{e(f.caption)}"><figcaption>{e(f.caption)}</figcaption></figure>' for f in figures]
         body += ["<h2>Entries</h2>", '<p class="note">Each entry file in <code>entries/</code> holds the config, code version, '
-                 "dataset checksum, per-seed scores and learning curves.</p>", _html_table(pd.DataFrame(board.entries), "entries")]
+                 "dataset checksum, per-seed scores and learning curves.</p>", html_table(pd.DataFrame(board.entries), "entries")]
     return "\n".join([
         "<!doctype html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
@@ -185,7 +285,8 @@ def render_html(spec: BenchmarkSpec, board: Board, results: Results, figures: li
 
 
 def build_board(spec: BenchmarkSpec, previews: list[dict[str, Any]] | None = None, with_entries: bool = True) -> Board:
-    """The accepted entries (and any previewed, unsubmitted ones) as a Board."""
+    """The accepted entries (and any previewed, unsubmitted ones) as a Board. Callers that write from it hold
+    the benchmark's lock, so what they write is never older than the entries on disk."""
     from offbench.leaderboard.submit import load_entries
 
     entries: list[tuple[Path | None, dict[str, Any]]] = list(load_entries(spec)) if with_entries else []
@@ -210,6 +311,5 @@ def render_to(board: Board, folder: Path) -> list[Path]:
 
 
 def render_benchmark(spec: BenchmarkSpec) -> list[Path]:
-    """Re-render the accepted leaderboard in place (what `submit` does after adding entries)."""
+    """Re-render the accepted leaderboard in place; the caller holds spec.lock (as `submit` does)."""
     return render_to(build_board(spec), spec.folder)
-

@@ -2,27 +2,36 @@
 
 An entry is one baseline on one dataset with at least `min_seeds` seeds of one config. It carries
 what it takes to trace every number back (config, code version, dataset checksum, per-seed scores,
-reduced learning curves). Entries are written under a file lock, each to a new file (temp file then
-rename); an accepted entry is never rewritten or deleted, and a refused submission writes nothing.
+reduced learning curves, what each run is). Entries are written under the benchmark's lock, each to a
+new file (temp file then rename); an accepted entry is never rewritten or deleted, and a refused
+submission writes nothing.
 
 Rules, in the order they are checked (the refusal names the rule):
-  run-files, schema, completed   the run directory follows docs/run-directory.md and finished
+  run-files, schema, completed   the run directory follows docs/run-directory.md (with its final checkpoint)
+                                 and finished; fields have their types and ranges, seeds are non-negative
+                                 integers, steps agree between config, summary and the last evaluation
+  baseline, label                the run's baseline is a registered baseline; the row name (--label, or the
+                                 baseline by default) is one safe file-name component
   benchmark-dataset              the run's dataset is one of the benchmark's datasets
   dataset-checksum               the run's dataset content sha256 equals the benchmark's pin, else the
                                  card's recorded checksum, else the checksum stored in the local copy
+  metric-finite, metric-range,   every evaluation's returns are finite, as many as the protocol plays, and
+  consistency, metric            agree with its mean, success rate, per-task and in-context fields; its score
+                                 is recomputed with the benchmark's own card (offbench.leaderboard.scoring)
   protocol                       run.json `evaluation` (and summary `steps`) equal the benchmark's protocol,
                                  and the run was evaluated in the dataset card's environment
-  metric-finite, metric-range    the score and its learning curve are finite numbers (success in [0, 1])
+  free-text                      every string copied from the run into the entry is at most MAX_TEXT long,
+                                 every copied block at most MAX_BLOCK bytes of JSON
   config-consistency             one entry = one baseline and one config (seed aside); a row (label) keeps
                                  one config per dataset across entries: use --label for a variant
-  seed-count, duplicate          at least min_seeds distinct seeds; no run, and no seed of a row, twice
+  seed-count, duplicate          at least min_seeds distinct seeds; no run twice, found by what it is (its
+                                 evaluations and checkpoint), not by its name; no seed of a row twice
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 from collections import defaultdict
 from datetime import datetime, timezone
@@ -31,15 +40,16 @@ from typing import Any
 
 import numpy as np
 
-from offbench.errors import OffbenchError, require
-from offbench.leaderboard.runs import Refused, RunRecord, read_run
+from offbench.errors import OffbenchError
+from offbench.leaderboard.scoring import ScoredRun, score_run
 from offbench.leaderboard.spec import BenchmarkSpec
-from offbench.utils import atomic_write_json
+from offbench.tracking.run_dir import MAX_TEXT, Refused, RunRecord, is_finite, read_run
+from offbench.utils import atomic_write_json, safe_component
 
 ENTRY_SCHEMA = 1
 CURVE_POINTS = 64  # learning curves are kept at this many evaluation steps at most
+MAX_BLOCK = 32 * 1024  # bytes of JSON of any one block copied from a run (config, code, env, evaluation)
 NOT_CONFIG = ("seed",)  # config keys that may differ between the seeds of one entry
-_LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 
 
 def config_without_seed(run: RunRecord) -> dict[str, Any]:
@@ -50,85 +60,47 @@ def config_sha256(config: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
 
 
-def expected_checksum(spec: BenchmarkSpec, dataset_id: str) -> tuple[str | None, str]:
-    """(checksum, where it came from) a run's dataset must match; None when nothing can vouch for it."""
-    if dataset_id in spec.dataset_checksums:
-        return spec.dataset_checksums[dataset_id], f"{spec.path} dataset_checksums"
-    from offbench.data.cards import get_card
-    from offbench.data.resolve import native_path
-    from offbench.data.store import is_native, stored_checksum
+def check_baseline(run: RunRecord) -> None:
+    """The run's baseline must be one offbench registers: it names rows and entry files by default."""
+    from offbench.baselines import BASELINES
 
-    card = get_card(dataset_id)
-    recorded = card.extra.get("content_sha256")
-    if isinstance(recorded, str):
-        return recorded, f"card {card.card_path}"
-    local = native_path(card)
-    if is_native(local):
-        return stored_checksum(local), f"local copy {local}"
-    return None, f"no checksum pinned in {spec.path} or the card, and no local copy (run `offbench download {dataset_id}`)"
+    if run.baseline not in BASELINES:
+        raise Refused(run.path, "baseline", f"baseline {run.baseline!r:.80} is not a registered baseline "
+                                            f"(known: {', '.join(sorted(BASELINES))})")
 
 
-def check_run(run: RunRecord, spec: BenchmarkSpec) -> float:
-    """Apply the per-run rules; return the run's score under the benchmark's metric."""
-    where = run.path
-    if run.dataset_id not in spec.datasets:
-        raise Refused(where, "benchmark-dataset", f"dataset '{run.dataset_id}' is not one of {spec.name}'s: {', '.join(spec.datasets)}")
-    expected, source = expected_checksum(spec, run.dataset_id)
-    if expected is None:
-        raise Refused(where, "dataset-checksum", f"cannot check dataset '{run.dataset_id}': {source}")
-    if run.dataset_sha256 != expected:
-        raise Refused(
-            where, "dataset-checksum",
-            f"dataset '{run.dataset_id}' content sha256 {run.dataset_sha256[:12]}... differs from {expected[:12]}... ({source})",
-        )
-    _check_protocol(run, spec)
-    field = spec.metric.field
-    score = run.score(field, spec.score)
-    if not isinstance(score, (int, float)) or isinstance(score, bool) or not math.isfinite(score):
-        raise Refused(where, "metric-finite", f"{spec.score} {field} is {score!r}, not a finite number")
-    for row in run.curve_rows(spec.score):
-        value = row.get(field)
-        if not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise Refused(where, "metric-finite", f"evaluations.jsonl step {row['step']}: {field} is {value!r}")
-    if spec.metric.name == "success_rate" and not 0.0 <= score <= 1.0:
-        raise Refused(where, "metric-range", f"success_rate {score} is outside [0, 1]")
-    if spec.metric.name == "in_context_return":
-        returns = run.in_context_returns(spec.score)
-        if returns is None or len(returns) != spec.protocol["in_context_episodes"]:
-            raise Refused(where, "protocol", f"the {spec.score} evaluation has no in_context_returns of length {spec.protocol['in_context_episodes']}")
-        if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in returns):
-            raise Refused(where, "metric-finite", "in_context_returns holds a value that is not a finite number")
-        if not math.isclose(returns[-1], score, rel_tol=1e-9, abs_tol=1e-12):
-            raise Refused(where, "schema", f"{spec.score} mean_return {score} is not the last in-context episode's return {returns[-1]}")
-    return float(score)
+def row_label(label: str | None, baseline: str) -> str:
+    """The row name: --label, else the baseline's name; either way one safe file-name component."""
+    return safe_component(baseline if label is None else label, "label")
 
 
-def _check_protocol(run: RunRecord, spec: BenchmarkSpec) -> None:
-    evaluation = run.info["evaluation"]
-    for key, wanted in spec.protocol.items():
-        if key == "steps":
-            got = run.summary["steps"]
-        elif key == "target_returns":  # binds return-conditioned runs only: BC or CQL runs have none
-            if not evaluation.get("target_returns"):
-                continue
-            got = sorted(float(v) for v in evaluation["target_returns"])
-            wanted = sorted(float(v) for v in wanted)
-        else:
-            got = evaluation.get(key)
-        if got != wanted:
-            what = "summary.json steps" if key == "steps" else f"run.json evaluation.{key}"
-            raise Refused(run.path, "protocol", f"{what} is {got!r}; benchmark {spec.name} requires {wanted!r}")
-    from offbench.data.cards import get_card
-
-    card_env = _environment(get_card(run.dataset_id).env)
-    run_env = evaluation.get("env")
-    if card_env["id"] and isinstance(run_env, dict) and _environment(run_env) != card_env:
-        raise Refused(run.path, "protocol", f"evaluated in {_environment(run_env)}, but the dataset card's environment is {card_env}")
+def check_run(run: RunRecord, spec: BenchmarkSpec) -> ScoredRun:
+    """Apply the per-run rules; return the run scored the benchmark's way."""
+    check_baseline(run)
+    if run.identity["checkpoint_sha256"] is None:
+        raise Refused(run.path, "run-files", "no checkpoints/last.pt (a leaderboard tells runs apart by their evaluations and final checkpoint)")
+    return score_run(run, spec)
 
 
-def _environment(env: dict[str, Any]) -> dict[str, Any]:
-    """What defines an evaluation environment in a card's [env] table (notes and the like aside)."""
-    return {"id": env.get("id"), "suite": env.get("suite", "gymnasium"), "kwargs": env.get("kwargs") or {}}
+def bounded(value: Any, what: str, run: RunRecord) -> Any:
+    """`value` (copied from a run into an entry) if no string in it is longer than MAX_TEXT and its JSON is at
+    most MAX_BLOCK bytes; else Refused (free-text)."""
+    def strings(item: Any):
+        if isinstance(item, str):
+            yield item
+        elif isinstance(item, dict):
+            for key, inner in item.items():
+                yield str(key)
+                yield from strings(inner)
+        elif isinstance(item, list):
+            for inner in item:
+                yield from strings(inner)
+
+    if any(len(text) > MAX_TEXT for text in strings(value)):
+        raise Refused(run.path, "free-text", f"{what} holds a string longer than {MAX_TEXT} characters")
+    if len(json.dumps(value, allow_nan=False)) > MAX_BLOCK:
+        raise Refused(run.path, "free-text", f"{what} is longer than {MAX_BLOCK} bytes of JSON")
+    return value
 
 
 def _reduced(values: list[Any]) -> list[Any]:
@@ -139,57 +111,64 @@ def _reduced(values: list[Any]) -> list[Any]:
     return [values[i] for i in keep]
 
 
-def make_entry(spec: BenchmarkSpec, label: str, runs: list[RunRecord], scores: list[float]) -> dict[str, Any]:
+def _run_record(spec: BenchmarkSpec, scored: ScoredRun) -> dict[str, Any]:
+    run = scored.run
+    curve = _reduced(scored.curve)
+    record = {
+        "run_id": bounded(run.run_id, "run.json run_id", run),
+        "seed": run.seed,
+        "path": bounded(str(run.path), "the run directory's path", run),
+        "identity": run.identity,
+        "code": bounded(run.info["code"], "run.json code", run),
+        "env": bounded(run.info.get("env"), "run.json env", run),
+        "started_at": bounded(run.info.get("started_at"), "run.json started_at", run),
+        "steps": run.summary["steps"],
+        "wall_time_s": run.summary.get("wall_time_s") if is_finite(run.summary.get("wall_time_s")) else None,
+        "final": bounded(run.summary["final"], "summary.json final", run),
+        "best": bounded(run.summary["best"], "summary.json best", run),
+        "score": scored.score,
+        "curve": {"step": [step for step, _ in curve], "score": [score for _, score in curve]},
+    }
+    in_context, optimal = scored.row.get("in_context_returns"), run.optimal_return()
+    if in_context is not None:
+        record["in_context_returns"] = in_context
+    if optimal is not None:
+        record["optimal_return"] = optimal
+    if scored.per_task is not None:
+        record["per_task"] = bounded(scored.per_task, "per_task", run)
+    return record
+
+
+def make_entry(spec: BenchmarkSpec, label: str, scored: list[ScoredRun]) -> dict[str, Any]:
     """The JSON entry for one baseline, dataset and config, with one record per seed."""
-    first = runs[0]
-    records = []
-    for run, score in sorted(zip(runs, scores), key=lambda pair: pair[0].seed):
-        curve = _reduced(run.curve_rows(spec.score))
-        record = {
-            "run_id": run.run_id,
-            "seed": run.seed,
-            "path": str(run.path),
-            "fingerprint": run.fingerprint,
-            "code": run.info["code"],
-            "env": run.info.get("env"),
-            "started_at": run.info.get("started_at"),
-            "steps": run.summary["steps"],
-            "wall_time_s": run.summary.get("wall_time_s"),
-            "final": run.summary["final"],
-            "best": run.summary["best"],
-            "score": score,
-            "curve": {"step": [r["step"] for r in curve], "score": [r[spec.metric.field] for r in curve]},
-        }
-        in_context, optimal = run.in_context_returns(spec.score), run.optimal_return()
-        if in_context is not None:
-            record["in_context_returns"] = in_context
-        if optimal is not None:
-            record["optimal_return"] = optimal
-        records.append(record)
-    config = config_without_seed(first)
+    first = scored[0].run
+    config = bounded(config_without_seed(first), "run.json config", first)
     return {
         "schema": ENTRY_SCHEMA,
         "benchmark": spec.name,
         "label": label,
         "baseline": first.baseline,
-        "dataset": {k: first.info["dataset"].get(k) for k in ("id", "content_sha256", "format")},
+        "dataset": bounded({k: first.info["dataset"].get(k) for k in ("id", "content_sha256", "format")}, "run.json dataset", first),
         "metric": spec.metric.name,
         "score": spec.score,
-        "evaluation": first.info["evaluation"],
+        "evaluation": bounded(first.info["evaluation"], "run.json evaluation", first),
         "config": config,
         "config_sha256": config_sha256(config),
         "submitted_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "runs": records,
+        "runs": [_run_record(spec, s) for s in sorted(scored, key=lambda s: s.run.seed)],
     }
 
 
 def validate_runs(spec: BenchmarkSpec, runs: list[RunRecord], label: str | None = None) -> list[dict[str, Any]]:
     """Entries for a set of runs (grouped by baseline, dataset and config); raises Refused on the first broken rule."""
-    if label is not None and not _LABEL.match(label):
-        raise OffbenchError(f"label {label!r}: use letters, digits and . _ + - (it names the table row)")
-    if label is not None and len({run.baseline for run in runs}) > 1:
-        raise OffbenchError(f"--label {label} names one row, but the runs hold several baselines: submit them separately")
-    scores = {run.path: check_run(run, spec) for run in runs}
+    for run in runs:
+        check_baseline(run)
+    if label is not None:
+        row_label(label, "")
+        if len({run.baseline for run in runs}) > 1:
+            raise OffbenchError(f"--label {label} names one row, but the runs hold several baselines: submit them separately")
+    scored = {run.path: check_run(run, spec) for run in runs}
+    _refuse_repeated_runs(runs)
     groups: dict[tuple[str, str], list[RunRecord]] = defaultdict(list)
     for run in runs:
         groups[(run.baseline, run.dataset_id)].append(run)
@@ -211,8 +190,19 @@ def validate_runs(spec: BenchmarkSpec, runs: list[RunRecord], label: str | None 
                 members[0].path, "seed-count",
                 f"{baseline} on {dataset_id} has {len(seen)} seed(s); benchmark {spec.name} needs at least {spec.min_seeds}",
             )
-        entries.append(make_entry(spec, label or baseline, members, [scores[r.path] for r in members]))
+        entries.append(make_entry(spec, row_label(label, baseline), [scored[r.path] for r in members]))
     return entries
+
+
+def _refuse_repeated_runs(runs: list[RunRecord]) -> None:
+    """One run submitted twice in one go (copied to another folder, renamed, its seed edited)."""
+    seen: dict[Any, Path] = {}
+    for run in runs:
+        keys = [("checkpoint", run.identity["checkpoint_sha256"]), ("evaluations", run.identity["evaluations_sha256"], run.seed)]
+        for key in keys:
+            if key[1] is not None and key in seen:
+                raise Refused(run.path, "duplicate", f"this run is the same run as {seen[key]} (same {key[0]})")
+            seen[key] = run.path
 
 
 def load_entries(spec: BenchmarkSpec) -> list[tuple[Path, dict[str, Any]]]:
@@ -223,19 +213,74 @@ def load_entries(spec: BenchmarkSpec) -> list[tuple[Path, dict[str, Any]]]:
             entry = json.loads(path.read_text())
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise OffbenchError(f"{path}: accepted entry is not valid JSON ({exc})") from None
-        if not isinstance(entry, dict) or entry.get("schema") != ENTRY_SCHEMA or entry.get("benchmark") != spec.name:
-            raise OffbenchError(f"{path}: not an entry of benchmark {spec.name} (schema {ENTRY_SCHEMA})")
+        check_entry(path, entry, spec)
         out.append((path, entry))
     return out
+
+
+def check_entry(path: Path, entry: Any, spec: BenchmarkSpec) -> None:
+    """What tables and pages rely on in an accepted entry (entries are files anyone can edit in a pull request)."""
+    def bad(detail: str) -> OffbenchError:
+        return OffbenchError(f"{path}: {detail}")
+
+    if not isinstance(entry, dict) or entry.get("schema") != ENTRY_SCHEMA or entry.get("benchmark") != spec.name:
+        raise bad(f"not an entry of benchmark {spec.name} (schema {ENTRY_SCHEMA})")
+    for key in ("label", "baseline"):
+        safe_component(entry.get(key), f"{path}: entry {key}")
+    dataset = entry.get("dataset")
+    if not isinstance(dataset, dict) or dataset.get("id") not in spec.datasets:
+        raise bad(f"dataset is not one of {spec.name}'s: {', '.join(spec.datasets)}")
+    if entry.get("metric") != spec.metric.name or entry.get("score") != spec.score:
+        raise bad(f"scored as {entry.get('score')!r} {entry.get('metric')!r}; the benchmark scores {spec.score} {spec.metric.name}")
+    if not isinstance(entry.get("config_sha256"), str) or not isinstance(entry.get("submitted_at"), str):
+        raise bad("config_sha256 and submitted_at must be strings")
+    runs = entry.get("runs")
+    if not isinstance(runs, list) or not runs:
+        raise bad("'runs' must be a non-empty list")
+    for number, run in enumerate(runs, 1):
+        if not isinstance(run, dict):
+            raise bad(f"run {number} is not an object")
+        seed, curve, code = run.get("seed"), run.get("curve"), run.get("code")
+        if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+            raise bad(f"run {number}: seed {seed!r} is not a non-negative integer")
+        if not is_finite(run.get("score")) or not isinstance(run.get("run_id"), str) or not isinstance(code, dict):
+            raise bad(f"run {number}: needs a finite 'score', a 'run_id' and a 'code' object")
+        if (not isinstance(curve, dict) or not isinstance(curve.get("step"), list) or not isinstance(curve.get("score"), list)
+                or len(curve["step"]) != len(curve["score"]) or not all(is_finite(v) for v in curve["score"] + curve["step"])):
+            raise bad(f"run {number}: 'curve' needs equally long lists of finite steps and scores")
+        if "per_task" in run and (not isinstance(run["per_task"], list) or not all(
+                isinstance(t, dict) and isinstance(t.get("task"), str) and is_finite(t.get("score")) for t in run["per_task"])):
+            raise bad(f"run {number}: 'per_task' must list {{task, score}} objects with finite scores")
+        if "in_context_returns" in run and (not isinstance(run["in_context_returns"], list)
+                                            or not all(is_finite(v) for v in run["in_context_returns"])):
+            raise bad(f"run {number}: 'in_context_returns' must be a list of finite numbers")
+
+
+def _same_run(new: dict[str, Any], old: dict[str, Any]) -> str | None:
+    """What makes an accepted run record the same run as a new one, if anything: the same final checkpoint,
+    the same evaluations at the same seed, or (entries from before runs carried an identity) the same seed
+    with the same final and best evaluations and learning curve."""
+    ours, theirs = new["identity"], old.get("identity")
+    if theirs is not None:
+        if ours["checkpoint_sha256"] is not None and ours["checkpoint_sha256"] == theirs.get("checkpoint_sha256"):
+            return "final checkpoint"
+        if ours["evaluations_sha256"] == theirs.get("evaluations_sha256") and new["seed"] == old["seed"]:
+            return "evaluations"
+        return None
+    if all(new[key] == old.get(key) for key in ("seed", "final", "best", "curve")):
+        return "seed, evaluations and learning curve"
+    return None
 
 
 def check_against_accepted(entry: dict[str, Any], accepted: list[tuple[Path, dict[str, Any]]]) -> None:
     row, dataset_id = entry["label"], entry["dataset"]["id"]
     for path, old in accepted:
-        old_runs = {(r["run_id"], r["fingerprint"]) for r in old["runs"]}
         for record in entry["runs"]:
-            if any(record["run_id"] == rid or record["fingerprint"] == fp for rid, fp in old_runs):
-                raise Refused(record["path"], "duplicate", f"run {record['run_id']} is already in accepted entry {path.name}")
+            for old_record in old["runs"]:
+                same = _same_run(record, old_record)
+                if same is not None:
+                    raise Refused(record["path"], "duplicate",
+                                  f"this run is run {old_record['run_id']} of accepted entry {path.name} (same {same}), whatever its name")
         if old["label"] == row and old["baseline"] != entry["baseline"]:
             raise Refused(
                 entry["runs"][0]["path"], "config-consistency",
@@ -254,17 +299,19 @@ def check_against_accepted(entry: dict[str, Any], accepted: list[tuple[Path, dic
 
 
 def _entry_filename(entry: dict[str, Any]) -> str:
+    """`<UTC stamp>--<label>--<dataset slug>--<digest>.json`: every part one safe component."""
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
-    dataset_slug = re.sub(r"[^A-Za-z0-9._-]+", "-", entry["dataset"]["id"])
-    digest = hashlib.sha256("".join(r["fingerprint"] for r in entry["runs"]).encode()).hexdigest()[:10]
-    return f"{stamp}--{entry['label']}--{dataset_slug}--{digest}.json"
+    dataset_slug = re.sub(r"[^A-Za-z0-9._+-]+", "-", entry["dataset"]["id"]).strip(".-")[:64] or "dataset"
+    digest = hashlib.sha256(json.dumps([r["identity"] for r in entry["runs"]], sort_keys=True).encode()).hexdigest()[:10]
+    return f"{stamp}--{safe_component(entry['label'], 'label')}--{dataset_slug}--{digest}.json"
 
 
 def submit(spec: BenchmarkSpec, run_dirs: list[Path], label: str | None = None, render: bool = True) -> list[Path]:
     """Validate run directories and add them as new entries; re-render the tables. Returns the entry files."""
     if render:  # fail before anything is accepted, not half-way
+        from offbench.errors import require
+
         require("rliable", "stats")
-        require("tabulate", "stats")
     runs = [read_run(path) for path in run_dirs]
     entries = validate_runs(spec, runs, label)
     written: list[Path] = []

@@ -5,7 +5,10 @@ seeds of the benchmark's score (final or best, never mixed) with a 95% bootstrap
 seed count. Aggregates across datasets (mean, median, IQM, probability of improvement) use the rows
 that have every dataset; where seed counts differ between datasets, a row's lowest-numbered
 `n` seeds of each dataset are used (n = its smallest seed count), since rliable's stratified
-bootstrap takes a (runs x datasets) matrix.
+bootstrap takes a (runs x datasets) matrix. Rows are ranked best first (by the mean aggregate, or the one
+dataset's cell; lowest first where the metric is lower-is-better). Multi-task entries add a per-task
+table (mean over seeds of each task's score). Reported rows (published numbers, `[[reported]]` in
+benchmark.toml) are shown beside ours and take no part in any statistic.
 """
 
 from __future__ import annotations
@@ -15,11 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
-from offbench.leaderboard import stats
+from offbench import stats
 from offbench.leaderboard.spec import BenchmarkSpec
+from offbench.stats import score_matrices
 
 
 @dataclass
@@ -31,11 +34,12 @@ class Board:
     curves: pd.DataFrame  # label, dataset, seed, step, score
     in_context: pd.DataFrame  # label, dataset, seed, episode, score
     optimum: dict[str, float]  # dataset -> mean optimal return in evaluation (in-context benchmarks)
+    per_task: pd.DataFrame  # label, dataset, seed, task, score (multi-task entries)
     entries: list[dict[str, Any]] = field(default_factory=list)  # summary of each entry, for tracing
 
 
 def board_from_entries(spec: BenchmarkSpec, entries: list[tuple[Path | None, dict[str, Any]]]) -> Board:
-    scores, curves, in_context, optimum, summaries = [], [], [], {}, []
+    scores, curves, in_context, per_task, optimum, summaries = [], [], [], [], {}, []
     for path, entry in entries:
         label, dataset = entry["label"], entry["dataset"]["id"]
         name = path.name if path else "(preview)"
@@ -46,6 +50,8 @@ def board_from_entries(spec: BenchmarkSpec, entries: list[tuple[Path | None, dic
                 curves.append({"label": label, "dataset": dataset, "seed": run["seed"], "step": step, "score": value})
             for episode, value in enumerate(run.get("in_context_returns") or [], 1):
                 in_context.append({"label": label, "dataset": dataset, "seed": run["seed"], "episode": episode, "score": value})
+            for task in run.get("per_task") or []:
+                per_task.append({"label": label, "dataset": dataset, "seed": run["seed"], "task": task["task"], "score": task["score"]})
             if "optimal_return" in run:
                 optimum[dataset] = run["optimal_return"]
         commits = sorted({str(r["code"].get("git_commit") or r["code"].get("version")) for r in entry["runs"]})
@@ -56,6 +62,7 @@ def board_from_entries(spec: BenchmarkSpec, entries: list[tuple[Path | None, dic
         "scores": ["label", "dataset", "seed", "score", "run_id", "entry"],
         "curves": ["label", "dataset", "seed", "step", "score"],
         "in_context": ["label", "dataset", "seed", "episode", "score"],
+        "per_task": ["label", "dataset", "seed", "task", "score"],
     }
     return Board(
         spec=spec,
@@ -63,19 +70,9 @@ def board_from_entries(spec: BenchmarkSpec, entries: list[tuple[Path | None, dic
         curves=pd.DataFrame(curves, columns=columns["curves"]),
         in_context=pd.DataFrame(in_context, columns=columns["in_context"]),
         optimum=optimum,
+        per_task=pd.DataFrame(per_task, columns=columns["per_task"]),
         entries=summaries,
     )
-
-
-def score_matrices(scores: pd.DataFrame, datasets: list[str] | tuple[str, ...]) -> dict[str, np.ndarray]:
-    """Per complete row, the (seeds x datasets) matrix rliable's aggregates take (see module docstring)."""
-    out = {}
-    for label, rows in scores.groupby("label", sort=True):
-        per_dataset = [rows[rows["dataset"] == d].sort_values("seed")["score"].to_numpy() for d in datasets]
-        if all(len(v) for v in per_dataset):
-            n = min(len(v) for v in per_dataset)
-            out[str(label)] = np.stack([v[:n] for v in per_dataset], axis=1)
-    return out
 
 
 def aggregates_meaningful(spec: BenchmarkSpec) -> bool:
@@ -87,7 +84,8 @@ def aggregates_meaningful(spec: BenchmarkSpec) -> bool:
 class Results:
     cells: pd.DataFrame  # label, dataset, mean, low, high, seeds
     aggregates: pd.DataFrame  # label, aggregate, estimate, low, high, seeds, datasets
-    improvement: pd.DataFrame  # x, y, probability, low, high
+    improvement: pd.DataFrame  # x, y, probability (that x is the better run), low, high
+    per_task: pd.DataFrame  # label, dataset, task, mean, seeds
 
 
 def compute_results(board: Board) -> Results:
@@ -109,13 +107,27 @@ def compute_results(board: Board) -> Results:
             for name, (estimate, low, high) in by_name.items():
                 aggregate_rows.append({"label": label, "aggregate": name, "estimate": estimate, "low": low, "high": high,
                                        "seeds": matrices[label].shape[0], "datasets": matrices[label].shape[1]})
-        for (x, y), (p, low, high) in stats.improvement_probabilities(matrices, reps).items():
+        lower = board.spec.metric.lower_is_better
+        for (x, y), (p, low, high) in stats.improvement_probabilities(matrices, reps, lower_is_better=lower).items():
             improvement_rows.append({"x": x, "y": y, "probability": p, "low": low, "high": high})
     return Results(
         cells=cells,
         aggregates=pd.DataFrame(aggregate_rows, columns=["label", "aggregate", "estimate", "low", "high", "seeds", "datasets"]),
         improvement=pd.DataFrame(improvement_rows, columns=["x", "y", "probability", "low", "high"]),
+        per_task=_per_task_cells(board.per_task),
     )
+
+
+def _per_task_cells(per_task: pd.DataFrame) -> pd.DataFrame:
+    """Mean over seeds per (label, dataset, task), tasks in the order the entries list them (task-id order)."""
+    columns = ["label", "dataset", "task", "mean", "seeds"]
+    if per_task.empty:
+        return pd.DataFrame(columns=columns)
+    order = {task: i for i, task in enumerate(dict.fromkeys(per_task["task"]))}
+    cells = (per_task.groupby(["label", "dataset", "task"], sort=False)["score"].agg(["mean", "count"]).reset_index()
+             .rename(columns={"count": "seeds"}))
+    cells["order"] = cells["task"].map(order)
+    return cells.sort_values(["dataset", "order", "label"], kind="stable")[columns].reset_index(drop=True)
 
 
 def format_estimate(mean: float, low: float, high: float, digits: int = 1) -> str:
@@ -128,10 +140,25 @@ def _digits(spec: BenchmarkSpec) -> int:
     return 2 if spec.metric.name == "success_rate" else 1
 
 
-def main_table(board: Board, results: Results) -> pd.DataFrame:
-    """Display table: one row per label, a cell per dataset 'mean [low, high] (n=seeds)', then the aggregates."""
-    digits = _digits(board.spec)
+def ranked_labels(board: Board, results: Results) -> list[str]:
+    """Our rows, best first: by the mean aggregate over datasets, else by the one dataset's cell; rows without
+    that number follow in name order."""
+    spec = board.spec
+    means = results.aggregates[results.aggregates["aggregate"] == "mean"].set_index("label")["estimate"].to_dict()
+    if len(spec.datasets) == 1:
+        means = results.cells.set_index("label")["mean"].to_dict()
     labels = sorted(results.cells["label"].unique())
+    return sorted(labels, key=lambda label: (label not in means, -spec.metric.sign * means.get(label, 0.0), label))
+
+
+def better_direction(spec: BenchmarkSpec) -> str:
+    return "lower" if spec.metric.lower_is_better else "higher"
+
+
+def main_table(board: Board, results: Results) -> pd.DataFrame:
+    """Display table: one row per label (best first), a cell per dataset 'mean [low, high] (n=seeds)', then the aggregates."""
+    digits = _digits(board.spec)
+    labels = ranked_labels(board, results)
     rows = []
     for label in labels:
         row: dict[str, str] = {"baseline": label}
@@ -153,16 +180,52 @@ def main_table(board: Board, results: Results) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns)
 
 
-def improvement_table(results: Results) -> pd.DataFrame:
-    """P(row > column) with its interval: the chance a run of one baseline beats a run of the other."""
+def improvement_heading(spec: BenchmarkSpec) -> str:
+    return "P(row < column)" if spec.metric.lower_is_better else "P(row > column)"
+
+
+def improvement_table(board: Board, results: Results) -> pd.DataFrame:
+    """P(row better than column) with its interval: the chance a run of one row beats a run of the other."""
     if results.improvement.empty:
         return pd.DataFrame()
-    labels = sorted(set(results.improvement["x"]))
+    labels = [label for label in ranked_labels(board, results) if label in set(results.improvement["x"])]
     table = pd.DataFrame("—", index=labels, columns=labels)
     for _, r in results.improvement.iterrows():
         table.loc[r["x"], r["y"]] = format_estimate(r["probability"], r["low"], r["high"], 2)
-    table.index.name = "P(row > column)"
+    table.index.name = improvement_heading(board.spec)
     return table.reset_index()
+
+
+def per_task_tables(board: Board, results: Results) -> dict[str, pd.DataFrame]:
+    """Per dataset with per-task scores: one row per task, one column per label, the mean over seeds."""
+    digits = _digits(board.spec)
+    labels = ranked_labels(board, results)
+    tables = {}
+    for dataset, cells in results.per_task.groupby("dataset", sort=False):
+        present = [label for label in labels if label in set(cells["label"])]
+        seeds = cells.groupby("label")["seeds"].max().to_dict()
+        frame = cells.pivot(index="task", columns="label", values="mean").reindex(list(dict.fromkeys(cells["task"])))
+        frame = frame[present].map(lambda v: "—" if pd.isna(v) else f"{v:.{digits}f}")
+        frame.columns = [f"{label} (n={seeds[label]})" for label in present]
+        frame.index.name = "task"
+        tables[str(dataset)] = frame.reset_index()
+    return tables
+
+
+def reported_table(board: Board) -> pd.DataFrame:
+    """The published rows in the main table's dataset columns: 'mean ± spread' as published, '—' where none."""
+    spec = board.spec
+    rows = []
+    for number, row in enumerate(spec.reported, 1):
+        cells = {"baseline": row.label, "source": number}
+        for dataset in spec.datasets:
+            if dataset not in row.scores:
+                cells[dataset] = "—"
+            else:
+                mean, spread = row.scores[dataset]
+                cells[dataset] = f"{mean:g}" + ("" if spread is None else f" ± {spread:g}")
+        rows.append(cells)
+    return pd.DataFrame(rows, columns=["baseline", "source", *spec.datasets])
 
 
 def results_json(board: Board, results: Results) -> dict[str, Any]:
@@ -176,6 +239,7 @@ def results_json(board: Board, results: Results) -> dict[str, Any]:
     return {
         "benchmark": spec.name,
         "metric": spec.metric.name,
+        "better": better_direction(spec),
         "score": spec.score,
         "cell_value": f"mean over seeds of the {spec.score_label}, {int(stats.CONFIDENCE * 100)}% stratified-bootstrap interval",
         "datasets": list(spec.datasets),
@@ -185,5 +249,8 @@ def results_json(board: Board, results: Results) -> dict[str, Any]:
         "cells": records(results.cells),
         "aggregates": records(results.aggregates),
         "probability_of_improvement": records(results.improvement),
+        "per_task": records(results.per_task),
+        "reported": [{"label": r.label, "source": r.source, "note": r.note,
+                      "scores": {d: {"mean": m, "std": s} for d, (m, s) in r.scores.items()}} for r in spec.reported],
         "entries": board.entries,
     }

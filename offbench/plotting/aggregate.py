@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 
 from offbench.errors import OffbenchError, require
-from offbench.leaderboard import stats
-from offbench.plotting.figures import label_colours, save_figure
+from offbench import stats
+from offbench.plotting.figures import label_colours, plain_text, save_figure
 
 
 def _plot_utils():
@@ -18,18 +18,20 @@ def _plot_utils():
     return plot_utils
 
 
-def plot_aggregate_intervals(matrices: dict[str, np.ndarray], x_label: str, out: str | Path, reps: int = 2000) -> Path:
+def plot_aggregate_intervals(matrices: dict[str, np.ndarray], x_label: str, out: str | Path, reps: int = stats.BOOTSTRAP_REPS) -> Path:
     """Mean, median and IQM across datasets and seeds per row, with 95% stratified-bootstrap intervals."""
     if not matrices:
         raise OffbenchError("no row has scores on every dataset: nothing to aggregate")
     estimates = stats.aggregate_intervals(matrices, reps)
     labels = sorted(matrices)
-    points = {label: np.array([estimates[label][name][0] for name in stats.AGGREGATES]) for label in labels}
-    intervals = {label: np.array([[estimates[label][name][i] for name in stats.AGGREGATES] for i in (1, 2)]) for label in labels}
+    shown = {label: plain_text(label) for label in labels}  # rliable writes the keys as tick labels
+    points = {shown[label]: np.array([estimates[label][name][0] for name in stats.AGGREGATES]) for label in labels}
+    intervals = {shown[label]: np.array([[estimates[label][name][i] for name in stats.AGGREGATES] for i in (1, 2)]) for label in labels}
+    colours = {shown[label]: colour for label, colour in label_colours(labels).items()}
     height = max(1.8, 0.45 * len(labels))
     fig, _ = _plot_utils().plot_interval_estimates(
-        points, intervals, metric_names=list(stats.AGGREGATES), algorithms=labels, colors=label_colours(labels),
-        xlabel=x_label, row_height=height / len(labels), subfigure_width=3.6, xlabel_y_coordinate=-0.45 / height,
+        points, intervals, metric_names=list(stats.AGGREGATES), algorithms=[shown[label] for label in labels], colors=colours,
+        xlabel=plain_text(x_label), row_height=height / len(labels), subfigure_width=3.6, xlabel_y_coordinate=-0.45 / height,
     )
     n_seeds = {m.shape[0] for m in matrices.values()}
     n_datasets = next(iter(matrices.values())).shape[1]
@@ -40,9 +42,10 @@ def plot_aggregate_intervals(matrices: dict[str, np.ndarray], x_label: str, out:
     return save_figure(fig, out)
 
 
-def plot_performance_profiles(matrices: dict[str, np.ndarray], x_label: str, out: str | Path, reps: int = 2000,
-                              bounded: bool = False) -> Path:
-    """Fraction of runs (seeds x datasets) scoring above tau, against tau, with 95% intervals."""
+def plot_performance_profiles(matrices: dict[str, np.ndarray], x_label: str, out: str | Path, reps: int = stats.BOOTSTRAP_REPS,
+                              bounded: bool = False, lower_is_better: bool = False) -> Path:
+    """Fraction of runs (seeds x datasets) scoring better than tau (above it; below it where lower is better),
+    against tau, with 95% intervals."""
     if not matrices:
         raise OffbenchError("no row has scores on every dataset: nothing to profile")
     import matplotlib.pyplot as plt
@@ -52,13 +55,16 @@ def plot_performance_profiles(matrices: dict[str, np.ndarray], x_label: str, out
     if high <= low:
         high = low + 1.0
     taus = np.linspace(low, high, 81)
-    profiles, intervals = stats.performance_profiles(matrices, taus, reps)
+    profiles, intervals = stats.performance_profiles(matrices, taus, reps, lower_is_better=lower_is_better)
     labels = sorted(matrices)
+    shown = {label: plain_text(label) for label in labels}  # rliable writes the keys as legend labels
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
     _plot_utils().plot_performance_profiles(
-        {label: profiles[label] for label in labels}, taus, performance_profile_cis=intervals, ax=ax,
-        colors=label_colours(labels), xlabel=f"threshold τ: {x_label}", ylabel="fraction of runs with score > τ",
-        labelsize="medium", ticklabelsize="medium",
+        {shown[label]: profiles[label] for label in labels}, taus,
+        performance_profile_cis={shown[label]: intervals[label] for label in labels}, ax=ax,
+        colors={shown[label]: colour for label, colour in label_colours(labels).items()},
+        xlabel=f"threshold τ: {plain_text(x_label)}",
+        ylabel=f"fraction of runs with score {'<' if lower_is_better else '>'} τ", labelsize="medium", ticklabelsize="medium",
     )
     ax.legend(fontsize=8, loc="lower left")
     ax.set_title("Performance profiles (score distributions), shaded 95% interval", fontsize=10)

@@ -9,10 +9,10 @@ import typer
 from rich.console import Console
 
 from offbench.errors import OffbenchError
-from offbench.leaderboard.runs import RunRecord, expand_run_dirs, is_run_dir, read_run
-from offbench.leaderboard.spec import METRICS
+from offbench.stats import BOOTSTRAP_REPS, METRICS
+from offbench.tracking.run_dir import RunRecord, expand_run_dirs, is_run_dir, read_run
 
-KINDS = ("auto", "curves", "in-context", "aggregate", "profile")
+KINDS = ("auto", "curves", "in-context", "regret", "aggregate", "profile")
 
 
 def _is_runs_argument(path: Path) -> bool:
@@ -33,11 +33,17 @@ def _plot_histories(dataset: str, out: Path) -> Path:
     return plot_learning_histories(resolve(dataset), out, card=card)
 
 
+def _summary_row_field(run: RunRecord, which: str, field: str):
+    """`field` of the evaluations line at the summary's step (None where absent)."""
+    step = run.summary[which]["step"]
+    return next((row.get(field) for row in run.curve_rows(which) if row["step"] == step), None)
+
+
 def _frames(runs: list[RunRecord], field: str, which: str):
-    """(final scores, learning curves, in-context returns) of the runs as DataFrames, labelled by baseline."""
+    """(final scores, learning curves, in-context returns, bandit regret) of the runs as DataFrames, labelled by baseline."""
     import pandas as pd
 
-    scores, curves, in_context = [], [], []
+    scores, curves, in_context, regret = [], [], [], []
     for run in runs:
         key = {"label": run.baseline, "dataset": run.dataset_id, "seed": run.seed}
         score = run.score(field, which)
@@ -46,9 +52,28 @@ def _frames(runs: list[RunRecord], field: str, which: str):
         curves += [{**key, "step": row["step"], "score": float(row[field])}
                    for row in run.curve_rows(which) if isinstance(row.get(field), (int, float))]
         in_context += [{**key, "episode": i, "score": float(v)} for i, v in enumerate(run.in_context_returns(which) or [], 1)]
+        regret += [{**key, "pull": i, "score": float(v)} for i, v in enumerate(_summary_row_field(run, which, "in_context_regret") or [], 1)]
     return (pd.DataFrame(scores, columns=["label", "dataset", "seed", "score"]),
             pd.DataFrame(curves, columns=["label", "dataset", "seed", "step", "score"]),
-            pd.DataFrame(in_context, columns=["label", "dataset", "seed", "episode", "score"]))
+            pd.DataFrame(in_context, columns=["label", "dataset", "seed", "episode", "score"]),
+            pd.DataFrame(regret, columns=["label", "dataset", "seed", "pull", "score"]))
+
+
+def _regret_references(runs: list[RunRecord], regret, which: str) -> dict:
+    """UCB1, Thompson sampling and random on the tasks each dataset's runs were evaluated on."""
+    from offbench.data.cards import get_card
+    from offbench.envs.benchmarks import card_tasks
+    from offbench.plotting.regret import reference_regret
+
+    references = {}
+    for dataset in regret["dataset"].unique():
+        run = next(r for r in runs if r.dataset_id == dataset)
+        card = get_card(dataset)
+        train, held_out = card_tasks(card)
+        tasks = train if _summary_row_field(run, which, "tasks") == "train" else held_out
+        pulls = int(regret[regret.dataset == dataset]["pull"].max())
+        references[dataset] = reference_regret(dict(card.env), tasks, pulls)
+    return references
 
 
 def _metric_of(runs: list[RunRecord], metric: Optional[str]) -> str:
@@ -65,10 +90,10 @@ def _metric_of(runs: list[RunRecord], metric: Optional[str]) -> str:
 def plot(
     sources: list[str] = typer.Argument(..., help="Run directories (or folders of runs); or one dataset id/path of learning histories."),
     out: Path = typer.Option(..., "--out", "-o", help="Figure file: .png, .svg or .pdf."),
-    kind: str = typer.Option("auto", help=f"One of {', '.join(KINDS)}; auto = in-context curves if the runs have them, else learning curves."),
-    metric: Optional[str] = typer.Option(None, help="normalized_score | success_rate | mean_return (default: the runs' headline metric)."),
+    kind: str = typer.Option("auto", help=f"One of {', '.join(KINDS)}; auto = regret curves (bandits) or in-context curves if the runs have them, else learning curves."),
+    metric: Optional[str] = typer.Option(None, help=f"{' | '.join(METRICS)} (default: the runs' headline metric)."),
     score: str = typer.Option("final", help="final | best: which summary value aggregate plots use."),
-    reps: int = typer.Option(2000, help="Bootstrap resamples for the intervals."),
+    reps: int = typer.Option(BOOTSTRAP_REPS, help="Bootstrap resamples for the intervals."),
 ) -> None:
     """Learning curves, in-context curves and aggregate plots (interval estimates, performance profiles)."""
     from offbench.plotting.figures import figure_format
@@ -86,13 +111,17 @@ def plot(
         return
     runs = [read_run(path) for path in expand_run_dirs(paths)]
     chosen = METRICS[_metric_of(runs, metric)]
-    scores, curves, in_context = _frames(runs, chosen.field, score)
+    scores, curves, in_context, regret = _frames(runs, chosen.field, score)
     if kind == "auto":
-        kind = "in-context" if not in_context.empty else "curves"
+        kind = "regret" if not regret.empty else "in-context" if not in_context.empty else "curves"
     if kind == "curves":
         from offbench.plotting.curves import plot_learning_curves
 
         written = plot_learning_curves(curves, chosen.label, out, reps=reps)
+    elif kind == "regret":
+        from offbench.plotting.regret import plot_regret
+
+        written = plot_regret(regret, out, references=_regret_references(runs, regret, score), reps=reps)
     elif kind == "in-context":
         from offbench.plotting.curves import plot_in_context, source_curves
 
@@ -100,13 +129,14 @@ def plot(
         sources = source_curves(sorted(in_context["dataset"].unique()))
         written = plot_in_context(in_context, out, optimum=optimum, sources=sources, reps=reps)
     else:
-        from offbench.leaderboard.table import score_matrices
         from offbench.plotting.aggregate import plot_aggregate_intervals, plot_performance_profiles
+        from offbench.stats import score_matrices
 
         matrices = score_matrices(scores, sorted(scores["dataset"].unique()))
         x_label = f"{score} {chosen.label}"
         if kind == "aggregate":
             written = plot_aggregate_intervals(matrices, x_label, out, reps=reps)
         else:
-            written = plot_performance_profiles(matrices, x_label, out, reps=reps, bounded=chosen.name == "success_rate")
+            written = plot_performance_profiles(matrices, x_label, out, reps=reps, bounded=chosen.name == "success_rate",
+                                                lower_is_better=chosen.lower_is_better)
     Console().print(f"wrote {written}", highlight=False, markup=False, soft_wrap=True)

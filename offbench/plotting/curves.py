@@ -15,13 +15,13 @@ import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
 from offbench.errors import OffbenchError
-from offbench.leaderboard import stats
-from offbench.plotting.figures import label_colours, plt, save_figure
+from offbench import stats
+from offbench.plotting.figures import label_colours, plain_text, plt, save_figure
 
 
 def _wrapped(label: str) -> str:
     """'score (units)' on two lines, so long axis labels fit beside small panels."""
-    return label.replace(" (", "\n(", 1)
+    return plain_text(label).replace(" (", "\n(", 1)
 
 
 def _grid(n: int) -> tuple[int, int]:
@@ -40,12 +40,12 @@ def _seed_matrix(rows: pd.DataFrame, x: str, where: str) -> tuple[np.ndarray, np
 def _draw_mean_band(ax, xs, matrix, colour, label, reps) -> None:
     mean, low, high = stats.curve_intervals(matrix, reps)
     n = matrix.shape[0]
-    ax.plot(xs, mean, color=colour, label=f"{label} (n={n})", linewidth=1.8)
+    ax.plot(xs, mean, color=colour, label=f"{plain_text(label)} (n={n})", linewidth=1.8)
     if n > 1:
         ax.fill_between(xs, low, high, color=colour, alpha=0.2, linewidth=0)
 
 
-def plot_learning_curves(curves: pd.DataFrame, y_label: str, out: str | Path, title: str = "", reps: int = 2000) -> Path:
+def plot_learning_curves(curves: pd.DataFrame, y_label: str, out: str | Path, title: str = "", reps: int = stats.BOOTSTRAP_REPS) -> Path:
     """One panel per dataset, one line per label: evaluation score against gradient update step."""
     if curves.empty:
         raise OffbenchError("no evaluations to plot")
@@ -57,14 +57,14 @@ def plot_learning_curves(curves: pd.DataFrame, y_label: str, out: str | Path, ti
         for label, rows in curves[curves.dataset == dataset].groupby("label", sort=True):
             xs, matrix = _seed_matrix(rows, "step", f"{label} on {dataset}")
             _draw_mean_band(ax, xs, matrix, colours[label], label, reps)
-        ax.set_title(dataset, fontsize=10)
+        ax.set_title(plain_text(dataset), fontsize=10)
         ax.set_xlabel("update step (gradient updates)")
         ax.set_ylabel(_wrapped(y_label), fontsize=8)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     for ax in list(axes.flat)[len(datasets):]:
         ax.set_visible(False)
-    fig.suptitle(textwrap.fill(title or "Learning curves: mean over seeds, shaded 95% bootstrap interval", 55 * ncols), fontsize=11)
+    fig.suptitle(textwrap.fill(plain_text(title or "Learning curves: mean over seeds, shaded 95% bootstrap interval"), 55 * ncols), fontsize=11)
     fig.tight_layout()
     return save_figure(fig, out)
 
@@ -94,7 +94,7 @@ def plot_in_context(
     optimum: dict[str, float] | None = None,
     sources: dict[str, np.ndarray] | None = None,
     title: str = "",
-    reps: int = 2000,
+    reps: int = stats.BOOTSTRAP_REPS,
 ) -> Path:
     """Return per in-context episode (held-out tasks), with the optimum and the source algorithm as references.
 
@@ -129,7 +129,7 @@ def plot_in_context(
             low, high = ax.get_ylim()
             pad = 0.05 * (high - low)
             ax.set_ylim(min(low, min(references) - pad), max(high, max(references) + pad))
-        ax.set_title(dataset, fontsize=10)
+        ax.set_title(plain_text(dataset), fontsize=10)
         ax.set_xlabel("in-context episode (held-out tasks)")
         ax.set_ylabel(_wrapped("return (sum of rewards per episode)"), fontsize=8)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -137,6 +137,6 @@ def plot_in_context(
         ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
     for ax in list(axes.flat)[len(datasets):]:
         ax.set_visible(False)
-    fig.suptitle(textwrap.fill(title or "In-context improvement: mean over seeds, shaded 95% bootstrap interval", 65 * ncols), fontsize=11)
+    fig.suptitle(textwrap.fill(plain_text(title or "In-context improvement: mean over seeds, shaded 95% bootstrap interval"), 65 * ncols), fontsize=11)
     fig.tight_layout()
     return save_figure(fig, out)

@@ -26,6 +26,12 @@ def figure_format(path: str | Path) -> str:
     return fmt
 
 
+def plain_text(value: object) -> str:
+    """Any string as literal figure text: one line, and `$` escaped so matplotlib never parses it as math
+    (the SVG writer escapes XML itself). Labels, dataset ids and titles go through here."""
+    return " ".join(str(value).split()).replace("$", r"\$")
+
+
 def label_colours(labels: list[str]) -> dict[str, tuple]:
     """The same label gets the same colour in every figure of a leaderboard."""
     palette = plt.get_cmap("tab10").colors

@@ -6,13 +6,17 @@ The standard file is the longest match of the dataset id in `baselines/<name>/`:
 `d4rl/hopper-medium-v2` the candidates are `d4rl-hopper-medium-v2.toml`, `d4rl-hopper-medium.toml`,
 `d4rl-hopper.toml`, `d4rl.toml`, then `default.toml`. Config files are flat TOML tables whose keys are
 fields of the training config (`TrainConfig`) or of the baseline's `Config`, plus a `source` string
-saying where the numbers come from. Every value is checked against its field's type, so an unknown
-key or a wrong type is a one-line error before anything trains.
+saying where the numbers come from. Every value is checked against its field's type and against the
+values its field allows (`offbench.utils.ranged`: bounds, choices; floats always finite), so an unknown
+key, a wrong type or a value out of range is a one-line error naming the file or option, before a run
+directory exists.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 import tomllib
 import types
 import typing
@@ -22,6 +26,7 @@ from typing import Any
 
 from offbench.errors import OffbenchError
 from offbench.paths import builtin_dir
+from offbench.utils import ranged, read_text
 
 from offbench.evaluation.rollout import EPISODES_PER_SEED as MAX_EVAL_EPISODES  # evaluation seeds stay per training seed
 
@@ -32,20 +37,13 @@ METADATA_KEYS = ("source",)
 class TrainConfig:
     """What every baseline's training loop needs (the baseline's own Config holds the algorithm's)."""
 
-    steps: int = 100_000
-    batch_size: int = 256
-    log_every: int = 1_000  # metrics.jsonl gets the mean of each loss over this many updates
-    eval_every: int = 10_000
-    eval_episodes: int = 10  # 0: no evaluation; per task on multi-task data; consecutive episodes in context
+    steps: int = ranged(100_000, ge=1)
+    batch_size: int = ranged(256, ge=1)
+    log_every: int = ranged(1_000, ge=1)  # metrics.jsonl gets the mean of each loss over this many updates
+    eval_every: int = ranged(10_000, ge=1)
+    eval_episodes: int = ranged(10, ge=0, le=MAX_EVAL_EPISODES)  # 0: no evaluation; per task on multi-task data; consecutive episodes in context
     eval_deterministic: bool = True  # greedy / mean actions at evaluation; false samples (baselines that can)
-    checkpoint_every: int = 10_000
-
-    def validate(self) -> None:
-        for key in ("steps", "batch_size", "log_every", "eval_every", "checkpoint_every"):
-            if getattr(self, key) < 1:
-                raise OffbenchError(f"config: '{key}' must be at least 1, got {getattr(self, key)}")
-        if not 0 <= self.eval_episodes <= MAX_EVAL_EPISODES:
-            raise OffbenchError(f"config: 'eval_episodes' must be between 0 and {MAX_EVAL_EPISODES}, got {self.eval_episodes}")
+    checkpoint_every: int = ranged(10_000, ge=1)
 
 
 @dataclass
@@ -60,7 +58,9 @@ class ResolvedConfig:
 
 
 def dataset_slug(dataset_id: str) -> str:
-    return dataset_id.strip("/").replace("/", "-").lower()
+    """The id as one safe file-name part (ids of paths come from file names, which may hold anything)."""
+    slug = re.sub(r"[^a-z0-9._+-]+", "-", dataset_id.strip("/").replace("/", "-").lower())
+    return slug.strip("-.")[:80] or "dataset"
 
 
 def standard_config_path(baseline_name: str, dataset_id: str | None) -> Path:
@@ -79,11 +79,9 @@ def standard_config_path(baseline_name: str, dataset_id: str | None) -> Path:
 
 def read_config_file(path: Path) -> dict[str, Any]:
     try:
-        data = tomllib.loads(Path(path).read_text())
+        data = tomllib.loads(read_text(path, "config"))
     except tomllib.TOMLDecodeError as exc:
         raise OffbenchError(f"{path}: malformed TOML ({exc})") from None
-    except OSError as exc:
-        raise OffbenchError(f"{path}: cannot read config ({exc.strerror})") from None
     if "source" in data and not isinstance(data["source"], str):
         raise OffbenchError(f"{path}: 'source' must be a string saying where the numbers come from")
     return {k: v for k, v in data.items() if k not in METADATA_KEYS}
@@ -150,14 +148,40 @@ def coerce(value: Any, annotation: Any, where: str) -> Any:
             return value
         raise OffbenchError(f"{where} must be an integer, got {value!r}")
     if annotation is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
             return float(value)
-        raise OffbenchError(f"{where} must be a number, got {value!r}")
+        raise OffbenchError(f"{where} must be a finite number, got {value!r}")
     if annotation is str:
         if isinstance(value, str):
             return value
         raise OffbenchError(f"{where} must be a string, got {value!r}")
     raise TypeError(f"config field type {annotation!r} is not supported")
+
+
+_BOUNDS = {
+    "ge": ("at least", lambda v, b: v >= b),
+    "gt": ("greater than", lambda v, b: v > b),
+    "le": ("at most", lambda v, b: v <= b),
+    "lt": ("less than", lambda v, b: v < b),
+}
+
+
+def check_allowed(value: Any, allowed: dict[str, Any], where: str) -> Any:
+    """`value` if it (every item of it, for a list) is within the field's declared `ranged` limits."""
+    items = value if isinstance(value, (list, tuple)) else (value,)
+    for item in items:
+        if "choices" in allowed and item not in allowed["choices"]:
+            raise OffbenchError(f"{where} must be one of {', '.join(map(str, allowed['choices']))}, got {item!r}")
+        bounds = [(symbol, bound, test) for key, (symbol, test) in _BOUNDS.items() if (bound := allowed.get(key)) is not None]
+        if item is not None and not all(test(item, bound) for _, bound, test in bounds):
+            wanted = " and ".join(f"{symbol} {bound:g}" for symbol, bound, _ in bounds)
+            raise OffbenchError(f"{where} must be {wanted}, got {value!r}")
+    return value
+
+
+def field_limits(config: Any) -> dict[str, dict[str, Any]]:
+    """Field name -> the limits its `ranged` declaration allows (empty for a plain field)."""
+    return {f.name: dict(f.metadata.get("allowed", {})) for f in dataclasses.fields(config)}
 
 
 def field_types(config: Any) -> dict[str, Any]:
@@ -175,6 +199,7 @@ def resolve_config(
     """Apply the layers in order; a key goes to every config dataclass that has a field of that name."""
     sections = [TrainConfig(), baseline_cls.Config()]
     fields = [field_types(section) for section in sections]
+    limits = [field_limits(section) for section in sections]
     standard = standard_config_path(baseline_cls.name, dataset_id)
     layers: list[tuple[str, dict[str, Any]]] = [(str(standard), read_config_file(standard))]
     if config_file is not None:
@@ -188,9 +213,8 @@ def resolve_config(
                 known = sorted(set().union(*fields))
                 raise OffbenchError(f"{where}: unknown config key '{key}' for baseline '{baseline_cls.name}' (known: {', '.join(known)})")
             for i in targets:
-                setattr(sections[i], key, coerce(value, fields[i][key], f"{where}: '{key}'"))
+                setattr(sections[i], key, check_allowed(coerce(value, fields[i][key], f"{where}: '{key}'"), limits[i][key], f"{where}: '{key}'"))
     train, baseline = sections
-    train.validate()
     return ResolvedConfig(train=train, baseline=baseline, sources=[where for where, _ in layers])
 
 
@@ -198,7 +222,9 @@ def config_from_dict(baseline_cls: type, values: dict[str, Any]) -> ResolvedConf
     """Rebuild a resolved config from its flat dict (run.json), checking every value again."""
     sections = [TrainConfig(), baseline_cls.Config()]
     for section in sections:
+        limits = field_limits(section)
         for name, annotation in field_types(section).items():
             if name in values:
-                setattr(section, name, coerce(values[name], annotation, f"run.json config '{name}'"))
+                where = f"run.json config '{name}'"
+                setattr(section, name, check_allowed(coerce(values[name], annotation, where), limits[name], where))
     return ResolvedConfig(train=sections[0], baseline=sections[1], sources=["run.json"])

@@ -23,7 +23,8 @@ import numpy as np
 import torch
 
 from offbench.baselines import BASELINES, get_baseline
-from offbench.data.cards import DatasetCard, all_cards, card_from_dict, get_card
+from offbench.data.cards import DatasetCard, all_cards, get_card
+from offbench.data.resolve import Dataset, open_dataset
 from offbench.data.spec import DatasetSpec
 from offbench.data.store import EpisodeStore
 from offbench.errors import OffbenchError
@@ -32,33 +33,7 @@ from offbench.evaluation.protocols import EvaluationProtocol, EvaluationSetup, b
 from offbench.training.config import ResolvedConfig, config_from_dict, dataset_slug, resolve_config
 from offbench.tracking import run_dir as rd
 from offbench.tracking.loggers import LocalFiles, Logger, open_loggers, parse_logger_names
-from offbench.utils import atomic_write_bytes, atomic_write_json
-
-
-# ---------------------------------------------------------------------------------------------- data
-@dataclass
-class Dataset:
-    id: str
-    path: Path
-    format: str
-    store: EpisodeStore
-    card: DatasetCard | None  # what evaluation rebuilds the environment and normalises scores from
-
-
-def open_dataset(id_or_path: str | Path) -> Dataset:
-    """A registered id (downloaded or generated on first use) or a path; a path's card is the one stored in
-    the file, when it has one."""
-    from offbench.data.resolve import locate
-
-    found = locate(id_or_path)
-    card = found.card
-    if card is None and found.store.card:
-        try:
-            card = card_from_dict(found.store.card)
-        except OffbenchError:
-            card = None
-    dataset_id = card.id if card else found.path.stem
-    return Dataset(dataset_id, found.path.resolve(), found.format, found.store, card)
+from offbench.utils import atomic_write_bytes, atomic_write_json, safe_component
 
 
 def check_fit(baseline_cls: type, spec: DatasetSpec, dataset: Dataset, protocol: EvaluationProtocol, evaluate: bool) -> None:
@@ -267,8 +242,8 @@ class Run:
         train = self.config.train
         protocol = self.protocol() if train.eval_episodes > 0 else None
         info = ""
-        with progress_bar("rate", "info") as progress:
-            task = progress.add_task(f"{self.baseline_cls.name} {self.dataset.id}", total=train.steps, completed=state.step, rate="", info="")
+        label = f"{self.baseline_cls.name} {self.dataset.id}"
+        with progress_bar(False, label, train.steps, unit="updates", completed=state.step, fields=("rate", "info")) as advance:
             clock, last_rate_step = time.perf_counter(), state.step
             for step in range(state.step + 1, train.steps + 1):
                 for key, value in baseline.update(sampler.sample()).items():
@@ -282,12 +257,12 @@ class Run:
                     rate = (step - last_rate_step) / max(now - clock, 1e-9)
                     clock, last_rate_step = now, step
                     info = self._log_losses(state, loggers)
-                    progress.update(task, rate=f"{rate:.0f} it/s")
+                    advance(0, rate=f"{rate:.0f} it/s")
                 if protocol is not None and (step % train.eval_every == 0 or last):
                     info = self._log_evaluations(protocol.evaluate(baseline, step), loggers) or info
                 if step % train.checkpoint_every == 0 or last:
                     self.save_checkpoint(state, state.elapsed + time.perf_counter() - clock, baseline, sampler, local)
-                progress.update(task, completed=step, info=info)
+                advance(1, info=info)
 
     @staticmethod
     def _log_losses(state: LoopState, loggers: list[Logger]) -> str:
@@ -370,6 +345,8 @@ def start_run(
     """Check everything, create the run directory and run.json; `run.train()` then does the work."""
     if not 0 <= seed < 2**32:  # numpy's global seed and the evaluation episode seeds must be non-negative
         raise OffbenchError(f"--seed must be between 0 and 2**32 - 1, got {seed}")
+    if name is not None:
+        safe_component(name, "--name")
     baseline_cls = get_baseline(baseline_name)
     logger_names = parse_logger_names(loggers)
     torch_device = resolve_device(device)

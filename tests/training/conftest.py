@@ -10,16 +10,16 @@ import pytest
 
 
 
-def generated_home(tmp_path_factory, name: str, *datasets: str) -> Path:
-    """A fresh OFFBENCH_HOME holding `datasets` (generated from their recipes)."""
-    home = tmp_path_factory.mktemp(name)
+def generated_home(tmp_path_factory, *dataset_ids: str) -> Path:
+    """A fresh OFFBENCH_HOME with `dataset_ids` generated in it (the caller's OFFBENCH_HOME is left as it was)."""
+    home = tmp_path_factory.mktemp(dataset_ids[0].replace("/", "-") + "_home")
     old = os.environ.get("OFFBENCH_HOME")
     os.environ["OFFBENCH_HOME"] = str(home)
     try:
         import offbench
 
-        for dataset in datasets:
-            offbench.load(dataset)
+        for dataset_id in dataset_ids:
+            offbench.load(dataset_id)
     finally:
         if old is None:
             del os.environ["OFFBENCH_HOME"]
@@ -31,13 +31,29 @@ def generated_home(tmp_path_factory, name: str, *datasets: str) -> Path:
 @pytest.fixture(scope="session")
 def pendulum_home(tmp_path_factory) -> Path:
     """An OFFBENCH_HOME holding pendulum-scripted, generated once for all training tests."""
-    return generated_home(tmp_path_factory, "pendulum_home", "pendulum-scripted")
+    return generated_home(tmp_path_factory, "pendulum-scripted")
 
 
 @pytest.fixture(scope="session")
 def multitask_home(tmp_path_factory) -> Path:
     """An OFFBENCH_HOME holding the tiny Meta-World (continuous) and MiniGrid (discrete) multi-task datasets."""
-    return generated_home(tmp_path_factory, "multitask_home", "metaworld/tiny-near-optimal", "minigrid/tiny-near-optimal")
+    return generated_home(tmp_path_factory, "metaworld/tiny-near-optimal", "minigrid/tiny-near-optimal")
+
+
+@pytest.fixture(scope="session")
+def darkroom_home(tmp_path_factory) -> Path:
+    """An OFFBENCH_HOME holding darkroom-small (Dark Room learning histories), generated once."""
+    return generated_home(tmp_path_factory, "darkroom-small")
+
+
+@pytest.fixture
+def darkroom(darkroom_home, monkeypatch):
+    """Point this test (and its subprocesses) at the darkroom-small home; returns the dataset."""
+    monkeypatch.setenv("OFFBENCH_HOME", str(darkroom_home))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    import offbench
+
+    return offbench.load("darkroom-small")
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from training_helpers import CONFIGS, offbench_command
+from helpers import TRAINING_CONFIGS, offbench_command
 from offbench.errors import OffbenchError
 from offbench.tracking.loggers import LOGGERS, parse_logger_names
 
@@ -48,7 +48,7 @@ def wandb_records(path):
 @pytest.mark.skipif(not INSTALLED, reason="no optional logger back-end installed")
 def test_installed_backends_hold_what_the_run_logged(pendulum, tmp_path):
     proc = subprocess.run(
-        offbench_command("run", "baseline", "bc", "--dataset", "pendulum-scripted", "--config", CONFIGS / "bc-tiny.toml",
+        offbench_command("run", "baseline", "bc", "--dataset", "pendulum-scripted", "--config", TRAINING_CONFIGS / "bc-tiny.toml",
                          "--out", tmp_path, "--name", "logged", "--logger", ",".join(INSTALLED)),
         capture_output=True, text=True, timeout=300,
     )

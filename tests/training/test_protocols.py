@@ -15,7 +15,7 @@ from offbench.evaluation.policy import PolicyOptions
 from offbench.evaluation.protocols import PROTOCOL_FOR_KIND, PROTOCOLS, EvaluationSetup, InContext, build_protocol, run_in_context
 
 from baseline_contract import check_baseline_contract, multi_task_store
-from training_helpers import CONFIGS
+from helpers import TRAINING_CONFIGS as CONFIGS
 
 
 def contract_store(name: str, pendulum):
@@ -279,19 +279,3 @@ def test_multi_task_run_end_to_end_and_per_task_targets_for_dt(cli, tmp_path):
     evaluation = json.loads((tmp_path / "mtdt" / "run.json").read_text())["evaluation"]
     assert evaluation["protocol"] == "multi-task" and evaluation["target_returns"] is None
     assert len(evaluation["task_target_returns"]) == 3 and len(evaluation["tasks"]) == 3
-
-
-def test_evaluation_and_envs_do_not_import_baselines():
-    """The layers below the baselines stay below them: evaluation sees a baseline only through its policy."""
-    import subprocess
-    import sys
-
-    code = (
-        "import sys, pkgutil, importlib, offbench.evaluation, offbench.envs\n"
-        "for package in (offbench.evaluation, offbench.envs):\n"
-        "    for info in pkgutil.iter_modules(package.__path__):\n"
-        "        importlib.import_module(f'{package.__name__}.{info.name}')\n"
-        "print(sorted(m for m in sys.modules if m.startswith('offbench.baselines')))\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]"

@@ -7,12 +7,14 @@ import tomllib
 
 import pytest
 
-from offbench.baselines import get_baseline
+from offbench.baselines import BASELINES, get_baseline
 from offbench.errors import OffbenchError
 from offbench.paths import builtin_dir
 from offbench.training.config import (
     TrainConfig,
+    check_allowed,
     config_from_dict,
+    field_limits,
     parse_override,
     read_config_file,
     resolve_config,
@@ -73,7 +75,12 @@ def test_layers_override_in_order(tmp_path):
         ("lr=1e-3", "--set lr=1e-3: unknown config key 'lr' for baseline 'bc'"),
         ("steps=ten", "'steps' must be an integer, got 'ten'"),
         ("steps=1.5", "'steps' must be an integer, got 1.5"),
-        ("learning_rate=true", "'learning_rate' must be a number, got True"),
+        ("learning_rate=true", "'learning_rate' must be a finite number, got True"),
+        ("learning_rate=nan", "'learning_rate' must be a finite number, got nan"),
+        ("learning_rate=0", "'learning_rate' must be greater than 0, got 0.0"),
+        ("num_layers=-1", "'num_layers' must be at least 0, got -1"),
+        ("hidden_dim=0", "'hidden_dim' must be at least 1, got 0"),
+        ("eval_episodes=1001", "'eval_episodes' must be at least 0 and at most 1000, got 1001"),
         ("normalize_observations=1", "'normalize_observations' must be true or false, got 1"),
         ("steps=0", "'steps' must be at least 1"),
         ("steps", "expected key=value"),
@@ -106,7 +113,16 @@ def test_override_values_are_read_as_toml():
     assert parse_override("a=x=y") == ("a", "x=y")
 
 
-def test_train_config_defaults_validate():
-    TrainConfig().validate()
-    with pytest.raises(OffbenchError, match="eval_episodes"):
-        TrainConfig(eval_episodes=-1).validate()
+@pytest.mark.parametrize("name", sorted(BASELINES))
+def test_every_default_is_within_its_declared_limits(name):
+    """The declared ranges and the defaults agree, for the training loop and every registered baseline."""
+    for section in (TrainConfig(), get_baseline(name).Config()):
+        limits = field_limits(section)
+        assert any(limits.values()), f"{type(section).__name__} declares no ranges"
+        for key, value in dataclasses.asdict(section).items():
+            check_allowed(value, limits[key], key)
+
+
+def test_run_json_values_are_checked_against_the_limits_too():
+    with pytest.raises(OffbenchError, match="run.json config 'eval_episodes' must be at least 0"):
+        config_from_dict(BC, {"eval_episodes": -1})

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from training_helpers import CONFIGS, offbench_command
+from helpers import TRAINING_CONFIGS, offbench_command, require_extra
 from offbench.baselines import get_baseline
 from offbench.errors import OffbenchError
 
@@ -33,7 +33,7 @@ def losses(run_dir: Path) -> list[dict]:
 
 
 def test_dt_run_writes_the_run_directory_contract(pendulum, cli, tmp_path):
-    code, out, err = cli("run", "baseline", "dt", "--dataset", "pendulum-scripted", "--config", CONFIGS / "dt-tiny.toml",
+    code, out, err = cli("run", "baseline", "dt", "--dataset", "pendulum-scripted", "--config", TRAINING_CONFIGS / "dt-tiny.toml",
                          "--seed", "3", "--out", tmp_path, "--name", "dt-run")
     assert code == 0, err
     assert "final normalized_score" in out
@@ -74,7 +74,7 @@ def test_dt_run_writes_the_run_directory_contract(pendulum, cli, tmp_path):
 
 def test_same_seed_same_numbers_other_seed_other_numbers(pendulum, cli, tmp_path):
     for name, seed in (("a", 1), ("b", 1), ("c", 2)):  # DT: dropout draws from torch's RNG every update
-        code, _, err = cli("run", "baseline", "dt", "--dataset", "pendulum-scripted", "--config", CONFIGS / "dt-tiny.toml",
+        code, _, err = cli("run", "baseline", "dt", "--dataset", "pendulum-scripted", "--config", TRAINING_CONFIGS / "dt-tiny.toml",
                            "--seed", seed, "--out", tmp_path, "--name", name)
         assert code == 0, err
     assert losses(tmp_path / "a") == losses(tmp_path / "b")
@@ -85,7 +85,7 @@ def test_same_seed_same_numbers_other_seed_other_numbers(pendulum, cli, tmp_path
 def test_interrupted_dt_resumes_to_the_same_numbers(pendulum, cli, tmp_path, monkeypatch):
     """Ctrl-C between checkpoints (step 37 of 50, checkpoint at 25): resuming restores the LR schedule,
     the dropout RNG and the sampler, and truncates what was logged after the checkpoint."""
-    args = ["run", "baseline", "dt", "--dataset", "pendulum-scripted", "--config", CONFIGS / "dt-tiny.toml", "--out", tmp_path]
+    args = ["run", "baseline", "dt", "--dataset", "pendulum-scripted", "--config", TRAINING_CONFIGS / "dt-tiny.toml", "--out", tmp_path]
     code, _, err = cli(*args, "--name", "whole")
     assert code == 0, err
     dt = get_baseline("dt")
@@ -121,7 +121,7 @@ def test_checkpoint_that_no_longer_fits_the_code_is_a_one_line_error(pendulum, c
         return update(self, batch)
 
     monkeypatch.setattr(bc, "update", interrupted_update)
-    code, _, _ = cli("run", "baseline", "bc", "--dataset", "pendulum-scripted", "--config", CONFIGS / "bc-tiny.toml",
+    code, _, _ = cli("run", "baseline", "bc", "--dataset", "pendulum-scripted", "--config", TRAINING_CONFIGS / "bc-tiny.toml",
                      "--out", tmp_path, "--name", "old")
     assert code == 130
     monkeypatch.setattr(bc, "update", update)
@@ -137,7 +137,7 @@ def test_checkpoint_that_no_longer_fits_the_code_is_a_one_line_error(pendulum, c
 
 
 def test_sigkill_then_resume_ends_like_an_uninterrupted_run(pendulum, cli, tmp_path):
-    args = ["run", "baseline", "bc", "--dataset", "pendulum-scripted", "--config", CONFIGS / "bc-tiny.toml", "--out", tmp_path,
+    args = ["run", "baseline", "bc", "--dataset", "pendulum-scripted", "--config", TRAINING_CONFIGS / "bc-tiny.toml", "--out", tmp_path,
             "--set", "steps=1200", "--set", "log_every=50", "--set", "checkpoint_every=400", "--set", "eval_every=600"]
     killed = subprocess.Popen(offbench_command(*args, "--name", "killed"), stderr=subprocess.DEVNULL)
     metrics = tmp_path / "killed" / "metrics.jsonl"
@@ -208,6 +208,7 @@ def test_action_kind_and_environment_are_checked_before_training(pendulum, monke
     with pytest.raises(OffbenchError, match=r"pip install 'offbench\[mujoco\]'"):
         check_fit(ContinuousOnly, spec, Dataset("toy/hopper", Path("x"), "offbench", pendulum, card), protocol, evaluate=True)
     monkeypatch.delitem(sys.modules, "mujoco")
+    require_extra("mujoco", "mujoco")
     with pytest.raises(OffbenchError, match=r"observation shape \(3,\) differs from Hopper-v5's \(11,\)"):
         check_fit(ContinuousOnly, spec, Dataset("toy/hopper", Path("x"), "offbench", pendulum, card), protocol, evaluate=True)
 
@@ -218,7 +219,7 @@ def test_dataset_path_without_card_trains_only_without_evaluation(pendulum, cli,
     path = tmp_path / "bare.h5"
     EpisodeStore.from_episodes([pendulum.episode(i) for i in range(4)], observation_space=pendulum.observation_space,
                                action_space=pendulum.action_space).save(path)
-    args = ["run", "baseline", "bc", "--dataset", path, "--config", CONFIGS / "bc-tiny.toml", "--out", tmp_path / "runs"]
+    args = ["run", "baseline", "bc", "--dataset", path, "--config", TRAINING_CONFIGS / "bc-tiny.toml", "--out", tmp_path / "runs"]
     code, _, err = cli(*args)
     assert code == 2 and "no dataset card with an [env]" in err and "eval_episodes=0" in err
     code, _, err = cli(*args, "--set", "eval_episodes=0", "--name", "bare")

@@ -1,4 +1,5 @@
-"""Every shipped CQL/IQL config file names its source and passes the trainer's config resolution."""
+"""Every shipped CQL/IQL config file names its source and passes the trainer's config resolution; the D4RL
+configs of DT, CQL and IQL evaluate as CORL's do."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from offbench.baselines.cql import CQL, CQLConfig
+from offbench.baselines.dt import DecisionTransformer as DT
 from offbench.baselines.iql import IQL, IQLConfig
 from offbench.training.config import resolve_config, standard_config_path
 
@@ -21,7 +23,8 @@ FILES = [(path, CQL) for path in sorted((ROOT / "cql").glob("*.toml"))] + [
 def test_config_file_resolves_with_a_source(path, baseline):
     assert "CORL" in tomllib.loads(path.read_text())["source"]  # every file derives from CORL's configs
     resolved = resolve_config(baseline, None, config_file=path)  # unknown keys and wrong types raise
-    assert resolved.baseline.steps == resolved.train.steps
+    if baseline is IQL:  # its actor's learning-rate schedule spans the run
+        assert resolved.baseline.steps == resolved.train.steps
 
 
 def test_default_files_hold_the_dataclass_defaults():
@@ -34,3 +37,16 @@ def test_d4rl_dataset_ids_find_their_corl_config():
     resolved = resolve_config(IQL, "d4rl/hopper-medium-expert-v2")
     assert (resolved.baseline.beta, resolved.baseline.expectile) == (6.0, 0.5)  # CORL's values for that dataset
     assert resolve_config(CQL, "d4rl/hopper-medium-v2").baseline.normalize_reward
+
+
+# CORL's D4RL configs (github.com/tinkoff-ai/CORL configs/offline/{dt,cql,iql}/<env>/*_v2.yaml): every
+# baseline evaluates every 5,000 updates; DT on 100 episodes (eval_episodes), CQL and IQL on 10 (n_episodes).
+CORL_EVAL_EPISODES = {DT: 100, CQL: 10, IQL: 10}
+D4RL_CONFIGS = [(path, baseline) for baseline in CORL_EVAL_EPISODES
+                for path in sorted((ROOT / baseline.name).glob("d4rl-*.toml"))]
+
+
+@pytest.mark.parametrize("path, baseline", D4RL_CONFIGS, ids=[f"{p.parent.name}/{p.name}" for p, _ in D4RL_CONFIGS])
+def test_d4rl_configs_evaluate_on_corls_schedule(path, baseline):
+    train = resolve_config(baseline, None, config_file=path).train
+    assert (train.eval_every, train.eval_episodes) == (5_000, CORL_EVAL_EPISODES[baseline])

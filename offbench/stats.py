@@ -1,24 +1,78 @@
-"""Interval estimates with rliable (Agarwal et al., 2021, "Deep RL at the Edge of the Statistical Precipice").
+"""Headline metrics and their interval estimates with rliable (Agarwal et al., 2021, "Deep RL at the Edge of
+the Statistical Precipice"). Below both the leaderboard and the figures, which read scores through here.
 
 Every interval is a 95% percentile interval of a stratified bootstrap over seeds (runs), which is
 rliable's default; with one dataset it is the ordinary bootstrap over seeds. rliable draws its
 resamples from NumPy's global generator (`StratifiedBootstrap.update_indices` calls
 `np.random.choice`), so `_seeded` fixes that generator for the call and restores it after: the same
 entries always give the same table.
+
+Where a metric is lower-is-better (regret), every statistic that has a direction (probability of
+improvement, performance profiles, the best evaluation) is taken on the negated scores, so "X beats Y"
+always means X is the better run; means, medians, IQMs and their intervals do not depend on direction.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from offbench.errors import require
+from offbench.tracking.run_dir import LOWER_IS_BETTER
 
 CONFIDENCE = 0.95
 BOOTSTRAP_SEED = 0
+BOOTSTRAP_REPS = 2000  # resamples of every interval unless a benchmark says otherwise (rliable's examples use 2000)
 AGGREGATES = ("mean", "median", "IQM")
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A headline number: which evaluations.jsonl field it reads, how to label it, and which way is better."""
+
+    name: str
+    field: str
+    label: str  # axis and table label, units included
+    normalised: bool  # comparable across datasets (so aggregates across datasets make sense)
+
+    @property
+    def lower_is_better(self) -> bool:
+        """Whether a smaller number is the better run (the run directory contract says which fields are)."""
+        return self.field in LOWER_IS_BETTER
+
+    @property
+    def sign(self) -> float:
+        """+1 or -1: sign * score grows as runs get better."""
+        return -1.0 if self.lower_is_better else 1.0
+
+
+METRICS = {
+    "normalized_score": Metric(
+        "normalized_score", "normalized_score", "normalised score (0 = random, 100 = expert reference)", True
+    ),
+    "success_rate": Metric("success_rate", "success_rate", "success rate (fraction of evaluation episodes)", True),
+    "mean_return": Metric("mean_return", "mean_return", "return (undiscounted sum of rewards per episode)", False),
+    "in_context_return": Metric(
+        "in_context_return", "mean_return", "return in the last in-context episode (sum of rewards)", False
+    ),
+    "regret": Metric("regret", "regret", "cumulative regret over the in-context episodes (lower is better)", False),
+}
+
+
+def score_matrices(scores: pd.DataFrame, datasets: list[str] | tuple[str, ...]) -> dict[str, np.ndarray]:
+    """Per row (label) that has every dataset, the (seeds x datasets) matrix rliable's aggregates take; where
+    seed counts differ between datasets, the row's lowest-numbered n seeds of each (n = its smallest count)."""
+    out = {}
+    for label, rows in scores.groupby("label", sort=True):
+        per_dataset = [rows[rows["dataset"] == d].sort_values("seed")["score"].to_numpy() for d in datasets]
+        if all(len(v) for v in per_dataset):
+            n = min(len(v) for v in per_dataset)
+            out[str(label)] = np.stack([v[:n] for v in per_dataset], axis=1)
+    return out
 
 
 def _rliable():
@@ -73,15 +127,18 @@ def aggregate_intervals(score_matrices: dict[str, np.ndarray], reps: int) -> dic
     }
 
 
-def improvement_probabilities(score_matrices: dict[str, np.ndarray], reps: int) -> dict[tuple[str, str], tuple[float, float, float]]:
-    """P(X > Y) for every ordered pair of rows, averaged over datasets, with its interval.
+def improvement_probabilities(score_matrices: dict[str, np.ndarray], reps: int, lower_is_better: bool = False
+                              ) -> dict[tuple[str, str], tuple[float, float, float]]:
+    """P(X better than Y) for every ordered pair of rows, averaged over datasets, with its interval
+    (better = higher, or lower where `lower_is_better`).
 
     rliable's estimate is a Mann-Whitney U statistic in which ties count one half, so
     P(Y > X) = 1 - P(X > Y) holds exactly; each unordered pair is bootstrapped once and mirrored.
     """
     library, metrics = _rliable()
+    sign = -1.0 if lower_is_better else 1.0
     labels = list(score_matrices)
-    pairs = {(x, y): (score_matrices[x], score_matrices[y]) for i, x in enumerate(labels) for y in labels[i + 1:]}
+    pairs = {(x, y): (sign * score_matrices[x], sign * score_matrices[y]) for i, x in enumerate(labels) for y in labels[i + 1:]}
     if not pairs:
         return {}
     keyed = {f"{i}": pair for i, pair in enumerate(pairs.values())}
@@ -97,11 +154,14 @@ def improvement_probabilities(score_matrices: dict[str, np.ndarray], reps: int) 
     return out
 
 
-def performance_profiles(score_matrices: dict[str, np.ndarray], taus: np.ndarray, reps: int):
-    """Fraction of runs scoring above each threshold tau, with intervals (rliable's score distributions)."""
+def performance_profiles(score_matrices: dict[str, np.ndarray], taus: np.ndarray, reps: int, lower_is_better: bool = False):
+    """Fraction of runs scoring better than each threshold tau (above it; below it where `lower_is_better`),
+    with intervals (rliable's score distributions)."""
     library, _ = _rliable()
+    sign = -1.0 if lower_is_better else 1.0
     with _seeded():
-        return library.create_performance_profile(score_matrices, taus, reps=reps, confidence_interval_size=CONFIDENCE)
+        return library.create_performance_profile({k: sign * v for k, v in score_matrices.items()}, sign * np.asarray(taus),
+                                                  reps=reps, confidence_interval_size=CONFIDENCE)
 
 
 def curve_intervals(curves: np.ndarray, reps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -1,6 +1,10 @@
-"""Tiny synthetic specs and batches shared by the Q-learning baseline tests (CQL, IQL)."""
+"""Helpers the tests import (`from helpers import ...`; pytest puts tests/ on sys.path). Fixtures live in
+conftest.py files, which are not for importing."""
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -9,13 +13,51 @@ import torch
 
 from offbench.baselines.base import DatasetSpec
 
+TRAINING_CONFIGS = Path(__file__).resolve().parent / "training" / "configs"
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+
+def require_extra(module: str, extra: str):
+    """The optional module, or skip the calling test (or module, at import) naming the extra to install."""
+    return pytest.importorskip(module, reason=f"needs {module}: pip install 'offbench[{extra}]'")
+
+
+def offbench_command(*args: str) -> list[str]:
+    """argv for `offbench ARGS` in a subprocess."""
+    return [sys.executable, "-m", "offbench", *map(str, args)]
+
+
+# ---------------------------------------------------------------------------------------------- datasets
+
+
+def make_store(episode_lengths=(3, 5, 2), obs_dim=4, act_dim=2, terminal_last=(True, False, True), seed=0, **columns):
+    """A small hand-built dataset: episode i has the given length; its last step terminates or is truncated."""
+    from offbench.data.store import EpisodeStore
+
+    rng = np.random.default_rng(seed)
+    episodes = []
+    for length, term in zip(episode_lengths, terminal_last):
+        terminations = np.zeros(length, bool)
+        truncations = np.zeros(length, bool)
+        (terminations if term else truncations)[-1] = True
+        ep = {
+            "observations": rng.normal(size=(length + 1, obs_dim)).astype(np.float32),
+            "actions": rng.uniform(-1, 1, size=(length, act_dim)).astype(np.float32),
+            "rewards": rng.normal(size=length).astype(np.float32),
+            "terminations": terminations,
+            "truncations": truncations,
+        }
+        for name, fn in columns.items():
+            ep[name] = fn(length)
+        episodes.append(ep)
+    return EpisodeStore.from_episodes(
+        episodes,
+        observation_space=gym.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float32),
+        action_space=gym.spaces.Box(-1, 1, (act_dim,), np.float32),
+        card={"id": "test/hand-built"},
+    )
+
+
+# ------------------------------------------------- tiny specs and batches for the Q-learning baselines (CQL, IQL)
 
 
 def box_spec(obs_dim=3, act_dim=1, low=-1.0, high=1.0) -> DatasetSpec:

@@ -1,0 +1,80 @@
+"""In-context RL results of AD and DPT runs against the issue's targets, from run directories.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/icrl_results.py runs-results/*-bandit-* runs-results/*-darkroom-*
+
+Bandits: cumulative regret after the last pull of each run's latest evaluation (held-out tasks), mean over seeds
+with a 95% interval (Student t over seeds), against Thompson sampling, UCB1 and random on the same tasks
+(`offbench.plotting.regret.reference_regret`); the target is AD's and DPT's regret <= 1.1 x Thompson sampling's.
+Grid worlds: return in the first in-context episode, mean of the last five, and the optimal return; the CPU
+target is last-five >= 3 x first and >= 50% of optimal.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import typer
+from scipy import stats
+
+from offbench.data.cards import get_card
+from offbench.envs.benchmarks import card_tasks
+from offbench.plotting.regret import reference_regret
+
+
+def latest_evaluation(run_dir: Path) -> dict | None:
+    lines = (run_dir / "evaluations.jsonl").read_text().splitlines() if (run_dir / "evaluations.jsonl").exists() else []
+    return json.loads(lines[-1]) if lines else None
+
+
+def interval(values: list[float]) -> str:
+    mean = float(np.mean(values))
+    if len(values) < 2:
+        return f"{mean:.2f}"
+    half = stats.t.ppf(0.975, len(values) - 1) * np.std(values, ddof=1) / np.sqrt(len(values))
+    return f"{mean:.2f} ± {half:.2f}"
+
+
+def main(run_dirs: list[Path]) -> None:
+    rows = []
+    for run_dir in run_dirs:
+        if not (run_dir / "run.json").exists():
+            continue
+        run = json.loads((run_dir / "run.json").read_text())
+        line = latest_evaluation(run_dir)
+        if line is None:
+            continue
+        returns = line["in_context_returns"]
+        rows.append({"dataset": run["dataset"]["id"], "baseline": run["baseline"], "seed": run["seed"], "step": line["step"],
+                     "regret": line["regret"], "first": returns[0], "last5": float(np.mean(returns[-5:])),
+                     "optimal": line["optimal_return"], "bandit": len(line["lengths"]) > 0 and max(line["lengths"]) == 1,
+                     "pulls": len(returns), "tasks": line["tasks"]})
+    frame = pd.DataFrame(rows)
+    for dataset, part in frame.groupby("dataset", sort=True):
+        print(f"\n### {dataset}")
+        if part["bandit"].all():
+            card = get_card(dataset)
+            train, held_out = card_tasks(card)
+            references = reference_regret(dict(card.env), train if part["tasks"].iloc[0] == "train" else held_out, int(part["pulls"].max()))
+            thompson = references["Thompson sampling"][-1]
+            print(f"| baseline | seeds | update step | regret at pull {int(part['pulls'].max())} | / Thompson sampling |")
+            print("|---|---:|---:|---:|---:|")
+            for baseline, runs in part.groupby("baseline", sort=True):
+                ratios = [r / thompson for r in runs["regret"]]
+                print(f"| {baseline} | {len(runs)} | {sorted(set(runs['step']))} | {interval(list(runs['regret']))} | {interval(ratios)} |")
+            for name, curve in references.items():
+                print(f"| {name} | - | - | {curve[-1]:.2f} | {curve[-1] / thompson:.2f} |")
+        else:
+            print("| baseline | seeds | update step | first episode | last 5 episodes | optimal | last5 / first | last5 / optimal |")
+            print("|---|---:|---:|---:|---:|---:|---:|---:|")
+            for baseline, runs in part.groupby("baseline", sort=True):
+                ratio_first = [l / f if f > 0 else float("inf") for l, f in zip(runs["last5"], runs["first"])]
+                print(f"| {baseline} | {len(runs)} | {sorted(set(runs['step']))} | {interval(list(runs['first']))} | "
+                      f"{interval(list(runs['last5']))} | {runs['optimal'].mean():.2f} | {interval(ratio_first)} | "
+                      f"{interval(list(runs['last5'] / runs['optimal']))} |")
+
+
+if __name__ == "__main__":
+    typer.run(main)

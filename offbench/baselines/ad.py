@@ -1,0 +1,223 @@
+"""Algorithm Distillation (Laskin et al. 2022): a causal transformer trained to predict the source RL
+algorithm's next action from a window of its learning history that spans several episodes; at evaluation it
+acts in new tasks with its own growing history as context and improves in context, without weight updates.
+
+    loss = cross_entropy(pi(a_t | (s, a, r)_{t-T+1 .. t-1}, s_t), a_t)   over every t of a T-step window
+
+Two token layouts (`token_layout`), the two the public reproductions use:
+- "sar": three tokens per step, s_t, a_t, r_t; a_t is read from the s_t token (corl-team/ad-eps).
+- "step": one token per step, the embeddings of s_t, a_{t-1} and r_{t-1} concatenated and projected (the
+  XLand-100B AD baseline); a window's first token has a "no previous action" entry and reward 0. Three times
+  shorter sequences, so much cheaper to train.
+Token vectors of size `embedding_dim` are projected to the transformer width `hidden_dim` (ad-eps' emb2hid).
+
+Evaluation (`ADPolicy`): every row's context is its own history since the evaluation began, across episode
+ends. When a context reaches `context_steps` steps, it restarts from its last `context_steps // 2` steps (one
+recomputation), so every action sees between half and all of the trained context and a step's logits are
+exactly what a full recomputation of its window gives; between restarts a key-value cache adds one step's
+tokens at a time.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from offbench.data.spec import DatasetSpec
+from offbench.evaluation.policy import PolicyOptions
+from offbench.baselines.incontext import CausalTransformer, ObservationEmbedding, autocast, init_gpt_weights
+from offbench.baselines.nets import fused_adam
+from offbench.utils import ranged
+
+TOKEN_LAYOUTS = ("sar", "step")
+
+
+@dataclass
+class ADConfig:
+    token_layout: str = ranged("sar", choices=("sar", "step"))  # "sar": three tokens per step (ad-eps); "step": one token per step (XLand AD)
+    context_steps: int = ranged(80, ge=1)  # T: steps per training window, and the most an action sees at evaluation
+    embedding_dim: int = ranged(64, ge=1)  # size of each token's embedding before the projection to hidden_dim
+    hidden_dim: int = ranged(512, ge=1)
+    num_layers: int = ranged(4, ge=1)
+    num_heads: int = ranged(4, ge=1)
+    attention_dropout: float = ranged(0.5, ge=0, lt=1)
+    residual_dropout: float = ranged(0.1, ge=0, lt=1)
+    embedding_dropout: float = ranged(0.3, ge=0, lt=1)
+    learning_rate: float = ranged(3e-4, gt=0)
+    betas: tuple[float, float] = ranged((0.9, 0.99), ge=0, lt=1)
+    weight_decay: float = ranged(0.0, ge=0)
+    warmup_steps: int = ranged(0, ge=0)  # linear warm-up
+    cosine_steps: int = ranged(0, ge=0)  # cosine decay to 0 at this update (after the warm-up); 0: constant after warm-up
+    grad_clip: float = ranged(1.0, ge=0)  # max gradient norm; 0 turns clipping off
+    label_smoothing: float = ranged(0.0, ge=0, lt=1)
+    compile: bool = False  # torch.compile the training forward pass
+    kv_cache: bool = True  # evaluation: key-value cache (False: recompute the whole context every step)
+
+
+def warmup_cosine(warmup_steps: int, cosine_steps: int):
+    """Learning-rate factor per update: linear warm-up, then cosine to 0 at `cosine_steps` (or constant if 0)."""
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        if cosine_steps <= warmup_steps:
+            return 1.0
+        progress = min(1.0, (step - warmup_steps) / (cosine_steps - warmup_steps))
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return factor
+
+
+class ADModel(nn.Module):
+    def __init__(self, config: ADConfig, spec: DatasetSpec):
+        super().__init__()
+        if config.token_layout not in TOKEN_LAYOUTS:
+            raise ValueError(f"token_layout must be one of {', '.join(TOKEN_LAYOUTS)}, got {config.token_layout!r}")
+        self.layout, self.num_actions = config.token_layout, spec.action_dim
+        emb = config.embedding_dim
+        self.observation_embedding = ObservationEmbedding(spec, emb)
+        self.action_embedding = nn.Embedding(spec.action_dim + 1, emb)  # last index: "no previous action"
+        self.reward_embedding = nn.Linear(1, emb)
+        per_token = 3 * emb if self.layout == "step" else emb
+        self.project = nn.Linear(per_token, config.hidden_dim)
+        self.max_tokens = self.tokens_for(config.context_steps)
+        self.transformer = CausalTransformer(
+            config.hidden_dim, config.num_layers, config.num_heads, self.max_tokens,
+            config.attention_dropout, config.residual_dropout, config.embedding_dropout,
+        )
+        self.action_head = nn.Linear(config.hidden_dim, spec.action_dim)
+        self.apply(init_gpt_weights)
+
+    def tokens_for(self, steps: int) -> int:
+        """Tokens of a `steps`-step window: s, a, r per step but the last step's a and r (nothing reads them)."""
+        return steps if self.layout == "step" else 3 * steps - 2
+
+    def embed(self, observations: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor) -> torch.Tensor:
+        """(B, n) steps of one window -> (B, tokens_for(n), hidden) tokens; the last step's action and reward are unread."""
+        batch, n = actions.shape
+        states = self.observation_embedding(observations)
+        if self.layout == "step":
+            none = torch.full((batch, 1), self.num_actions, dtype=actions.dtype, device=actions.device)
+            previous_actions = torch.cat([none, actions[:, :-1]], dim=1)
+            previous_rewards = F.pad(rewards[:, :-1], (1, 0))
+            parts = [states, self.action_embedding(previous_actions), self.reward_embedding(previous_rewards.unsqueeze(-1))]
+            return self.project(torch.cat(parts, dim=-1))
+        acts, rews = self.action_embedding(actions), self.reward_embedding(rewards.unsqueeze(-1))
+        return self.project(torch.stack([states, acts, rews], dim=2).reshape(batch, 3 * n, -1)[:, : 3 * n - 2])
+
+    def action_logits(self, outputs: torch.Tensor) -> torch.Tensor:
+        """Transformer outputs -> logits of the actions of every step (read at the s_t tokens)."""
+        return self.action_head(outputs if self.layout == "step" else outputs[:, 0::3])
+
+    def forward(self, observations: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor) -> torch.Tensor:
+        """(B, T) window -> (B, T, A) logits, step t's from the context up to s_t."""
+        return self.action_logits(self.transformer(self.embed(observations, actions, rewards)))
+
+
+class AlgorithmDistillation:
+    name = "ad"
+    Config = ADConfig
+    sampler = "ad_windows"
+    action_kinds = ("discrete",)
+    evaluation_protocols = ("in-context",)
+    return_conditioned = False
+
+    def __init__(self, config: ADConfig, spec: DatasetSpec, device: str | torch.device = "cpu"):
+        self.config, self.spec, self.device = config, spec, torch.device(device)
+        self.model = ADModel(config, spec).to(self.device)
+        self.train_forward = torch.compile(self.model) if config.compile else self.model
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=config.learning_rate, betas=tuple(config.betas), weight_decay=config.weight_decay,
+            fused=fused_adam(self.device),
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, warmup_cosine(config.warmup_steps, config.cosine_steps))
+
+    def sampler_options(self) -> dict[str, Any]:
+        return {"window_length": self.config.context_steps}
+
+    def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+        self.model.train()
+        actions = batch["actions"]
+        with autocast(self.device):
+            logits = self.train_forward(batch["observations"], actions, batch["rewards"])
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), actions.flatten(), label_smoothing=self.config.label_smoothing)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.config.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+        self.optimizer.step()
+        self.scheduler.step()
+        accuracy = (logits.argmax(-1) == actions).float().mean()
+        return {"action_loss": loss.item(), "accuracy": accuracy.item(), "learning_rate": self.scheduler.get_last_lr()[0]}
+
+    def policy(self, options: PolicyOptions) -> ADPolicy:
+        return ADPolicy(self, deterministic=options.deterministic)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+
+
+class ADPolicy:
+    """Acts in N tasks at once with each row's own history as context (see the module docstring); `last_logits`
+    holds the logits of the latest `act`. Sampled actions (deterministic=False) draw from a generator seeded
+    at `reset`, so an evaluation is reproducible and leaves the training RNG alone."""
+
+    def __init__(self, ad: AlgorithmDistillation, deterministic: bool = True):
+        self.ad, self.deterministic, self.kv_cache = ad, deterministic, ad.config.kv_cache
+        self.model: ADModel = ad.model
+
+    def reset(self, num_envs: int) -> None:
+        steps, device = self.ad.config.context_steps, self.ad.device
+        self.observations = torch.zeros(num_envs, steps, *self.ad.spec.observation_shape, device=device)
+        self.actions = torch.zeros(num_envs, steps, dtype=torch.long, device=device)
+        self.rewards = torch.zeros(num_envs, steps, device=device)
+        self.count = 0  # steps in the current context, the acting step included once act() has run
+        self.cache = self.model.transformer.new_cache(num_envs, self.model.max_tokens) if self.kv_cache else None
+        self.generator = torch.Generator(device).manual_seed(0)
+        self.last_logits: torch.Tensor | None = None
+
+    @torch.no_grad()
+    def act(self, observations: np.ndarray) -> np.ndarray:
+        self.model.eval()
+        steps = self.ad.config.context_steps
+        restart = self.count == steps
+        if restart:  # keep the last half of the context, recompute it once
+            keep = steps // 2
+            for buffer in (self.observations, self.actions, self.rewards):
+                buffer[:, :keep] = buffer[:, steps - keep :].clone()
+            self.count = keep
+        self.observations[:, self.count] = torch.as_tensor(np.asarray(observations), dtype=torch.float32, device=self.ad.device)
+        self.count += 1
+        window = (self.observations[:, : self.count], self.actions[:, : self.count], self.rewards[:, : self.count])
+        with autocast(self.ad.device):
+            if self.cache is None or restart or self.count == 1:
+                if self.cache is not None:
+                    self.cache.clear()
+                outputs = self.model.transformer(self.model.embed(*window), self.cache)
+            else:  # only the tokens this step adds: s_t (and a_{t-1}, r_{t-1} in the sar layout)
+                tail = [part[:, -2:] for part in window]
+                new = self.model.embed(*tail)[:, -(self.model.tokens_for(2) - self.model.tokens_for(1)) :]
+                outputs = self.model.transformer(new, self.cache)
+            logits = self.model.action_head(outputs[:, -1]).float()
+        self.last_logits = logits
+        if self.deterministic:
+            action = logits.argmax(-1)
+        else:
+            action = torch.multinomial(torch.softmax(logits, -1), 1, generator=self.generator).squeeze(-1)
+        self.actions[:, self.count - 1] = action
+        return action.cpu().numpy().astype(np.int64)
+
+    def observe(self, rewards: np.ndarray, dones: np.ndarray) -> None:
+        """The step's reward joins the context; episode ends change nothing (AD's context crosses them)."""
+        self.rewards[:, self.count - 1] = torch.as_tensor(np.asarray(rewards), dtype=torch.float32, device=self.ad.device)

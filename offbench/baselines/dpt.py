@@ -1,0 +1,198 @@
+"""Decision-Pretrained Transformer (Lee et al. 2023, "Supervised Pretraining Can Learn In-Context Reinforcement
+Learning"): given a query state and an in-context dataset of transitions from the same task, predict the
+task's optimal action in the query state.
+
+    loss = sum_j cross_entropy(pi(. | s_query, D_{1..j}), a*(s_query))   for every prefix j = 0 .. C
+
+Tokens as in jon--lee/decision-pretrained-transformer (net.py): one token per transition, the concatenation
+[s, one-hot a, s', r] through one Linear layer, with the query first as [s_query, 0, 0, 0]; a causal GPT
+reads them, and the output at position j predicts from the query and the first j transitions, so one pass
+trains every context length. Differences: the prefix with no transition (position 0) is trained as well
+(the reference drops it), so the first action of an evaluation comes from a trained output; observations are
+normalised with the dataset's statistics.
+
+Evaluation (`DPTPolicy`), online by default: the context is the row's own transitions from the episodes it has
+finished in this evaluation (the last `context_size` of them; DPT's online protocol: the current episode does
+not enter until it ends), the query is the current observation. Offline (`offline_episodes = k`): the first k
+episodes act uniformly at random, their transitions (the last `context_size`) are the context from then on,
+fixed, as DPT's offline evaluation conditions on a dataset from a uniform roll-in policy. The query comes
+first, so every context token depends on it: each step recomputes the context (no key-value cache is possible
+with this layout).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from offbench.data.spec import DatasetSpec
+from offbench.evaluation.policy import PolicyOptions
+from offbench.baselines.incontext import CausalTransformer, autocast, init_gpt_weights
+from offbench.baselines.nets import ObservationNormalizer, flat_observation_dim, fused_adam
+from offbench.utils import ranged
+
+
+@dataclass
+class DPTConfig:
+    context_size: int = ranged(100, ge=1)  # C: transitions in a training context, and the most an action sees at evaluation
+    context_sampling: str = ranged("window", choices=("window", "random"))  # "window": C consecutive steps of one history; "random": C steps drawn i.i.d.
+    embedding_dim: int = ranged(32, ge=1)
+    num_layers: int = ranged(4, ge=1)
+    num_heads: int = ranged(1, ge=1)
+    dropout: float = ranged(0.0, ge=0, lt=1)  # attention, residual and embedding dropout (GPT-2's three pdrops, one value in DPT)
+    learning_rate: float = ranged(1e-4, gt=0)
+    weight_decay: float = ranged(1e-4, ge=0)
+    grad_clip: float = ranged(0.0, ge=0)  # max gradient norm; 0 turns clipping off (DPT does not clip)
+    compile: bool = False  # torch.compile the training forward pass
+    offline_episodes: int = ranged(0, ge=0)  # evaluation: 0 = online; k > 0 = offline: the first k episodes act uniformly at random
+    #                            and their transitions become a fixed context (DPT's uniform roll-in data)
+
+
+class DPTModel(nn.Module):
+    def __init__(self, config: DPTConfig, spec: DatasetSpec):
+        super().__init__()
+        self.num_actions, obs_dim = spec.action_dim, flat_observation_dim(spec)
+        self.normalize = ObservationNormalizer(spec, eps=1e-6)
+        self.embed_transition = nn.Linear(2 * obs_dim + spec.action_dim + 1, config.embedding_dim)
+        self.transformer = CausalTransformer(
+            config.embedding_dim, config.num_layers, config.num_heads, config.context_size + 1,
+            config.dropout, config.dropout, config.dropout,
+        )
+        self.action_head = nn.Linear(config.embedding_dim, spec.action_dim)
+        self.apply(init_gpt_weights)
+
+    def forward(self, query, observations, actions, rewards, next_observations) -> torch.Tensor:
+        """query (B, *obs), context (B, C, ...) -> (B, C + 1, A) logits; position j has seen j transitions."""
+        transitions = torch.cat([
+            self.normalize(observations), F.one_hot(actions, self.num_actions).to(rewards.dtype),
+            self.normalize(next_observations), rewards.unsqueeze(-1),
+        ], dim=-1)
+        query_token = F.pad(self.normalize(query), (0, transitions.shape[-1] - self.normalize.mean.shape[0]))
+        tokens = self.embed_transition(torch.cat([query_token.unsqueeze(1), transitions], dim=1))
+        return self.action_head(self.transformer(tokens))
+
+
+class DecisionPretrainedTransformer:
+    name = "dpt"
+    Config = DPTConfig
+    sampler = "dpt"
+    action_kinds = ("discrete",)
+    evaluation_protocols = ("in-context",)
+    return_conditioned = False
+
+    def __init__(self, config: DPTConfig, spec: DatasetSpec, device: str | torch.device = "cpu"):
+        self.config, self.spec, self.device = config, spec, torch.device(device)
+        self.model = DPTModel(config, spec).to(self.device)
+        self.train_forward = torch.compile(self.model) if config.compile else self.model
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay, fused=fused_adam(self.device)
+        )
+
+    def sampler_options(self) -> dict[str, Any]:
+        return {"context_size": self.config.context_size, "context": self.config.context_sampling}
+
+    def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+        self.model.train()
+        labels = batch["optimal_actions"]
+        with autocast(self.device):
+            logits = self.train_forward(
+                batch["query_observations"], batch["context_observations"], batch["context_actions"],
+                batch["context_rewards"], batch["context_next_observations"],
+            )
+            every_prefix = labels[:, None].expand(-1, logits.shape[1])
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), every_prefix.flatten())
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.config.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+        self.optimizer.step()
+        accuracy = (logits[:, -1].argmax(-1) == labels).float().mean()
+        return {"action_loss": loss.item(), "full_context_accuracy": accuracy.item()}
+
+    def policy(self, options: PolicyOptions) -> DPTPolicy:
+        return DPTPolicy(self, deterministic=options.deterministic)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+
+
+class DPTPolicy:
+    """Online in-context policy: query = current observation, context = the row's finished episodes' transitions
+    (the most recent `context_size`), right-padded where rows differ (each row's output is read at its last real
+    position, which padding after it cannot affect). Buffers are small NumPy arrays; a forward pass per step.
+
+    s' of a step is the next act()'s observation; the policy never sees the final observation of an episode
+    (the next act() brings the reset observation), so an episode's last transition uses its own s as s'."""
+
+    def __init__(self, dpt: DecisionPretrainedTransformer, deterministic: bool = True):
+        self.dpt, self.deterministic = dpt, deterministic
+        self.model: DPTModel = dpt.model
+
+    def reset(self, num_envs: int) -> None:
+        spec, size = self.dpt.spec, self.dpt.config.context_size
+        width = 2 * flat_observation_dim(spec) + 2  # s, a, s', r of one transition, flat
+        self.context = np.zeros((num_envs, size, width), np.float32)
+        self.context_length = np.zeros(num_envs, np.int64)
+        self.pending = np.zeros((num_envs, spec.max_episode_length, width), np.float32)  # this episode's transitions
+        self.pending_length = np.zeros(num_envs, np.int64)
+        self.episodes_done = np.zeros(num_envs, np.int64)
+        self.rows = np.arange(num_envs)
+        self.generator = torch.Generator(self.dpt.device).manual_seed(0)
+
+    def _tensors(self, transitions: np.ndarray) -> tuple[torch.Tensor, ...]:
+        """(N, C, width) -> observations, actions, rewards, next observations as the model takes them."""
+        obs_dim = flat_observation_dim(self.dpt.spec)
+        shape = transitions.shape[:2] + tuple(self.dpt.spec.observation_shape)
+        t = torch.as_tensor(transitions, device=self.dpt.device)
+        return (t[..., :obs_dim].reshape(shape), t[..., obs_dim].long(), t[..., -1], t[..., obs_dim + 1 : 2 * obs_dim + 1].reshape(shape))
+
+    @torch.no_grad()
+    def act(self, observations: np.ndarray) -> np.ndarray:
+        self.model.eval()
+        flat = np.asarray(observations, np.float32).reshape(len(self.rows), -1)
+        obs_dim = flat.shape[1]
+        going = self.pending_length > 0  # s' of the previous step of an episode that goes on
+        self.pending[self.rows[going], self.pending_length[going] - 1, obs_dim + 1 : 2 * obs_dim + 1] = flat[going]
+        longest = int(self.context_length.max())
+        query = torch.as_tensor(flat, device=self.dpt.device).reshape(len(flat), *self.dpt.spec.observation_shape)
+        with autocast(self.dpt.device):
+            logits = self.model(query, *self._tensors(self.context[:, :longest]))
+        logits = logits[torch.as_tensor(self.rows), torch.as_tensor(self.context_length)].float()
+        self.last_logits = logits
+        if self.deterministic:
+            action = logits.argmax(-1)
+        else:
+            action = torch.multinomial(torch.softmax(logits, -1), 1, generator=self.generator).squeeze(-1)
+        actions = action.cpu().numpy().astype(np.int64)
+        collecting = self.episodes_done < self.dpt.config.offline_episodes
+        if collecting.any():  # offline: the context-collecting episodes act uniformly at random
+            uniform = torch.randint(self.dpt.spec.action_dim, (len(actions),), generator=self.generator, device=self.dpt.device)
+            actions = np.where(collecting, uniform.cpu().numpy(), actions)
+        step = self.pending[self.rows, self.pending_length]
+        step[:, :obs_dim], step[:, obs_dim], step[:, obs_dim + 1 : 2 * obs_dim + 1] = flat, actions, flat
+        self.pending[self.rows, self.pending_length] = step
+        return actions
+
+    def observe(self, rewards: np.ndarray, dones: np.ndarray) -> None:
+        self.pending[self.rows, self.pending_length, -1] = rewards
+        self.pending_length += 1
+        size = self.dpt.config.context_size
+        dones = np.asarray(dones)
+        offline = self.dpt.config.offline_episodes
+        joins = dones & ((offline == 0) | (self.episodes_done < offline))  # offline: only the collecting episodes
+        self.episodes_done += dones
+        self.pending_length[dones & ~joins] = 0
+        for row in np.flatnonzero(joins):  # the finished episode joins the context, oldest dropped
+            joined = np.concatenate([self.context[row, : self.context_length[row]], self.pending[row, : self.pending_length[row]]])[-size:]
+            self.context[row, : len(joined)] = joined
+            self.context_length[row] = len(joined)
+            self.pending_length[row] = 0

@@ -1,0 +1,144 @@
+"""The transformer pieces Algorithm Distillation and DPT share: a pre-LayerNorm causal transformer on
+`scaled_dot_product_attention` (fused kernels on CPU and CUDA) with an optional key-value cache, and an
+observation embedding.
+
+The cache holds every layer's keys and values of the tokens seen so far, so generating one more token
+costs one token's worth of work per layer instead of recomputing the whole context; `forward(tokens,
+cache)` appends the new tokens' keys and values and attends the new queries to everything cached.
+Positions are learned (GPT-2) and absolute within a context: a context starts at position 0.
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from offbench.data.spec import DatasetSpec
+from offbench.baselines.nets import ObservationNormalizer, flat_observation_dim
+
+MAX_TABLE_STATES = 4096  # an integer observation space with at most this many values gets an embedding table
+
+
+def init_gpt_weights(module: nn.Module) -> None:
+    """GPT-2 initialisation (as CORL's DT and ad-eps): N(0, 0.02) weights, zero biases."""
+    if isinstance(module, (nn.Linear, nn.Embedding)):
+        nn.init.normal_(module.weight, mean=0.0, std=0.02)
+    if isinstance(module, nn.Linear) and module.bias is not None:
+        nn.init.zeros_(module.bias)
+
+
+def autocast(device: torch.device):
+    """bfloat16 mixed precision on CUDA (no loss scaling needed); full precision elsewhere."""
+    return torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
+
+
+class ObservationEmbedding(nn.Module):
+    """Observations -> vectors. A small integer grid (Dark Room's (x, y)) gets one learned vector per state, as
+    ad-eps embeds the state index; anything else goes through a Linear layer after the dataset's normalisation."""
+
+    def __init__(self, spec: DatasetSpec, dim: int):
+        super().__init__()
+        space = spec.observation_space
+        self.table = None
+        if isinstance(space, gym.spaces.Box) and np.issubdtype(space.dtype, np.integer):
+            low, high = np.reshape(space.low, -1).astype(np.int64), np.reshape(space.high, -1).astype(np.int64)
+            sizes = high - low + 1
+            if np.prod(sizes.astype(float)) <= MAX_TABLE_STATES:
+                strides = np.concatenate([np.cumprod(sizes[::-1])[::-1][1:], [1]])
+                self.register_buffer("low", torch.as_tensor(low))
+                self.register_buffer("strides", torch.as_tensor(strides))
+                self.table = nn.Embedding(int(np.prod(sizes)), dim)
+        if self.table is None:
+            self.normalize = ObservationNormalizer(spec, eps=1e-6)
+            self.linear = nn.Linear(flat_observation_dim(spec), dim)
+        self.observation_dims = len(spec.observation_shape)
+
+    def forward(self, observations: torch.Tensor) -> torch.Tensor:
+        if self.table is None:
+            return self.linear(self.normalize(observations))
+        flat = observations.flatten(start_dim=observations.dim() - self.observation_dims).long()
+        return self.table(((flat - self.low) * self.strides).sum(-1))
+
+
+class KVCache:
+    """Every layer's keys and values for `batch` sequences of up to `max_tokens` tokens; `length` are filled."""
+
+    def __init__(self, num_layers: int, batch: int, num_heads: int, max_tokens: int, head_dim: int, device, dtype):
+        shape = (num_layers, batch, num_heads, max_tokens, head_dim)
+        self.keys = torch.zeros(shape, device=device, dtype=dtype)
+        self.values = torch.zeros(shape, device=device, dtype=dtype)
+        self.length = 0
+
+    @property
+    def max_tokens(self) -> int:
+        return self.keys.shape[3]
+
+    def clear(self) -> None:
+        self.length = 0
+
+
+class Block(nn.Module):
+    """Pre-LayerNorm block: x + attn(LN(x)), then x + MLP(LN(x)); dropout on attention weights and residuals."""
+
+    def __init__(self, dim: int, num_heads: int, attention_dropout: float, residual_dropout: float):
+        super().__init__()
+        if dim % num_heads:
+            raise ValueError(f"hidden size {dim} must be divisible by num_heads {num_heads}")
+        self.num_heads, self.attention_dropout = num_heads, attention_dropout
+        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.drop = nn.Dropout(residual_dropout)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim), nn.Dropout(residual_dropout))
+
+    def forward(self, x: torch.Tensor, layer: int = 0, cache: KVCache | None = None) -> torch.Tensor:
+        batch, length, dim = x.shape
+        q, k, v = self.qkv(self.norm1(x)).view(batch, length, 3, self.num_heads, dim // self.num_heads).permute(2, 0, 3, 1, 4)
+        start = 0
+        if cache is not None:  # append this call's keys and values, attend to everything cached
+            start = cache.length
+            cache.keys[layer, :, :, start : start + length] = k
+            cache.values[layer, :, :, start : start + length] = v
+            k, v = cache.keys[layer, :, :, : start + length], cache.values[layer, :, :, : start + length]
+        mask, causal = None, start == 0 and length > 1
+        if start > 0 and length > 1:  # new query i sees the cache and new tokens up to itself
+            mask = torch.arange(start + length, device=x.device) <= torch.arange(start, start + length, device=x.device)[:, None]
+        attended = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=causal, dropout_p=self.attention_dropout if self.training else 0.0
+        )
+        x = x + self.drop(self.proj(attended.transpose(1, 2).reshape(batch, length, dim)))
+        return x + self.mlp(self.norm2(x))
+
+
+class CausalTransformer(nn.Module):
+    """Learned positions + embedding dropout + blocks + final LayerNorm over already-embedded tokens (B, L, dim)."""
+
+    def __init__(self, dim: int, num_layers: int, num_heads: int, max_tokens: int,
+                 attention_dropout: float = 0.0, residual_dropout: float = 0.0, embedding_dropout: float = 0.0):
+        super().__init__()
+        self.dim, self.num_heads, self.max_tokens = dim, num_heads, max_tokens
+        self.positions = nn.Embedding(max_tokens, dim)
+        self.embedding_dropout = nn.Dropout(embedding_dropout)
+        self.blocks = nn.ModuleList(Block(dim, num_heads, attention_dropout, residual_dropout) for _ in range(num_layers))
+        self.norm = nn.LayerNorm(dim)
+
+    def new_cache(self, batch: int, max_tokens: int | None = None) -> KVCache:
+        reference = self.positions.weight
+        return KVCache(len(self.blocks), batch, self.num_heads, max_tokens or self.max_tokens, self.dim // self.num_heads,
+                       reference.device, reference.dtype)
+
+    def forward(self, tokens: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        start = cache.length if cache is not None else 0
+        length = tokens.shape[1]
+        if start + length > (cache.max_tokens if cache is not None else self.max_tokens):
+            raise ValueError(f"context of {start + length} tokens is longer than the model's {self.max_tokens}")
+        x = self.embedding_dropout(tokens + self.positions(torch.arange(start, start + length, device=tokens.device)))
+        for layer, block in enumerate(self.blocks):
+            x = block(x, layer, cache)
+        if cache is not None:
+            cache.length += length
+        return self.norm(x)

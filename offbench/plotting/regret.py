@@ -1,0 +1,77 @@
+"""Bandit regret curves: the cumulative pseudo-regret per pull of in-context runs (AD, DPT), with the classic
+bandit algorithms run on the same tasks as references (UCB1, Thompson sampling, uniform random).
+
+Pseudo-regret of a pull = the best arm's mean minus the pulled arm's mean (the in-context protocol's
+`in_context_regret` is its running sum, averaged over tasks). The references use the source algorithms that
+generate the learning histories (`offbench.generators.sources`) with their default hyper-parameters; random's
+curve is its exact expectation (best mean minus the mean over arms, every pull).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.ticker import MaxNLocator
+
+from offbench.errors import OffbenchError
+from offbench.plotting.curves import _draw_mean_band, _grid, _seed_matrix
+from offbench.plotting.figures import label_colours, plt, save_figure
+
+REFERENCES = {"UCB1": "ucb", "Thompson sampling": "thompson"}
+
+
+def reference_regret(env_spec: dict, tasks: list[dict], pulls: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """Mean over `tasks` of the cumulative pseudo-regret after each of `pulls` pulls, per reference algorithm."""
+    from offbench.envs.benchmarks import make_batch_env
+    from offbench.generators.sources import ALGORITHMS, make_config
+
+    curves = {}
+    for name, algo in REFERENCES.items():
+        env = make_batch_env(env_spec, tasks, seed=seed)
+        learner = ALGORITHMS[algo](env, pulls, np.random.default_rng(seed), make_config(algo, {}))
+        rows, regret = np.arange(env.num_envs), np.zeros(pulls)
+        env.reset()
+        for pull in range(pulls):
+            states = env.state_index()
+            actions = learner.act(states, np.full(env.num_envs, pull))
+            _, rewards, terminated, _ = env.step(actions)
+            regret[pull] = np.mean(env.optimal_returns - env.expected_rewards(rows, actions, rewards))
+            learner.update(states, actions, rewards, env.state_index(), terminated)
+            env.reset()
+        curves[name] = np.cumsum(regret)
+    means = np.array([task["means"] for task in tasks], dtype=np.float64)
+    curves["random"] = np.cumsum(np.full(pulls, np.mean(means.max(axis=1) - means.mean(axis=1))))
+    return curves
+
+
+def plot_regret(regret: pd.DataFrame, out: str | Path, references: dict[str, dict[str, np.ndarray]] | None = None,
+                title: str = "", reps: int = 2000) -> Path:
+    """Cumulative regret per pull (frame: label, dataset, seed, pull, score), mean over seeds with a 95% bootstrap
+    band, one panel per dataset, with the reference algorithms' curves on the same tasks."""
+    if regret.empty:
+        raise OffbenchError("no in-context regret to plot (evaluations.jsonl has no in_context_regret)")
+    references = references or {}
+    datasets = list(dict.fromkeys(regret["dataset"]))
+    reference_names = sorted({name for curves in references.values() for name in curves})
+    colours = label_colours(sorted(regret["label"].unique()) + reference_names)
+    nrows, ncols = _grid(len(datasets))
+    fig, axes = plt.subplots(nrows, ncols, figsize=(5.6 * ncols, 4.4 * nrows), squeeze=False)
+    for ax, dataset in zip(axes.flat, datasets):
+        for label, rows in regret[regret.dataset == dataset].groupby("label", sort=True):
+            xs, matrix = _seed_matrix(rows, "pull", f"{label} on {dataset}")
+            _draw_mean_band(ax, xs, matrix, colours[label], label, reps)
+        for name, curve in sorted(references.get(dataset, {}).items()):
+            ax.plot(np.arange(1, len(curve) + 1), curve, color=colours[name], linestyle="--", linewidth=1.2, label=name)
+        ax.set_title(dataset, fontsize=10)
+        ax.set_xlabel("pull (in-context episode, held-out tasks)")
+        ax.set_ylabel("cumulative regret\n(best arm's mean - pulled arm's mean)", fontsize=8)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="upper left")
+    for ax in list(axes.flat)[len(datasets):]:
+        ax.set_visible(False)
+    fig.suptitle(title or "Bandit regret: mean over tasks and seeds, shaded 95% bootstrap interval over seeds", fontsize=11)
+    fig.tight_layout()
+    return save_figure(fig, out)

@@ -1,0 +1,151 @@
+"""Leaderboards beyond one task and one direction (issue 10): per-task tables for multi-task benchmarks, and
+lower-is-better metrics (regret) end to end: best evaluation, ranking, probability of improvement, profiles."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from offbench.tracking.run_dir import Refused
+from run_dirs import register_dataset, write_benchmark, write_run
+
+RATES = {"bc": {"reach-v3": [0.2, 0.4, 0.6], "push-v3": [0.0, 0.2, 0.2]},
+         "dt": {"reach-v3": [0.4, 0.8, 1.0], "push-v3": [0.2, 0.4, 0.8]}}
+
+
+@pytest.fixture
+def root(tmp_path, monkeypatch):
+    folder = tmp_path / "leaderboards"
+    monkeypatch.setenv("OFFBENCH_LEADERBOARDS", str(folder))
+    return folder
+
+
+def _submit(name, runs, render=False):
+    from offbench.leaderboard.spec import load_spec
+    from offbench.leaderboard.submit import submit
+
+    return submit(load_spec(name), runs, render=render)
+
+
+def test_multi_task_benchmarks_get_a_per_task_table(root, tmp_path):
+    checksum = register_dataset("test/mt")
+    write_benchmark(root, "mt", ["test/mt"], metric="success_rate")
+    for baseline, rates in RATES.items():
+        runs = [write_run(tmp_path / "runs", baseline, "test/mt", checksum, seed, [10.0, 20.0, 30.0], per_task_success=rates)
+                for seed in range(3)]
+        _submit("mt", runs, render=baseline == "dt")
+    results = json.loads((root / "mt" / "results.json").read_text())
+    per_task = {(c["label"], c["task"]): c["mean"] for c in results["per_task"]}
+    assert per_task == {(label, task): pytest.approx(rates[-1]) for label, by_task in RATES.items() for task, rates in by_task.items()}
+    assert [c["task"] for c in results["per_task"] if c["label"] == "dt"] == ["reach-v3", "push-v3"]  # task-id order
+    cells = {c["label"]: c["mean"] for c in results["cells"]}
+    assert cells == {"bc": pytest.approx(0.4), "dt": pytest.approx(0.9)}  # the mean over tasks
+    readme = (root / "mt" / "README.md").read_text()
+    assert "### Per task: test/mt" in readme and "| reach-v3 | 1.00 | 0.60 |" in readme
+    assert "| task | dt (n=3) | bc (n=3) |" in readme  # best row first
+    assert "per-task-0" in (root / "mt" / "index.html").read_text()
+
+
+def test_a_per_task_success_rate_that_is_not_its_successes_is_refused(root, tmp_path):
+    checksum = register_dataset("test/mt")
+    write_benchmark(root, "mt", ["test/mt"], metric="success_rate")
+    runs = [write_run(tmp_path / "runs", "bc", "test/mt", checksum, seed, [1.0, 2.0, 3.0], per_task_success=RATES["bc"])
+            for seed in range(3)]
+    path = runs[0] / "evaluations.jsonl"
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    lines[0]["per_task"]["push-v3"]["success_rate"] = 0.8
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with pytest.raises(Refused, match=r"refused \(consistency\).*push-v3"):
+        _submit("mt", runs)
+
+
+@pytest.mark.parametrize("score", ["final", "best"])
+def test_regret_is_lower_is_better_end_to_end(root, tmp_path, score):
+    checksum = register_dataset("test/bandit")
+    write_benchmark(root, "bandit", ["test/bandit"], metric="regret", score=score,
+                    evaluation={"episodes": 5, "in_context_episodes": 4})
+    regrets = {"bc": [1.0, 2.0, 3.0, 4.0], "dt": [2.0, 4.0, 6.0, 8.0]}  # the final evaluation's cumulative curve
+    for baseline, regret in regrets.items():
+        runs = [write_run(tmp_path / "runs", baseline, "test/bandit", checksum, seed, [1.0, 2.0, 3.0],
+                          in_context=[0.5, 0.6, 0.7, 0.8 + 0.01 * seed], regret=[v + seed for v in regret]) for seed in range(3)]
+        entry = json.loads(_submit("bandit", runs, render=baseline == "dt")[0].read_text())
+        # Earlier evaluations have 3x and 2x the final regret: best (the lowest) is the final one either way.
+        assert [r["score"] for r in entry["runs"]] == pytest.approx([regret[-1] + seed for seed in range(3)])
+    results = json.loads((root / "bandit" / "results.json").read_text())
+    assert results["better"] == "lower"
+    better = next(p for p in results["probability_of_improvement"] if p["x"] == "bc" and p["y"] == "dt")
+    assert better["probability"] == pytest.approx(1.0)
+    readme = (root / "bandit" / "README.md").read_text()
+    rows = [line.split("|")[1].strip() for line in readme.splitlines() if line.startswith("| bc") or line.startswith("| dt")]
+    assert rows[:2] == ["bc", "dt"]  # lowest regret first
+    assert "P(row &lt; column)" in readme and "lower is better" in readme
+    assert '<th data-better="lower">test/bandit</th>' in (root / "bandit" / "index.html").read_text()
+
+
+def test_profiles_count_runs_below_the_threshold_where_lower_is_better():
+    from offbench.stats import performance_profiles
+
+    matrices = {"a": np.array([[1.0], [2.0], [3.0]])}
+    higher, _ = performance_profiles(matrices, np.array([2.5]), reps=100)
+    lower, _ = performance_profiles(matrices, np.array([2.5]), reps=100, lower_is_better=True)
+    assert higher["a"][0] == pytest.approx(1 / 3) and lower["a"][0] == pytest.approx(2 / 3)
+
+
+# ------------------------------------------------------------------------- published reference rows
+
+CORL_ROW = {"label": "IQL", "source": {"paper": "CORL", "table": "Last Scores", "version": "commit eeeeef2"},
+            "scores": {"test/a": {"mean": 1000.0, "std": 0.5}}}
+
+
+def test_reported_rows_are_shown_apart_and_never_in_our_statistics(tmp_path, monkeypatch):
+    from run_dirs import make_bench, runs_of
+
+    bench = make_bench(tmp_path, monkeypatch, {"bc": 40.0, "iql": 70.0}, datasets=("test/a",))
+    write_benchmark(bench["root"], "tb", ["test/a"], reported=[CORL_ROW])
+    for baseline in ("bc", "iql"):
+        _submit("tb", runs_of(bench, baseline), render=baseline == "iql")
+    results = json.loads((bench["folder"] / "results.json").read_text())
+    assert {c["label"] for c in results["cells"]} == {"bc", "iql"}
+    assert {p["x"] for p in results["probability_of_improvement"]} == {"bc", "iql"}
+    assert results["reported"] == [{"label": "IQL", "source": CORL_ROW["source"], "note": "", "scores": {"test/a": {"mean": 1000.0, "std": 0.5}}}]
+    readme = (bench["folder"] / "README.md").read_text()
+    table = [line for line in readme.splitlines() if line.startswith("| ")]
+    assert table[1].startswith("| iql |") and table[3] == "| *IQL* (reported \\[1\\]) | *1000 ± 0.5* |"  # ours ranked, then reported
+    assert "- \\[1\\] IQL: CORL; Last Scores; version commit eeeeef2" in readme
+    assert '<tr class="reported"><td>IQL <span class="tag">reported [1]</span></td>' in (bench["folder"] / "index.html").read_text()
+
+
+@pytest.mark.parametrize("change, problem", [
+    (lambda row: row["source"].pop("version"), "source needs paper, table, version"),
+    (lambda row: row["scores"].update({"test/zzz": 1.0}), "not one of the benchmark's datasets"),
+    (lambda row: row["scores"].update({"test/a": {"mean": float("nan")}}), "finite mean"),
+    (lambda row: row.update(label="two\nlines"), "one line"),
+    (lambda row: row["source"].update(url="javascript:alert(1)"), "https://"),
+])
+def test_malformed_reported_rows_are_one_line_errors(tmp_path, change, problem):
+    from offbench.errors import OffbenchError
+    from offbench.leaderboard.spec import load_spec
+
+    row = json.loads(json.dumps(CORL_ROW))
+    change(row)
+    write_benchmark(tmp_path, "tb", ["test/a"], reported=[row])
+    with pytest.raises(OffbenchError, match=problem) as caught:
+        load_spec("tb", tmp_path)
+    assert len(str(caught.value).splitlines()) == 1
+
+
+def test_the_repositorys_reported_rows_cover_their_benchmarks():
+    """CORL's rows cover all nine D4RL datasets and cite the README at a commit; the MT50 rows are fractions."""
+    from offbench.leaderboard.spec import load_spec
+    from run_dirs import REPO_ROOT
+
+    d4rl = load_spec("d4rl-locomotion", REPO_ROOT / "leaderboards")
+    assert [row.label for row in d4rl.reported] == ["BC", "CQL", "IQL", "DT"]
+    for row in d4rl.reported:
+        assert set(row.scores) == set(d4rl.datasets) and "/blob/eeeeef2671235fcce3a3eb255576a207d78840e6/" in row.source["url"]
+    mt50 = load_spec("metaworld-mt50", REPO_ROOT / "leaderboards")
+    assert {row.label for row in mt50.reported} == {"MTBC", "MTIQL", "MTDT", "Prompt-DT", "HarmoDT-F"}
+    assert all(set(row.scores) == set(mt50.datasets) and all(0 <= m <= 1 for m, _ in row.scores.values()) for row in mt50.reported)
+    assert d4rl.protocol_for("dt")["episodes"] == 100 and d4rl.protocol_for("cql")["episodes"] == 10

@@ -1,0 +1,29 @@
+"""Bandit regret curves: the reference algorithms' regret on given tasks, and the figure."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from offbench.plotting.regret import plot_regret, reference_regret
+
+ENV = {"suite": "offbench", "id": "offbench/BernoulliBandit-v0"}
+
+
+def test_reference_regret_orders_the_classic_algorithms():
+    rng = np.random.default_rng(0)
+    tasks = [{"means": row.tolist()} for row in rng.uniform(0, 1, (200, 10))]
+    curves = reference_regret(ENV, tasks, pulls=100)
+    assert set(curves) == {"UCB1", "Thompson sampling", "random"} and all(len(c) == 100 for c in curves.values())
+    assert all(np.all(np.diff(c) >= 0) for c in curves.values())  # cumulative pseudo-regret never falls
+    assert curves["Thompson sampling"][-1] < curves["UCB1"][-1] < curves["random"][-1]
+    means = np.array([t["means"] for t in tasks])
+    np.testing.assert_allclose(curves["random"][-1], 100 * np.mean(means.max(1) - means.mean(1)))
+
+
+def test_regret_figure_is_written(tmp_path):
+    pulls = np.arange(1, 21)
+    frame = pd.DataFrame([{"label": label, "dataset": "bandit-x", "seed": seed, "pull": p, "score": scale * np.log1p(p) + seed}
+                          for label, scale in (("ad", 2.0), ("dpt", 3.0)) for seed in range(3) for p in pulls])
+    out = plot_regret(frame, tmp_path / "regret.png", references={"bandit-x": {"random": 0.4 * pulls, "Thompson sampling": np.log1p(pulls)}})
+    assert out.exists() and out.stat().st_size > 10_000

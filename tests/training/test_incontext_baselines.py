@@ -1,0 +1,153 @@
+"""Algorithm Distillation and DPT: the key-value cache gives what recomputation gives, the context is carried
+across episodes and cleared by reset, training steps change the loss, on tiny models and darkroom-small."""
+
+from __future__ import annotations
+
+
+import numpy as np
+import pytest
+import torch
+
+from offbench.baselines import get_baseline
+from offbench.data.spec import DatasetSpec
+from offbench.evaluation.policy import PolicyOptions
+from offbench.data.samplers import make_sampler
+from offbench.envs.benchmarks import card_tasks, make_batch_env
+
+TINY = {
+    "ad": {"context_steps": 6, "embedding_dim": 8, "hidden_dim": 16, "num_layers": 2, "num_heads": 2,
+           "attention_dropout": 0.0, "residual_dropout": 0.0, "embedding_dropout": 0.0},
+    "dpt": {"context_size": 12, "embedding_dim": 16, "num_layers": 2},
+}
+
+
+def spec_of(store):
+    return DatasetSpec.from_store(store)
+
+
+def options(deterministic: bool = True):
+    return PolicyOptions(deterministic=deterministic)
+
+
+def build(name: str, store, **overrides):
+    torch.manual_seed(0)
+    cls = get_baseline(name)
+    return cls(cls.Config(**{**TINY[name], **overrides}), spec_of(store))
+
+
+def held_out_env(store):
+    _, held_out = card_tasks(store.card)
+    return make_batch_env(store.card["env"], held_out)
+
+
+def rollout(policies, env, steps: int, reset: bool = True):
+    """Step `env` with the first policy's actions; every policy acts and observes the same steps.
+    Returns each policy's logits per step."""
+    observations = env.reset()
+    if reset:
+        for policy in policies:
+            policy.reset(env.num_envs)
+    logits = [[] for _ in policies]
+    for _ in range(steps):
+        actions = [policy.act(observations) for policy in policies]
+        for i, policy in enumerate(policies):
+            logits[i].append(policy.last_logits.clone())
+        observations, rewards, terminated, truncated = env.step(actions[0])
+        dones = terminated | truncated
+        for policy in policies:
+            policy.observe(rewards, dones)
+        if dones.any():
+            observations = env.reset(dones)
+    return [torch.stack(per_step) for per_step in logits]
+
+
+def train_a_little(baseline, store, updates: int = 30):
+    sampler = make_sampler(baseline.sampler, store, 8, 0, **baseline.sampler_options())
+    return [baseline.update(sampler.sample())["action_loss"] for _ in range(updates)]
+
+
+@pytest.mark.parametrize("layout", ["sar", "step"])
+def test_kv_cache_gives_the_logits_of_full_recomputation(darkroom, layout):
+    """Three episodes with a 6-step context: the window restarts every 3 steps, the cache grows in between;
+    every step's logits match recomputing the window from scratch, and so do the actions."""
+    ad = build("ad", darkroom, token_layout=layout)
+    train_a_little(ad, darkroom, 20)
+    cached = ad.policy(options())
+    ad.config.kv_cache = False
+    recomputed = ad.policy(options())
+    with_cache, without = rollout([cached, recomputed], held_out_env(darkroom), steps=60)
+    assert cached.cache is not None and recomputed.cache is None
+    torch.testing.assert_close(with_cache, without, rtol=0, atol=1e-5)
+    assert torch.equal(with_cache.argmax(-1), without.argmax(-1))
+
+
+@pytest.mark.parametrize("name", ["ad", "dpt"])
+def test_context_is_carried_across_episodes_and_cleared_by_reset(darkroom, name):
+    """Every episode starts in the same cell: the first step of episode 2 sees episode 1 in its context (other
+    logits than episode 1's first step), and a reset policy starts again exactly as the first time."""
+    baseline = build(name, darkroom)
+    train_a_little(baseline, darkroom, 20)
+    env = held_out_env(darkroom)
+    horizon = env.horizon
+    policy = baseline.policy(options())
+    first = rollout([policy], env, steps=2 * horizon)[0]
+    assert not torch.allclose(first[0], first[horizon], atol=1e-4)
+    again = rollout([policy], env, steps=2 * horizon)[0]
+    torch.testing.assert_close(again, first, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", ["ad", "dpt"])
+def test_sampled_actions_are_reproducible_and_differ_from_greedy(darkroom, name):
+    baseline = build(name, darkroom)
+    env = held_out_env(darkroom)
+    sampled, greedy = baseline.policy(options(False)), baseline.policy(options(True))
+
+    def actions(policy):
+        observations = env.reset()
+        policy.reset(env.num_envs)
+        taken = []
+        for _ in range(env.horizon):
+            taken.append(policy.act(observations))
+            observations, rewards, terminated, truncated = env.step(taken[-1])
+            policy.observe(rewards, terminated | truncated)
+        return np.stack(taken)
+
+    assert np.array_equal(actions(sampled), actions(sampled))
+    assert not np.array_equal(actions(sampled), actions(greedy))
+
+
+@pytest.mark.parametrize("name,overrides", [("ad", {"token_layout": "sar"}), ("ad", {"token_layout": "step"}), ("dpt", {})])
+def test_updates_fit_a_batch(darkroom, name, overrides):
+    """Repeated updates on one batch drive its loss down: gradients reach the model through every token kind."""
+    baseline = build(name, darkroom, learning_rate=3e-3, **overrides)
+    batch = make_sampler(baseline.sampler, darkroom, 8, 0, **baseline.sampler_options()).sample()
+    losses = [baseline.update(batch)["action_loss"] for _ in range(40)]
+    assert losses[-1] < 0.7 * losses[0]
+
+
+def test_dpt_trains_every_prefix(darkroom):
+    """DPT's output at position j depends on the query and the first j transitions only (causal), and the
+    loss averages over all C + 1 positions."""
+    dpt = build("dpt", darkroom)
+    sampler = make_sampler(dpt.sampler, darkroom, 4, 0, **dpt.sampler_options())
+    batch = sampler.sample()
+    dpt.model.eval()
+    args = [batch[k] for k in ("query_observations", "context_observations", "context_actions", "context_rewards", "context_next_observations")]
+    full = dpt.model(*args)
+    assert full.shape == (4, dpt.config.context_size + 1, dpt.spec.action_dim)
+    changed = [a.clone() for a in args]
+    changed[3][:, 5] += 1.0  # the 6th transition's reward: positions 0..5 must not see it
+    other = dpt.model(*changed)
+    torch.testing.assert_close(other[:, :6], full[:, :6])
+    assert not torch.allclose(other[:, 6:], full[:, 6:])
+
+
+def test_dpt_offline_context_is_collected_at_random_then_fixed(darkroom):
+    """offline_episodes = 2: two episodes of uniform actions fill the context; from then on it does not change,
+    so every later episode (same start cell, greedy) repeats the same logits step for step."""
+    dpt = build("dpt", darkroom, offline_episodes=2, context_size=40)
+    env = held_out_env(darkroom)
+    policy = dpt.policy(options())
+    logits = rollout([policy], env, steps=4 * env.horizon)[0]
+    assert (policy.context_length == 2 * env.horizon).all()
+    torch.testing.assert_close(logits[2 * env.horizon : 3 * env.horizon], logits[3 * env.horizon :], rtol=0, atol=0)

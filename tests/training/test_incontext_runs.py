@@ -1,0 +1,77 @@
+"""`offbench run baseline ad|dpt` end to end on darkroom-small: in-context evaluation on the held-out goals,
+Ctrl-C + --resume ending with the same numbers, and datasets of the wrong kind refused before anything is written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from helpers import TRAINING_CONFIGS as CONFIGS
+from offbench.baselines import get_baseline
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def losses(run_dir: Path) -> list[dict]:
+    return [{k: v for k, v in line.items() if k != "time_s"} for line in read_jsonl(run_dir / "metrics.jsonl")]
+
+
+def run_args(name: str, out: Path) -> list:
+    return ["run", "baseline", name, "--dataset", "darkroom-small", "--config", CONFIGS / f"{name}-tiny.toml", "--out", out]
+
+
+@pytest.mark.parametrize("name", ["ad", "dpt"])
+def test_run_evaluates_in_context_on_the_held_out_goals_only(darkroom, cli, tmp_path, name):
+    from offbench.envs.benchmarks import card_tasks
+
+    code, _, err = cli(*run_args(name, tmp_path), "--name", "run")
+    assert code == 0, err
+    evaluations = read_jsonl(tmp_path / "run" / "evaluations.jsonl")
+    assert [e["step"] for e in evaluations] == [20, 40]
+    _, held_out = card_tasks(darkroom.card)
+    for line in evaluations:
+        assert line["tasks"] == "held-out"
+        assert len(line["task_returns"]) == len(held_out) and all(len(r) == 3 for r in line["task_returns"])
+        assert len(line["in_context_returns"]) == 3
+
+
+@pytest.mark.parametrize("name", ["ad", pytest.param("dpt", marks=pytest.mark.slow)])
+def test_interrupted_run_resumes_to_the_same_numbers(darkroom, cli, tmp_path, monkeypatch, name):
+    args = run_args(name, tmp_path)
+    code, _, err = cli(*args, "--name", "whole")
+    assert code == 0, err
+    cls = get_baseline(name)
+    update, calls = cls.update, []
+
+    def interrupted_update(self, batch):
+        calls.append(1)
+        if len(calls) == 27:
+            raise KeyboardInterrupt
+        return update(self, batch)
+
+    monkeypatch.setattr(cls, "update", interrupted_update)
+    code, out, _ = cli(*args, "--name", "cut")
+    assert code == 130 and "--resume" in out
+    monkeypatch.setattr(cls, "update", update)
+    code, _, err = cli("run", "baseline", name, "--resume", tmp_path / "cut")
+    assert code == 0, err
+    assert losses(tmp_path / "cut") == losses(tmp_path / "whole")
+    assert (tmp_path / "cut" / "evaluations.jsonl").read_text() == (tmp_path / "whole" / "evaluations.jsonl").read_text()
+
+
+@pytest.mark.parametrize("name", ["ad", "dpt"])
+def test_a_dataset_that_is_not_a_learning_history_is_refused_before_anything_is_written(darkroom, cli, tmp_path, name):
+    """The same Dark Room steps saved as a plain offline dataset (no card, no history columns)."""
+    from offbench.data.store import EpisodeStore
+
+    path = tmp_path / "offline.h5"
+    EpisodeStore.from_episodes([darkroom.episode(i) for i in range(4)], observation_space=darkroom.observation_space,
+                               action_space=darkroom.action_space).save(path)
+    code, _, err = cli("run", "baseline", name, "--dataset", path, "--out", tmp_path / "runs")
+    assert code == 2 and f"baseline '{name}'" in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
