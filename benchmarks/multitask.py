@@ -202,10 +202,12 @@ def command_evaluation_cost(args: argparse.Namespace) -> None:
     print(f"| fixed action (environments only) | {base_seconds:.1f} | {base_steps} | 1.00 |")
     for label in args.methods:
         baseline, _ = budget_baseline(label, args.dataset, spec)
-        if hasattr(baseline, "task_prompts"):  # a prompted policy needs the prompts one batch carries
+        if hasattr(baseline, "task_prompts"):  # a prompted policy keeps its tasks' prompts from the batches it sees
             from offbench.data.samplers import make_sampler
 
-            baseline.keep_task_prompts(make_sampler(baseline.sampler, store, 2, 0, **baseline.sampler_options()).sample())
+            sampler = make_sampler(baseline.sampler, store, 64, 0, **baseline.sampler_options())
+            for _ in range(spec.num_tasks):
+                baseline.keep_task_prompts(sampler.sample())
         target = float(store.episode_returns().max()) if getattr(baseline, "return_conditioned", False) else None
 
         def policy_for(lanes, envs):

@@ -31,13 +31,6 @@ def history_store():
     )
 
 
-<<<<<<< HEAD
-def test_registry_has_every_kind():
-    assert set(SAMPLERS) == {"transitions", "segments", "prompt_segments", "ad_windows", "dpt"}
-
-
-=======
->>>>>>> main
 # ----------------------------------------------------------------------------- transitions
 
 
@@ -223,23 +216,12 @@ def test_dpt_needs_label_column():
 # ----------------------------------------------------------------------------- contract of every sampler
 
 # The smallest options each registered kind needs on dpt_store(); a new sampler adds its entry here.
-CONTRACT_OPTIONS = {"transitions": {}, "segments": {"segment_length": 3}, "ad_windows": {"window_length": 4}, "dpt": {"context_size": 3}}
+CONTRACT_OPTIONS = {
+    "transitions": {}, "segments": {"segment_length": 3}, "ad_windows": {"window_length": 4}, "dpt": {"context_size": 3},
+    "prompt_segments": {"segment_length": 3, "prompt_length": 2},
+}
 
 
-<<<<<<< HEAD
-@pytest.mark.parametrize(
-    "kind, opts",
-    [
-        ("transitions", {}), ("segments", {"segment_length": 3}), ("ad_windows", {"window_length": 4}), ("dpt", {"context_size": 3}),
-        ("prompt_segments", {"segment_length": 3, "prompt_length": 2, "one_task_per_batch": True}),
-    ],
-)
-def test_same_seed_same_batches_and_state_dict_resumes_the_stream(kind, opts):
-    store = dpt_store()
-    if kind == "prompt_segments":  # task ids 0..T-1, as multi-task data numbers them
-        tasks = iter([0, 0, 1, 1, 0])
-        store = make_store(episode_lengths=(4, 6, 3, 5, 4), terminal_last=(False,) * 5, task_id=lambda n, t=tasks: np.full(n, next(t), np.int64))
-=======
 def test_every_registered_sampler_is_in_the_contract():
     assert set(SAMPLERS) <= set(CONTRACT_OPTIONS), f"add the new sampler's options to CONTRACT_OPTIONS: {set(SAMPLERS) - set(CONTRACT_OPTIONS)}"
 
@@ -250,7 +232,6 @@ def test_sampler_contract(kind, tmp_path):
     rewards, int64 task ids; same seed, same batches (another seed, others); state_dict() survives a
     weights-only checkpoint and resumes the stream; a memory-mapped store samples like an in-memory one."""
     store, opts = dpt_store(), CONTRACT_OPTIONS[kind]
->>>>>>> main
     a = make_sampler(kind, store, 16, seed=5, **opts)
     assert a.kind == kind and a.batch_size == 16
     first = a.sample()

@@ -194,7 +194,7 @@ class MooreIQL:
         scale = reward_scale(spec, self.name, config.normalize_reward, config.reward_scale)
         # the task enters MOORE through its mixing weights and heads, never as an input: no one-hot on the states
         transform = DataTransform(dataclasses.replace(spec, num_tasks=1), config.normalize_observations, scale, config.reward_bias)
-        obs_dim, act_dim = transform.obs_mean.numel(), spec.action_dim
+        obs_dim, act_dim = transform.input_dim, spec.action_dim
 
         def moore(in_dim: int, out_dim: int) -> MooreNetwork:
             return MooreNetwork(in_dim, out_dim, list(config.expert_dims), config.num_experts, spec.num_tasks, config.orthogonal)

@@ -120,8 +120,16 @@ class PromptDT:
         )
         warmup = max(1, config.warmup_steps)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda step: min((step + 1) / warmup, 1.0))
-        # each task's evaluation prompt (its best episode's), copied from the batches: kept with the state
-        self.task_prompts: dict[str, torch.Tensor] = {}
+        # each task's evaluation prompt (its best episode's), copied from the batches and kept with the state; a task
+        # no batch has held yet has an all-padding prompt (mask False: the model sees no prompt)
+        t, p, device = spec.num_tasks, config.prompt_length, self.device
+        self.task_prompts = {
+            "observations": torch.zeros(t, p, *spec.observation_shape, device=device),
+            "actions": torch.zeros(t, p, dtype=torch.long, device=device) if spec.discrete else torch.zeros(t, p, spec.action_dim, device=device),
+            "returns_to_go": torch.zeros(t, p, device=device),
+            "timesteps": torch.zeros(t, p, dtype=torch.long, device=device),
+            "mask": torch.zeros(t, p, dtype=torch.bool, device=device),
+        }
 
     def sampler_options(self) -> dict[str, Any]:
         c = self.config
@@ -147,8 +155,9 @@ class PromptDT:
         return (steps * mask).sum(1) / mask.sum(1)
 
     def keep_task_prompts(self, batch: dict[str, torch.Tensor]) -> None:
-        if not self.task_prompts:
-            self.task_prompts = {key: batch["task_prompt_" + key].clone() for key in PROMPT_KEYS}
+        """Each task's evaluation prompt, from the rows of the tasks this batch holds."""
+        for key, value in self.task_prompts.items():
+            value[batch["task_ids"]] = batch["task_prompt_" + key].reshape(-1, *value.shape[1:]).to(value.dtype)
 
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         self.keep_task_prompts(batch)
@@ -176,8 +185,6 @@ class PromptDT:
             raise ValueError(f"{self.name} acts with the task id of every env row and a target return (PolicyOptions)")
         if not options.deterministic:
             raise OffbenchError(f"{self.name} evaluates deterministically only (drop eval_deterministic=false)")
-        if not self.task_prompts:
-            raise OffbenchError(f"{self.name}: no evaluation prompts yet (the baseline has not seen a batch)")
         return PromptDTPolicy(self, options)
 
     def state_dict(self) -> dict[str, Any]:
@@ -190,7 +197,8 @@ class PromptDT:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
-        self.task_prompts = {key: value.to(self.device) for key, value in state["task_prompts"].items()}
+        for key, value in self.task_prompts.items():
+            value.copy_(state["task_prompts"][key])
 
 
 class PromptDTPolicy(DTPolicy):

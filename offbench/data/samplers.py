@@ -245,21 +245,12 @@ class SegmentSampler(_StoreSampler):
         self.offsets = np.arange(1 - self.segment_length, 1, dtype=np.int64)
 
     def sample(self) -> dict[str, torch.Tensor]:
-<<<<<<< HEAD
-        if self.sample_by == "step":
-            last = self.rng.integers(0, len(self.rewards), self.batch_size)
-            episode = self.episode_of(last)
-        else:
-            episode = self.rng.integers(0, len(self.starts) - 1, self.batch_size)
-            last = self.rng.integers(self.starts[episode], self.starts[episode + 1])
-        return self.segments(last, episode)
-
-    def segments(self, last: np.ndarray, episode: np.ndarray) -> dict[str, torch.Tensor]:
-        """The batch of segments ending at steps `last` (of episodes `episode`), rows in step order."""
-=======
         last = self.rng.integers(0, len(self.rewards), self.batch_size)
+        return self.segments(last)
+
+    def segments(self, last: np.ndarray) -> dict[str, torch.Tensor]:
+        """The batch of segments ending at steps `last`, rows in step order."""
         episode = self.episode_of(last)
->>>>>>> main
         order = np.argsort(last, kind="stable")  # front-to-back reads on a memory-mapped file
         last, first = last[order], self.starts[episode[order]]
         steps = self.padded_steps(last[:, None] + self.offsets, first)
@@ -296,15 +287,17 @@ class PromptSegmentSampler(SegmentSampler):
     A task's demonstrations are its `prompt_pool` highest-return episodes (ties: the earlier episode). A prompt is
     `prompt_length` steps of one of them, from step max(0, T - prompt_length - 1) of its T steps, as HarmoDT's
     `get_prompt` cuts it (charleshsc/HarmoDT prompt_dt/prompt_utils.py): the end of the episode, where the task is
-    solved. Each row's prompt comes from a demonstration drawn uniformly (Prompt-DT's stochastic prompt); the
-    batch also carries every task's evaluation prompt (from its best episode) under `task_prompt_*`, so the
-    baseline keeps it with its state. Extra keys: prompt_{observations, actions, returns_to_go, timesteps, mask}
-    (B, P, ..) and task_prompt_* (num_tasks, P, ..); returns-to-go are raw sums from the prompt step to the
-    episode's end, times `reward_scale`; short episodes are left-padded (mask False).
+    solved. Each row's prompt comes from a demonstration drawn uniformly (Prompt-DT's stochastic prompt); each row
+    also carries its task's evaluation prompt (from the task's best episode) under `task_prompt_*`, so the
+    baseline keeps one per task with its state. Extra keys: prompt_{observations, actions, returns_to_go,
+    timesteps, mask} and task_prompt_* (B, P, ..); returns-to-go are raw sums from the prompt step to the
+    episode's end (dataset units, like the segments'); short episodes are left-padded (mask False).
 
-    `one_task_per_batch`: batch k holds rows of task k mod num_tasks only (HarmoDT's round robin, one task per
-    iteration), segment ends uniform over that task's steps.
+    `one_task_per_batch`: batch k holds rows of the k-th task (task ids in turn, round robin: HarmoDT's one task
+    per iteration), segment ends uniform over that task's steps.
     """
+
+    kind = "prompt_segments"
 
     def __init__(
         self,
@@ -317,30 +310,22 @@ class PromptSegmentSampler(SegmentSampler):
         prompt_length: int = 5,
         prompt_pool: int = 5,
         one_task_per_batch: bool = False,
-        sample_by: str = "step",
-        reward_scale: float = 1.0,
-        normalise: Normalisation | None = None,
     ):
-        super().__init__(store, batch_size, seed, device, segment_length=segment_length, sample_by=sample_by, reward_scale=reward_scale, normalise=normalise)
+        super().__init__(store, batch_size, seed, device, segment_length=segment_length)
         if self.task_ids is None:
             raise OffbenchError(f"{self.where}prompt_segments needs a 'task_id' column (a multi-task dataset); this dataset has none")
         if int(prompt_length) < 1 or int(prompt_pool) < 1:
             raise OffbenchError(f"prompt_length and prompt_pool must be at least 1, got {prompt_length} and {prompt_pool}")
-        if one_task_per_batch and sample_by != "step":
-            raise OffbenchError("one_task_per_batch draws segment ends uniformly over the task's steps: use sample_by='step'")
         self.prompt_length, self.one_task_per_batch, self.batches = int(prompt_length), bool(one_task_per_batch), 0
         episode_task = np.asarray(self.task_ids)[self.starts[:-1]]
-        self.num_tasks = int(episode_task.max()) + 1
+        self.tasks = np.unique(episode_task)
         returns = np.add.reduceat(self.rewards.astype(np.float64), self.starts[:-1])
-        pools = []
-        for task in range(self.num_tasks):
+        self.pools = np.zeros((int(self.tasks.max()) + 1, int(prompt_pool)), np.int64)  # episode ids, best first (rows of ids present)
+        for task in self.tasks:
             episodes = np.flatnonzero(episode_task == task)
-            if len(episodes) == 0:
-                raise OffbenchError(f"{self.where}task {task} has no episodes (task ids must be 0..{self.num_tasks - 1})")
             best_first = episodes[np.lexsort((episodes, -returns[episodes]))][: int(prompt_pool)]
-            pools.append(np.resize(best_first, int(prompt_pool)))  # a task with fewer episodes repeats its best
-        self.pools = np.stack(pools)  # (num_tasks, pool) episode ids, best first
-        self.task_steps = [np.flatnonzero(self.task_ids == task) for task in range(self.num_tasks)] if one_task_per_batch else None
+            self.pools[task] = np.resize(best_first, int(prompt_pool))  # a task with fewer episodes repeats its best
+        self.task_steps = {int(t): np.flatnonzero(self.task_ids == t) for t in self.tasks} if one_task_per_batch else None
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "batches": self.batches}
@@ -358,15 +343,14 @@ class PromptSegmentSampler(SegmentSampler):
 
     def sample(self) -> dict[str, torch.Tensor]:
         if self.one_task_per_batch:
-            steps = self.task_steps[self.batches % self.num_tasks]
-            last = steps[self.rng.integers(0, len(steps), self.batch_size)]
-            batch = self.segments(last, self.episode_of(last))
+            steps = self.task_steps[int(self.tasks[self.batches % len(self.tasks)])]
+            batch = self.segments(steps[self.rng.integers(0, len(steps), self.batch_size)])
         else:
             batch = super().sample()
         self.batches += 1
         tasks = batch["task_ids"].cpu().numpy()
         chosen = self.pools[tasks, self.rng.integers(0, self.pools.shape[1], len(tasks))]
-        for prefix, episodes in (("prompt_", chosen), ("task_prompt_", self.pools[:, 0])):
+        for prefix, episodes in (("prompt_", chosen), ("task_prompt_", self.pools[tasks, 0])):
             for key, value in self.prompts(episodes).items():
                 batch[prefix + key] = self.tensor(value, np.int64 if key == "timesteps" else None)
         return batch
