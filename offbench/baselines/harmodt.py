@@ -49,19 +49,20 @@ import torch
 from offbench.baselines.base import DatasetSpec
 from offbench.baselines.prompt_dt import PromptDT, PromptDTConfig
 from offbench.errors import OffbenchError
+from offbench.utils import ranged
 
 
 @dataclass
 class HarmoDTConfig(PromptDTConfig):
-    embedding_dim: int = 256
-    num_layers: int = 6
-    num_heads: int = 8
-    steps: int = 1_000_000  # iterations of training: the length of the mask-change schedule (HarmoDT max_iters)
-    sparsity: float = 0.2  # fraction of each task's transformer weights outside its mask
-    mask_interval: int = 500  # iterations between outer (mask) updates
-    max_change: int = 100  # eta_max: weights regrown (and pruned) per task at the schedule's peak
-    min_change: int = 0  # eta_min
-    harmony_weight: float = 10.0  # gamma of the prune score
+    embedding_dim: int = ranged(256, ge=1)
+    num_layers: int = ranged(6, ge=1)
+    num_heads: int = ranged(8, ge=1)
+    steps: int = ranged(1_000_000, ge=1)  # iterations of training: the length of the mask-change schedule (HarmoDT max_iters)
+    sparsity: float = ranged(0.2, ge=0, lt=1)  # fraction of each task's transformer weights outside its mask
+    mask_interval: int = ranged(500, ge=1)  # iterations between outer (mask) updates
+    max_change: int = ranged(100, ge=0)  # eta_max: weights regrown (and pruned) per task at the schedule's peak
+    min_change: int = ranged(0, ge=0)  # eta_min
+    harmony_weight: float = ranged(10.0, ge=0)  # gamma of the prune score
 
 
 def erk_densities(shapes: dict[str, tuple[int, ...]], density: float) -> dict[str, float]:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -39,9 +39,11 @@ from offbench.baselines.base import DatasetSpec
 from offbench.baselines.iql import LOG_STD_MAX, LOG_STD_MIN, SCHEDULES
 from offbench.baselines.nets import BoundedActions, ObservationNormalizer, flat_observation_dim
 from offbench.baselines import pcgrad
+from offbench.baselines.pcgrad import GRADIENT_MODES
 from offbench.baselines.bc import BC
 from offbench.baselines.q_learning import DataTransform, EnsembleMLP, action_kind, polyak_update, reward_scale, target_copy
 from offbench.errors import OffbenchError
+from offbench.utils import ranged
 from offbench.evaluation.policy import MarkovPolicy, PolicyOptions
 
 
@@ -105,12 +107,12 @@ def task_policy(baseline, options: PolicyOptions) -> MarkovPolicy:
 # ---------------------------------------------------------------------------------------------- MOORE-BC
 @dataclass
 class MooreBCConfig:
-    expert_dims: list[int] = field(default_factory=lambda: [400, 400, 400])  # MOORE's Meta-World torso (3 x 400)
-    num_experts: int = 4
+    expert_dims: tuple[int, ...] = ranged((400, 400, 400), ge=1)  # MOORE's Meta-World torso (3 x 400)
+    num_experts: int = ranged(4, ge=1)
     orthogonal: bool = True  # false: plain mixture of experts (the ablation)
-    learning_rate: float = 3e-4
+    learning_rate: float = ranged(3e-4, gt=0)
     normalize_observations: bool = True
-    gradient: str = "mean"  # "pcgrad": gradient surgery over the tasks of each batch
+    gradient: str = ranged("mean", choices=GRADIENT_MODES)  # "pcgrad": gradient surgery over the tasks of each batch
 
 
 class MooreActor(nn.Module):
@@ -148,24 +150,24 @@ class MooreBC(BC):
 class MooreIQLConfig:
     """IQL's hyper-parameters (CORL's defaults, as offbench's iql) with MOORE networks in place of the MLPs."""
 
-    steps: int = 1_000_000  # number of updates; the length of the actor's learning-rate schedule
-    discount: float = 0.99
-    tau: float = 5e-3
+    steps: int = ranged(1_000_000, ge=1)  # number of updates; the length of the actor's learning-rate schedule
+    discount: float = ranged(0.99, ge=0, le=1)
+    tau: float = ranged(5e-3, gt=0, le=1)
     beta: float = 3.0
-    expectile: float = 0.7
+    expectile: float = ranged(0.7, gt=0, lt=1)
     exp_adv_max: float = 100.0
     normalize_observations: bool = True
     normalize_reward: bool = False
     reward_scale: float = 1.0
     reward_bias: float = 0.0
-    value_lr: float = 3e-4
-    critic_lr: float = 3e-4
-    actor_lr: float = 3e-4
-    actor_lr_schedule: str = "cosine"
-    expert_dims: list[int] = field(default_factory=lambda: [400, 400, 400])
-    num_experts: int = 4
+    value_lr: float = ranged(3e-4, gt=0)
+    critic_lr: float = ranged(3e-4, gt=0)
+    actor_lr: float = ranged(3e-4, gt=0)
+    actor_lr_schedule: str = ranged("cosine", choices=SCHEDULES)
+    expert_dims: tuple[int, ...] = ranged((400, 400, 400), ge=1)
+    num_experts: int = ranged(4, ge=1)
     orthogonal: bool = True
-    gradient: str = "mean"
+    gradient: str = ranged("mean", choices=GRADIENT_MODES)
 
 
 class MooreIQL:

@@ -31,6 +31,7 @@ from offbench.baselines.nets import BoundedActions, ObservationNormalizer, flat_
 from offbench.baselines.pcgrad import check_gradient_mode, pcgrad_backward, per_task_losses
 from offbench.errors import OffbenchError
 from offbench.evaluation.policy import PolicyOptions
+from offbench.utils import ranged
 
 PROMPT_KEYS = ("observations", "actions", "returns_to_go", "timesteps", "mask")
 
@@ -39,8 +40,8 @@ PROMPT_KEYS = ("observations", "actions", "returns_to_go", "timesteps", "mask")
 class PromptDTConfig(DTConfig):
     """DT's hyper-parameters (offbench/baselines/dt.py) and the prompt's."""
 
-    prompt_length: int = 5  # P: steps in a prompt
-    prompt_pool: int = 5  # a task's training prompts come from its this many best episodes
+    prompt_length: int = ranged(5, ge=1)  # P: steps in a prompt
+    prompt_pool: int = ranged(5, ge=1)  # a task's training prompts come from its this many best episodes
 
 
 class TokenEmbedding(nn.Module):
