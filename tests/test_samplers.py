@@ -216,7 +216,10 @@ def test_dpt_needs_label_column():
 # ----------------------------------------------------------------------------- contract of every sampler
 
 # The smallest options each registered kind needs on dpt_store(); a new sampler adds its entry here.
-CONTRACT_OPTIONS = {"transitions": {}, "segments": {"segment_length": 3}, "ad_windows": {"window_length": 4}, "dpt": {"context_size": 3}}
+CONTRACT_OPTIONS = {
+    "transitions": {}, "segments": {"segment_length": 3}, "ad_windows": {"window_length": 4}, "dpt": {"context_size": 3},
+    "prompt_segments": {"segment_length": 3, "prompt_length": 2},
+}
 
 
 def test_every_registered_sampler_is_in_the_contract():

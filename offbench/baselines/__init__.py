@@ -15,6 +15,10 @@ BASELINES: dict[str, str] = {
     "dt": "offbench.baselines.dt",
     "cql": "offbench.baselines.cql",
     "iql": "offbench.baselines.iql",
+    "moore-bc": "offbench.baselines.moore",
+    "moore-iql": "offbench.baselines.moore",
+    "prompt-dt": "offbench.baselines.prompt_dt",
+    "harmodt": "offbench.baselines.harmodt",
     "ad": "offbench.baselines.ad",
     "dpt": "offbench.baselines.dpt",
 }

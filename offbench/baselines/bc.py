@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from offbench.baselines import pcgrad
 from offbench.baselines.base import SINGLE_AND_MULTI_TASK, DatasetSpec
 from offbench.baselines.nets import BoundedActions, ObservationNormalizer, flat_observation_dim, mlp, task_input_dim, with_task_onehot
 from offbench.errors import OffbenchError
@@ -29,6 +30,7 @@ class BCConfig:
     num_layers: int = ranged(2, ge=0)
     learning_rate: float = ranged(3e-4, gt=0)
     normalize_observations: bool = True
+    gradient: str = "mean"  # multi-task data: "pcgrad" for gradient surgery over the tasks of each batch (MTBC+PCGrad)
 
 
 class Actor(nn.Module):
@@ -46,6 +48,7 @@ class Actor(nn.Module):
 
 class BC:
     name = "bc"
+    Actor = Actor  # the network; a subclass (MOORE-BC) brings its own with the same forward(observations, task_ids)
     Config = BCConfig
     sampler = "transitions"
     action_kinds = ("continuous", "discrete")
@@ -53,8 +56,9 @@ class BC:
     return_conditioned = False
 
     def __init__(self, config: BCConfig, spec: DatasetSpec, device: str | torch.device = "cpu"):
+        pcgrad.check_gradient_mode(config.gradient, self.name, spec.num_tasks)
         self.config, self.spec, self.device = config, spec, torch.device(device)
-        self.actor = Actor(config, spec).to(self.device)
+        self.actor = self.Actor(config, spec).to(self.device)
         self.optimizer = torch.optim.Adam(self.actor.parameters(), lr=config.learning_rate)
 
     def loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -65,9 +69,8 @@ class BC:
 
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         self.actor.train()
-        loss = self.loss(batch)
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        loss = pcgrad.backward(self.loss, batch, self.actor.parameters(), self.config.gradient)
         self.optimizer.step()
         return {"actor_loss": loss.item()}
 

@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from offbench.baselines import pcgrad
 from offbench.baselines.base import SINGLE_AND_MULTI_TASK, DatasetSpec
 from offbench.baselines.nets import BoundedActions, ObservationNormalizer, flat_observation_dim, fused_adam
 from offbench.errors import OffbenchError
@@ -54,6 +55,7 @@ class DTConfig:
     grad_clip: float = ranged(0.25, ge=0)  # max gradient norm; 0 turns clipping off
     reward_scale: float = ranged(1e-3, gt=0)  # returns-to-go are multiplied by this before entering the network
     target_returns: tuple[float, ...] = ()  # evaluation targets (raw return); empty: the dataset's best episode return
+    gradient: str = "mean"  # multi-task data: "pcgrad" for gradient surgery over the tasks of each batch
 
 
 class Dropout(nn.Module):
@@ -170,6 +172,7 @@ class DecisionTransformer:
     return_conditioned = True
 
     def __init__(self, config: DTConfig, spec: DatasetSpec, device: str | torch.device = "cpu"):
+        pcgrad.check_gradient_mode(config.gradient, self.name, spec.num_tasks)
         self.config, self.spec, self.device = config, spec, torch.device(device)
         self.model = DecisionTransformerModel(config, spec).to(self.device)
         self.optimizer = torch.optim.AdamW(
@@ -194,9 +197,8 @@ class DecisionTransformer:
 
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         self.model.train()
-        loss = self.loss(batch)
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        loss = pcgrad.backward(self.loss, batch, self.model.parameters(), self.config.gradient)
         if self.config.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
         self.optimizer.step()
@@ -248,13 +250,17 @@ class DTPolicy:
         self.returns_to_go[:, -1] = self.remaining
         self.timesteps[:, -1] = self.step
         self.mask[:, -1] = True
-        self.dt.model.eval()
-        output = self.dt.model(
-            self.observations, self.actions, self.returns_to_go * self.dt.config.reward_scale, self.timesteps, self.mask, self.task_ids
-        )[:, -1]
+        output = self.predict()
         action = output.argmax(dim=-1) if self.dt.spec.discrete else output
         self.actions[:, -1] = action
         return actions_to_numpy(action, self.dt.spec.action_space)
+
+    def predict(self) -> torch.Tensor:
+        """The network's output for every row's newest step (B, A): actions, or logits."""
+        self.dt.model.eval()
+        return self.dt.model(
+            self.observations, self.actions, self.returns_to_go * self.dt.config.reward_scale, self.timesteps, self.mask, self.task_ids
+        )[:, -1]
 
     def observe(self, rewards: np.ndarray, dones: np.ndarray) -> None:
         self.remaining -= torch.tensor(np.asarray(rewards), dtype=torch.float32, device=self.dt.device)

@@ -258,31 +258,114 @@ class SegmentSampler(_StoreSampler):
 
     def sample(self) -> dict[str, torch.Tensor]:
         last = self.rng.integers(0, len(self.rewards), self.batch_size)
+        return self.segments(last)
+
+    def segments(self, last: np.ndarray) -> dict[str, torch.Tensor]:
+        """The batch of segments ending at steps `last`, rows in step order."""
         episode = self.episode_of(last)
         order = np.argsort(last, kind="stable")  # front-to-back reads on a memory-mapped file
         last, first = last[order], self.starts[episode[order]]
+        steps = self.padded_steps(last[:, None] + self.offsets, first)
+        batch = {key: self.tensor(value, np.int64 if key == "timesteps" else None) for key, value in steps.items()}
+        return self.with_task_ids(batch, last)
 
-        index = last[:, None] + self.offsets  # (B, K)
+    def padded_steps(self, index: np.ndarray, first: np.ndarray) -> dict[str, np.ndarray]:
+        """Steps at `index` (N, L) of episodes starting at `first` (N,); slots before the episode are padding
+        (zeros, mask False). Returns observations, actions, rewards, returns_to_go, timesteps (from 0 at the
+        episode's first step) and mask, as NumPy arrays."""
         mask = index >= first[:, None]
         index = np.maximum(index, first[:, None])  # padded slots read the first step, then are zeroed
         pad = ~mask
-
         observations = self.observation_array(self.gather(self.observations, index))
         observations[pad] = 0.0
         actions = self.gather(self.actions, index).astype(self.action_dtype, copy=False)
         actions[pad] = 0
         reward_and_rtg = self.gather(self.reward_and_rtg, index)
         reward_and_rtg[pad] = 0.0
-        timesteps = np.where(mask, index - first[:, None], 0)
-        batch = {
-            "observations": self.tensor(observations),
-            "actions": self.tensor(actions),
-            "rewards": self.tensor(reward_and_rtg[..., 0]),
-            "returns_to_go": self.tensor(reward_and_rtg[..., 1]),
-            "timesteps": self.tensor(timesteps, np.int64),
-            "mask": self.tensor(mask),
+        return {
+            "observations": observations,
+            "actions": actions,
+            "rewards": reward_and_rtg[..., 0],
+            "returns_to_go": reward_and_rtg[..., 1],
+            "timesteps": np.where(mask, index - first[:, None], 0),
+            "mask": mask,
         }
-        return self.with_task_ids(batch, last)
+
+
+@register_sampler("prompt_segments")
+class PromptSegmentSampler(SegmentSampler):
+    """`segments`, each with a Prompt-DT prompt (Xu et al. 2022): a short piece of a demonstration of its task.
+
+    A task's demonstrations are its `prompt_pool` highest-return episodes (ties: the earlier episode). A prompt is
+    `prompt_length` steps of one of them, from step max(0, T - prompt_length - 1) of its T steps, as HarmoDT's
+    `get_prompt` cuts it (charleshsc/HarmoDT prompt_dt/prompt_utils.py): the end of the episode, where the task is
+    solved. Each row's prompt comes from a demonstration drawn uniformly (Prompt-DT's stochastic prompt); each row
+    also carries its task's evaluation prompt (from the task's best episode) under `task_prompt_*`, so the
+    baseline keeps one per task with its state. Extra keys: prompt_{observations, actions, returns_to_go,
+    timesteps, mask} and task_prompt_* (B, P, ..); returns-to-go are raw sums from the prompt step to the
+    episode's end (dataset units, like the segments'); short episodes are left-padded (mask False).
+
+    `one_task_per_batch`: batch k holds rows of the k-th task (task ids in turn, round robin: HarmoDT's one task
+    per iteration), segment ends uniform over that task's steps.
+    """
+
+    kind = "prompt_segments"
+
+    def __init__(
+        self,
+        store: EpisodeStore,
+        batch_size: int,
+        seed: int,
+        device: str | torch.device = "cpu",
+        *,
+        segment_length: int = 20,
+        prompt_length: int = 5,
+        prompt_pool: int = 5,
+        one_task_per_batch: bool = False,
+    ):
+        super().__init__(store, batch_size, seed, device, segment_length=segment_length)
+        if self.task_ids is None:
+            raise OffbenchError(f"{self.where}prompt_segments needs a 'task_id' column (a multi-task dataset); this dataset has none")
+        if int(prompt_length) < 1 or int(prompt_pool) < 1:
+            raise OffbenchError(f"prompt_length and prompt_pool must be at least 1, got {prompt_length} and {prompt_pool}")
+        self.prompt_length, self.one_task_per_batch, self.batches = int(prompt_length), bool(one_task_per_batch), 0
+        episode_task = np.asarray(self.task_ids)[self.starts[:-1]]
+        self.tasks = np.unique(episode_task)
+        returns = np.add.reduceat(self.rewards.astype(np.float64), self.starts[:-1])
+        self.pools = np.zeros((int(self.tasks.max()) + 1, int(prompt_pool)), np.int64)  # episode ids, best first (rows of ids present)
+        for task in self.tasks:
+            episodes = np.flatnonzero(episode_task == task)
+            best_first = episodes[np.lexsort((episodes, -returns[episodes]))][: int(prompt_pool)]
+            self.pools[task] = np.resize(best_first, int(prompt_pool))  # a task with fewer episodes repeats its best
+        self.task_steps = {int(t): np.flatnonzero(self.task_ids == t) for t in self.tasks} if one_task_per_batch else None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "batches": self.batches}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.batches = int(state["batches"])
+
+    def prompts(self, episodes: np.ndarray) -> dict[str, np.ndarray]:
+        """Prompt arrays (N, P, ..) cut from `episodes` (N,)."""
+        first, end = self.starts[episodes], self.starts[episodes + 1]
+        last = np.minimum(np.maximum(first, end - self.prompt_length - 1) + self.prompt_length, end) - 1
+        steps = self.padded_steps(last[:, None] + np.arange(1 - self.prompt_length, 1), first)  # short episodes: left-padded
+        return {key: value for key, value in steps.items() if key != "rewards"}
+
+    def sample(self) -> dict[str, torch.Tensor]:
+        if self.one_task_per_batch:
+            steps = self.task_steps[int(self.tasks[self.batches % len(self.tasks)])]
+            batch = self.segments(steps[self.rng.integers(0, len(steps), self.batch_size)])
+        else:
+            batch = super().sample()
+        self.batches += 1
+        tasks = batch["task_ids"].cpu().numpy()
+        chosen = self.pools[tasks, self.rng.integers(0, self.pools.shape[1], len(tasks))]
+        for prefix, episodes in (("prompt_", chosen), ("task_prompt_", self.pools[tasks, 0])):
+            for key, value in self.prompts(episodes).items():
+                batch[prefix + key] = self.tensor(value, np.int64 if key == "timesteps" else None)
+        return batch
 
 
 # ----------------------------------------------------------------------------- Algorithm Distillation windows

@@ -26,6 +26,10 @@ TINY_CONFIGS: dict[str, dict] = {
     "dt": dict(segment_length=4, embedding_dim=16, num_layers=1, num_heads=1, warmup_steps=1),
     "cql": dict(hidden_dim=16, critic_hidden_layers=1, actor_hidden_layers=1, n_quantiles=4, cql_n_actions=2),
     "iql": dict(hidden_dim=16, num_hidden_layers=1),
+    "moore-bc": dict(expert_dims=[8, 8], num_experts=2),
+    "moore-iql": dict(expert_dims=[8, 8], num_experts=2),
+    "prompt-dt": dict(segment_length=4, prompt_length=2, embedding_dim=16, num_layers=1, num_heads=1, warmup_steps=1),
+    "harmodt": dict(segment_length=4, prompt_length=2, embedding_dim=16, num_layers=1, num_heads=1, warmup_steps=1, mask_interval=1, steps=4),
     "ad": dict(context_steps=4, embedding_dim=8, hidden_dim=16, num_layers=1, num_heads=2),
     "dpt": dict(context_size=4, embedding_dim=16, num_layers=1),
 }

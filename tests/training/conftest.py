@@ -10,15 +10,16 @@ import pytest
 
 
 
-def generated_home(tmp_path_factory, dataset_id: str) -> Path:
-    """A fresh OFFBENCH_HOME with `dataset_id` generated in it (the caller's OFFBENCH_HOME is left as it was)."""
-    home = tmp_path_factory.mktemp(dataset_id.replace("/", "-") + "_home")
+def generated_home(tmp_path_factory, *dataset_ids: str) -> Path:
+    """A fresh OFFBENCH_HOME with `dataset_ids` generated in it (the caller's OFFBENCH_HOME is left as it was)."""
+    home = tmp_path_factory.mktemp(dataset_ids[0].replace("/", "-") + "_home")
     old = os.environ.get("OFFBENCH_HOME")
     os.environ["OFFBENCH_HOME"] = str(home)
     try:
         import offbench
 
-        offbench.load(dataset_id)
+        for dataset_id in dataset_ids:
+            offbench.load(dataset_id)
     finally:
         if old is None:
             del os.environ["OFFBENCH_HOME"]
@@ -31,6 +32,12 @@ def generated_home(tmp_path_factory, dataset_id: str) -> Path:
 def pendulum_home(tmp_path_factory) -> Path:
     """An OFFBENCH_HOME holding pendulum-scripted, generated once for all training tests."""
     return generated_home(tmp_path_factory, "pendulum-scripted")
+
+
+@pytest.fixture(scope="session")
+def multitask_home(tmp_path_factory) -> Path:
+    """An OFFBENCH_HOME holding the tiny Meta-World (continuous) and MiniGrid (discrete) multi-task datasets."""
+    return generated_home(tmp_path_factory, "metaworld/tiny-near-optimal", "minigrid/tiny-near-optimal")
 
 
 @pytest.fixture(scope="session")

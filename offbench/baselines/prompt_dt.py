@@ -1,0 +1,212 @@
+"""Prompt-DT (Xu et al., ICML 2022, "Prompting Decision Transformer for Few-Shot Policy Generalization"): a Decision
+Transformer whose input sequence starts with a short trajectory prompt of the task, a few (R, s, a) steps cut from
+one of that task's best episodes in the dataset, so one network tells the tasks apart without a task id.
+
+    tokens  = [prompt: R*_1 s*_1 a*_1 ... R*_P s*_P a*_P] [segment: R_1 s_1 a_1 ... R_K s_K a_K]
+    a_t     = head(GPT(tokens) at s_t)            MSE on real steps (cross-entropy for discrete actions)
+
+The prompt has its own embeddings (return, state, action, timestep) and skips the embedding LayerNorm, as in
+HarmoDT's Prompt-DT (charleshsc/HarmoDT prompt_dt/prompt_decision_transformer.py, itself from mxu34/Prompt-DT);
+the blocks are offbench's DT blocks (pre-LayerNorm, as CORL's DT; HarmoDT uses GPT-2's, also pre-LayerNorm).
+Prompts come from the `prompt_segments` sampler (offbench/data/samplers.py): in training each segment gets the
+end of one of its task's `prompt_pool` best episodes, drawn at random; at evaluation each task uses its best
+episode's. Defaults: Prompt-DT's Meta-World settings (K 20, prompt length 5, embedding 128, 3 layers, 1 head,
+dropout 0.1, AdamW lr 1e-4, weight decay 1e-4, 10k warm-up steps, gradient clipping 0.25); see
+baselines/prompt-dt/default.toml. Batches mix tasks (the sampler draws steps uniformly over the dataset).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from offbench.baselines.base import DatasetSpec
+from offbench.baselines.dt import Block, Dropout, DTConfig, DTPolicy
+from offbench.baselines.moore import multi_task_spec
+from offbench.baselines.nets import BoundedActions, ObservationNormalizer, flat_observation_dim, fused_adam
+from offbench.baselines.pcgrad import check_gradient_mode, pcgrad_backward, per_task_losses
+from offbench.errors import OffbenchError
+from offbench.evaluation.policy import PolicyOptions
+from offbench.utils import ranged
+
+PROMPT_KEYS = ("observations", "actions", "returns_to_go", "timesteps", "mask")
+
+
+@dataclass
+class PromptDTConfig(DTConfig):
+    """DT's hyper-parameters (offbench/baselines/dt.py) and the prompt's."""
+
+    prompt_length: int = ranged(5, ge=1)  # P: steps in a prompt
+    prompt_pool: int = ranged(5, ge=1)  # a task's training prompts come from its this many best episodes
+
+
+class TokenEmbedding(nn.Module):
+    """(R, s, a) steps with their timesteps -> interleaved tokens (B, 3L, dim)."""
+
+    def __init__(self, dim: int, spec: DatasetSpec):
+        super().__init__()
+        self.discrete, self.max_timestep = spec.discrete, spec.max_episode_length
+        self.timestep = nn.Embedding(spec.max_episode_length, dim)
+        self.state = nn.Linear(flat_observation_dim(spec), dim)
+        self.action = nn.Embedding(spec.action_dim, dim) if spec.discrete else nn.Linear(spec.action_dim, dim)
+        self.ret = nn.Linear(1, dim)
+
+    def forward(self, states: torch.Tensor, actions: torch.Tensor, returns_to_go: torch.Tensor, timesteps: torch.Tensor) -> torch.Tensor:
+        batch, length = timesteps.shape
+        time = self.timestep(timesteps.clamp(0, self.max_timestep - 1))
+        acts = self.action(actions.long() if self.discrete else actions.reshape(batch, length, -1))
+        tokens = torch.stack([self.ret(returns_to_go.unsqueeze(-1)) + time, self.state(states) + time, acts + time], dim=2)
+        return tokens.reshape(batch, 3 * length, -1)
+
+
+class PromptDTModel(nn.Module):
+    # parameter-name prefixes of the transformer proper (HarmoDT masks these and nothing else)
+    TRANSFORMER = ("blocks.", "output_norm.")
+
+    def __init__(self, config: PromptDTConfig, spec: DatasetSpec):
+        super().__init__()
+        dim = config.embedding_dim
+        if dim % config.num_heads:
+            raise ValueError(f"embedding_dim ({dim}) must be divisible by num_heads ({config.num_heads})")
+        self.normalize = ObservationNormalizer(spec, eps=1e-6)
+        self.embed, self.prompt_embed = TokenEmbedding(dim, spec), TokenEmbedding(dim, spec)
+        self.embedding_norm, self.output_norm = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.embedding_dropout = Dropout(config.embedding_dropout)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.num_layers))
+        self.action_head = nn.Linear(dim, spec.action_dim)
+        self.bound = nn.Identity() if spec.discrete else BoundedActions(spec)
+        for module in self.modules():  # GPT-2 initialisation, as DT
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                nn.init.zeros_(module.bias)
+
+    def forward(self, observations, actions, returns_to_go, timesteps, mask, prompt: dict[str, torch.Tensor]) -> torch.Tensor:
+        """(B, K, ...) segment and (B, P, ...) prompt, returns-to-go already scaled -> action predictions (B, K, A)."""
+        segment = self.embedding_norm(self.embed(self.normalize(observations), actions, returns_to_go, timesteps))
+        prompt_tokens = self.prompt_embed(self.normalize(prompt["observations"]), prompt["actions"], prompt["returns_to_go"], prompt["timesteps"])
+        x = self.embedding_dropout(torch.cat([prompt_tokens, segment], dim=1))
+        real = torch.cat([prompt["mask"], mask], dim=1).repeat_interleave(3, dim=1)
+        length = real.shape[1]
+        causal = torch.ones(length, length, dtype=torch.bool, device=mask.device).tril()
+        allowed = causal & (real[:, None, :] | torch.eye(length, dtype=torch.bool, device=mask.device))
+        bias = torch.zeros(allowed.shape, device=mask.device).masked_fill_(~allowed, float("-inf")).unsqueeze(1)
+        for block in self.blocks[:-1]:
+            x = block(x, bias)
+        x = self.blocks[-1](x, bias, queries=slice(prompt_tokens.shape[1] + 1, None, 3))  # the segment's s_t tokens
+        return self.bound(self.action_head(self.output_norm(x)))
+
+
+class PromptDT:
+    name = "prompt-dt"
+    Config = PromptDTConfig
+    sampler = "prompt_segments"
+    action_kinds = ("continuous", "discrete")
+    evaluation_protocols = ("multi-task",)
+    return_conditioned = True  # evaluated per target return (Config.target_returns; none: each task's best return)
+    one_task_per_batch = False
+
+    def __init__(self, config: PromptDTConfig, spec: DatasetSpec, device: str | torch.device = "cpu"):
+        multi_task_spec(spec, self.name)
+        check_gradient_mode(config.gradient, self.name, spec.num_tasks)
+        self.config, self.spec, self.device = config, spec, torch.device(device)
+        self.model = PromptDTModel(config, spec).to(self.device)
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay, betas=tuple(config.betas),
+            fused=fused_adam(self.device),
+        )
+        warmup = max(1, config.warmup_steps)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda step: min((step + 1) / warmup, 1.0))
+        # each task's evaluation prompt (its best episode's), copied from the batches and kept with the state; a task
+        # no batch has held yet has an all-padding prompt (mask False: the model sees no prompt)
+        t, p, device = spec.num_tasks, config.prompt_length, self.device
+        self.task_prompts = {
+            "observations": torch.zeros(t, p, *spec.observation_shape, device=device),
+            "actions": torch.zeros(t, p, dtype=torch.long, device=device) if spec.discrete else torch.zeros(t, p, spec.action_dim, device=device),
+            "returns_to_go": torch.zeros(t, p, device=device),
+            "timesteps": torch.zeros(t, p, dtype=torch.long, device=device),
+            "mask": torch.zeros(t, p, dtype=torch.bool, device=device),
+        }
+
+    def sampler_options(self) -> dict[str, Any]:
+        c = self.config
+        return {"segment_length": c.segment_length, "prompt_length": c.prompt_length, "prompt_pool": c.prompt_pool, "one_task_per_batch": self.one_task_per_batch}
+
+    def predict(self, batch: dict[str, torch.Tensor], prompt: dict[str, torch.Tensor], weights: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
+        """The model's predictions for segments `batch` prompted by `prompt`; `weights` replace the model's own
+        parameters of those names (HarmoDT's masked transformer)."""
+        args = (
+            batch["observations"], batch["actions"], batch["returns_to_go"] * self.config.reward_scale, batch["timesteps"], batch["mask"],
+            {**prompt, "returns_to_go": prompt["returns_to_go"] * self.config.reward_scale},
+        )
+        return self.model(*args) if weights is None else torch.func.functional_call(self.model, weights, args)
+
+    def row_losses(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Each row's loss (the mean over its real steps)."""
+        mask = batch["mask"]
+        predicted = self.predict(batch, {key: batch["prompt_" + key] for key in PROMPT_KEYS})
+        if self.spec.discrete:
+            steps = F.cross_entropy(predicted.flatten(0, 1), batch["actions"].long().flatten(), reduction="none").view(mask.shape)
+        else:
+            steps = (predicted - batch["actions"].reshape(predicted.shape)).pow(2).mean(-1)
+        return (steps * mask).sum(1) / mask.sum(1)
+
+    def keep_task_prompts(self, batch: dict[str, torch.Tensor]) -> None:
+        """Each task's evaluation prompt, from the rows of the tasks this batch holds."""
+        for key, value in self.task_prompts.items():
+            value[batch["task_ids"]] = batch["task_prompt_" + key].reshape(-1, *value.shape[1:]).to(value.dtype)
+
+    def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+        self.keep_task_prompts(batch)
+        self.model.train()
+        losses = self.row_losses(batch)
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.config.gradient == "pcgrad":
+            pcgrad_backward(per_task_losses(losses, batch["task_ids"]), self.model.parameters())
+        else:  # the mean over real steps of the batch, as DT
+            (losses * batch["mask"].sum(1)).sum().div(batch["mask"].sum()).backward()
+        if self.config.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+        self.optimizer.step()
+        self.scheduler.step()
+        return {"action_loss": losses.mean().item(), "learning_rate": self.scheduler.get_last_lr()[0]}
+
+    def act_rows(self, batch: dict[str, torch.Tensor], task_ids: torch.Tensor) -> torch.Tensor:
+        """Evaluation: the last step's prediction of every row, each row prompted with its task's prompt."""
+        self.model.eval()
+        return self.predict(batch, {key: value[task_ids] for key, value in self.task_prompts.items()})[:, -1]
+
+    def policy(self, options: PolicyOptions) -> PromptDTPolicy:
+        """Conditioned on `options.target_return` (one per row), each row prompted by its task (`options.task_ids`)."""
+        if options.task_ids is None or options.target_return is None:
+            raise ValueError(f"{self.name} acts with the task id of every env row and a target return (PolicyOptions)")
+        if not options.deterministic:
+            raise OffbenchError(f"{self.name} evaluates deterministically only (drop eval_deterministic=false)")
+        return PromptDTPolicy(self, options)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+            "task_prompts": self.task_prompts,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        for key, value in self.task_prompts.items():
+            value.copy_(state["task_prompts"][key])
+
+
+class PromptDTPolicy(DTPolicy):
+    """DT's evaluation policy (the last K steps of every env row, left-padded like training), each row prompted
+    with its task's evaluation prompt through the baseline's `act_rows` (HarmoDT's applies the task's mask)."""
+
+    def predict(self) -> torch.Tensor:
+        context = {"observations": self.observations, "actions": self.actions, "returns_to_go": self.returns_to_go,
+                   "timesteps": self.timesteps, "mask": self.mask}
+        return self.dt.act_rows(context, self.task_ids)
