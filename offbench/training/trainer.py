@@ -365,8 +365,12 @@ def start_run(
     setup = evaluation_setup(baseline_cls, config, data, seed)
     protocol = build_protocol(setup)
     check_fit(baseline_cls, spec, data, protocol, evaluate=config.train.eval_episodes > 0)
+    try:  # fields that disagree with each other (DT's embedding_dim % num_heads) fail here, before anything is written
+        probe = baseline_cls(config.baseline, spec, torch.device("cpu"))
+    except ValueError as exc:
+        raise OffbenchError(f"config for {baseline_name}: {exc}") from None
     if not config.train.eval_deterministic and config.train.eval_episodes > 0:  # a baseline without sampling says so now
-        baseline_cls(config.baseline, spec, torch.device("cpu")).policy(PolicyOptions(deterministic=False, target_return=setup.target_returns[0]))
+        probe.policy(PolicyOptions(deterministic=False, target_return=setup.target_returns[0]))
     run_dir = rd.create_run_dir(Path(out) / (name or default_run_name(baseline_name, data.id, seed)))
     record = {
         "run_id": run_dir.name,

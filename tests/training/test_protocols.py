@@ -279,3 +279,10 @@ def test_multi_task_run_end_to_end_and_per_task_targets_for_dt(cli, tmp_path):
     evaluation = json.loads((tmp_path / "mtdt" / "run.json").read_text())["evaluation"]
     assert evaluation["protocol"] == "multi-task" and evaluation["target_returns"] is None
     assert len(evaluation["task_target_returns"]) == 3 and len(evaluation["tasks"]) == 3
+
+
+def test_config_fields_that_disagree_are_refused_before_anything_is_written(pendulum, cli, tmp_path):
+    code, _, err = cli("run", "baseline", "dt", "--dataset", "pendulum-scripted", "--set", "embedding_dim=10", "--set", "num_heads=3",
+                       "--out", tmp_path / "runs")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "embedding_dim (10) must be divisible by num_heads (3)" in err
+    assert not (tmp_path / "runs").exists()
