@@ -210,8 +210,20 @@ def test_entries_from_before_run_identities_still_catch_their_runs():
     assert {entry["baseline"] for _, entry in entries} == {"bc", "dt", "cql", "iql"}
     old = entries[0][1]["runs"][0]
     new = {**{k: old[k] for k in ("seed", "final", "best", "curve")}, "identity": {"evaluations_sha256": "0" * 64, "checkpoint_sha256": "1" * 64}}
-    assert _same_run(new, old) is not None
-    assert _same_run({**new, "seed": old["seed"] + 1}, old) is None
+    assert _same_run(new, old, True) is not None
+    assert _same_run({**new, "seed": old["seed"] + 1}, old, True) is None
+
+
+def test_the_same_evaluations_under_another_config_are_not_a_duplicate():
+    """Greedy policies of two methods can score the very same episodes on a discrete suite (MTBC and MTBC+PCGrad
+    did on MiniGrid); only the same config or the same checkpoint makes it the same run."""
+    from offbench.leaderboard.submit import _same_run
+
+    new = {"seed": 0, "identity": {"evaluations_sha256": "e" * 64, "checkpoint_sha256": "1" * 64}}
+    old = {"seed": 0, "identity": {"evaluations_sha256": "e" * 64, "checkpoint_sha256": "2" * 64}}
+    assert _same_run(new, old, same_config=True) == "evaluations"
+    assert _same_run(new, old, same_config=False) is None
+    assert _same_run({**new, "identity": {**new["identity"], "checkpoint_sha256": "2" * 64}}, old, same_config=False) == "final checkpoint"
 
 
 @pytest.mark.parametrize("where", ["config", "code", "started_at"])

@@ -205,15 +205,16 @@ def _refuse_repeated_runs(runs: list[RunRecord]) -> None:
             seen[key] = run.path
 
 
-def _same_run(new: dict[str, Any], old: dict[str, Any]) -> str | None:
+def _same_run(new: dict[str, Any], old: dict[str, Any], same_config: bool) -> str | None:
     """What makes an accepted run record the same run as a new one, if anything: the same final checkpoint,
-    the same evaluations at the same seed, or (entries from before runs carried an identity) the same seed
-    with the same final and best evaluations and learning curve."""
+    the same evaluations at the same seed under the same config (two methods can score the very same episodes:
+    greedy policies on a discrete suite), or (entries from before runs carried an identity) the same seed with
+    the same final and best evaluations and learning curve."""
     ours, theirs = new["identity"], old.get("identity")
     if theirs is not None:
         if ours["checkpoint_sha256"] is not None and ours["checkpoint_sha256"] == theirs.get("checkpoint_sha256"):
             return "final checkpoint"
-        if ours["evaluations_sha256"] == theirs.get("evaluations_sha256") and new["seed"] == old["seed"]:
+        if same_config and ours["evaluations_sha256"] == theirs.get("evaluations_sha256") and new["seed"] == old["seed"]:
             return "evaluations"
         return None
     if all(new[key] == old.get(key) for key in ("seed", "final", "best", "curve")):
@@ -226,7 +227,7 @@ def check_against_accepted(entry: dict[str, Any], accepted: list[tuple[Path, dic
     for path, old in accepted:
         for record in entry["runs"]:
             for old_record in old["runs"]:
-                same = _same_run(record, old_record)
+                same = _same_run(record, old_record, old.get("config_sha256") == entry["config_sha256"])
                 if same is not None:
                     raise Refused(record["path"], "duplicate",
                                   f"this run is run {old_record['run_id']} of accepted entry {path.name} (same {same}), whatever its name")
