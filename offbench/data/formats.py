@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Protocol
@@ -56,11 +58,33 @@ def reads_in_place(name: str) -> bool:
     return bool(getattr(FORMATS.get(name), "read_in_place", False))
 
 
+class LazyFormat:
+    """A format whose module loads on first use: offbench.data.xland brings its samplers and so torch (~3 s),
+    which commands that never meet an XLand file (generate, list, info on native files) should not pay."""
+
+    def __init__(self, name: str, module: str, attribute: str, read_in_place: bool, writes: bool):
+        self.name, self.read_in_place, self.writes = name, read_in_place, writes
+        self._where = (module, attribute)
+
+    @functools.cached_property
+    def _format(self) -> Format:
+        module, attribute = self._where
+        return getattr(importlib.import_module(module), attribute)()
+
+    def detect(self, path: Path) -> bool:
+        return self._format.detect(path)
+
+    def load(self, path: Path):
+        return self._format.load(path)
+
+    def export(self, store, out: Path) -> Path:
+        return self._format.export(store, out)
+
+
 from offbench.data import mtdiff  # noqa: E402
-from offbench.data.xland import XLandFormat  # noqa: E402  (imports the sampler registry, which needs store only)
 
 for _format in (
-    XLandFormat(),
+    LazyFormat("xland", "offbench.data.xland", "XLandFormat", read_in_place=True, writes=False),
     FunctionFormat("mtdiff", mtdiff.detect_mtdiff, mtdiff.import_mtdiff, mtdiff.export_mtdiff, writes=False),
 ):
     register(FORMATS, _format.name)(_format)

@@ -13,12 +13,14 @@ Scores: raw return; normalised score = 100 * (R - ref_min) / (ref_max - ref_min)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import gymnasium as gym
 import numpy as np
 
-from offbench.evaluation.policy import Policy
+if TYPE_CHECKING:  # the protocol only: importing it would pull in torch, which seeds and configs do not need
+    from offbench.evaluation.policy import Policy
+
 
 EVALUATION_SEED_BASE = 10_000  # above every seed the generators and training use
 EPISODES_PER_SEED = 1_000  # evaluation seeds of training seed s: EVALUATION_SEED_BASE + EPISODES_PER_SEED * s + [0, 1000)
