@@ -32,7 +32,7 @@ from torch import nn
 from offbench.data.spec import DatasetSpec
 from offbench.evaluation.policy import PolicyOptions
 from offbench.baselines.incontext import CausalTransformer, ObservationEmbedding, autocast, init_gpt_weights
-from offbench.baselines.nets import fused_adam
+from offbench.baselines.nets import fused_adam, load_part_states, part_states
 from offbench.utils import ranged
 
 TOKEN_LAYOUTS = ("sar", "step")
@@ -160,12 +160,10 @@ class AlgorithmDistillation:
         return ADPolicy(self, deterministic=options.deterministic)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+        return part_states(model=self.model, optimizer=self.optimizer, scheduler=self.scheduler)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
+        load_part_states(state, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler)
 
 
 class ADPolicy:

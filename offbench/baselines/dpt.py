@@ -33,7 +33,7 @@ from torch import nn
 from offbench.data.spec import DatasetSpec
 from offbench.evaluation.policy import PolicyOptions
 from offbench.baselines.incontext import CausalTransformer, autocast, init_gpt_weights
-from offbench.baselines.nets import ObservationNormalizer, flat_observation_dim, fused_adam
+from offbench.baselines.nets import ObservationNormalizer, flat_observation_dim, fused_adam, load_part_states, part_states
 from offbench.utils import ranged
 
 
@@ -118,11 +118,10 @@ class DecisionPretrainedTransformer:
         return DPTPolicy(self, deterministic=options.deterministic)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+        return part_states(model=self.model, optimizer=self.optimizer)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        load_part_states(state, model=self.model, optimizer=self.optimizer)
 
 
 class DPTPolicy:

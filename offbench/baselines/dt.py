@@ -33,7 +33,7 @@ from torch import nn
 
 from offbench.baselines import pcgrad
 from offbench.baselines.base import SINGLE_AND_MULTI_TASK, DatasetSpec
-from offbench.baselines.nets import BoundedActions, ObservationNormalizer, flat_observation_dim, fused_adam
+from offbench.baselines.nets import BoundedActions, ObservationNormalizer, flat_observation_dim, fused_adam, load_part_states, part_states
 from offbench.errors import OffbenchError
 from offbench.utils import ranged
 from offbench.evaluation.policy import PolicyOptions, actions_to_numpy
@@ -214,12 +214,10 @@ class DecisionTransformer:
         return DTPolicy(self, options)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+        return part_states(model=self.model, optimizer=self.optimizer, scheduler=self.scheduler)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
+        load_part_states(state, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler)
 
 
 class DTPolicy:

@@ -104,3 +104,14 @@ def with_task_onehot(features: torch.Tensor, task_ids: torch.Tensor | None, num_
     if task_ids is None:
         raise ValueError("multi-task data: the batch or the policy options must carry task_ids")
     return torch.cat([features, nn.functional.one_hot(task_ids.long(), num_tasks).to(features.dtype)], dim=-1)
+
+
+def part_states(**parts) -> dict:
+    """A checkpoint's `baseline` entry: each named part's (network, optimiser, scheduler) state_dict."""
+    return {name: part.state_dict() for name, part in parts.items()}
+
+
+def load_part_states(state: dict, **parts) -> None:
+    """The inverse of `part_states`: each named part loads its own entry."""
+    for name, part in parts.items():
+        part.load_state_dict(state[name])

@@ -27,7 +27,7 @@ from torch import nn
 from offbench.baselines.base import DatasetSpec
 from offbench.baselines.dt import Block, Dropout, DTConfig, DTPolicy
 from offbench.baselines.moore import multi_task_spec
-from offbench.baselines.nets import BoundedActions, ObservationNormalizer, flat_observation_dim, fused_adam
+from offbench.baselines.nets import BoundedActions, ObservationNormalizer, flat_observation_dim, fused_adam, load_part_states, part_states
 from offbench.baselines.pcgrad import check_gradient_mode, pcgrad_backward, per_task_losses
 from offbench.errors import OffbenchError
 from offbench.evaluation.policy import PolicyOptions
@@ -190,14 +190,11 @@ class PromptDT:
 
     def state_dict(self) -> dict[str, Any]:
         return {
-            "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-            "task_prompts": self.task_prompts,
+            **part_states(model=self.model, optimizer=self.optimizer, scheduler=self.scheduler), "task_prompts": self.task_prompts,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
+        load_part_states(state, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler)
         for key, value in self.task_prompts.items():
             value.copy_(state["task_prompts"][key])
 
