@@ -133,9 +133,9 @@ class DecisionTransformerModel(nn.Module):
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
 
-    def forward(self, observations, actions, returns_to_go, timesteps, mask, task_ids=None) -> torch.Tensor:
+    def forward(self, observations, actions, returns_to_go, timesteps, mask, task_ids=None, newest_only: bool = False) -> torch.Tensor:
         """(B, K, ...) inputs, returns-to-go already scaled, task ids (B,) on multi-task data -> action predictions
-        (B, K, A) or logits."""
+        (B, K, A) or logits; (B, 1, A) for the newest step only with `newest_only` (acting needs no more)."""
         batch, k = mask.shape
         time = self.timestep_embedding(timesteps.clamp(0, self.max_timestep - 1))
         if self.task_embedding is not None:
@@ -149,7 +149,8 @@ class DecisionTransformerModel(nn.Module):
         bias = self.attention_bias(mask)
         for block in self.blocks[:-1]:
             x = block(x, bias)
-        x = self.blocks[-1](x, bias, queries=slice(1, None, 3))  # the loss and the policy read the s_t tokens only
+        # the loss reads the s_t tokens only, the policy the newest one (the last token, a_K being dropped)
+        x = self.blocks[-1](x, bias, queries=slice(3 * k - 2, None) if newest_only else slice(1, None, 3))
         return self.bound(self.action_head(self.output_norm(x)))  # a_t predicted from the s_t token
 
     def attention_bias(self, mask: torch.Tensor) -> torch.Tensor:
@@ -253,13 +254,30 @@ class DTPolicy:
         self.actions[:, -1] = action
         return actions_to_numpy(action, self.dt.spec.action_space)
 
+    def context(self) -> dict[str, torch.Tensor]:
+        """Every row's last K steps, without the leading steps that are padding in every row (early in the episodes):
+        masked keys add nothing to attention, so the prediction is the same and costs less."""
+        start = int(self.mask.any(0).int().argmax())  # left padding: the first step some row has
+        return {"observations": self.observations[:, start:], "actions": self.actions[:, start:],
+                "returns_to_go": self.returns_to_go[:, start:], "timesteps": self.timesteps[:, start:], "mask": self.mask[:, start:]}
+
     def predict(self) -> torch.Tensor:
         """The network's output for every row's newest step (B, A): actions, or logits."""
         self.dt.model.eval()
+        c = self.context()
         return self.dt.model(
-            self.observations, self.actions, self.returns_to_go * self.dt.config.reward_scale, self.timesteps, self.mask, self.task_ids
+            c["observations"], c["actions"], c["returns_to_go"] * self.dt.config.reward_scale, c["timesteps"], c["mask"], self.task_ids,
+            newest_only=True,
         )[:, -1]
 
     def observe(self, rewards: np.ndarray, dones: np.ndarray) -> None:
         self.remaining -= torch.tensor(np.asarray(rewards), dtype=torch.float32, device=self.dt.device)
         self.step += 1
+
+    def drop(self, keep: np.ndarray) -> None:
+        """Forget the rows whose episodes are over (`Policy.drop`): no more passes over their contexts."""
+        rows = torch.as_tensor(keep, device=self.dt.device)
+        for name in ("observations", "actions", "returns_to_go", "timesteps", "mask", "remaining", "step"):
+            setattr(self, name, getattr(self, name)[rows])
+        if self.task_ids is not None:
+            self.task_ids = self.task_ids[rows]

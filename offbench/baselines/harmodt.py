@@ -116,7 +116,7 @@ class HarmoDT(PromptDT):
         self.masks = masks.to(self.device)  # (T, N): task t's mask over the flattened transformer weights
         self.iteration = 0
         self.recent_batches: dict[int, dict[str, torch.Tensor]] = {}  # each task's latest batch, for the outer step
-        self._masked_weights: dict[int, tuple[torch.Tensor, dict[str, torch.Tensor]]] = {}  # evaluation: see masked_weights
+        self._masked_weights: tuple[torch.Tensor, dict[str, torch.Tensor]] | None = None  # evaluation: see masked_weights
 
     # ---------------------------------------------------------------------------------------- masks
     def mask_views(self, task: int) -> list[torch.Tensor]:
@@ -151,7 +151,7 @@ class HarmoDT(PromptDT):
 
     # ---------------------------------------------------------------------------------------- training
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
-        self._masked_weights.clear()
+        self._masked_weights = None
         self.keep_task_prompts(batch)
         task = self.batch_task(batch)
         self.recent_batches[task] = batch
@@ -203,33 +203,43 @@ class HarmoDT(PromptDT):
             mask[prune] = False
 
     # ---------------------------------------------------------------------------------------- acting
-    def masked_weights(self, task: int) -> dict[str, torch.Tensor]:
-        """The transformer's weights as task sees them (times its mask), for evaluation: computed once per task and
-        kept until the weights change (an update or a load) or the task's mask does."""
-        cached = self._masked_weights.get(task)
-        if cached is None or not torch.equal(cached[0], self.masks[task]):
-            weights = {name: p.detach() * mask for (name, p), mask in zip(self.masked, self.mask_views(task))}
-            cached = self._masked_weights[task] = (self.masks[task].clone(), weights)
+    def masked_weights(self) -> dict[str, torch.Tensor]:
+        """The transformer's weights as each task sees them (times its mask), stacked over tasks (T, ...), for
+        evaluation: computed once and kept until the weights change (an update or a load) or a mask does."""
+        cached = self._masked_weights
+        if cached is None or not torch.equal(cached[0], self.masks):
+            stacked = {name: p.detach() * self.masks[:, lo:hi].view(-1, *p.shape)
+                       for (name, p), lo, hi in zip(self.masked, self.bounds[:-1], self.bounds[1:])}
+            cached = self._masked_weights = (self.masks.clone(), stacked)
         return cached[1]
 
     def act_rows(self, batch: dict[str, torch.Tensor], task_ids: torch.Tensor) -> torch.Tensor:
-        """Each task's rows through the network under that task's mask."""
+        """Every row through the network under its task's mask, all tasks in one vectorised pass: rows grouped by
+        task (padded to the largest group with copies of a row, computed and dropped), `torch.func.vmap` over the
+        groups with each group's masked weights."""
         self.model.eval()
-        out = None
-        for task in torch.unique(task_ids).tolist():
-            rows = task_ids == task
-            prompt = {key: value[task_ids[rows]] for key, value in self.task_prompts.items()}
-            predicted = self.predict({key: value[rows] for key, value in batch.items()}, prompt, self.masked_weights(task))[:, -1]
-            if out is None:
-                out = predicted.new_empty(len(task_ids), *predicted.shape[1:])
-            out[rows] = predicted
-        return out
+        tasks, group = torch.unique(task_ids, return_inverse=True)
+        counts = torch.bincount(group, minlength=len(tasks))
+        order = torch.argsort(group, stable=True)
+        slot = torch.empty_like(group)
+        slot[order] = torch.arange(len(group), device=group.device) - torch.repeat_interleave(counts.cumsum(0) - counts, counts)
+        rows = torch.zeros(len(tasks), int(counts.max()), dtype=torch.long, device=group.device)
+        rows[group, slot] = torch.arange(len(group), device=group.device)
+        segments = {key: value[rows] for key, value in batch.items()}  # (groups, width, K, ...)
+        prompts = {key: value[tasks, None].expand(-1, rows.shape[1], *value.shape[1:]) for key, value in self.task_prompts.items()}
+        stacked = self.masked_weights()
+        weights = stacked if len(tasks) == self.spec.num_tasks else {name: w[tasks] for name, w in stacked.items()}
+
+        def one_group(group_weights, segment, prompt):
+            return self.predict(segment, prompt, group_weights, newest_only=True)[:, -1]
+
+        return torch.func.vmap(one_group)(weights, segments, prompts)[group, slot]
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "masks": self.masks.clone(), "iteration": self.iteration, "recent_batches": self.recent_batches}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._masked_weights.clear()
+        self._masked_weights = None
         super().load_state_dict(state)
         if state["masks"].shape != self.masks.shape:
             raise ValueError(f"masks of shape {tuple(state['masks'].shape)}, this model needs {tuple(self.masks.shape)}")

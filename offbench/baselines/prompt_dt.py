@@ -85,8 +85,9 @@ class PromptDTModel(nn.Module):
             if isinstance(module, nn.Linear) and module.bias is not None:
                 nn.init.zeros_(module.bias)
 
-    def forward(self, observations, actions, returns_to_go, timesteps, mask, prompt: dict[str, torch.Tensor]) -> torch.Tensor:
-        """(B, K, ...) segment and (B, P, ...) prompt, returns-to-go already scaled -> action predictions (B, K, A)."""
+    def forward(self, observations, actions, returns_to_go, timesteps, mask, prompt: dict[str, torch.Tensor], newest_only: bool = False) -> torch.Tensor:
+        """(B, K, ...) segment and (B, P, ...) prompt, returns-to-go already scaled -> action predictions (B, K, A), or
+        (B, 1, A) for the newest step only with `newest_only`."""
         segment = self.embedding_norm(self.embed(self.normalize(observations), actions, returns_to_go, timesteps))
         prompt_tokens = self.prompt_embed(self.normalize(prompt["observations"]), prompt["actions"], prompt["returns_to_go"], prompt["timesteps"])
         x = self.embedding_dropout(torch.cat([prompt_tokens, segment], dim=1))
@@ -94,10 +95,11 @@ class PromptDTModel(nn.Module):
         length = real.shape[1]
         causal = torch.ones(length, length, dtype=torch.bool, device=mask.device).tril()
         allowed = causal & (real[:, None, :] | torch.eye(length, dtype=torch.bool, device=mask.device))
-        bias = torch.zeros(allowed.shape, device=mask.device).masked_fill_(~allowed, float("-inf")).unsqueeze(1)
+        bias = torch.zeros((), device=mask.device).masked_fill(~allowed, float("-inf")).unsqueeze(1)  # out of place: vmap-able
         for block in self.blocks[:-1]:
             x = block(x, bias)
-        x = self.blocks[-1](x, bias, queries=slice(prompt_tokens.shape[1] + 1, None, 3))  # the segment's s_t tokens
+        first_state = prompt_tokens.shape[1] + 1  # the segment's s_t tokens (the newest is the last but one token)
+        x = self.blocks[-1](x, bias, queries=slice(length - 2, length - 1) if newest_only else slice(first_state, None, 3))
         return self.bound(self.action_head(self.output_norm(x)))
 
 
@@ -136,12 +138,15 @@ class PromptDT:
         c = self.config
         return {"segment_length": c.segment_length, "prompt_length": c.prompt_length, "prompt_pool": c.prompt_pool, "one_task_per_batch": self.one_task_per_batch}
 
-    def predict(self, batch: dict[str, torch.Tensor], prompt: dict[str, torch.Tensor], weights: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
-        """The model's predictions for segments `batch` prompted by `prompt`; `weights` replace the model's own
-        parameters of those names (HarmoDT's masked transformer)."""
+    def predict(
+        self, batch: dict[str, torch.Tensor], prompt: dict[str, torch.Tensor], weights: dict[str, torch.Tensor] | None = None,
+        newest_only: bool = False,
+    ) -> torch.Tensor:
+        """The model's predictions for segments `batch` prompted by `prompt` (the newest step's only with
+        `newest_only`); `weights` replace the model's own parameters of those names (HarmoDT's masked transformer)."""
         args = (
             batch["observations"], batch["actions"], batch["returns_to_go"] * self.config.reward_scale, batch["timesteps"], batch["mask"],
-            {**prompt, "returns_to_go": prompt["returns_to_go"] * self.config.reward_scale},
+            {**prompt, "returns_to_go": prompt["returns_to_go"] * self.config.reward_scale}, newest_only,
         )
         return self.model(*args) if weights is None else torch.func.functional_call(self.model, weights, args)
 
@@ -178,7 +183,7 @@ class PromptDT:
     def act_rows(self, batch: dict[str, torch.Tensor], task_ids: torch.Tensor) -> torch.Tensor:
         """Evaluation: the last step's prediction of every row, each row prompted with its task's prompt."""
         self.model.eval()
-        return self.predict(batch, {key: value[task_ids] for key, value in self.task_prompts.items()})[:, -1]
+        return self.predict(batch, {key: value[task_ids] for key, value in self.task_prompts.items()}, newest_only=True)[:, -1]
 
     def policy(self, options: PolicyOptions) -> PromptDTPolicy:
         """Conditioned on `options.target_return` (one per row), each row prompted by its task (`options.task_ids`)."""
@@ -204,6 +209,4 @@ class PromptDTPolicy(DTPolicy):
     with its task's evaluation prompt through the baseline's `act_rows` (HarmoDT's applies the task's mask)."""
 
     def predict(self) -> torch.Tensor:
-        context = {"observations": self.observations, "actions": self.actions, "returns_to_go": self.returns_to_go,
-                   "timesteps": self.timesteps, "mask": self.mask}
-        return self.dt.act_rows(context, self.task_ids)
+        return self.dt.act_rows(self.context(), self.task_ids)

@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from offbench.envs.factory import make_env
+from offbench.envs.live_rows import LiveRows
 from offbench.errors import OffbenchError
 
 if TYPE_CHECKING:  # the protocol only; importing it would pull in torch
@@ -126,11 +127,10 @@ def _run_round(pool: EnvPool, lanes: Sequence[Lane], policy_factory: PolicyFacto
         if record:  # (the reset observations themselves: rows of `obs` are overwritten as lanes step)
             for result, (o, _) in zip(results, starts):
                 result.update(observations=[o], actions=[], rewards=[], terminations=[], truncations=[], step_success=[])
-        policy = policy_factory(lanes, envs)
-        policy.reset(n)
+        policy = LiveRows(policy_factory(lanes, envs), n)
         active = np.ones(n, dtype=bool)
         while active.any():
-            actions = np.asarray(policy.act(obs))
+            actions = policy.act(obs)
             rewards = np.zeros(n, dtype=np.float32)
             for i in np.flatnonzero(active):
                 o, r, terminated, truncated, info = envs[i].step(actions[i])
@@ -149,7 +149,7 @@ def _run_round(pool: EnvPool, lanes: Sequence[Lane], policy_factory: PolicyFacto
                 obs[i] = o
                 rewards[i] = r
                 active[i] = not (terminated or truncated)
-            policy.observe(rewards, ~active)
+            policy.observe(rewards, ~active, active)
     finally:
         for env, lane in zip(envs, lanes):
             pool.give_back(lane.task_id, env)

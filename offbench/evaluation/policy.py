@@ -28,7 +28,10 @@ class Policy(Protocol):
 
     The evaluator calls `reset(num_envs)` once, then per step `act(observations)` for every row and
     `observe(rewards, dones)`; `dones[i]` is True when row i's episode ended at that step (the next `act` sees
-    the first observation of its next episode)."""
+    the first observation of its next episode).
+
+    Optional: `drop(keep)`, for evaluators whose rows end for good (`offbench.envs.live_rows.LiveRows`): the rows where `keep` is False
+    are gone, and later calls carry only the kept rows, in order. A policy without it gets every row to the end."""
 
     def reset(self, num_envs: int) -> None: ...
 
@@ -70,3 +73,8 @@ class MarkovPolicy:
 
     def observe(self, rewards: np.ndarray, dones: np.ndarray) -> None:
         pass  # nothing to remember between steps
+
+    def drop(self, keep: np.ndarray) -> None:
+        if self._task_ids is not None:
+            self._task_ids = self._task_ids[torch.as_tensor(keep, device=self._device)]
+

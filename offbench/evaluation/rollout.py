@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any, Callable
 import gymnasium as gym
 import numpy as np
 
+from offbench.envs.live_rows import LiveRows
+
 if TYPE_CHECKING:  # the protocol only: importing it would pull in torch, which seeds and configs do not need
     from offbench.evaluation.policy import Policy
 
@@ -44,12 +46,12 @@ def run_episodes(policy: Policy, make_env: Callable[[], gym.Env], seeds: list[in
     try:
         observations = np.stack([env.reset(seed=seed)[0] for env, seed in zip(envs, seeds)])
         count = len(envs)
-        policy.reset(count)
+        live = LiveRows(policy, count)
         active = np.ones(count, dtype=bool)
         returns, lengths = np.zeros(count), np.zeros(count, dtype=np.int64)
         successes, reports_success = np.zeros(count, dtype=bool), False
         while active.any():
-            actions = policy.act(observations)
+            actions = live.act(observations)
             rewards, dones = np.zeros(count), ~active
             for i in np.flatnonzero(active):
                 observation, reward, terminated, truncated, info = envs[i].step(actions[i])
@@ -62,7 +64,7 @@ def run_episodes(policy: Policy, make_env: Callable[[], gym.Env], seeds: list[in
                 if terminated or truncated:
                     active[i], dones[i] = False, True
             returns += rewards
-            policy.observe(rewards, dones)
+            live.observe(rewards, dones, active)
     finally:
         for env in envs:
             env.close()

@@ -50,6 +50,14 @@ def check_fit(baseline_cls: type, spec: DatasetSpec, dataset: Dataset, protocol:
         protocol.check(spec)
 
 
+def baseline_sampler(baseline, store, batch_size: int, seed: int, device: str = "cpu"):
+    """The sampler the baseline trains from; building it checks the data has what the sampler reads."""
+    from offbench.data.samplers import make_sampler
+
+    options = baseline.sampler_options() if hasattr(baseline, "sampler_options") else {}
+    return make_sampler(baseline.sampler, store, batch_size, seed, device=device, **options)
+
+
 def check_protocol_support(baseline_cls: type, card: DatasetCard | None, dataset_id: str) -> None:
     """The baseline has a mode for the protocol the card's kind calls for (checked from the card alone, so a
     registered dataset is refused before it is downloaded or generated)."""
@@ -209,14 +217,9 @@ class Run:
 
     def train(self, checkpoint: dict[str, Any] | None = None) -> dict[str, Any]:
         """Run (or continue) the training loop to the configured number of steps; returns the summary."""
-        from offbench.data.samplers import make_sampler
-
         seed_everything(self.seed, self.device)
         baseline = self.build_baseline()
-        sampler = make_sampler(
-            baseline.sampler, self.dataset.store, self.config.train.batch_size, self.seed, device=str(self.device),
-            **(baseline.sampler_options() if hasattr(baseline, "sampler_options") else {}),
-        )
+        sampler = baseline_sampler(baseline, self.dataset.store, self.config.train.batch_size, self.seed, str(self.device))
         sampler = self.parallel.prepare(baseline, sampler, self.seed)
         main = self.parallel.is_main  # the process that writes the run directory and evaluates
         state = LoopState()
@@ -371,6 +374,8 @@ def start_run(
         raise OffbenchError(f"config for {baseline_name}: {exc}") from None
     if not config.train.eval_deterministic and config.train.eval_episodes > 0:  # a baseline without sampling says so now
         probe.policy(PolicyOptions(deterministic=False, target_return=setup.target_returns[0]))
+    # data the baseline's sampler cannot use (DPT without optimal-action labels) is refused before the run dir exists
+    baseline_sampler(probe, data.store, config.train.batch_size, seed)
     run_dir = rd.create_run_dir(Path(out) / (name or default_run_name(baseline_name, data.id, seed)))
     record = {
         "run_id": run_dir.name,

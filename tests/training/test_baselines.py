@@ -142,3 +142,53 @@ def test_dt_last_block_on_state_queries_matches_the_full_block(pendulum):
     (part_grad,) = torch.autograd.grad(part.square().sum(), x)
     torch.testing.assert_close(part, full)
     torch.testing.assert_close(part_grad, full_grad)
+
+
+class CountdownEnv(gym.Env):
+    """Episodes whose length depends on the reset seed (3 to 6 steps); reward = the action, so returns show what
+    the policy chose at every step."""
+
+    observation_space = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
+    action_space = gym.spaces.Box(-2.0, 2.0, (1,), np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        self.left, self.rng = 3 + seed % 4, np.random.default_rng(seed)
+        return self.rng.normal(size=3).astype(np.float32), {}
+
+    def step(self, action):
+        self.left -= 1
+        return self.rng.normal(size=3).astype(np.float32), float(np.asarray(action).sum()), False, self.left == 0, {}
+
+
+class EveryRow:
+    """The same policy without `drop`: the evaluator must ask it for every row to the end of the batch."""
+
+    def __init__(self, policy):
+        self.policy, self.batch_sizes = policy, []
+
+    def reset(self, num_envs):
+        self.policy.reset(num_envs)
+
+    def act(self, observations):
+        self.batch_sizes.append(len(observations))
+        return self.policy.act(observations)
+
+    def observe(self, rewards, dones):
+        self.policy.observe(rewards, dones)
+
+
+def test_dt_evaluation_drops_finished_rows_and_acts_the_same(pendulum):
+    from offbench.evaluation.rollout import run_episodes
+
+    dt, _ = train("dt", pendulum, 5, 8, **TINY_DT)
+    seeds = [0, 1, 2, 3, 4, 5]  # lengths 3, 4, 5, 6, 3, 4
+
+    class Dropping(EveryRow):
+        def drop(self, keep):
+            self.policy.drop(keep)
+
+    every, dropping = EveryRow(dt.policy(PolicyOptions(target_return=-100.0))), Dropping(dt.policy(PolicyOptions(target_return=-100.0)))
+    full, compact = run_episodes(every, CountdownEnv, seeds), run_episodes(dropping, CountdownEnv, seeds)
+    assert full.lengths == compact.lengths == [3, 4, 5, 6, 3, 4]
+    np.testing.assert_allclose(compact.returns, full.returns, rtol=1e-6)
+    assert every.batch_sizes == [6] * 6 and dropping.batch_sizes == [6, 6, 6, 4, 2, 1]

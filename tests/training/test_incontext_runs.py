@@ -75,3 +75,15 @@ def test_a_dataset_that_is_not_a_learning_history_is_refused_before_anything_is_
     assert code == 2 and f"baseline '{name}'" in err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_dpt_refuses_histories_without_optimal_actions_before_anything_is_written(darkroom, cli, tmp_path):
+    """A learning-history file (card kept) whose steps lack the optimal-action labels DPT's queries need."""
+    from dataclasses import replace
+
+    columns = {name: values for name, values in darkroom.columns.items() if name != "optimal_action"}
+    path = replace(darkroom, columns=columns, path=None).save(tmp_path / "unlabelled.h5")
+    code, _, err = cli("run", "baseline", "dpt", "--dataset", path, "--config", CONFIGS / "dpt-tiny.toml", "--out", tmp_path / "runs")
+    assert code == 2 and "optimal_action" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "runs").exists()

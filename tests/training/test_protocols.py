@@ -220,6 +220,8 @@ def test_multi_task_bc_conditions_on_the_task_id():
     policy.reset(3)
     same = np.repeat(np.asarray(store.observations[:1]), 3, axis=0)
     assert policy.act(same).tolist() == [0, 1, 2]
+    policy.drop(np.array([True, False, True]))  # the task-1 row's episode ended: its task id goes with it
+    assert policy.act(same[:2]).tolist() == [0, 2]
 
 
 def test_best_return_per_task():
