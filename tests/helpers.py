@@ -110,3 +110,36 @@ def greedy_accuracy(policy, n_actions=3) -> float:
     actions = policy.act(obs)
     assert actions.dtype == np.int64 and actions.shape == (200,)
     return float(np.mean(actions == obs.argmax(-1)))
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    import json
+
+    return [json.loads(line) for line in Path(path).read_text().splitlines()]
+
+
+def logged_metrics(run_dir: Path) -> list[dict]:
+    """metrics.jsonl without the wall-clock field: what must be identical between two runs of the same seed."""
+    return [{k: v for k, v in line.items() if k != "time_s"} for line in read_jsonl(Path(run_dir) / "metrics.jsonl")]
+
+
+def interrupt_then_resume(cli, monkeypatch, baseline_cls, args: list, out: Path, stop_at: int, check_cut=None) -> Path:
+    """Run `args` as run "cut" with a Ctrl-C (KeyboardInterrupt) in its `stop_at`-th update, then --resume it to the
+    end; `check_cut(run_dir)` looks at the run between the two. Returns the run directory."""
+    update, calls = baseline_cls.update, []
+
+    def interrupted_update(self, batch):
+        calls.append(1)
+        if len(calls) == stop_at:
+            raise KeyboardInterrupt
+        return update(self, batch)
+
+    monkeypatch.setattr(baseline_cls, "update", interrupted_update)
+    code, printed, _ = cli(*args, "--name", "cut")
+    assert code == 130 and "--resume" in printed
+    if check_cut is not None:
+        check_cut(Path(out) / "cut")
+    monkeypatch.setattr(baseline_cls, "update", update)
+    code, _, err = cli("run", "baseline", baseline_cls.name, "--resume", Path(out) / "cut")
+    assert code == 0, err
+    return Path(out) / "cut"

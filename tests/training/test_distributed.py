@@ -13,13 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from helpers import TRAINING_CONFIGS as CONFIGS, offbench_command
+from helpers import TRAINING_CONFIGS as CONFIGS, offbench_command, read_jsonl
 
 TINY = ["--config", CONFIGS / "bc-tiny.toml", "--set", "steps=100"]
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def assert_same_curves(a: Path, b: Path, rel: float) -> None:

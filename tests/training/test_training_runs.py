@@ -16,20 +16,11 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import TRAINING_CONFIGS, offbench_command, require_extra
+from helpers import TRAINING_CONFIGS, interrupt_then_resume, logged_metrics as losses, offbench_command, read_jsonl, require_extra
 from offbench.baselines import get_baseline
 from offbench.errors import OffbenchError
 
 CONTRACT_FILES = {"run.json", "metrics.jsonl", "evaluations.jsonl", "summary.json", "checkpoints"}
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-def losses(run_dir: Path) -> list[dict]:
-    """metrics.jsonl without wall-clock times (the only field allowed to differ between identical runs)."""
-    return [{k: v for k, v in line.items() if k != "time_s"} for line in read_jsonl(run_dir / "metrics.jsonl")]
 
 
 def test_dt_run_writes_the_run_directory_contract(pendulum, cli, tmp_path):
@@ -88,22 +79,11 @@ def test_interrupted_dt_resumes_to_the_same_numbers(pendulum, cli, tmp_path, mon
     args = ["run", "baseline", "dt", "--dataset", "pendulum-scripted", "--config", TRAINING_CONFIGS / "dt-tiny.toml", "--out", tmp_path]
     code, _, err = cli(*args, "--name", "whole")
     assert code == 0, err
-    dt = get_baseline("dt")
-    update, calls = dt.update, []
 
-    def interrupted_update(self, batch):
-        calls.append(1)
-        if len(calls) == 37:
-            raise KeyboardInterrupt
-        return update(self, batch)
+    def logged_up_to_the_interruption(cut: Path) -> None:
+        assert [m["step"] for m in losses(cut)] == [10, 20, 30]
 
-    monkeypatch.setattr(dt, "update", interrupted_update)
-    code, out, _ = cli(*args, "--name", "cut")
-    assert code == 130 and "--resume" in out
-    assert [m["step"] for m in losses(tmp_path / "cut")] == [10, 20, 30]
-    monkeypatch.setattr(dt, "update", update)
-    code, _, err = cli("run", "baseline", "dt", "--resume", tmp_path / "cut")
-    assert code == 0, err
+    interrupt_then_resume(cli, monkeypatch, get_baseline("dt"), args, tmp_path, stop_at=37, check_cut=logged_up_to_the_interruption)
     assert losses(tmp_path / "cut") == losses(tmp_path / "whole")
     assert (tmp_path / "cut" / "evaluations.jsonl").read_text() == (tmp_path / "whole" / "evaluations.jsonl").read_text()
 
