@@ -76,14 +76,16 @@ def command_run(args: argparse.Namespace) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- tables
-def final_evaluation(where: Path) -> dict | None:
+def evaluations_by_step(where: Path) -> list[dict] | None:
+    """A finished run's evaluations, one per step (the best target return's where DT-style runs try several)."""
     path = where / "evaluations.jsonl"
     if not (where / "summary.json").exists() or not path.exists():
         return None
-    lines = [json.loads(line) for line in path.read_text().splitlines()]
-    last_step = lines[-1]["step"]
-    finals = [line for line in lines if line["step"] == last_step]
-    return max(finals, key=lambda line: line["success_rate"]) if len(finals) > 1 else finals[0]
+    by_step: dict[int, dict] = {}
+    for line in map(json.loads, path.read_text().splitlines()):
+        if line["step"] not in by_step or line["success_rate"] > by_step[line["step"]]["success_rate"]:
+            by_step[line["step"]] = line
+    return [by_step[step] for step in sorted(by_step)]
 
 
 def behaviour(dataset: str) -> dict[str, float]:
@@ -98,27 +100,29 @@ def command_table(args: argparse.Namespace) -> None:
     for dataset in args.datasets:
         rows, tasks = {}, None
         for label in args.methods:
-            finals = [final_evaluation(run_dir(args.out, label, dataset, seed)) for seed in args.seeds]
-            finals = [f for f in finals if f is not None]
-            if not finals:
+            runs = [evaluations_by_step(run_dir(args.out, label, dataset, seed)) for seed in args.seeds]
+            runs = [r for r in runs if r]
+            if not runs:
                 continue
-            tasks = list(finals[0]["per_task"])
-            per_task = np.array([[f["per_task"][t]["success_rate"] for t in tasks] for f in finals])  # (seeds, tasks)
-            rows[label] = (per_task, len(finals))
+            tasks = list(runs[0][-1]["per_task"])
+            per_task = np.array([[r[-1]["per_task"][t]["success_rate"] for t in tasks] for r in runs])  # (seeds, tasks), final
+            best = np.array([max(line["success_rate"] for line in r) for r in runs])  # each seed's best evaluation
+            rows[label] = (per_task, best, [r[-1]["step"] for r in runs])
         if not rows:
             continue
         reference = behaviour(dataset)
         short = [t.replace("MiniGrid-", "").replace("-v0", "").replace("-v3", "") for t in tasks]
-        print(f"\n**{dataset}** (success rate, final checkpoint, mean ± std over seeds)\n")
-        print("| method | seeds | mean | " + " | ".join(short) + " |")
-        print("|---|---|---|" + "---|" * len(tasks))
+        print(f"\n**{dataset}** (success rate, mean ± std over seeds: final checkpoint per task and mean; best = each "
+              "seed's best evaluation during training, as HarmoDT's paper reports)\n")
+        print("| method | seeds | final step | final mean | best | " + " | ".join(short) + " |")
+        print("|---|---|---|---|---|" + "---|" * len(tasks))
         if reference:
             values = [reference.get(t, float("nan")) for t in tasks]
-            print(f"| behaviour policy | data | {np.mean(values):.2f} | " + " | ".join(f"{v:.2f}" for v in values) + " |")
-        for label, (per_task, seeds) in rows.items():
+            print(f"| behaviour policy | data | - | {np.mean(values):.2f} | - | " + " | ".join(f"{v:.2f}" for v in values) + " |")
+        for label, (per_task, best, steps) in rows.items():
             means = per_task.mean(1)
             cells = " | ".join(f"{per_task[:, i].mean():.2f}" for i in range(len(tasks)))
-            print(f"| {label} | {seeds} | **{means.mean():.2f}** ± {means.std():.2f} | {cells} |")
+            print(f"| {label} | {len(means)} | {min(steps)} | **{means.mean():.2f}** ± {means.std():.2f} | {best.mean():.2f} ± {best.std():.2f} | {cells} |")
 
 
 # ---------------------------------------------------------------------------------------------- speed
