@@ -20,7 +20,6 @@ tokens at a time.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +30,7 @@ from torch import nn
 
 from offbench.data.spec import DatasetSpec
 from offbench.evaluation.policy import PolicyOptions
-from offbench.baselines.incontext import CausalTransformer, ObservationEmbedding, autocast, init_gpt_weights
+from offbench.baselines.incontext import CausalTransformer, ObservationEmbedding, autocast, init_gpt_weights, warmup_cosine
 from offbench.baselines.nets import fused_adam, load_part_states, part_states
 from offbench.utils import ranged
 
@@ -58,20 +57,6 @@ class ADConfig:
     label_smoothing: float = ranged(0.0, ge=0, lt=1)
     compile: bool = False  # torch.compile the training forward pass
     kv_cache: bool = True  # evaluation: key-value cache (False: recompute the whole context every step)
-
-
-def warmup_cosine(warmup_steps: int, cosine_steps: int):
-    """Learning-rate factor per update: linear warm-up, then cosine to 0 at `cosine_steps` (or constant if 0)."""
-
-    def factor(step: int) -> float:
-        if step < warmup_steps:
-            return (step + 1) / warmup_steps
-        if cosine_steps <= warmup_steps:
-            return 1.0
-        progress = min(1.0, (step - warmup_steps) / (cosine_steps - warmup_steps))
-        return 0.5 * (1.0 + math.cos(math.pi * progress))
-
-    return factor
 
 
 class ADModel(nn.Module):

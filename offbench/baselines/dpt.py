@@ -32,7 +32,7 @@ from torch import nn
 
 from offbench.data.spec import DatasetSpec
 from offbench.evaluation.policy import PolicyOptions
-from offbench.baselines.incontext import CausalTransformer, autocast, init_gpt_weights
+from offbench.baselines.incontext import CausalTransformer, autocast, init_gpt_weights, warmup_cosine
 from offbench.baselines.nets import ObservationNormalizer, flat_observation_dim, fused_adam, load_part_states, part_states
 from offbench.utils import ranged
 
@@ -46,6 +46,8 @@ class DPTConfig:
     num_heads: int = ranged(1, ge=1)
     dropout: float = ranged(0.0, ge=0, lt=1)  # attention, residual and embedding dropout (GPT-2's three pdrops, one value in DPT)
     learning_rate: float = ranged(1e-4, gt=0)
+    warmup_steps: int = ranged(0, ge=0)  # linear warm-up, then cosine decay to 0 at cosine_steps; both 0: constant (DPT's)
+    cosine_steps: int = ranged(0, ge=0)
     weight_decay: float = ranged(1e-4, ge=0)
     grad_clip: float = ranged(0.0, ge=0)  # max gradient norm; 0 turns clipping off (DPT does not clip)
     compile: bool = False  # torch.compile the training forward pass
@@ -92,6 +94,7 @@ class DecisionPretrainedTransformer:
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay, fused=fused_adam(self.device)
         )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, warmup_cosine(config.warmup_steps, config.cosine_steps))
 
     def sampler_options(self) -> dict[str, Any]:
         return {"context_size": self.config.context_size, "context": self.config.context_sampling}
@@ -111,17 +114,18 @@ class DecisionPretrainedTransformer:
         if self.config.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
         self.optimizer.step()
+        self.scheduler.step()
         accuracy = (logits[:, -1].argmax(-1) == labels).float().mean()
-        return {"action_loss": loss.item(), "full_context_accuracy": accuracy.item()}
+        return {"action_loss": loss.item(), "full_context_accuracy": accuracy.item(), "learning_rate": self.scheduler.get_last_lr()[0]}
 
     def policy(self, options: PolicyOptions) -> DPTPolicy:
         return DPTPolicy(self, deterministic=options.deterministic)
 
     def state_dict(self) -> dict[str, Any]:
-        return part_states(model=self.model, optimizer=self.optimizer)
+        return part_states(model=self.model, optimizer=self.optimizer, scheduler=self.scheduler)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        load_part_states(state, model=self.model, optimizer=self.optimizer)
+        load_part_states(state, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler)
 
 
 class DPTPolicy:

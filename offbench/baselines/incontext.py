@@ -10,6 +10,7 @@ Positions are learned (GPT-2) and absolute within a context: a context starts at
 
 from __future__ import annotations
 
+import math
 from contextlib import nullcontext
 
 import gymnasium as gym
@@ -142,3 +143,17 @@ class CausalTransformer(nn.Module):
         if cache is not None:
             cache.length += length
         return self.norm(x)
+
+
+def warmup_cosine(warmup_steps: int, cosine_steps: int):
+    """Learning-rate factor per update: linear warm-up, then cosine to 0 at `cosine_steps` (or constant if 0)."""
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        if cosine_steps <= warmup_steps:
+            return 1.0
+        progress = min(1.0, (step - warmup_steps) / (cosine_steps - warmup_steps))
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return factor
