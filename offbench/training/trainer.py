@@ -51,8 +51,9 @@ def check_fit(baseline_cls: type, spec: DatasetSpec, dataset: Dataset, protocol:
 
 
 def check_protocol_support(baseline_cls: type, card: DatasetCard | None, dataset_id: str) -> None:
-    """The baseline has a mode for the protocol the card's kind calls for (checked from the card alone, so a
-    registered dataset is refused before it is downloaded or generated)."""
+    """The baseline has a mode for the protocol the card's kind calls for, and an in-context card's environment
+    package is installed (checked from the card alone, so a registered dataset is refused before it is
+    downloaded or generated)."""
     wanted = protocol_name(card)
     if wanted not in baseline_cls.evaluation_protocols:
         having = [name for name in BASELINES if wanted in get_baseline(name).evaluation_protocols]
@@ -61,6 +62,10 @@ def check_protocol_support(baseline_cls: type, card: DatasetCard | None, dataset
             f"{dataset_id}: a {kind} dataset is evaluated {wanted}, and baseline '{baseline_cls.name}' has no "
             f"{wanted} mode (baselines that have one: {', '.join(having) or 'none yet'})"
         )
+    if wanted == "in-context" and card is not None and card.env:  # its split and evaluation need the suite's package
+        from offbench.envs.factory import require_suite
+
+        require_suite(card.env)
 
 
 def evaluation_setup(baseline_cls: type, config: ResolvedConfig, data: Dataset, seed: int) -> EvaluationSetup:
