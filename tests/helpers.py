@@ -110,3 +110,46 @@ def greedy_accuracy(policy, n_actions=3) -> float:
     actions = policy.act(obs)
     assert actions.dtype == np.int64 and actions.shape == (200,)
     return float(np.mean(actions == obs.argmax(-1)))
+
+
+# ---------------------------------------------------------------------------------------------- XLand
+
+
+def tiny_rulesets() -> dict[str, np.ndarray]:
+    """Four rulesets: 'go next to the ball of colour c' (c = red, green, blue, yellow), no rules, one ball."""
+    require_extra("xminigrid", "xland")
+    import jax.numpy as jnp
+    from xminigrid.core.constants import Colors, Tiles
+    from xminigrid.core.goals import AgentNearGoal
+    from xminigrid.core.rules import EmptyRule
+
+    colours = (Colors.RED, Colors.GREEN, Colors.BLUE, Colors.YELLOW)
+    return {
+        "goals": np.stack([np.asarray(AgentNearGoal(tile=jnp.array([Tiles.BALL, c], dtype=jnp.uint8)).encode()) for c in colours]),
+        "rules": np.stack([np.asarray(EmptyRule().encode())[None] for _ in colours]),
+        "init_tiles": np.array([[[Tiles.BALL, c]] for c in colours], np.uint8),
+        "num_rules": np.zeros(len(colours), np.int64),
+    }
+
+
+def registered_xland_card(home, tmp_path, held_out: int, rulesets: dict[str, np.ndarray], tasks: int = 3,
+                          max_steps: int = 10, in_place: bool = True) -> dict:
+    """A user card for a synthetic XLand file (rulesets 0 .. tasks - 1), already in place as after a download
+    unless `in_place` is false (its URL then reaches nothing), and a tiny ruleset file."""
+    import tomli_w
+
+    from offbench.data.xland import write_xland_file
+    from offbench.envs.xland import write_rulesets
+
+    if in_place:
+        raw = home / "data" / "test" / "xland" / "raw"
+        raw.mkdir(parents=True)
+        write_xland_file(raw / "data.hdf5", tasks, 2, 300, chunk_steps=128)
+    card = {"id": "test/xland", "description": "test", "format": "xland", "kind": "learning-history",
+            "source": {"files": [{"url": "http://127.0.0.1:9/data.hdf5"}]},
+            "env": {"suite": "xland", "id": "XLand-MiniGrid-R1-9x9",
+                    "kwargs": {"rulesets_file": str(write_rulesets(tmp_path / "rulesets", rulesets)), "max_steps": max_steps}},
+            "split": {"held_out": held_out, "seed": 0}}
+    (home / "datasets").mkdir(parents=True)
+    (home / "datasets" / "xland.toml").write_text(tomli_w.dumps(card))
+    return card
