@@ -98,7 +98,7 @@ def test_plot_of_an_xland_file_draws_its_learning_histories(tmp_path, isolated_h
     assert (tmp_path / "histories.png").stat().st_size > 0
 
 
-@pytest.mark.slow  # ~35 s for both on a busy 2-core machine, most of it importing JAX and compiling xminigrid (once)
+@pytest.mark.slow  # ~45 s for both on a busy 2-core machine, most of it importing JAX and compiling xminigrid (once)
 @pytest.mark.parametrize("name", ["ad", "dpt"])
 def test_run_evaluates_in_context_on_held_out_rulesets_and_resumes_to_the_same_numbers(tmp_path, isolated_home, cli, monkeypatch, name):
     registered_xland_card(isolated_home, tmp_path, HELD_OUT, tiny_rulesets(), tasks=2, max_steps=6)
@@ -133,6 +133,8 @@ def test_run_evaluates_in_context_on_held_out_rulesets_and_resumes_to_the_same_n
     assert losses(tmp_path / "cut") == losses(tmp_path / "whole")
     assert (tmp_path / "cut" / "evaluations.jsonl").read_text() == (tmp_path / "whole" / "evaluations.jsonl").read_text()
 
+    code, out, err = cli("evaluate", tmp_path / "whole", "--tasks", "train")
+    assert code == 0 and "in context (train tasks)" in out and "optimal return unknown" in " ".join(out.split()), err
     code, out, err = cli("plot", tmp_path / "whole", "-o", tmp_path / "in-context.png")  # returns per episode: no regret
     assert code == 0 and "in-context.png" in out, err
     code, _, err = cli("plot", tmp_path / "whole", "--kind", "regret", "-o", tmp_path / "regret.png")
