@@ -180,6 +180,8 @@ class DPTPolicy:
         if collecting.any():  # offline: the context-collecting episodes act uniformly at random
             uniform = torch.randint(self.dpt.spec.action_dim, (len(actions),), generator=self.generator, device=self.dpt.device)
             actions = np.where(collecting, uniform.cpu().numpy(), actions)
+        if self.pending_length.max() == self.pending.shape[1]:  # an episode longer than the data's (a card's own time limit)
+            self.pending = np.concatenate([self.pending, np.zeros_like(self.pending)], axis=1)
         step = self.pending[self.rows, self.pending_length]
         step[:, :obs_dim], step[:, obs_dim], step[:, obs_dim + 1 : 2 * obs_dim + 1] = flat, actions, flat
         self.pending[self.rows, self.pending_length] = step
