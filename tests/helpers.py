@@ -26,6 +26,44 @@ def offbench_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "offbench", *map(str, args)]
 
 
+# ---------------------------------------------------------------------------------------------- runs
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    import json
+
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def losses(run_dir: Path) -> list[dict]:
+    """metrics.jsonl without its wall-clock field: what two runs with the same seed must share."""
+    return [{k: v for k, v in line.items() if k != "time_s"} for line in read_jsonl(run_dir / "metrics.jsonl")]
+
+
+def assert_resume_repeats_the_run(cli, monkeypatch, name: str, args: list, out: Path, stop_at: int) -> None:
+    """`offbench ARGS --name cut` stopped by Ctrl-C at update `stop_at`, then `--resume`d, ends with the metrics
+    and evaluations of the uninterrupted run `out / "whole"`."""
+    from offbench.baselines import get_baseline
+
+    cls = get_baseline(name)
+    update, calls = cls.update, []
+
+    def interrupted_update(self, batch):
+        calls.append(1)
+        if len(calls) == stop_at:
+            raise KeyboardInterrupt
+        return update(self, batch)
+
+    monkeypatch.setattr(cls, "update", interrupted_update)
+    code, printed, _ = cli(*args, "--name", "cut")
+    assert code == 130 and "--resume" in printed
+    monkeypatch.setattr(cls, "update", update)
+    code, _, err = cli("run", "baseline", name, "--resume", out / "cut")
+    assert code == 0, err
+    assert losses(out / "cut") == losses(out / "whole")
+    assert (out / "cut" / "evaluations.jsonl").read_text() == (out / "whole" / "evaluations.jsonl").read_text()
+
+
 # ---------------------------------------------------------------------------------------------- datasets
 
 

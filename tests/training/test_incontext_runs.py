@@ -3,21 +3,11 @@ Ctrl-C + --resume ending with the same numbers, and datasets of the wrong kind r
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from helpers import TRAINING_CONFIGS as CONFIGS
-from offbench.baselines import get_baseline
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-def losses(run_dir: Path) -> list[dict]:
-    return [{k: v for k, v in line.items() if k != "time_s"} for line in read_jsonl(run_dir / "metrics.jsonl")]
+from helpers import TRAINING_CONFIGS as CONFIGS, assert_resume_repeats_the_run, read_jsonl
 
 
 def run_args(name: str, out: Path) -> list:
@@ -44,23 +34,7 @@ def test_interrupted_run_resumes_to_the_same_numbers(darkroom, cli, tmp_path, mo
     args = run_args(name, tmp_path)
     code, _, err = cli(*args, "--name", "whole")
     assert code == 0, err
-    cls = get_baseline(name)
-    update, calls = cls.update, []
-
-    def interrupted_update(self, batch):
-        calls.append(1)
-        if len(calls) == 27:
-            raise KeyboardInterrupt
-        return update(self, batch)
-
-    monkeypatch.setattr(cls, "update", interrupted_update)
-    code, out, _ = cli(*args, "--name", "cut")
-    assert code == 130 and "--resume" in out
-    monkeypatch.setattr(cls, "update", update)
-    code, _, err = cli("run", "baseline", name, "--resume", tmp_path / "cut")
-    assert code == 0, err
-    assert losses(tmp_path / "cut") == losses(tmp_path / "whole")
-    assert (tmp_path / "cut" / "evaluations.jsonl").read_text() == (tmp_path / "whole" / "evaluations.jsonl").read_text()
+    assert_resume_repeats_the_run(cli, monkeypatch, name, args, tmp_path, stop_at=27)
 
 
 @pytest.mark.parametrize("name", ["ad", "dpt"])

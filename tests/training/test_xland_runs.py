@@ -13,19 +13,11 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import TRAINING_CONFIGS as CONFIGS, registered_xland_card, tiny_rulesets
+from helpers import TRAINING_CONFIGS as CONFIGS, assert_resume_repeats_the_run, read_jsonl, registered_xland_card, tiny_rulesets
 from offbench.baselines import get_baseline
 
 HELD_OUT = 2  # rulesets 2 and 3 of the four tiny ones; the file's two tasks use 0 and 1
 SMALL = ["--set", "steps=4", "--set", "log_every=2", "--set", "eval_every=2", "--set", "checkpoint_every=2", "--set", "eval_episodes=2"]
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-def losses(run_dir: Path) -> list[dict]:
-    return [{k: v for k, v in line.items() if k != "time_s"} for line in read_jsonl(run_dir / "metrics.jsonl")]
 
 
 def run_args(name: str, out: Path) -> list:
@@ -115,23 +107,7 @@ def test_run_evaluates_in_context_on_held_out_rulesets_and_resumes_to_the_same_n
         assert all(0 <= r <= 1 for task in line["task_returns"] for r in task) and all(n <= 6 for n in line["lengths"])
     assert json.loads((tmp_path / "whole" / "summary.json").read_text())["score_metric"] == "mean_return"
 
-    cls = get_baseline(name)
-    update, calls = cls.update, []
-
-    def interrupted_update(self, batch):
-        calls.append(1)
-        if len(calls) == 3:
-            raise KeyboardInterrupt
-        return update(self, batch)
-
-    monkeypatch.setattr(cls, "update", interrupted_update)
-    code, out, _ = cli(*run_args(name, tmp_path), "--name", "cut")
-    assert code == 130 and "--resume" in out
-    monkeypatch.setattr(cls, "update", update)
-    code, _, err = cli("run", "baseline", name, "--resume", tmp_path / "cut")
-    assert code == 0, err
-    assert losses(tmp_path / "cut") == losses(tmp_path / "whole")
-    assert (tmp_path / "cut" / "evaluations.jsonl").read_text() == (tmp_path / "whole" / "evaluations.jsonl").read_text()
+    assert_resume_repeats_the_run(cli, monkeypatch, name, run_args(name, tmp_path), tmp_path, stop_at=3)
 
     code, out, err = cli("evaluate", tmp_path / "whole", "--tasks", "train")
     assert code == 0 and "in context (train tasks)" in out and "optimal return unknown" in " ".join(out.split()), err
