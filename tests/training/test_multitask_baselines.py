@@ -18,7 +18,7 @@ from offbench.baselines.pcgrad import pcgrad_backward, per_task_losses, project_
 from offbench.data.samplers import make_sampler
 from offbench.errors import OffbenchError
 from offbench.training.config import resolve_config
-from helpers import TRAINING_CONFIGS as CONFIGS
+from helpers import TRAINING_CONFIGS as CONFIGS, assert_resume_repeats_the_run, losses
 
 TINY = ("metaworld/tiny-near-optimal", "minigrid/tiny-near-optimal")  # continuous, discrete
 MULTI_TASK = ("moore-bc", "moore-iql", "prompt-dt", "harmodt")
@@ -250,13 +250,6 @@ def test_multitask_baselines_refuse_a_single_task_spec(tiny):
 
 
 # ---------------------------------------------------------------------------------------------- runs
-def metrics(run_dir) -> list[dict]:
-    import json
-
-    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in line.items() if k != "time_s"} for line in lines]
-
-
 @pytest.mark.parametrize("name, stop_at", [("harmodt", 27), ("moore-bc", 33)])
 def test_multitask_runs_repeat_and_resume_to_the_same_numbers(multitask_home, monkeypatch, cli, tmp_path, name, stop_at):
     """Same seed, same numbers; Ctrl-C after the step-20 checkpoint and --resume end like the whole run (HarmoDT:
@@ -268,24 +261,8 @@ def test_multitask_runs_repeat_and_resume_to_the_same_numbers(multitask_home, mo
     for run in ("whole", "again"):
         code, _, err = cli(*args, "--name", run)
         assert code == 0, err
-    assert metrics(tmp_path / "whole") == metrics(tmp_path / "again")
-    cls = get_baseline(name)
-    update, calls = cls.update, []
-
-    def interrupted_update(self, batch):
-        calls.append(1)
-        if len(calls) == stop_at:
-            raise KeyboardInterrupt
-        return update(self, batch)
-
-    monkeypatch.setattr(cls, "update", interrupted_update)
-    code, out, _ = cli(*args, "--name", "cut")
-    assert code == 130 and "--resume" in out
-    monkeypatch.setattr(cls, "update", update)
-    code, _, err = cli("run", "baseline", name, "--resume", tmp_path / "cut")
-    assert code == 0, err
-    assert metrics(tmp_path / "cut") == metrics(tmp_path / "whole")
-    assert (tmp_path / "cut" / "evaluations.jsonl").read_text() == (tmp_path / "whole" / "evaluations.jsonl").read_text()
+    assert losses(tmp_path / "whole") == losses(tmp_path / "again")
+    assert_resume_repeats_the_run(cli, monkeypatch, name, args, tmp_path, stop_at=stop_at)
 
 
 @pytest.mark.parametrize("name", MULTI_TASK)
