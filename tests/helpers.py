@@ -26,6 +26,51 @@ def offbench_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "offbench", *map(str, args)]
 
 
+# ---------------------------------------------------------------------------------------------- runs
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    import json
+
+    return [json.loads(line) for line in Path(path).read_text().splitlines()]
+
+
+def logged_metrics(run_dir: Path) -> list[dict]:
+    """metrics.jsonl without the wall-clock field: what must be identical between two runs of the same seed."""
+    return [{k: v for k, v in line.items() if k != "time_s"} for line in read_jsonl(Path(run_dir) / "metrics.jsonl")]
+
+
+def interrupt_then_resume(cli, monkeypatch, baseline_cls, args: list, out: Path, stop_at: int, check_cut=None) -> Path:
+    """Run `args` as run "cut" with a Ctrl-C (KeyboardInterrupt) in its `stop_at`-th update, then --resume it to the
+    end; `check_cut(run_dir)` looks at the run between the two. Returns the run directory."""
+    update, calls = baseline_cls.update, []
+
+    def interrupted_update(self, batch):
+        calls.append(1)
+        if len(calls) == stop_at:
+            raise KeyboardInterrupt
+        return update(self, batch)
+
+    monkeypatch.setattr(baseline_cls, "update", interrupted_update)
+    code, printed, _ = cli(*args, "--name", "cut")
+    assert code == 130 and "--resume" in printed
+    if check_cut is not None:
+        check_cut(Path(out) / "cut")
+    monkeypatch.setattr(baseline_cls, "update", update)
+    code, _, err = cli("run", "baseline", baseline_cls.name, "--resume", Path(out) / "cut")
+    assert code == 0, err
+    return Path(out) / "cut"
+
+def assert_resume_repeats_the_run(cli, monkeypatch, name: str, args: list, out: Path, stop_at: int) -> None:
+    """`offbench ARGS --name cut` stopped by Ctrl-C at update `stop_at`, then `--resume`d, ends with the metrics
+    and evaluations of the uninterrupted run `out / "whole"`."""
+    from offbench.baselines import get_baseline
+
+    cut = interrupt_then_resume(cli, monkeypatch, get_baseline(name), args, out, stop_at)
+    assert logged_metrics(cut) == logged_metrics(Path(out) / "whole")
+    assert (cut / "evaluations.jsonl").read_text() == (Path(out) / "whole" / "evaluations.jsonl").read_text()
+
+
 # ---------------------------------------------------------------------------------------------- datasets
 
 
@@ -112,34 +157,44 @@ def greedy_accuracy(policy, n_actions=3) -> float:
     return float(np.mean(actions == obs.argmax(-1)))
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    import json
-
-    return [json.loads(line) for line in Path(path).read_text().splitlines()]
+# ---------------------------------------------------------------------------------------------- XLand
 
 
-def logged_metrics(run_dir: Path) -> list[dict]:
-    """metrics.jsonl without the wall-clock field: what must be identical between two runs of the same seed."""
-    return [{k: v for k, v in line.items() if k != "time_s"} for line in read_jsonl(Path(run_dir) / "metrics.jsonl")]
+def tiny_rulesets() -> dict[str, np.ndarray]:
+    """Four rulesets: 'go next to the ball of colour c' (c = red, green, blue, yellow), no rules, one ball."""
+    require_extra("xminigrid", "xland")
+    import jax.numpy as jnp
+    from xminigrid.core.constants import Colors, Tiles
+    from xminigrid.core.goals import AgentNearGoal
+    from xminigrid.core.rules import EmptyRule
+
+    colours = (Colors.RED, Colors.GREEN, Colors.BLUE, Colors.YELLOW)
+    return {
+        "goals": np.stack([np.asarray(AgentNearGoal(tile=jnp.array([Tiles.BALL, c], dtype=jnp.uint8)).encode()) for c in colours]),
+        "rules": np.stack([np.asarray(EmptyRule().encode())[None] for _ in colours]),
+        "init_tiles": np.array([[[Tiles.BALL, c]] for c in colours], np.uint8),
+        "num_rules": np.zeros(len(colours), np.int64),
+    }
 
 
-def interrupt_then_resume(cli, monkeypatch, baseline_cls, args: list, out: Path, stop_at: int, check_cut=None) -> Path:
-    """Run `args` as run "cut" with a Ctrl-C (KeyboardInterrupt) in its `stop_at`-th update, then --resume it to the
-    end; `check_cut(run_dir)` looks at the run between the two. Returns the run directory."""
-    update, calls = baseline_cls.update, []
+def registered_xland_card(home, tmp_path, held_out: int, rulesets: dict[str, np.ndarray], tasks: int = 3,
+                          max_steps: int = 10, in_place: bool = True) -> dict:
+    """A user card for a synthetic XLand file (rulesets 0 .. tasks - 1), already in place as after a download
+    unless `in_place` is false (its URL then reaches nothing), and a tiny ruleset file."""
+    import tomli_w
 
-    def interrupted_update(self, batch):
-        calls.append(1)
-        if len(calls) == stop_at:
-            raise KeyboardInterrupt
-        return update(self, batch)
+    from offbench.data.xland import write_xland_file
+    from offbench.envs.xland import write_rulesets
 
-    monkeypatch.setattr(baseline_cls, "update", interrupted_update)
-    code, printed, _ = cli(*args, "--name", "cut")
-    assert code == 130 and "--resume" in printed
-    if check_cut is not None:
-        check_cut(Path(out) / "cut")
-    monkeypatch.setattr(baseline_cls, "update", update)
-    code, _, err = cli("run", "baseline", baseline_cls.name, "--resume", Path(out) / "cut")
-    assert code == 0, err
-    return Path(out) / "cut"
+    if in_place:
+        raw = home / "data" / "test" / "xland" / "raw"
+        raw.mkdir(parents=True)
+        write_xland_file(raw / "data.hdf5", tasks, 2, 300, chunk_steps=128)
+    card = {"id": "test/xland", "description": "test", "format": "xland", "kind": "learning-history",
+            "source": {"files": [{"url": "http://127.0.0.1:9/data.hdf5"}]},
+            "env": {"suite": "xland", "id": "XLand-MiniGrid-R1-9x9",
+                    "kwargs": {"rulesets_file": str(write_rulesets(tmp_path / "rulesets", rulesets)), "max_steps": max_steps}},
+            "split": {"held_out": held_out, "seed": 0}}
+    (home / "datasets").mkdir(parents=True)
+    (home / "datasets" / "xland.toml").write_text(tomli_w.dumps(card))
+    return card

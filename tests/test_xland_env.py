@@ -11,25 +11,9 @@ import pickle
 import numpy as np
 import pytest
 
+from helpers import registered_xland_card, tiny_rulesets
 from offbench.envs.xland import held_out_rulesets, read_rulesets, rulesets_path, write_rulesets, xland_split
 from offbench.errors import OffbenchError
-
-
-def tiny_rulesets() -> dict[str, np.ndarray]:
-    """Four rulesets: 'go next to the ball of colour c' (c = red, green, blue, yellow), no rules, one ball."""
-    pytest.importorskip("xminigrid", reason="the xland extra (xminigrid) is not installed")
-    import jax.numpy as jnp
-    from xminigrid.core.constants import Colors, Tiles
-    from xminigrid.core.goals import AgentNearGoal
-    from xminigrid.core.rules import EmptyRule
-
-    colours = (Colors.RED, Colors.GREEN, Colors.BLUE, Colors.YELLOW)
-    return {
-        "goals": np.stack([np.asarray(AgentNearGoal(tile=jnp.array([Tiles.BALL, c], dtype=jnp.uint8)).encode()) for c in colours]),
-        "rules": np.stack([np.asarray(EmptyRule().encode())[None] for _ in colours]),
-        "init_tiles": np.array([[[Tiles.BALL, c]] for c in colours], np.uint8),
-        "num_rules": np.zeros(len(colours), np.int64),
-    }
 
 
 def test_ruleset_files_round_trip_and_code_in_a_pickle_is_refused(tmp_path):
@@ -98,32 +82,13 @@ def test_batch_steps_rulesets_together_with_terminations_truncations_and_masked_
     assert np.array_equal(again.reset(), first)  # same seed, same layouts
 
 
-def _registered_xland_card(home, tmp_path, held_out: int, rulesets: dict[str, np.ndarray]) -> dict:
-    """A user card for a synthetic XLand file already in place (as after a download) and a tiny ruleset file."""
-    import tomli_w
-
-    from offbench.data.xland import write_xland_file
-
-    raw = home / "data" / "test" / "xland" / "raw"
-    raw.mkdir(parents=True)
-    write_xland_file(raw / "data.hdf5", 3, 2, 300, chunk_steps=128)  # rulesets 0, 1, 2
-    card = {"id": "test/xland", "description": "test", "format": "xland", "kind": "learning-history",
-            "source": {"files": [{"url": "http://127.0.0.1:9/data.hdf5"}]},
-            "env": {"suite": "xland", "id": "XLand-MiniGrid-R1-9x9",
-                    "kwargs": {"rulesets_file": str(write_rulesets(tmp_path / "rulesets", rulesets)), "max_steps": 10}},
-            "split": {"held_out": held_out, "seed": 0}}
-    (home / "datasets").mkdir(parents=True)
-    (home / "datasets" / "xland.toml").write_text(tomli_w.dumps(card))
-    return card
-
-
 def test_card_tasks_of_an_xland_card(tmp_path, isolated_home):
     from offbench.data.cards import get_card
     from offbench.envs.benchmarks import card_tasks
 
     placeholders = {"goals": np.zeros((4, 5), np.uint8), "rules": np.zeros((4, 1, 7), np.uint8),
                     "init_tiles": np.zeros((4, 1, 2), np.uint8), "num_rules": np.zeros(4, np.int64)}
-    _registered_xland_card(isolated_home, tmp_path, held_out=1, rulesets=placeholders)
+    registered_xland_card(isolated_home, tmp_path, held_out=1, rulesets=placeholders)
     train, held_out = card_tasks(get_card("test/xland"))
     assert train == [{"ruleset": 0}, {"ruleset": 1}, {"ruleset": 2}] and held_out == [{"ruleset": 3}]  # the only unused one
 
@@ -145,7 +110,7 @@ def test_in_context_protocol_loop_runs_on_xland_rulesets(tmp_path, isolated_home
         def observe(self, rewards, dones):
             pass
 
-    _registered_xland_card(isolated_home, tmp_path, held_out=1, rulesets=tiny_rulesets())
+    registered_xland_card(isolated_home, tmp_path, held_out=1, rulesets=tiny_rulesets())
     card = get_card("test/xland")
     train, _ = card_tasks(card)
     env = make_batch_env(card.env, train, seed=0)  # the card's suite picks XLandBatch

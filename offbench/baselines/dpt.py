@@ -9,7 +9,8 @@ Tokens as in jon--lee/decision-pretrained-transformer (net.py): one token per tr
 reads them, and the output at position j predicts from the query and the first j transitions, so one pass
 trains every context length. Differences: the prefix with no transition (position 0) is trained as well
 (the reference drops it), so the first action of an evaluation comes from a trained output; observations are
-normalised with the dataset's statistics.
+normalised with the dataset's statistics, or, when they are grids of categorical codes (XLand), embedded per
+cell (offbench.baselines.incontext.observation_features).
 
 Evaluation (`DPTPolicy`), online by default: the context is the row's own transitions from the episodes it has
 finished in this evaluation (the last `context_size` of them; DPT's online protocol: the current episode does
@@ -32,8 +33,8 @@ from torch import nn
 
 from offbench.data.spec import DatasetSpec
 from offbench.evaluation.policy import PolicyOptions
-from offbench.baselines.incontext import CausalTransformer, autocast, init_gpt_weights, warmup_cosine
-from offbench.baselines.nets import ObservationNormalizer, flat_observation_dim, fused_adam, load_part_states, part_states
+from offbench.baselines.incontext import CausalTransformer, autocast, init_gpt_weights, observation_features, warmup_cosine
+from offbench.baselines.nets import flat_observation_dim, fused_adam, load_part_states, part_states
 from offbench.utils import ranged
 
 
@@ -58,9 +59,9 @@ class DPTConfig:
 class DPTModel(nn.Module):
     def __init__(self, config: DPTConfig, spec: DatasetSpec):
         super().__init__()
-        self.num_actions, obs_dim = spec.action_dim, flat_observation_dim(spec)
-        self.normalize = ObservationNormalizer(spec, eps=1e-6)
-        self.embed_transition = nn.Linear(2 * obs_dim + spec.action_dim + 1, config.embedding_dim)
+        self.num_actions = spec.action_dim
+        self.codes, self.normalize, self.feature_dim = observation_features(spec)
+        self.embed_transition = nn.Linear(2 * self.feature_dim + spec.action_dim + 1, config.embedding_dim)
         self.transformer = CausalTransformer(
             config.embedding_dim, config.num_layers, config.num_heads, config.context_size + 1,
             config.dropout, config.dropout, config.dropout,
@@ -68,13 +69,16 @@ class DPTModel(nn.Module):
         self.action_head = nn.Linear(config.embedding_dim, spec.action_dim)
         self.apply(init_gpt_weights)
 
+    def features(self, observations: torch.Tensor) -> torch.Tensor:
+        return self.codes(observations) if self.codes is not None else self.normalize(observations)
+
     def forward(self, query, observations, actions, rewards, next_observations) -> torch.Tensor:
         """query (B, *obs), context (B, C, ...) -> (B, C + 1, A) logits; position j has seen j transitions."""
         transitions = torch.cat([
-            self.normalize(observations), F.one_hot(actions, self.num_actions).to(rewards.dtype),
-            self.normalize(next_observations), rewards.unsqueeze(-1),
+            self.features(observations), F.one_hot(actions, self.num_actions).to(rewards.dtype),
+            self.features(next_observations), rewards.unsqueeze(-1),
         ], dim=-1)
-        query_token = F.pad(self.normalize(query), (0, transitions.shape[-1] - self.normalize.mean.shape[0]))
+        query_token = F.pad(self.features(query), (0, transitions.shape[-1] - self.feature_dim))
         tokens = self.embed_transition(torch.cat([query_token.unsqueeze(1), transitions], dim=1))
         return self.action_head(self.transformer(tokens))
 
@@ -180,6 +184,8 @@ class DPTPolicy:
         if collecting.any():  # offline: the context-collecting episodes act uniformly at random
             uniform = torch.randint(self.dpt.spec.action_dim, (len(actions),), generator=self.generator, device=self.dpt.device)
             actions = np.where(collecting, uniform.cpu().numpy(), actions)
+        if self.pending_length.max() == self.pending.shape[1]:  # an episode longer than the data's (a card's own time limit)
+            self.pending = np.concatenate([self.pending, np.zeros_like(self.pending)], axis=1)
         step = self.pending[self.rows, self.pending_length]
         step[:, :obs_dim], step[:, obs_dim], step[:, obs_dim + 1 : 2 * obs_dim + 1] = flat, actions, flat
         self.pending[self.rows, self.pending_length] = step

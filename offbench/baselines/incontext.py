@@ -6,6 +6,11 @@ The cache holds every layer's keys and values of the tokens seen so far, so gene
 costs one token's worth of work per layer instead of recomputing the whole context; `forward(tokens,
 cache)` appends the new tokens' keys and values and attends the new queries to everything cached.
 Positions are learned (GPT-2) and absolute within a context: a context starts at position 0.
+
+Observations become features by their space (`observation_features`): a grid of categorical codes (XLand's
+(tile, colour) per cell) through one learned table per channel, shared by every cell, as xland-minigrid's
+EmbeddingEncoder (training/nn.py: tile and colour embeddings of 16, concatenated); anything else normalised
+with the dataset's statistics. Codes are categories, not magnitudes: tile 7 is not "more" than tile 6.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from offbench.data.spec import DatasetSpec
 from offbench.baselines.nets import ObservationNormalizer, flat_observation_dim
 
 MAX_TABLE_STATES = 4096  # an integer observation space with at most this many values gets an embedding table
+MAX_CHANNEL_CODES = 256  # a grid channel with at most this many codes is embedded as categories (GridCodeEmbedding)
+CODE_EMBEDDING_DIM = 16  # per channel of a cell: xland-minigrid's EmbeddingEncoder default (emb_dim=16)
 
 
 def init_gpt_weights(module: nn.Module) -> None:
@@ -38,9 +45,53 @@ def autocast(device: torch.device):
     return torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
 
 
+def grid_channel_ranges(spec: DatasetSpec) -> tuple[np.ndarray, np.ndarray] | None:
+    """(low, number of codes) per channel of a categorical grid observation, or None: an integer Box of two or
+    more axes whose last axis holds channels with the same finite range in every cell (XLand's (5, 5, 2) of
+    tile and colour codes), each channel of at most MAX_CHANNEL_CODES codes."""
+    space = spec.observation_space
+    if not (isinstance(space, gym.spaces.Box) and np.issubdtype(space.dtype, np.integer) and len(space.shape) >= 2):
+        return None
+    low, high = np.asarray(space.low, np.int64), np.asarray(space.high, np.int64)
+    channels = space.shape[-1]
+    low_cells, high_cells = low.reshape(-1, channels), high.reshape(-1, channels)
+    if not ((low_cells == low_cells[0]).all() and (high_cells == high_cells[0]).all()):
+        return None
+    sizes = high_cells[0] - low_cells[0] + 1
+    return (low_cells[0], sizes) if (sizes <= MAX_CHANNEL_CODES).all() else None
+
+
+class GridCodeEmbedding(nn.Module):
+    """(..., *grid, channels) codes -> (..., cells * channels * width): each channel's code through its own table,
+    shared by every cell, concatenated per cell, then flattened over the cells."""
+
+    def __init__(self, spec: DatasetSpec, low: np.ndarray, sizes: np.ndarray, width: int = CODE_EMBEDDING_DIM):
+        super().__init__()
+        self.tables = nn.ModuleList(nn.Embedding(int(n), width) for n in sizes)
+        self.register_buffer("low", torch.as_tensor(low))
+        self.observation_dims = len(spec.observation_shape)
+        self.out_dim = int(np.prod(spec.observation_shape[:-1])) * len(sizes) * width
+
+    def forward(self, observations: torch.Tensor) -> torch.Tensor:
+        codes = observations.long() - self.low
+        per_cell = torch.cat([table(codes[..., c]) for c, table in enumerate(self.tables)], dim=-1)
+        return per_cell.flatten(start_dim=observations.dim() - self.observation_dims)
+
+
+def observation_features(spec: DatasetSpec) -> tuple[GridCodeEmbedding | None, ObservationNormalizer | None, int]:
+    """(codes, normalize, width): the module that makes flat features of observations (see the module docstring;
+    the other one None) and how many features there are. Two names, so checkpoints of normalised observations
+    keep their `normalize.*` keys."""
+    ranges = grid_channel_ranges(spec)
+    if ranges is not None:
+        codes = GridCodeEmbedding(spec, *ranges)
+        return codes, None, codes.out_dim
+    return None, ObservationNormalizer(spec, eps=1e-6), flat_observation_dim(spec)
+
+
 class ObservationEmbedding(nn.Module):
     """Observations -> vectors. A small integer grid (Dark Room's (x, y)) gets one learned vector per state, as
-    ad-eps embeds the state index; anything else goes through a Linear layer after the dataset's normalisation."""
+    ad-eps embeds the state index; anything else goes through a Linear layer after `observation_features`."""
 
     def __init__(self, spec: DatasetSpec, dim: int):
         super().__init__()
@@ -55,13 +106,13 @@ class ObservationEmbedding(nn.Module):
                 self.register_buffer("strides", torch.as_tensor(strides))
                 self.table = nn.Embedding(int(np.prod(sizes)), dim)
         if self.table is None:
-            self.normalize = ObservationNormalizer(spec, eps=1e-6)
-            self.linear = nn.Linear(flat_observation_dim(spec), dim)
+            self.codes, self.normalize, width = observation_features(spec)
+            self.linear = nn.Linear(width, dim)
         self.observation_dims = len(spec.observation_shape)
 
     def forward(self, observations: torch.Tensor) -> torch.Tensor:
         if self.table is None:
-            return self.linear(self.normalize(observations))
+            return self.linear(self.codes(observations) if self.codes is not None else self.normalize(observations))
         flat = observations.flatten(start_dim=observations.dim() - self.observation_dims).long()
         return self.table(((flat - self.low) * self.strides).sum(-1))
 

@@ -286,6 +286,20 @@ class XLandHistories:
     def ruleset_ids(self) -> np.ndarray:
         return np.array([attrs["ruleset-id"] for attrs in self.task_attrs], dtype=np.int64)
 
+    def history_episode_returns(self, tasks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(episode index within its history, return) of every finished episode of every history of `tasks`.
+        An episode ends at a done; the steps after a history's last done are an unfinished episode, left out."""
+        index, returns = [], []
+        with h5py.File(self.path, "r") as f:
+            for task in np.asarray(tasks):
+                rewards, dones = f[f"{task}/rewards"][:].astype(np.float64), f[f"{task}/dones"][:]
+                for history_rewards, history_dones in zip(rewards, dones):
+                    ends = np.flatnonzero(history_dones)
+                    totals = np.cumsum(history_rewards)[ends]
+                    returns.append(np.diff(totals, prepend=0.0))
+                    index.append(np.arange(len(ends)))
+        return np.concatenate(index), np.concatenate(returns)
+
     def reader(self, cache_bytes: int = DEFAULT_CACHE_MB << 20) -> ChunkReader:
         return ChunkReader(self.path, cache_bytes)
 
@@ -346,6 +360,34 @@ class XLandHistories:
             while block := handle.read(1 << 22):
                 digest.update(block)
         return digest.hexdigest()
+
+    def content_sha256(self) -> str:
+        """What a run records as its data's identity: the file's sha256 (the file is the data, never converted).
+        Hashing 326 GB takes minutes, so the digest is remembered in $OFFBENCH_HOME/xland/sha256.json under the
+        file's path, size and modification time (git's stat-cache rule): a changed file is hashed again.
+        `verify` always hashes afresh."""
+        import json
+
+        from offbench.paths import offbench_home
+        from offbench.utils import atomic_write_json
+
+        stat = self.path.stat()
+        key = f"{self.path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
+        cache = offbench_home() / "xland" / "sha256.json"
+        try:
+            known = json.loads(cache.read_text())
+        except (OSError, ValueError):
+            known = {}
+        if not isinstance(known, dict):
+            known = {}
+        if isinstance(known.get(key), str):
+            return known[key]
+        digest = self.file_sha256()
+        try:
+            atomic_write_json(cache, {**known, key: digest})
+        except (OSError, OffbenchError):
+            pass  # a read-only home only costs hashing again next time
+        return digest
 
     def verify(self, expected_sha256: str | None, source: str) -> str:
         """`offbench verify`: the layout of every group, a sampled content check, and the file's sha256

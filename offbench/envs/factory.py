@@ -39,6 +39,18 @@ def _make_gymnasium(env_id: str, task: Any = None, **kwargs: Any) -> gym.Env:
         raise OffbenchError(f"cannot make environment '{env_id}': {exc}") from None
 
 
+SUITE_PACKAGES = {"metaworld": ("metaworld", "metaworld"), "minigrid": ("minigrid", "minigrid"), "xland": ("xminigrid", "xland")}
+
+
+def require_suite(env_spec: dict[str, Any]) -> None:
+    """The package a card's environment suite runs on (`SUITE_PACKAGES`: module, extra) is installed, or a
+    one-line error naming the extra; checked from the card alone, before anything is downloaded."""
+    from offbench.errors import require
+
+    if env_spec.get("suite") in SUITE_PACKAGES:
+        require(*SUITE_PACKAGES[env_spec["suite"]])
+
+
 def make_env(env_spec: dict[str, Any], task: Any = None) -> gym.Env:
     """An environment from a card's [env] table (and a task, for multi-task suites)."""
     if "id" not in env_spec:

@@ -52,6 +52,7 @@ BENCHMARK_FILES = {  # xminigrid <= 0.9.1, benchmarks.NAME2HFFILENAME
 RULESETS_URL = "https://huggingface.co/datasets/Howuhh/xland_minigrid/resolve/main/{file}"
 RULESET_KEYS = ("goals", "rules", "init_tiles", "num_rules")
 REWARD_CEILING = 1.0
+LAST_STEP = 2  # xminigrid.types.StepType.LAST
 _ALLOWED_GLOBALS = {
     ("numpy", "ndarray"),
     ("numpy", "dtype"),
@@ -75,7 +76,18 @@ class _ArraysOnly(pickle.Unpickler):
 
 
 def read_rulesets(path: str | Path) -> dict[str, np.ndarray]:
-    """A benchmark file (bz2 pickle of goals, rules, init_tiles, num_rules) as NumPy arrays."""
+    """A benchmark file (bz2 pickle of goals, rules, init_tiles, num_rules) as NumPy arrays, read once per process
+    while the file stays the same (a million rulesets take seconds to inflate; every evaluation needs them)."""
+    path = Path(path)
+    try:
+        stat = path.stat()
+    except OSError as exc:
+        raise OffbenchError(f"{path}: not an xminigrid benchmark file ({exc.strerror})") from None
+    return _read_rulesets(str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=2)
+def _read_rulesets(path: str, size: int, mtime_ns: int) -> dict[str, np.ndarray]:
     path = Path(path)
     try:
         with bz2.open(path, "rb") as handle:
@@ -130,7 +142,12 @@ def held_out_rulesets(num_rulesets: int, train_rulesets: np.ndarray, count: int,
 
 @functools.lru_cache(maxsize=8)
 def _compiled(env_id: str, max_steps: int | None):
-    """(default params, batched reset, batched step) of an environment, jit-compiled once per process and shape."""
+    """(default params, reset_rows, batched step) of an environment, jit-compiled once per process and shape.
+
+    reset_rows(params, keys, mask, old) -> (keys, timestep): every row's key splits into its next key and this
+    reset's key; rows in `mask` take the fresh episode and the next key, the others keep theirs and `old`.
+    Two compiled functions (the reset, and the choice of rows), not a dispatch per operation and leaf, each of
+    which JAX would compile on its own."""
     import jax
     import xminigrid
 
@@ -138,7 +155,23 @@ def _compiled(env_id: str, max_steps: int | None):
         env, params = xminigrid.make(env_id, **({} if max_steps is None else {"max_steps": max_steps}))
     except ValueError as exc:
         raise OffbenchError(f"cannot make XLand-MiniGrid environment '{env_id}': {str(exc).splitlines()[0]}") from None
-    return params, jax.jit(jax.vmap(env.reset, in_axes=(0, 0))), jax.jit(jax.vmap(env.step, in_axes=(0, 0, 0)))
+    env_reset = jax.vmap(env.reset, in_axes=(0, 0))
+
+    @jax.jit
+    def fresh(params, keys):
+        split = jax.vmap(jax.random.split)(keys)
+        return split[:, 0], env_reset(params, split[:, 1])
+
+    @jax.jit
+    def choose(mask, new, old):
+        pick = lambda a, b: jax.numpy.where(mask.reshape((-1,) + (1,) * (a.ndim - 1)), a, b)  # noqa: E731
+        return jax.tree_util.tree_map(pick, new, old)
+
+    def reset_rows(params, keys, mask, old):
+        next_keys, timestep = fresh(params, keys)
+        return (next_keys, timestep) if old is None else choose(mask, (next_keys, timestep), (keys, old))
+
+    return params, reset_rows, jax.jit(jax.vmap(env.step, in_axes=(0, 0, 0)))
 
 
 class XLandBatch:
@@ -159,7 +192,7 @@ class XLandBatch:
         total = len(rulesets["goals"])
         if self.ruleset_ids.min() < 0 or self.ruleset_ids.max() >= total:
             raise OffbenchError(f"ruleset ids must lie in 0..{total - 1} (the benchmark has {total}), got {self.ruleset_ids.max()}")
-        params, self._reset, self._step = _compiled(env_id, None if max_steps is None else int(max_steps))
+        params, self._reset_rows, self._step = _compiled(env_id, None if max_steps is None else int(max_steps))
         # rulesets of one benchmark are padded to the same shapes, so they stack into one batched RuleSet
         self.params = params.replace(ruleset=RuleSet(*(jax.numpy.asarray(rulesets[key][self.ruleset_ids]) for key in ("goals", "rules", "init_tiles"))))
         self.env_id = env_id
@@ -167,23 +200,13 @@ class XLandBatch:
         self.single_observation_space = gym.spaces.Box(0, 255, (5, 5, 2), np.uint8)  # (tile, colour) codes
         self.horizon = int(self.params.max_steps)
         self.optimal_returns = np.full(self.num_envs, np.nan)
-        self._jax = jax
         self._keys = jax.random.split(jax.random.PRNGKey(int(seed)), self.num_envs)
         self._timestep = None
 
     def reset(self, mask: np.ndarray | None = None) -> np.ndarray:
-        jax = self._jax
-        mask = np.ones(self.num_envs, bool) if mask is None or self._timestep is None else np.asarray(mask, bool)
-        split = jax.vmap(jax.random.split)(self._keys)  # (N, 2, key): next key, this reset's key
-        self._keys = jax.numpy.where(mask[:, None], split[:, 0], self._keys)
-        fresh = self._reset(self.params, split[:, 1])
-        if self._timestep is None or mask.all():
-            self._timestep = fresh
-        else:
-            rows = jax.numpy.asarray(mask)
-            self._timestep = jax.tree_util.tree_map(
-                lambda new, old: jax.numpy.where(rows.reshape((-1,) + (1,) * (new.ndim - 1)), new, old), fresh, self._timestep
-            )
+        every = mask is None or self._timestep is None
+        mask = np.ones(self.num_envs, bool) if every else np.asarray(mask, bool)
+        self._keys, self._timestep = self._reset_rows(self.params, self._keys, mask, None if every else self._timestep)
         return np.asarray(self._timestep.observation)
 
     def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -192,8 +215,8 @@ class XLandBatch:
         actions = np.asarray(actions)
         if actions.shape != (self.num_envs,) or actions.min() < 0 or actions.max() >= self.num_actions:
             raise OffbenchError(f"actions must be {self.num_envs} integers in 0..{self.num_actions - 1}")
-        self._timestep = self._step(self.params, self._timestep, self._jax.numpy.asarray(actions, dtype=np.int32))
-        last = np.asarray(self._timestep.last())
+        self._timestep = self._step(self.params, self._timestep, np.asarray(actions, dtype=np.int32))
+        last = np.asarray(self._timestep.step_type) == LAST_STEP
         terminated = last & (np.asarray(self._timestep.discount) == 0.0)
         return np.asarray(self._timestep.observation), np.asarray(self._timestep.reward, dtype=np.float32), terminated, last & ~terminated
 

@@ -292,6 +292,10 @@ class InContext:
     def __init__(self, setup: EvaluationSetup):
         if setup.tasks not in TASK_SPLITS:
             raise OffbenchError(f"--tasks must be one of {', '.join(TASK_SPLITS)}, got {setup.tasks!r}")
+        if setup.env_spec is not None:  # before the tasks: an XLand card's split reads xminigrid's ruleset file
+            from offbench.envs.factory import require_suite
+
+            require_suite(setup.env_spec)
         self.setup = setup
         self.task_list, self.task_ids = self._tasks()
 

@@ -73,16 +73,14 @@ def source_curves(dataset_ids: list[str]) -> dict[str, np.ndarray]:
     """Source-algorithm curves (mean return per episode of the learning histories) of the registered
     learning-history datasets present on this machine."""
     from offbench.data.cards import get_card
-    from offbench.data.resolve import native_path
-    from offbench.data.store import is_native, load_native
+    from offbench.data.resolve import is_local, resolve
     from offbench.plotting.histories import learning_curve
 
     out = {}
     for dataset_id in dataset_ids:
         try:
-            path = native_path(get_card(dataset_id))
-            if is_native(path):
-                out[dataset_id] = learning_curve(load_native(path))[1]
+            if is_local(get_card(dataset_id)):  # never a download or a generation for a figure
+                out[dataset_id] = learning_curve(resolve(dataset_id, quiet=True))[1]
         except OffbenchError:  # given by path (no registered copy), or not a learning-history dataset
             continue
     return out

@@ -13,14 +13,21 @@ from offbench.errors import OffbenchError
 from offbench.utils import atomic_write_bytes
 
 
+HISTORY_SAMPLE_TASKS = 64  # an XLand file's curve: the histories of this many tasks (seeded), not 10,000 tasks' 60 GB
+
+
 def learning_curve(store) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """(episode index, mean return, 95% half-width, histories) across all histories, per episode index.
 
-    The interval is the normal approximation 1.96 x standard error of the mean over histories."""
-    if "episode_in_history" not in store.columns:
+    The interval is the normal approximation 1.96 x standard error of the mean over histories. An XLand file
+    (read in place) gives the histories of `HISTORY_SAMPLE_TASKS` tasks drawn with seed 0 (`history_sample`)."""
+    if getattr(store, "read_in_place", False):
+        episode_index, returns = store.history_episode_returns(history_sample(store))
+    elif "episode_in_history" not in store.columns:
         raise OffbenchError(f"{store.path or 'dataset'}: no episode_in_history column; not a learning-history dataset")
-    episode_index = np.asarray(store.columns["episode_in_history"])[store.episode_starts[:-1]]
-    returns = store.episode_returns()
+    else:
+        episode_index = np.asarray(store.columns["episode_in_history"])[store.episode_starts[:-1]]
+        returns = store.episode_returns()
     count = np.bincount(episode_index)
     mean = np.bincount(episode_index, returns) / np.maximum(count, 1)
     squares = np.bincount(episode_index, (returns - mean[episode_index]) ** 2)
@@ -29,12 +36,18 @@ def learning_curve(store) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     return np.arange(len(count)), mean, half_width, int(count[0])
 
 
+def history_sample(store) -> np.ndarray:
+    """The task groups of an XLand file whose histories its learning curve averages (all, if there are few)."""
+    tasks = store.num_tasks
+    return np.arange(tasks) if tasks <= HISTORY_SAMPLE_TASKS else np.sort(np.random.default_rng(0).choice(tasks, HISTORY_SAMPLE_TASKS, replace=False))
+
+
 def mean_optimal_return(store, card: dict[str, Any]) -> float | None:
     """Mean over histories of their task's exact optimal return (None for a non-offbench environment)."""
     from offbench.envs.benchmarks import card_tasks, make_batch_env
 
     env = card.get("env", {})
-    if env.get("suite") != "offbench" or "task_id" not in store.columns:
+    if env.get("suite") != "offbench" or "task_id" not in getattr(store, "columns", {}):
         return None
     train, _ = card_tasks(card)
     history_task = np.asarray(store.columns["task_id"])[store.episode_starts[:-1]]
@@ -57,7 +70,9 @@ def plot_learning_histories(store, out_path: str | Path, card: Any = None) -> Pa
     if optimal is not None:
         ax.axhline(optimal, color="black", linestyle="--", linewidth=1.2, label=f"optimal return ({optimal:.3g})")
     algo = card.get("source", {}).get("recipe", {}).get("params", {}).get("algo", "")
-    ax.set_title(f"{card.get('id', store.path)}{f' ({algo})' if algo else ''}", fontsize=10)
+    sampled = f"{len(history_sample(store))} of {store.num_tasks:,} tasks" if getattr(store, "read_in_place", False) else ""
+    detail = ", ".join(part for part in (algo, sampled) if part)
+    ax.set_title(f"{card.get('id', store.path)}{f' ({detail})' if detail else ''}", fontsize=10)
     ax.set_xlabel("episode in learning history")
     ax.set_ylabel("episode return")
     ax.grid(alpha=0.3)

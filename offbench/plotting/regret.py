@@ -52,7 +52,8 @@ def plot_regret(regret: pd.DataFrame, out: str | Path, references: dict[str, dic
     """Cumulative regret per pull (frame: label, dataset, seed, pull, score), mean over seeds with a 95% bootstrap
     band, one panel per dataset, with the reference algorithms' curves on the same tasks."""
     if regret.empty:
-        raise OffbenchError("no in-context regret to plot (evaluations.jsonl has no in_context_regret)")
+        raise OffbenchError("no in-context regret to plot (evaluations.jsonl has no in_context_regret: it needs the tasks' "
+                            "optimal return, which XLand rulesets lack); plot the returns with --kind in-context")
     references = references or {}
     datasets = list(dict.fromkeys(regret["dataset"]))
     reference_names = sorted({name for curves in references.values() for name in curves})

@@ -59,8 +59,9 @@ def baseline_sampler(baseline, store, batch_size: int, seed: int, device: str = 
 
 
 def check_protocol_support(baseline_cls: type, card: DatasetCard | None, dataset_id: str) -> None:
-    """The baseline has a mode for the protocol the card's kind calls for (checked from the card alone, so a
-    registered dataset is refused before it is downloaded or generated)."""
+    """The baseline has a mode for the protocol the card's kind calls for, and an in-context card's environment
+    package is installed (checked from the card alone, so a registered dataset is refused before it is
+    downloaded or generated)."""
     wanted = protocol_name(card)
     if wanted not in baseline_cls.evaluation_protocols:
         having = [name for name in BASELINES if wanted in get_baseline(name).evaluation_protocols]
@@ -69,6 +70,10 @@ def check_protocol_support(baseline_cls: type, card: DatasetCard | None, dataset
             f"{dataset_id}: a {kind} dataset is evaluated {wanted}, and baseline '{baseline_cls.name}' has no "
             f"{wanted} mode (baselines that have one: {', '.join(having) or 'none yet'})"
         )
+    if wanted == "in-context" and card is not None and card.env:  # its split and evaluation need the suite's package
+        from offbench.envs.factory import require_suite
+
+        require_suite(card.env)
 
 
 def evaluation_setup(baseline_cls: type, config: ResolvedConfig, data: Dataset, seed: int) -> EvaluationSetup:

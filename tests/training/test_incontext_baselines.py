@@ -151,3 +151,15 @@ def test_dpt_offline_context_is_collected_at_random_then_fixed(darkroom):
     logits = rollout([policy], env, steps=4 * env.horizon)[0]
     assert (policy.context_length == 2 * env.horizon).all()
     torch.testing.assert_close(logits[2 * env.horizon : 3 * env.horizon], logits[3 * env.horizon :], rtol=0, atol=0)
+
+
+def test_dpt_acts_through_episodes_longer_than_the_data_has(darkroom):
+    """An evaluation horizon beyond the data's longest episode (an XLand card's own max_steps) grows the buffer."""
+    from dataclasses import replace
+
+    torch.manual_seed(0)
+    cls = get_baseline("dpt")
+    dpt = cls(cls.Config(**TINY["dpt"]), replace(spec_of(darkroom), max_episode_length=3))
+    env = held_out_env(darkroom)
+    (logits,) = rollout([dpt.policy(options())], env, steps=2 * env.horizon)
+    assert logits.shape[0] == 2 * env.horizon and torch.isfinite(logits).all()

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import TRAINING_CONFIGS as CONFIGS, interrupt_then_resume, logged_metrics, read_jsonl
-from offbench.baselines import get_baseline
+from helpers import TRAINING_CONFIGS as CONFIGS, assert_resume_repeats_the_run, read_jsonl
 
 
 def run_args(name: str, out: Path) -> list:
@@ -35,9 +34,7 @@ def test_interrupted_run_resumes_to_the_same_numbers(darkroom, cli, tmp_path, mo
     args = run_args(name, tmp_path)
     code, _, err = cli(*args, "--name", "whole")
     assert code == 0, err
-    interrupt_then_resume(cli, monkeypatch, get_baseline(name), args, tmp_path, stop_at=27)
-    assert logged_metrics(tmp_path / "cut") == logged_metrics(tmp_path / "whole")
-    assert (tmp_path / "cut" / "evaluations.jsonl").read_text() == (tmp_path / "whole" / "evaluations.jsonl").read_text()
+    assert_resume_repeats_the_run(cli, monkeypatch, name, args, tmp_path, stop_at=27)
 
 
 @pytest.mark.parametrize("name", ["ad", "dpt"])

@@ -18,7 +18,7 @@ from offbench.baselines.pcgrad import pcgrad_backward, per_task_losses, project_
 from offbench.data.samplers import make_sampler
 from offbench.errors import OffbenchError
 from offbench.training.config import resolve_config
-from helpers import TRAINING_CONFIGS as CONFIGS, interrupt_then_resume, logged_metrics
+from helpers import TRAINING_CONFIGS as CONFIGS, assert_resume_repeats_the_run, logged_metrics
 
 TINY = ("metaworld/tiny-near-optimal", "minigrid/tiny-near-optimal")  # continuous, discrete
 MULTI_TASK = ("moore-bc", "moore-iql", "prompt-dt", "harmodt")
@@ -262,9 +262,7 @@ def test_multitask_runs_repeat_and_resume_to_the_same_numbers(multitask_home, mo
         code, _, err = cli(*args, "--name", run)
         assert code == 0, err
     assert logged_metrics(tmp_path / "whole") == logged_metrics(tmp_path / "again")
-    interrupt_then_resume(cli, monkeypatch, get_baseline(name), args, tmp_path, stop_at)
-    assert logged_metrics(tmp_path / "cut") == logged_metrics(tmp_path / "whole")
-    assert (tmp_path / "cut" / "evaluations.jsonl").read_text() == (tmp_path / "whole" / "evaluations.jsonl").read_text()
+    assert_resume_repeats_the_run(cli, monkeypatch, name, args, tmp_path, stop_at=stop_at)
 
 
 @pytest.mark.parametrize("name", MULTI_TASK)
