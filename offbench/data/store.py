@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -283,11 +284,7 @@ def write_native(path: str | Path, arrays: dict[str, list[np.ndarray]], card: di
     need = None if compression else sum(part.nbytes for parts in arrays.values() for part in parts)
     with atomic_path(path, need=need) as tmp:
         with h5py.File(tmp, "w", track_order=True) as f:
-            f.attrs["format"] = FORMAT_NAME
-            f.attrs["format_version"] = FORMAT_VERSION
-            f.attrs["card"] = json.dumps(card, sort_keys=True)
-            f.attrs["observation_space"] = space_to_json(observation_space)
-            f.attrs["action_space"] = space_to_json(action_space)
+            _write_header(f, card, observation_space, action_space)
             for name in sorted(arrays):
                 parts = arrays[name]
                 _digest_parts(digest, name, parts)
@@ -302,6 +299,64 @@ def write_native(path: str | Path, arrays: dict[str, list[np.ndarray]], card: di
                     lo += len(part)
             f.attrs["content_sha256"] = digest.hexdigest()
     return path
+
+
+def _write_header(f: h5py.File, card: dict[str, Any] | None, observation_space: gym.Space | None, action_space: gym.Space | None) -> None:
+    f.attrs["format"] = FORMAT_NAME
+    f.attrs["format_version"] = FORMAT_VERSION
+    if card is not None:
+        f.attrs["card"] = json.dumps(card, sort_keys=True)
+    f.attrs["observation_space"] = space_to_json(observation_space)
+    f.attrs["action_space"] = space_to_json(action_space)
+
+
+@dataclass(frozen=True)
+class Region:
+    """Where one array of a native file lies (contiguous, uncompressed): any process can memory-map it to
+    write its part in place, or to read it."""
+
+    path: Path
+    offset: int
+    dtype: np.dtype
+    shape: tuple[int, ...]
+
+    def open(self, mode: str = "r+") -> np.ndarray:
+        if not np.prod(self.shape, dtype=np.int64):
+            return np.empty(self.shape, self.dtype)
+        return np.memmap(self.path, self.dtype, mode, self.offset, self.shape)
+
+
+def allocate_native(tmp: Path, arrays: dict[str, tuple[tuple[int, ...], np.dtype]], observation_space: gym.Space | None,
+                    action_space: gym.Space | None) -> dict[str, Region]:
+    """Create native file `tmp` (an `atomic_path` temp file) with its arrays, named as in the layout and
+    given as (shape, dtype), allocated but not written: writers fill their `Region`s in place (no copy
+    through this process), then `finish_native` adds the card and the checksum. Disk space is reserved
+    here, so a full disk is an error now and not a crash of a process writing through a memory map."""
+    regions = {}
+    with h5py.File(tmp, "w", track_order=True) as f:
+        _write_header(f, None, observation_space, action_space)
+        for name in sorted(arrays):
+            shape, dtype = arrays[name]
+            plist = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+            plist.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)  # the place of the data is fixed now
+            plist.set_fill_time(h5py.h5d.FILL_TIME_NEVER)  # and nothing is written there until the writers do
+            dataset = f.create_dataset(name, shape, dtype, dcpl=plist)
+            regions[name] = Region(Path(tmp), dataset.id.get_offset() or 0, np.dtype(dtype), tuple(shape))
+    with open(tmp, "r+b") as file:
+        os.posix_fallocate(file.fileno(), 0, os.fstat(file.fileno()).st_size)
+    return regions
+
+
+def finish_native(tmp: Path, regions: dict[str, Region], card: dict[str, Any]) -> str:
+    """Checksum the arrays written into `regions` (equal to `EpisodeStore.content_sha256` of the file) and
+    store it with the card; returns the checksum."""
+    digest = hashlib.sha256()
+    for name in sorted(regions):
+        _digest_parts(digest, name, [regions[name].open("r")])
+    with h5py.File(tmp, "r+") as f:
+        f.attrs["card"] = json.dumps(card, sort_keys=True)
+        f.attrs["content_sha256"] = digest.hexdigest()
+    return digest.hexdigest()
 
 
 def _digest_parts(digest, name: str, parts: list[np.ndarray]) -> None:
