@@ -455,6 +455,14 @@ def _text_attr(path: Path, f: h5py.File, name: str, default: str) -> str:
     return value
 
 
+def native_header(path: str | Path) -> tuple[dict[str, Any], int, int]:
+    """The card, number of episodes and number of steps of a native file, from its header alone (for the
+    writer of a file just written: nothing is validated or read)."""
+    path = Path(path)
+    with open_hdf5(path) as f:
+        return json.loads(_text_attr(path, f, "card", "{}")), len(f["episode_starts"]) - 1, len(f["actions"])
+
+
 def stored_checksum(path: str | Path) -> str | None:
     """The content checksum recorded when the file was written (cheap: reads one attribute)."""
     with h5py.File(path, "r") as f:
