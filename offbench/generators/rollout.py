@@ -98,37 +98,41 @@ def run_group(env, algo: SourceAlgorithm, num_episodes: int, env_streams: RowStr
 
     t, episode = np.zeros(rows, dtype=np.int64), np.zeros(rows, dtype=np.int64)
     episode_base = np.zeros(rows, dtype=np.int64)  # nominal step of the current episode's first step
-    reported = 0
+    flushed_episodes = np.zeros(rows, dtype=np.int64)  # episodes each row had ended at the last flush
+    flushed_step = 0
 
-    def report() -> None:
-        nonlocal reported
-        done = int(np.minimum(episode, num_episodes).sum())
-        progress(done - reported)
-        reported = done
+    def flush_and_count(step: int) -> None:
+        """flush(step), then the length of each history that ended its last episode in the flushed block (the
+        step after that episode's end in the block), and progress."""
+        flush(step)
+        n = (step - 1) % block + 1
+        finishing = np.flatnonzero((flushed_episodes < num_episodes) & (episode >= num_episodes))
+        if len(finishing):
+            ends_so_far = flushed_episodes[finishing] + np.cumsum(ended_log[:n, finishing], axis=0)
+            length[finishing] = step - n + (ends_so_far < num_episodes).sum(axis=0) + 1
+        progress(int(np.minimum(episode, num_episodes).sum() - np.minimum(flushed_episodes, num_episodes).sum()))
+        nonlocal flushed_step
+        flushed_episodes[:], flushed_step = episode, step
 
     while step < capacity:
-        next_state, terminated = one_step(state, step % block, episode_base + t)
+        next_state, terminated = one_step(state, step % block, episode_base + t)  # past its history, a row's nominal steps run on
         t += 1
         step += 1
         ended = np.equal(t, horizon, out=ended_log[(step - 1) % block])
         if terminated is not None:
             ended |= terminated
-        any_ended = ended.any()
-        if any_ended:
+        if ended.any():
             next_state = np.where(ended, start, next_state)
             t[ended] = 0
             episode += ended
-            episode_base = np.minimum(episode, num_episodes - 1) * horizon
-            length[ended & (episode == num_episodes)] = step
+            np.multiply(episode, horizon, out=episode_base)
+            if episode.min() >= num_episodes:
+                break
         if step % block == 0:
-            flush(step)
-            report()
-        if any_ended and (episode >= num_episodes).all():
-            break
+            flush_and_count(step)
         state = next_state
-    if step % block:
-        flush(step)
-    report()
+    if step > flushed_step:
+        flush_and_count(step)
     return length
 
 

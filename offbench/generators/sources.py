@@ -12,6 +12,8 @@ States are flat: row * num_states + the row's tabular state, so one index reache
 
 The nominal step counts an episode that ended early (termination) as if it had run to the horizon, so
 episode e always starts at step e * horizon (AD-epsilon's schedule in corl-team/ad-eps does the same).
+A row that has finished its history keeps stepping (unlogged) until the others have: its nominal steps
+run past the schedule, whose last value then applies.
 
 Randomness comes from `RowStreams`: the rows are cut into fixed streams of histories, each with its own
 generator, and every draw is made stream by stream. A history's numbers therefore depend on its stream
@@ -98,7 +100,7 @@ class EpsilonGreedy:
                 self.explore = self.u < self.epsilons.take(np.arange(steps, steps + RowStreams.BLOCK_STEPS), mode="clip")[:, None]
         i = self.used
         self.used += 1
-        explore = self.explore[i] if isinstance(steps, (int, np.integer)) else self.u[i] < self.epsilons.take(steps)
+        explore = self.explore[i] if isinstance(steps, (int, np.integer)) else self.u[i] < self.epsilons.take(steps, mode="clip")
         return np.where(explore, self.random[i], greedy)
 
 
