@@ -225,8 +225,8 @@ def _start_worker(count) -> None:
     """In each worker process: the shared count of episodes done, and a malloc that keeps the memory it
     frees. Each block of steps allocates and frees a few MB of arrays, thousands of times; by default glibc
     returns that memory to the system after every block and faults it in again for the next, which
-    doubled the lay-out time here (a first touch of memory is slow in this VM). The worker ends with its
-    group, so the memory it keeps is given back then."""
+    doubled the lay-out time on the machine this was measured on (a VM where first touching memory is
+    slow). The worker ends with its group, so the memory it keeps is given back then."""
     global _shared_count
     _shared_count = count
     try:
