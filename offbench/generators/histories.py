@@ -208,13 +208,21 @@ def _dataset_arrays(one, histories: int, episodes: int, steps: int) -> dict[str,
     return arrays
 
 
-def _group_part(regions: dict[str, Region], steps: slice, episodes: slice) -> dict[str, np.ndarray]:
+def _group_part(regions: dict[str, Region], steps: slice, episodes: slice, populate: bool = False) -> dict[str, np.ndarray]:
     """A group's part of the dataset's arrays (flat; observations as words; episode_ends for episode_starts[1:])."""
-    part = {name: regions[name].open()[steps] for name in STEP_ARRAYS}
+    part = {name: regions[name].open(rows=steps, populate=populate) for name in STEP_ARRAYS}
     part["observations"] = as_words(part["observations"])
-    part["final_observations"] = as_words(regions["final_observations"].open()[episodes])
-    part["episode_ends"] = regions["episode_starts"].open()[1:][episodes]
+    part["final_observations"] = as_words(regions["final_observations"].open(rows=episodes, populate=populate))
+    part["episode_ends"] = regions["episode_starts"].open(rows=slice(episodes.start + 1, episodes.stop + 1), populate=populate)
     return part
+
+
+def _fits_in_memory(num_bytes: int) -> bool:
+    """Whether num_bytes of file pages can be faulted in at once: at most an eighth of physical memory
+    (well below the kernel's default threshold for writing dirty pages back in the background)."""
+    if not hasattr(os, "sysconf"):
+        return False
+    return num_bytes <= os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 8
 
 
 _shared_count = None  # in a worker process: episodes done by all workers (the parent shows it)
@@ -255,8 +263,9 @@ def _run_group(plan: _Plan, group: int, regions: dict[str, Region] | None, stagi
     algo = ALGORITHMS[recipe.algo](env, recipe.episodes, algo_streams, make_config(recipe.algo, recipe.hyperparameters))
     tables = StepTables(env)
     lo, hi = plan.histories(group)
-    if plan.in_lockstep:
-        part = _group_part(regions, slice(lo * plan.capacity, hi * plan.capacity), slice(lo * recipe.episodes, hi * recipe.episodes))
+    if plan.in_lockstep:  # all parts are faulted in at once where they fit well in memory together
+        populate = _fits_in_memory(sum(region.dtype.itemsize * int(np.prod(region.shape)) for region in regions.values()))
+        part = _group_part(regions, slice(lo * plan.capacity, hi * plan.capacity), slice(lo * recipe.episodes, hi * recipe.episodes), populate)
         sink = LaidOut(tables, {name: array.reshape(hi - lo, -1) for name, array in part.items()}, *plan.ids(group), lo * plan.capacity, env.horizon)
     else:
         staged = {name: np.lib.format.open_memmap(staging / f"{group:06d}-{name}.npy", "w+", dtype, shape)
