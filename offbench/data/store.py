@@ -26,7 +26,6 @@ import contextlib
 import hashlib
 import json
 import mmap
-import os
 import sys
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -39,7 +38,7 @@ import numpy as np
 
 from offbench.data.spaces import space_from_json, space_to_json
 from offbench.errors import OffbenchError
-from offbench.utils import atomic_path
+from offbench.utils import atomic_path, reserve_space
 
 FORMAT_NAME = "offbench"
 FORMAT_VERSION = 1
@@ -359,8 +358,7 @@ def allocate_native(tmp: Path, arrays: dict[str, tuple[tuple[int, ...], np.dtype
             plist.set_fill_time(h5py.h5d.FILL_TIME_NEVER)  # and nothing is written there until the writers do
             dataset = f.create_dataset(name, shape, dtype, dcpl=plist)
             regions[name] = Region(Path(tmp), dataset.id.get_offset() or 0, np.dtype(dtype), tuple(shape))
-    with open(tmp, "r+b") as file:
-        os.posix_fallocate(file.fileno(), 0, os.fstat(file.fileno()).st_size)
+    reserve_space(Path(tmp))
     return regions
 
 

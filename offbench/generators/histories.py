@@ -37,7 +37,7 @@ from rich.console import Console
 from offbench.data.store import EpisodeStore, Region, allocate_native, finish_native, load_native
 from offbench.envs.benchmarks import BENCHMARKS, Benchmark, get_benchmark, split_tasks
 from offbench.errors import OffbenchError
-from offbench.utils import atomic_path, progress_bar, user_fixable_write_errors
+from offbench.utils import atomic_path, progress_bar, reserve_space, user_fixable_write_errors
 from offbench.generators import register_generator
 from offbench.generators.rollout import STEP_ARRAYS, LaidOut, Staged, StepTables, as_words, lay_out_staged, lockstep, run_group, staging_arrays
 from offbench.generators.sources import ALGORITHMS, RowStreams, make_config
@@ -268,8 +268,10 @@ def _run_group(plan: _Plan, group: int, regions: dict[str, Region] | None, stagi
         part = _group_part(regions, slice(lo * plan.capacity, hi * plan.capacity), slice(lo * recipe.episodes, hi * recipe.episodes), populate)
         sink = LaidOut(tables, {name: array.reshape(hi - lo, -1) for name, array in part.items()}, *plan.ids(group), lo * plan.capacity, env.horizon)
     else:
-        staged = {name: np.lib.format.open_memmap(staging / f"{group:06d}-{name}.npy", "w+", dtype, shape)
-                  for name, (shape, dtype) in staging_arrays(env, plan.capacity, hasattr(env, "noisy_rewards")).items()}
+        staged = {}
+        for name, (shape, dtype) in staging_arrays(env, plan.capacity, hasattr(env, "noisy_rewards")).items():
+            staged[name] = np.lib.format.open_memmap(staging / f"{group:06d}-{name}.npy", "w+", dtype, shape)
+            reserve_space(staging / f"{group:06d}-{name}.npy")
         sink = Staged(tables, staged)
     length = run_group(env, algo, recipe.episodes, env_streams, sink, plan.in_lockstep, _add_to_shared_count)
     if not plan.in_lockstep:
