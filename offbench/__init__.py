@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-try:
-    __version__ = version("offbench")
-except PackageNotFoundError:  # running from a checkout without installing
-    __version__ = "0.1.0"
+
+def __getattr__(name: str) -> str:
+    """`offbench.__version__`, read from the package metadata when first asked for (importing
+    importlib.metadata would cost every command line call a tenth of a second)."""
+    if name != "__version__":
+        raise AttributeError(f"module 'offbench' has no attribute {name!r}")
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("offbench")
+    except PackageNotFoundError:  # running from a checkout without installing
+        return "0.1.0"
 
 
 def load(id_or_path: str | Path, mirror: str | None = None):

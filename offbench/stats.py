@@ -17,12 +17,15 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from offbench.errors import require
 from offbench.tracking.run_dir import LOWER_IS_BETTER
+
+if TYPE_CHECKING:  # for annotations only: commands that import this module (every CLI call) need not load pandas
+    import pandas as pd
 
 CONFIDENCE = 0.95
 BOOTSTRAP_SEED = 0

@@ -180,6 +180,14 @@ def check_space(path: Path, need: int | None) -> None:
         raise disk_full_error(path, need)
 
 
+def reserve_space(path: Path) -> None:
+    """Allocate the disk blocks of file `path` up to its size now (where the system can), so that a full
+    disk is an OSError here and not a SIGBUS in a process that later writes to it through a memory map."""
+    if hasattr(os, "posix_fallocate"):
+        with open(path, "r+b") as file:
+            os.posix_fallocate(file.fileno(), 0, os.fstat(file.fileno()).st_size)
+
+
 @contextmanager
 def atomic_path(path: str | Path, need: int | None = None) -> Iterator[Path]:
     """A temp file next to `path` to write into; on success it replaces `path` in one rename, on any

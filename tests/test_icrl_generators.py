@@ -249,16 +249,18 @@ def test_cli_set_passes_hyperparameters_into_the_recipe(run_cli, tmp_path):
 
 @pytest.mark.parametrize("name,algo", [("darkroom", "q-learning"), ("keydoor", "ad-epsilon"), ("bandit", "thompson"), ("bandit-gaussian", "thompson")])
 def test_same_bytes_whatever_the_number_of_workers_and_groups(tmp_path, monkeypatch, name, algo):
-    """Histories come in random streams of 16, drawn in blocks of 256 steps; workers and memory-bounded groups only change who runs them."""
+    """Histories come in random streams of 16, drawn in blocks of 256 steps; workers (one group each) and the
+    blocks of time the groups write in only change who runs them and when."""
     import offbench.generators.histories as histories
+    import offbench.generators.rollout as rollout
 
     params = {"algo": algo, "tasks": 36, "held_out": 1, "histories_per_task": 2, "episodes": 15, "allow_unlearned": True}  # 70 histories: 5 streams
     recipe = HistoryRecipe.from_params(name, params)
     histories.write_histories(recipe, 7, tmp_path / "one.h5", workers=1, check=False)
     histories.write_histories(recipe, 7, tmp_path / "two.h5", workers=2, check=False)
-    monkeypatch.setattr(histories, "_group_memory_budget", lambda: 1)  # one stream per group: the data streams to disk in five parts
-    assert histories._Plan.make(recipe, 7, card_tasks(load_native(tmp_path / "one.h5").card)[0], 1).num_groups == 5
-    histories.write_histories(recipe, 7, tmp_path / "parts.h5", workers=1, check=False)
+    monkeypatch.setattr(rollout, "BLOCK_CELLS", 1)  # blocks of one episode (or step): the data streams out in many blocks
+    assert histories._Plan.make(recipe, 7, card_tasks(load_native(tmp_path / "one.h5").card)[0], 5).num_groups == 5
+    histories.write_histories(recipe, 7, tmp_path / "parts.h5", workers=5, check=False)
     one = (tmp_path / "one.h5").read_bytes()
     assert one == (tmp_path / "two.h5").read_bytes() == (tmp_path / "parts.h5").read_bytes()
     store = load_native(tmp_path / "one.h5")

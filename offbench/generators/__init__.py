@@ -35,9 +35,10 @@ register_generator = partial(register, GENERATORS)  # @register_generator("name"
 
 
 def get_generator(name: str) -> Generator:
-    if name not in GENERATORS:
-        for module in _GENERATOR_MODULES:
-            importlib.import_module(module)
+    for module in _GENERATOR_MODULES:  # in order, only until the name is registered (the multi-task ones load pandas)
+        if name in GENERATORS:
+            break
+        importlib.import_module(module)
     return lookup(GENERATORS, name, "generator")
 
 
@@ -45,7 +46,7 @@ def generate_from_card(card, out: Path, quiet: bool = False) -> Path:
     """Generate the dataset a recipe card describes (used on first `offbench.load` of its id)."""
     import os
 
-    from offbench.data.store import load_native, replace_card
+    from offbench.data.store import native_header, replace_card
     from offbench.utils import check_writable
 
     recipe = card.source["recipe"]
@@ -56,7 +57,7 @@ def generate_from_card(card, out: Path, quiet: bool = False) -> Path:
         generator(dict(recipe.get("params", {})), int(recipe.get("seed", 0)), staging, quiet)
         # The file carries the registered card (its id, description, scores) plus what the generator measured;
         # only that attribute changes, so the arrays are not written a second time.
-        replace_card(staging, {**load_native(staging).card, **card.to_dict()})
+        replace_card(staging, {**native_header(staging)[0], **card.to_dict()})
         os.replace(staging, out)
         return out
     finally:

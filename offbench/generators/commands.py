@@ -63,16 +63,14 @@ def _command(bench: Benchmark):
 def generate_and_register(benchmark: str, *, seed: int, out: Path | None, quiet: bool, workers: int | None = None, **params: Any) -> Path:
     """Validate (before any work), generate, write data and card; returns the data file's path."""
     from offbench.data.cards import card_from_dict, write_card
-    from offbench.data.resolve import native_path
-    from offbench.data.store import load_native
+    from offbench.data.store import native_header
     from offbench.generators.histories import HistoryRecipe, generate
-    from offbench.paths import user_cards_dir
     from offbench.utils import check_writable
-
-    from offbench.training.config import parse_override
 
     overrides = params.pop("set", None) or []
     if overrides:
+        from offbench.training.config import parse_override
+
         params["hyperparameters"] = dict(parse_override(text) for text in overrides)
     recipe = HistoryRecipe.from_params(benchmark, params)
     if seed < 0:
@@ -86,6 +84,9 @@ def generate_and_register(benchmark: str, *, seed: int, out: Path | None, quiet:
             if existing.exists():
                 raise OffbenchError(f"{existing}: already exists; remove it or choose another --out")
     else:
+        from offbench.data.resolve import native_path
+        from offbench.paths import user_cards_dir
+
         stub = card_from_dict({"id": dataset_id, "description": "", "format": "offbench", "source": {"recipe": {"generator": benchmark}}})
         data_path, card_path = native_path(stub), user_cards_dir() / f"{dataset_id}.toml"
 
@@ -93,12 +94,12 @@ def generate_and_register(benchmark: str, *, seed: int, out: Path | None, quiet:
     if workers is not None and workers < 1:
         raise OffbenchError(f"--workers must be at least 1 (got {workers})")
     generate(benchmark, recipe.to_params(), seed, data_path, quiet=quiet, workers=workers)
-    store = load_native(data_path)
-    write_card(card_from_dict(store.card, card_path), card_path)
+    card, num_episodes, num_transitions = native_header(data_path)
+    write_card(card_from_dict(card, card_path), card_path)
 
-    learning = store.card["learning"]
+    learning = card["learning"]
     console = Console(soft_wrap=True)
-    console.print(f"wrote {data_path}: {store.num_episodes:,} episodes, {store.num_transitions:,} transitions", highlight=False)
+    console.print(f"wrote {data_path}: {num_episodes:,} episodes, {num_transitions:,} transitions", highlight=False)
     console.print(
         f"learning ({learning['score']}, first vs last {learning['window_episodes']} episodes): "
         f"{learning['first_return']:.3f} -> {learning['last_return']:.3f} of optimum {learning['optimal_return']:.3f}; "

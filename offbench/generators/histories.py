@@ -19,26 +19,27 @@ than half improved, generation fails unless `allow_unlearned` is set. The summar
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import multiprocessing
 import os
 import tempfile
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 from rich.console import Console
 
-from offbench.data.store import EpisodeStore, load_native, write_native
+from offbench.data.store import EpisodeStore, Region, allocate_native, finish_native, load_native
 from offbench.envs.benchmarks import BENCHMARKS, Benchmark, get_benchmark, split_tasks
 from offbench.errors import OffbenchError
-from offbench.utils import progress_bar, user_fixable_write_errors
+from offbench.utils import atomic_path, progress_bar, reserve_space, user_fixable_write_errors
 from offbench.generators import register_generator
-from offbench.generators.rollout import run_group
+from offbench.generators.rollout import STEP_ARRAYS, LaidOut, Staged, StepTables, as_words, lay_out_staged, lockstep, run_group, staging_arrays
 from offbench.generators.sources import ALGORITHMS, RowStreams, make_config
 
 LEARNING_WINDOW_FRACTION = 0.1  # first / last tenth of each history
@@ -144,14 +145,6 @@ def _integer(params: dict[str, Any], name: str, default: int | None = None) -> i
 
 # ---------------------------------------------------------------------------------------------- rollout
 STREAM_HISTORIES = 16  # histories per random stream (the data's unit of randomness, fixed by the recipe)
-GROUP_BYTES_PER_STEP = 64  # a group's memory per step: the log (int64 state-action, flags), the laid-out arrays, temporaries
-
-
-def _group_memory_budget() -> int:
-    """Bytes all groups running at once may use: half the memory free now. It only decides how histories
-    are grouped (how wide each batch is), never the data."""
-    free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4 << 30
-    return max(64 << 20, free // 2)
 
 
 def default_workers() -> int:
@@ -162,24 +155,26 @@ def default_workers() -> int:
 @dataclass(frozen=True)
 class _Plan:
     """How the histories of a recipe are cut: streams of STREAM_HISTORIES histories (stream k draws from
-    `SeedSequence(seed).spawn(streams)[k]`), and groups of consecutive streams, each run by one worker as
-    one batch. The data depends on the streams only, so any grouping (any number of workers) gives the same bytes."""
+    `SeedSequence(seed).spawn(streams)[k]`), and groups of consecutive streams, one per worker, each run
+    as one batch. The data depends on the streams only, so any grouping (any number of workers) gives the
+    same bytes. In lockstep (no episode ends early) every history takes `capacity` steps."""
 
     recipe: HistoryRecipe
     seed: int
     row_task: np.ndarray  # training task of every history
     stream_bounds: np.ndarray  # first history of every stream, then the number of histories
     group_bounds: np.ndarray  # first stream of every group, then the number of streams
+    in_lockstep: bool
+    capacity: int  # the most steps a history can take
 
     @classmethod
     def make(cls, recipe: HistoryRecipe, seed: int, train: list, workers: int) -> _Plan:
         row_task = np.repeat(np.arange(len(train), dtype=np.int32), recipe.histories_per_task)
         stream_bounds = np.append(np.arange(0, len(row_task), STREAM_HISTORIES), len(row_task))
-        num_streams = len(stream_bounds) - 1
-        total_bytes = len(row_task) * recipe.episodes * get_benchmark(recipe.benchmark).make_batch(train[:1]).horizon * GROUP_BYTES_PER_STEP
-        rounds = max(1, -(-total_bytes // _group_memory_budget()))  # a round: one group per worker, together within the budget
-        num_groups = min(num_streams, workers * rounds)
-        return cls(recipe, seed, row_task, stream_bounds, np.linspace(0, num_streams, num_groups + 1).round().astype(int))
+        num_groups = min(workers, len(stream_bounds) - 1)
+        group_bounds = np.linspace(0, len(stream_bounds) - 1, num_groups + 1).round().astype(int)
+        env = get_benchmark(recipe.benchmark).make_batch(train)
+        return cls(recipe, seed, row_task, stream_bounds, group_bounds, lockstep(env), recipe.episodes * env.horizon)
 
     @property
     def num_groups(self) -> int:
@@ -188,81 +183,179 @@ class _Plan:
     def histories(self, group: int) -> tuple[int, int]:
         return int(self.stream_bounds[self.group_bounds[group]]), int(self.stream_bounds[self.group_bounds[group + 1]])
 
+    def env(self, group: int):
+        """The batch of the group's histories (one row each)."""
+        bench = get_benchmark(self.recipe.benchmark)
+        train, _ = split_tasks(bench, self.recipe.tasks, self.recipe.held_out, self.recipe.split_seed, self.recipe.variant)
+        lo, hi = self.histories(group)
+        return bench.make_batch([train[i] for i in self.row_task[lo:hi]])
 
-def _run_group(plan: _Plan, group: int, staging: Path) -> dict[str, np.ndarray]:
-    """Run one group of histories, save its per-step arrays in `staging`; return what the learning check needs."""
+    def ids(self, group: int) -> tuple[np.ndarray, np.ndarray]:
+        """History and task ids of the group's rows."""
+        lo, hi = self.histories(group)
+        return np.arange(lo, hi, dtype=np.int32), self.row_task[lo:hi]
+
+
+def _dataset_arrays(one, histories: int, episodes: int, steps: int) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """(shape, dtype) of every array of the dataset (`one`: a batch of one task of the benchmark)."""
+    observation = one.compact_observations()
+    action_dtype = np.min_scalar_type(one.num_actions - 1)
+    per_step = {"observations": observation.dtype, "actions": action_dtype, "rewards": np.float32, "terminations": bool, "truncations": bool,
+                "columns/history_id": np.int32, "columns/task_id": np.int32, "columns/episode_in_history": np.int32, "columns/optimal_action": action_dtype}
+    arrays = {name: ((steps, *observation.shape[1:]) if name == "observations" else (steps,), np.dtype(dtype)) for name, dtype in per_step.items()}
+    arrays["final_observations"] = ((histories * episodes, *observation.shape[1:]), observation.dtype)
+    arrays["episode_starts"] = ((histories * episodes + 1,), np.dtype(np.int64))
+    return arrays
+
+
+def _group_part(regions: dict[str, Region], steps: slice, episodes: slice, populate: bool = False) -> dict[str, np.ndarray]:
+    """A group's part of the dataset's arrays (flat; observations as words; episode_ends for episode_starts[1:])."""
+    part = {name: regions[name].open(rows=steps, populate=populate) for name in STEP_ARRAYS}
+    part["observations"] = as_words(part["observations"])
+    part["final_observations"] = as_words(regions["final_observations"].open(rows=episodes, populate=populate))
+    part["episode_ends"] = regions["episode_starts"].open(rows=slice(episodes.start + 1, episodes.stop + 1), populate=populate)
+    return part
+
+
+def _fits_in_memory(num_bytes: int) -> bool:
+    """Whether num_bytes of file pages can be faulted in at once: at most an eighth of physical memory
+    (well below the kernel's default threshold for writing dirty pages back in the background)."""
+    if not hasattr(os, "sysconf"):
+        return False
+    return num_bytes <= os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 8
+
+
+_shared_count = None  # in a worker process: episodes done by all workers (the parent shows it)
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc mallopt parameters
+
+
+def _start_worker(count) -> None:
+    """In each worker process: the shared count of episodes done, and a malloc that keeps the memory it
+    frees. Each block of steps allocates and frees a few MB of arrays, thousands of times; by default glibc
+    returns that memory to the system after every block and faults it in again for the next, which
+    doubled the lay-out time on the machine this was measured on (a VM where first touching memory is
+    slow). The worker ends with its group, so the memory it keeps is given back then."""
+    global _shared_count
+    _shared_count = count
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:  # not glibc: keep its defaults
+        return
+    libc.mallopt(_M_TRIM_THRESHOLD, 256 << 20)
+    libc.mallopt(_M_MMAP_THRESHOLD, 32 << 20)
+
+
+def _add_to_shared_count(n: int) -> None:
+    with _shared_count.get_lock():
+        _shared_count.value += n
+
+
+def _run_group(plan: _Plan, group: int, regions: dict[str, Region] | None, staging: Path) -> dict[str, np.ndarray]:
+    """Run one group of histories. In lockstep it writes its part of the dataset (`regions`) and returns
+    what the learning check needs; otherwise it stages its log in `staging` and returns the steps each
+    history took (`_lay_out_group` writes it)."""
     recipe = plan.recipe
-    bench = get_benchmark(recipe.benchmark)
-    train, _ = split_tasks(bench, recipe.tasks, recipe.held_out, recipe.split_seed, recipe.variant)
     first_stream, last_stream = plan.group_bounds[group], plan.group_bounds[group + 1]
     seeds = np.random.SeedSequence(plan.seed).spawn(len(plan.stream_bounds) - 1)[first_stream:last_stream]
     sizes = np.diff(plan.stream_bounds[first_stream : last_stream + 1]).tolist()
     env_streams, algo_streams = (RowStreams([np.random.default_rng(s.spawn(2)[k]) for s in seeds], sizes) for k in (0, 1))
-    lo, hi = plan.histories(group)
-    env = bench.make_batch([train[i] for i in plan.row_task[lo:hi]])
+    env = plan.env(group)
     algo = ALGORITHMS[recipe.algo](env, recipe.episodes, algo_streams, make_config(recipe.algo, recipe.hyperparameters))
-    out = run_group(env, algo, recipe.episodes, env_streams)
-    history = lo + out.pop("row")
-    out["history_id"], out["task_id"] = history.astype(np.int32), plan.row_task[history]
-    for name in (*_STEP_ARRAYS, "final_observations", "episode_lengths"):
-        np.save(staging / f"{group:06d}-{name}.npy", out[name])
-    return {"windows": learning_windows(out["scores"], out["optimal_rate"]), "optimal_returns": np.asarray(env.optimal_returns, np.float64)}
+    tables = StepTables(env)
+    lo, hi = plan.histories(group)
+    if plan.in_lockstep:  # all parts are faulted in at once where they fit well in memory together
+        populate = _fits_in_memory(sum(region.dtype.itemsize * int(np.prod(region.shape)) for region in regions.values()))
+        part = _group_part(regions, slice(lo * plan.capacity, hi * plan.capacity), slice(lo * recipe.episodes, hi * recipe.episodes), populate)
+        sink = LaidOut(tables, {name: array.reshape(hi - lo, -1) for name, array in part.items()}, *plan.ids(group), lo * plan.capacity, env.horizon)
+    else:
+        staged = {}
+        for name, (shape, dtype) in staging_arrays(env, plan.capacity, hasattr(env, "noisy_rewards")).items():
+            staged[name] = np.lib.format.open_memmap(staging / f"{group:06d}-{name}.npy", "w+", dtype, shape)
+            reserve_space(staging / f"{group:06d}-{name}.npy")
+        sink = Staged(tables, staged)
+    length = run_group(env, algo, recipe.episodes, env_streams, sink, plan.in_lockstep, _add_to_shared_count)
+    if not plan.in_lockstep:
+        return {"length": length}
+    return {"windows": learning_windows(sink.scores, sink.optimal_rate), "optimal_returns": np.asarray(env.optimal_returns, np.float64)}
 
 
-_STEP_ARRAYS = ("observations", "actions", "rewards", "terminations", "truncations", "history_id", "task_id", "episode_in_history", "optimal_action")
-_COLUMNS = ("history_id", "task_id", "episode_in_history", "optimal_action")
+def _lay_out_group(plan: _Plan, group: int, regions: dict[str, Region], staging: Path, first_step: int, length: np.ndarray) -> dict[str, np.ndarray]:
+    """Write a staged group into its part of the dataset, which starts at `first_step`; returns what the learning check needs."""
+    env = plan.env(group)
+    lo, hi = plan.histories(group)
+    staged = {name: np.load(staging / f"{group:06d}-{name}.npy", mmap_mode="r")
+              for name in staging_arrays(env, plan.capacity, hasattr(env, "noisy_rewards"))}
+    part = _group_part(regions, slice(first_step, first_step + int(length.sum())), slice(lo * plan.recipe.episodes, hi * plan.recipe.episodes))
+    scores, optimal_rate = lay_out_staged(StepTables(env), staged, length, *plan.ids(group), plan.recipe.episodes, part, first_step)
+    return {"windows": learning_windows(scores, optimal_rate), "optimal_returns": np.asarray(env.optimal_returns, np.float64)}
 
 
 def write_histories(recipe: HistoryRecipe, seed: int, out: Path, quiet: bool = True, workers: int | None = None, check: bool = True) -> dict[str, Any]:
     """Generate every learning history and write the dataset to `out` (atomically); returns the learning
-    summary. Groups of histories run in `workers` processes (default: every core this process may use),
-    each saving its arrays to a staging folder next to `out`; the file is then written from those parts
-    without joining them in memory. With `check`, a dataset that did not learn is refused before writing."""
+    summary. Groups of histories run in `workers` processes (default: every core this process may use)
+    and write their parts of the file in place, in blocks of time, so memory does not grow with the data;
+    where episodes can end early, a history's place is known only at the end, so groups first stage their
+    logs next to `out`. With `check`, a dataset that did not learn is refused (nothing is left at `out`)."""
     if seed < 0:
         raise OffbenchError(f"seed must be non-negative (got {seed})")
     bench = get_benchmark(recipe.benchmark)
     train, held_out = split_tasks(bench, recipe.tasks, recipe.held_out, recipe.split_seed, recipe.variant)
     workers = max(1, workers or default_workers())
     plan = _Plan.make(recipe, seed, train, workers)
+    one = bench.make_batch(train[:1])
+    histories, episodes = len(plan.row_task), recipe.episodes
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    with user_fixable_write_errors(out), tempfile.TemporaryDirectory(prefix=f".{out.name}.parts-", dir=out.parent) as folder:
+    layout = lambda steps: _dataset_arrays(one, histories, episodes, steps)  # noqa: E731
+    need = sum(int(np.prod(shape)) * dtype.itemsize for shape, dtype in layout(histories * plan.capacity).values()) if plan.in_lockstep else None
+    with user_fixable_write_errors(out), tempfile.TemporaryDirectory(prefix=f".{out.name}.parts-", dir=out.parent) as folder, \
+            atomic_path(out, need=need) as tmp, _Workers(plan.num_groups, quiet, f"{recipe.benchmark} {recipe.algo}", histories * episodes) as pool:
         staging = Path(folder)
-        episodes_of = lambda g: (plan.histories(g)[1] - plan.histories(g)[0]) * recipe.episodes  # noqa: E731
-        with progress_bar(quiet, f"{recipe.benchmark} {recipe.algo}", len(plan.row_task) * recipe.episodes) as advance:
-            if workers == 1 or plan.num_groups == 1:
-                results = []
-                for g in range(plan.num_groups):
-                    results.append(_run_group(plan, g, staging))
-                    advance(episodes_of(g))
-            else:
-                with ProcessPoolExecutor(min(workers, plan.num_groups), mp_context=multiprocessing.get_context("fork")) as pool:
-                    futures = [pool.submit(_run_group, plan, g, staging) for g in range(plan.num_groups)]
-                    for g, future in enumerate(futures):
-                        future.result()
-                        advance(episodes_of(g))
-                    results = [future.result() for future in futures]
+        allocate = lambda steps: allocate_native(tmp, layout(steps), one.single_observation_space, one.single_action_space)  # noqa: E731
+        regions = allocate(histories * plan.capacity) if plan.in_lockstep else None
+        results = pool.map(_run_group, [(plan, g, regions, staging) for g in range(plan.num_groups)])
+        if not plan.in_lockstep:
+            lengths = [r["length"] for r in results]
+            regions = allocate(int(sum(length.sum() for length in lengths)))
+            first_steps = np.cumsum([0] + [int(length.sum()) for length in lengths])
+            results = pool.map(_lay_out_group, [(plan, g, regions, staging, int(first_steps[g]), lengths[g]) for g in range(plan.num_groups)])
+        regions["episode_starts"].open()[0] = 0
         join = lambda key: np.concatenate([r[key] for r in results])  # noqa: E731
-        summary = learning_summary(join("windows"), join("optimal_returns"), recipe.episodes, score_name=bench.make_batch(train[:1]).score_name)
+        summary = learning_summary(join("windows"), join("optimal_returns"), episodes, score_name=one.score_name)
         if check:
             check_learning(summary, recipe.allow_unlearned)
-        parts = lambda name: [np.load(staging / f"{g:06d}-{name}.npy", mmap_mode="r") for g in range(plan.num_groups)]  # noqa: E731
-        arrays = {("columns/" if name in _COLUMNS else "") + name: parts(name) for name in (*_STEP_ARRAYS, "final_observations")}
-        arrays["episode_starts"] = _episode_starts(parts("episode_lengths"), staging)
-        one = bench.make_batch(train[:1])
-        write_native(out, arrays, _card(recipe, bench, seed, train, held_out, summary), one.single_observation_space, one.single_action_space)
+        finish_native(tmp, regions, _card(recipe, bench, seed, train, held_out, summary))
     return summary
 
 
-def _episode_starts(lengths: list[np.ndarray], staging: Path) -> list[np.ndarray]:
-    """episode_starts (0, then the running total of episode lengths) in parts, one per group, saved to staging."""
-    parts, total = [np.zeros(1, dtype=np.int64)], 0
-    for g, part in enumerate(lengths):
-        starts = total + np.cumsum(part, dtype=np.int64)
-        total = int(starts[-1])
-        np.save(staging / f"{g:06d}-episode_starts.npy", starts)
-        parts.append(np.load(staging / f"{g:06d}-episode_starts.npy", mmap_mode="r"))
-    return parts
+class _Workers:
+    """Runs tasks in `workers` forked processes, with a progress bar of the episodes they report done
+    (through a shared count). Even one worker is a process of its own (see `_start_worker`)."""
+
+    def __init__(self, workers: int, quiet: bool, label: str, total: int):
+        self.workers, self.quiet, self.label, self.total = workers, quiet, label, total
+
+    def __enter__(self) -> _Workers:
+        self._bar = progress_bar(self.quiet, self.label, self.total)
+        self.advance = self._bar.__enter__()
+        context = multiprocessing.get_context("fork")
+        self.count = context.Value("q", 0)
+        self.pool = ProcessPoolExecutor(self.workers, mp_context=context, initializer=_start_worker, initargs=(self.count,))
+        return self
+
+    def map(self, task: Callable, arguments: list[tuple]) -> list:
+        """task(*args) for each args, in order."""
+        futures = [self.pool.submit(task, *args) for args in arguments]
+        shown, running = 0, futures
+        while running and not any(future.exception() for future in futures if future.done()):
+            running = wait(running, timeout=0.1, return_when=FIRST_EXCEPTION).not_done
+            self.advance(self.count.value - shown)
+            shown = self.count.value
+        return [future.result() for future in futures]
+
+    def __exit__(self, *exc) -> None:
+        self.pool.shutdown(cancel_futures=True)
+        self._bar.__exit__(*exc)
 
 
 def run_histories(recipe: HistoryRecipe, seed: int, quiet: bool = True, workers: int = 1) -> tuple[EpisodeStore, dict[str, Any]]:

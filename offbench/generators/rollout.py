@@ -1,112 +1,277 @@
 """The generators' inner loop: a group of learning histories stepped together on the tabular form of their
-environment, then laid out history by history.
+environment, and streamed out in blocks of time.
 
 The environment is used as tables (`tables()`: next state, reward and termination per row, state and
 action), so one step of every history is a few `take` calls on flat indices. A step logs one int64 per
-history (its flat state-action index, row * states * actions + state * actions + action) and whether the
-episode ended there; observations, actions, rewards, flags, optimal actions and scores are derived from
-that log after the loop, in whole-array passes. Rows whose episodes end early (terminations) start their
-next episode at once; a row that has finished its history keeps stepping unlogged until the last is done.
+history (its flat state-action index, row * states * actions + state * actions + action) and, where
+episodes can end early, whether the episode ended there. Each full block of log (BLOCK_CELLS history-steps,
+a few MB) goes to a sink and the log is reused, so a group's memory does not grow with its length:
+
+- `LaidOut`, when every episode lasts `horizon` steps (the rows move in lockstep): the place of every
+  step in the dataset is known in advance, so each block is laid out and written there at once.
+- `Staged`, when episodes can end early: a history's place is known only once the histories before it
+  have ended, so each block is kept, history by history, in small staging arrays (the state-action index
+  within the row and the episode ends) and `lay_out_staged` writes the group when the places are known.
+
+Everything stored (observations, actions, rewards, flags, optimal actions, scores) is a lookup of the
+state-action index in a per-group table (`StepTables`), in whole-array passes (`lay_out`).
 """
 
 from __future__ import annotations
+
+from typing import Callable
 
 import numpy as np
 
 from offbench.generators.sources import RowStreams, SourceAlgorithm
 
+BLOCK_CELLS = 1 << 17  # history-steps per block of log: its lay-out works in cache
 
-def run_group(env, algo: SourceAlgorithm, num_episodes: int, env_streams: RowStreams) -> dict[str, np.ndarray]:
-    """Every history of `env`'s rows for `num_episodes` episodes; returns the per-step arrays, history by
-    history, plus `episode_lengths`, `scores` (expected reward per episode) and `optimal_rate` (share of
-    optimal actions per episode), both (rows, episodes)."""
+# the arrays of a learning-history dataset a group writes, per step and per episode (names of the native layout)
+STEP_ARRAYS = ("observations", "actions", "rewards", "terminations", "truncations",
+               "columns/history_id", "columns/task_id", "columns/episode_in_history", "columns/optimal_action")
+EPISODE_ARRAYS = ("final_observations", "episode_ends")  # episode_ends[e] = episode_starts[e + 1]
+
+
+def lockstep(env) -> bool:
+    """True if every episode of every row lasts `horizon` steps (no termination before it)."""
+    return env.horizon == 1 or not env.tables()[2].any()
+
+
+def block_steps(rows: int, horizon: int) -> int:
+    """Steps per block of log: whole episodes of lockstep rows, about BLOCK_CELLS history-steps."""
+    return horizon * max(1, BLOCK_CELLS // (rows * horizon))
+
+
+def run_group(env, algo: SourceAlgorithm, num_episodes: int, env_streams: RowStreams, sink, in_lockstep: bool,
+              progress: Callable[[int], None]) -> np.ndarray:
+    """Every history of `env`'s rows for `num_episodes` episodes. Each block of log goes to
+    sink(first_step, state_actions, ended, rewards), arrays (steps, rows): ended is None in lockstep,
+    rewards None where they are the table's. progress(n): n more episodes done. Returns the steps each
+    history took."""
     rows, states, actions, horizon = env.num_envs, env.num_states, env.num_actions, env.horizon
     next_table, reward_table, terminal_table = env.tables()
     offsets = np.arange(rows, dtype=np.int64) * states
     next_flat = (next_table + offsets[:, None, None]).reshape(-1)  # flat next state of every flat (state, action)
     rewards_flat, terminal_flat = reward_table.reshape(-1), terminal_table.reshape(-1)
     terminates = bool(terminal_flat.any())
-    lockstep = horizon == 1 or not terminates  # every episode lasts `horizon` steps: rows move together
+    if in_lockstep and horizon > 1 and terminates:
+        raise ValueError("episodes of these rows can end early: they cannot run in lockstep")
     noise = env_streams.per_step(env.reward_noise) if hasattr(env, "noisy_rewards") else None
 
     capacity = num_episodes * horizon  # the most steps a history can take
-    sa_log = np.empty((capacity, rows), dtype=np.int64)
-    ended_log = None if lockstep else np.empty((capacity, rows), dtype=bool)
-    reward_log = np.empty((capacity, rows), dtype=np.float32) if noise is not None else None
+    block = block_steps(rows, horizon)
+    sa_log = np.empty((block, rows), dtype=np.int64)
+    ended_log = None if in_lockstep else np.empty((block, rows), dtype=bool)
+    reward_log = np.empty((block, rows), dtype=np.float32) if noise is not None else None
     start = offsets + env.start_state
 
-    def one_step(state: np.ndarray, step: int, nominal) -> tuple[np.ndarray, np.ndarray | None]:
-        """Act, move, learn; logs the step; returns the next states and (if any can) terminations."""
+    def one_step(state: np.ndarray, i: int, nominal) -> tuple[np.ndarray, np.ndarray | None]:
+        """Act, move, learn, logging the step in row i of the block; returns the next states and (if any can) terminations."""
         action = algo.act(state, nominal)
-        sa = np.multiply(state, actions, out=sa_log[step])
+        sa = np.multiply(state, actions, out=sa_log[i])
         sa += action
         next_state = next_flat.take(sa)
         reward = rewards_flat.take(sa)
         if noise is not None:
-            reward = reward_log[step] = env.noisy_rewards(reward, noise())
+            reward = reward_log[i] = env.noisy_rewards(reward, noise())
         terminated = terminal_flat.take(sa) if terminates else None
         algo.update(sa, reward, next_state, terminated)
         return next_state, terminated
 
+    def flush(step: int) -> None:
+        """Hand the logged steps (up to `step`) to the sink."""
+        n = (step - 1) % block + 1
+        sink(step - n, sa_log[:n], None if ended_log is None else ended_log[:n], None if reward_log is None else reward_log[:n])
+
     step, state = 0, start
     length = np.full(rows, capacity, dtype=np.int64)  # logged steps per row
-    if lockstep:  # the nominal step is the step, for every row
+    if in_lockstep:  # the nominal step is the step, for every row
         while step < capacity:
-            next_state, _ = one_step(state, step, step)
+            next_state, _ = one_step(state, step % block, step)
             step += 1
             state = next_state if step % horizon else start
-    else:
-        t, episode = np.zeros(rows, dtype=np.int64), np.zeros(rows, dtype=np.int64)
-        episode_base = np.zeros(rows, dtype=np.int64)  # nominal step of the current episode's first step
-        while step < capacity:
-            next_state, terminated = one_step(state, step, episode_base + t)
-            t += 1
-            step += 1
-            ended = ended_log[step - 1] = (t == horizon) | terminated
-            if ended.any():
-                next_state = np.where(ended, start, next_state)
-                t[ended] = 0
-                episode += ended
-                episode_base = np.minimum(episode, num_episodes - 1) * horizon
-                length[ended & (episode == num_episodes)] = step
-                if (episode >= num_episodes).all():
-                    break
-            state = next_state
+            if step % block == 0 or step == capacity:
+                flush(step)
+                progress(rows * ((step - 1) % block + 1) // horizon)
+        return length
 
-    return _lay_out(env, sa_log[:step], ended_log, reward_log, length, num_episodes)
+    t, episode = np.zeros(rows, dtype=np.int64), np.zeros(rows, dtype=np.int64)
+    episode_base = np.zeros(rows, dtype=np.int64)  # nominal step of the current episode's first step
+    flushed_episodes = np.zeros(rows, dtype=np.int64)  # episodes each row had ended at the last flush
+    flushed_step = 0
+
+    def flush_and_count(step: int) -> None:
+        """flush(step), then the length of each history that ended its last episode in the flushed block (the
+        step after that episode's end in the block), and progress."""
+        flush(step)
+        n = (step - 1) % block + 1
+        finishing = np.flatnonzero((flushed_episodes < num_episodes) & (episode >= num_episodes))
+        if len(finishing):
+            ends_so_far = flushed_episodes[finishing] + np.cumsum(ended_log[:n, finishing], axis=0)
+            length[finishing] = step - n + (ends_so_far < num_episodes).sum(axis=0) + 1
+        progress(int(np.minimum(episode, num_episodes).sum() - np.minimum(flushed_episodes, num_episodes).sum()))
+        nonlocal flushed_step
+        flushed_episodes[:], flushed_step = episode, step
+
+    while step < capacity:
+        next_state, terminated = one_step(state, step % block, episode_base + t)  # past its history, a row's nominal steps run on
+        t += 1
+        step += 1
+        ended = np.equal(t, horizon, out=ended_log[(step - 1) % block])
+        if terminated is not None:
+            ended |= terminated
+        if ended.any():
+            next_state = np.where(ended, start, next_state)
+            t[ended] = 0
+            episode += ended
+            np.multiply(episode, horizon, out=episode_base)
+            if episode.min() >= num_episodes:
+                break
+        if step % block == 0:
+            flush_and_count(step)
+        state = next_state
+    if step > flushed_step:
+        flush_and_count(step)
+    return length
 
 
-def _lay_out(env, sa_log: np.ndarray, ended_log, reward_log, length: np.ndarray, num_episodes: int) -> dict[str, np.ndarray]:
-    """The per-step arrays, history by history, from the (steps, rows) log: each row keeps its first
-    length[row] steps. Everything is a lookup of the state-action index in a small per-group table."""
-    rows, states, actions, horizon = env.num_envs, env.num_states, env.num_actions, env.horizon
-    next_table, reward_table, terminal_table = env.tables()
-    steps = len(sa_log)
-    lockstep = ended_log is None  # every row logged every step, episodes of `horizon` steps
-    keep = slice(None) if lockstep else (np.arange(steps)[None, :] < length[:, None]).reshape(-1)
-    sa = np.ascontiguousarray(sa_log.T).reshape(-1)[keep]
-    ended = np.tile(np.arange(steps) % horizon == horizon - 1, rows) if lockstep else np.ascontiguousarray(ended_log[:steps].T).reshape(-1)[keep]
+def as_words(table: np.ndarray) -> np.ndarray:
+    """A (n, ...) C-contiguous array as n scalars that each hold the bytes of one row (e.g. an (x, y) uint8
+    observation as one uint16), so a row is copied by one `take`."""
+    rows = table.reshape(len(table), -1)
+    size = rows.dtype.itemsize * rows.shape[1]
+    word = np.dtype(f"u{size}") if size in (1, 2, 4, 8) else np.dtype((np.void, size))
+    return rows.view(word).reshape(len(table))
 
-    observations = env.compact_observations()
-    action_dtype = np.min_scalar_type(actions - 1)
-    state_of_sa = np.tile(np.repeat(np.arange(states), actions), rows)
-    action = np.tile(np.arange(actions, dtype=action_dtype), rows * states).take(sa)
-    optimal = env.optimal_action_table().astype(action_dtype).repeat(actions).take(sa)
-    terminated = terminal_table.reshape(-1).take(sa)
-    expected = reward_table.reshape(-1).take(sa)
-    lengths = np.full(rows * num_episodes, horizon) if lockstep else np.diff(np.flatnonzero(ended), prepend=-1)
-    starts = np.arange(0, len(sa), horizon) if lockstep else np.concatenate([[0], np.cumsum(lengths)[:-1]])
+
+class StepTables:
+    """What a step of the group stores, as tables over its flat state-action index."""
+
+    def __init__(self, env):
+        rows, states, actions = env.num_envs, env.num_states, env.num_actions
+        next_table, reward_table, terminal_table = env.tables()
+        observation = as_words(env.compact_observations())  # one word per state
+        action_dtype = np.min_scalar_type(actions - 1)
+        self.state_actions = states * actions  # per row
+        self.observation = np.tile(observation.repeat(actions), rows)
+        self.final_observation = observation.take(next_table.reshape(-1))  # after the step
+        self.action = np.tile(np.arange(actions, dtype=action_dtype), rows * states)
+        self.optimal_action = env.optimal_action_table().astype(action_dtype).repeat(actions)
+        self.expected_reward = reward_table.reshape(-1)
+        self.reward = self.expected_reward.astype(np.float32)
+        self.terminated = terminal_table.reshape(-1)
+
+
+def lay_out(tables: StepTables, sa: np.ndarray, ends: np.ndarray, rewards: np.ndarray | None, history_ids: np.ndarray,
+            task_ids: np.ndarray, steps_per_row, first_episode: int) -> dict[str, np.ndarray]:
+    """The stored arrays of consecutive steps of whole episodes, given history by history: sa (flat
+    state-action indices), ends (where episodes end), rewards (None: the table's); the steps of row r
+    (history_ids[r], task_ids[r]) are steps_per_row (one number, or one per row) and start its episode
+    first_episode. Per-step arrays keep their dataset names; per episode: final_observations,
+    episode_lengths, scores (expected reward) and optimal_rate (share of optimal actions)."""
+    ends_at = np.flatnonzero(ends)
+    lengths = np.diff(ends_at, prepend=-1)
+    starts = ends_at - lengths + 1
+    action = tables.action.take(sa)
+    optimal = tables.optimal_action.take(sa)
+    terminated = tables.terminated.take(sa)
+    episodes_per_row = len(lengths) // len(history_ids)
     return {
-        "observations": observations.take(state_of_sa, axis=0).take(sa, axis=0),
+        "observations": tables.observation.take(sa),
         "actions": action,
-        "rewards": np.ascontiguousarray(reward_log[:steps].T).reshape(-1)[keep] if reward_log is not None else expected.astype(np.float32),
+        "rewards": tables.reward.take(sa) if rewards is None else rewards,
         "terminations": terminated,
-        "truncations": ended & ~terminated,
-        "final_observations": observations.take(next_table.reshape(-1).take(sa[ended]), axis=0),
-        "row": np.repeat(np.arange(rows), length),
-        "episode_in_history": np.repeat(np.tile(np.arange(num_episodes, dtype=np.int32), rows), lengths),
-        "optimal_action": optimal,
+        "truncations": ends & ~terminated,
+        "columns/history_id": np.repeat(history_ids, steps_per_row),
+        "columns/task_id": np.repeat(task_ids, steps_per_row),
+        "columns/episode_in_history": np.repeat(np.tile(np.arange(first_episode, first_episode + episodes_per_row, dtype=np.int32), len(history_ids)), lengths),
+        "columns/optimal_action": optimal,
+        "final_observations": tables.final_observation.take(sa[ends_at]),
         "episode_lengths": lengths,
-        "scores": np.add.reduceat(expected, starts, dtype=np.float64).reshape(rows, num_episodes),
-        "optimal_rate": (np.add.reduceat(action == optimal, starts, dtype=np.float64) / lengths).reshape(rows, num_episodes),
+        "scores": np.add.reduceat(tables.expected_reward.take(sa), starts, dtype=np.float64),
+        "optimal_rate": np.add.reduceat(action == optimal, starts, dtype=np.float64) / lengths,
     }
+
+
+class LaidOut:
+    """Sink of a lockstep group: lays each block out into `out`, the group's part of the dataset's arrays
+    seen history by history (per-step arrays (rows, steps), per-episode ones (rows, episodes);
+    observations as words). Keeps the scores and optimal-action rates, (rows, episodes)."""
+
+    def __init__(self, tables: StepTables, out: dict[str, np.ndarray], history_ids: np.ndarray, task_ids: np.ndarray,
+                 first_step: int, horizon: int):
+        self.tables, self.out, self.history_ids, self.task_ids, self.horizon = tables, out, history_ids, task_ids, horizon
+        self.row_first_step = first_step + np.arange(len(history_ids), dtype=np.int64) * out["actions"].shape[1]  # in the dataset
+        shape = out["final_observations"].shape
+        self.scores, self.optimal_rate = np.empty(shape), np.empty(shape)
+
+    def __call__(self, first_step: int, sa: np.ndarray, ended: None, rewards: np.ndarray | None) -> None:
+        n, rows = sa.shape
+        h = self.horizon
+        ends = np.tile(np.arange(first_step, first_step + n) % h == h - 1, rows)
+        rows_first = lambda log: np.ascontiguousarray(log.T).reshape(-1)  # noqa: E731
+        laid = lay_out(self.tables, rows_first(sa), ends, None if rewards is None else rows_first(rewards),
+                       self.history_ids, self.task_ids, n, first_step // h)
+        steps, episodes = slice(first_step, first_step + n), slice(first_step // h, (first_step + n) // h)
+        for name in STEP_ARRAYS:
+            self.out[name][:, steps] = laid[name].reshape(rows, n)
+        lengths = laid["episode_lengths"].reshape(rows, -1)
+        self.out["final_observations"][:, episodes] = laid["final_observations"].reshape(rows, -1)
+        self.out["episode_ends"][:, episodes] = self.row_first_step[:, None] + first_step + np.cumsum(lengths, axis=1)
+        self.scores[:, episodes] = laid["scores"].reshape(rows, -1)
+        self.optimal_rate[:, episodes] = laid["optimal_rate"].reshape(rows, -1)
+
+
+def staging_arrays(env, capacity: int, noisy: bool) -> dict[str, tuple[tuple[int, int], np.dtype]]:
+    """(shape, dtype) of the staging arrays of a group whose episodes can end early (see `Staged`)."""
+    shape = (env.num_envs, capacity)
+    arrays = {"state_actions": (shape, np.min_scalar_type(env.num_states * env.num_actions - 1)), "ended": (shape, np.dtype(bool))}
+    if noisy:
+        arrays["rewards"] = (shape, np.dtype(np.float32))
+    return arrays
+
+
+class Staged:
+    """Sink of a group whose episodes can end early: keeps each block in `staging` (arrays from
+    `staging_arrays`), history by history: the state-action index within the row, the episode ends and
+    the rewards drawn (if any)."""
+
+    def __init__(self, tables: StepTables, staging: dict[str, np.ndarray]):
+        self.staging = staging
+        self.row_base = np.arange(staging["ended"].shape[0], dtype=np.int64) * tables.state_actions
+
+    def __call__(self, first_step: int, sa: np.ndarray, ended: np.ndarray, rewards: np.ndarray | None) -> None:
+        steps = slice(first_step, first_step + len(sa))
+        self.staging["state_actions"][:, steps] = (sa - self.row_base).T
+        self.staging["ended"][:, steps] = ended.T
+        if rewards is not None:
+            self.staging["rewards"][:, steps] = rewards.T
+
+
+def lay_out_staged(tables: StepTables, staging: dict[str, np.ndarray], length: np.ndarray, history_ids: np.ndarray, task_ids: np.ndarray,
+                   num_episodes: int, out: dict[str, np.ndarray], first_step: int) -> tuple[np.ndarray, np.ndarray]:
+    """Write the staged histories of a group (history r took length[r] steps) into `out`, its part of the
+    dataset's arrays (flat; observations as words; the group's first step is first_step in the dataset), a
+    few rows at a time; returns the scores and optimal-action rates, (rows, episodes)."""
+    rows, steps = len(length), int(length.max())
+    scores, optimal_rate = np.empty((rows, num_episodes)), np.empty((rows, num_episodes))
+    chunk = max(1, 8 * BLOCK_CELLS // steps)
+    row_base = np.arange(rows, dtype=np.int64) * tables.state_actions
+    done = 0
+    for lo in range(0, rows, chunk):
+        r = slice(lo, min(rows, lo + chunk))
+        keep = np.arange(steps) < length[r, None]
+        staged = lambda name: staging[name][r, :steps][keep]  # noqa: E731
+        laid = lay_out(tables, staged("state_actions") + row_base[r].repeat(length[r]), staged("ended"),
+                       staged("rewards") if "rewards" in staging else None, history_ids[r], task_ids[r], length[r], 0)
+        n = int(length[r].sum())
+        for name in STEP_ARRAYS:
+            out[name][done : done + n] = laid[name]
+        episodes = slice(r.start * num_episodes, r.stop * num_episodes)
+        out["final_observations"][episodes] = laid["final_observations"]
+        out["episode_ends"][episodes] = first_step + done + np.cumsum(laid["episode_lengths"])
+        scores[r] = laid["scores"].reshape(-1, num_episodes)
+        optimal_rate[r] = laid["optimal_rate"].reshape(-1, num_episodes)
+        done += n
+    return scores, optimal_rate

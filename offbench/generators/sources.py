@@ -12,6 +12,8 @@ States are flat: row * num_states + the row's tabular state, so one index reache
 
 The nominal step counts an episode that ended early (termination) as if it had run to the horizon, so
 episode e always starts at step e * horizon (AD-epsilon's schedule in corl-team/ad-eps does the same).
+A row that has finished its history keeps stepping (unlogged) until the others have: its nominal steps
+run past the schedule, whose last value then applies.
 
 Randomness comes from `RowStreams`: the rows are cut into fixed streams of histories, each with its own
 generator, and every draw is made stream by stream. A history's numbers therefore depend on its stream
@@ -47,16 +49,20 @@ class RowStreams:
         """draw(generator, rows) for every stream, joined along the first axis (rows)."""
         return np.concatenate([draw(g, rows) for g, rows in zip(self.generators, self.slices)])
 
-    def per_step(self, draw: Callable[[np.random.Generator, tuple[int, ...]], np.ndarray], *tail: int):
-        """A function returning the next step's draws (rows, *tail), drawn BLOCK_STEPS steps at a time per
-        stream with draw(generator, shape) (e.g. Generator.random)."""
+    def per_block(self, draw: Callable[[np.random.Generator, tuple[int, ...]], np.ndarray], *tail: int) -> Callable[[], np.ndarray]:
+        """A function returning the draws (BLOCK_STEPS, rows, *tail) of the next BLOCK_STEPS steps, each stream
+        drawing its rows' part with draw(generator, shape) (e.g. Generator.random)."""
+        return lambda: np.concatenate([draw(g, (self.BLOCK_STEPS, n, *tail)) for g, n in zip(self.generators, self.sizes)], axis=1)
+
+    def per_step(self, draw: Callable[[np.random.Generator, tuple[int, ...]], np.ndarray], *tail: int) -> Callable[[], np.ndarray]:
+        """A function returning the next step's draws (rows, *tail), drawn a block at a time (`per_block`)."""
+        next_block = self.per_block(draw, *tail)
         block, used = np.empty((0,)), self.BLOCK_STEPS
 
         def next_step() -> np.ndarray:
             nonlocal block, used
             if used == self.BLOCK_STEPS:
-                block = np.concatenate([draw(g, (self.BLOCK_STEPS, n, *tail)) for g, n in zip(self.generators, self.sizes)], axis=1)
-                used = 0
+                block, used = next_block(), 0
             used += 1
             return block[used - 1]
 
@@ -78,16 +84,24 @@ def per_step_schedule(start: float, end: float, num_steps: int, decay_fraction: 
 class EpsilonGreedy:
     """Epsilon-greedy exploration with epsilon given per nominal step: with probability epsilon a uniform
     random action, else the greedy one. Both draws (u ~ U(0, 1) and the random action) are made for every
-    row and step, in blocks, so a step costs a comparison and a selection."""
+    row and step, in blocks; when all rows are at the same step (a plain int), which of them explore is
+    decided for the whole block at once, so a step costs one selection."""
 
     def __init__(self, epsilons: np.ndarray, num_actions: int, streams: RowStreams):
         self.epsilons = epsilons
-        self.uniforms = streams.per_step(np.random.Generator.random)
-        self.random_actions = streams.per_step(lambda g, shape: g.integers(0, num_actions, shape))
+        self.uniforms = streams.per_block(np.random.Generator.random)
+        self.random_actions = streams.per_block(lambda g, shape: g.integers(0, num_actions, shape))
+        self.used = RowStreams.BLOCK_STEPS
 
     def __call__(self, greedy: np.ndarray, steps: np.ndarray | int) -> np.ndarray:
-        explore = self.uniforms() < self.epsilons.take(steps)
-        return np.where(explore, self.random_actions(), greedy)
+        if self.used == RowStreams.BLOCK_STEPS:
+            self.u, self.random, self.used = self.uniforms(), self.random_actions(), 0
+            if isinstance(steps, (int, np.integer)):  # the block's steps are steps, steps + 1, ...
+                self.explore = self.u < self.epsilons.take(np.arange(steps, steps + RowStreams.BLOCK_STEPS), mode="clip")[:, None]
+        i = self.used
+        self.used += 1
+        explore = self.explore[i] if isinstance(steps, (int, np.integer)) else self.u[i] < self.epsilons.take(steps, mode="clip")
+        return np.where(explore, self.random[i], greedy)
 
 
 class QLearning:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 from rich.console import Console
@@ -12,7 +12,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from offbench.errors import OffbenchError
-from offbench.leaderboard.spec import BenchmarkSpec, load_spec
+
+if TYPE_CHECKING:  # loaded by the commands that use it: every other CLI call imports this module
+    from offbench.leaderboard.spec import BenchmarkSpec
 
 console = Console()
 err_console = Console(stderr=True)
@@ -32,6 +34,7 @@ def submit(
     root: Optional[Path] = ROOT_OPTION,
 ) -> None:
     """Validate runs against a benchmark and add them to its leaderboard (refusals name the rule that failed)."""
+    from offbench.leaderboard.spec import load_spec
     from offbench.leaderboard.submit import submit as submit_runs
     from offbench.tracking.run_dir import expand_run_dirs
 
@@ -86,6 +89,7 @@ def _require_out_for_preview(runs: Optional[list[Path]], out: Optional[Path]) ->
 def show(benchmark: str = typer.Argument(..., help="Benchmark name."), runs: Optional[list[Path]] = RUNS_OPTION,
          root: Optional[Path] = ROOT_OPTION) -> None:
     """The table in the terminal: mean [95% interval] (n seeds) per baseline and dataset, then the aggregates."""
+    from offbench.leaderboard.spec import load_spec
     from offbench.leaderboard.table import compute_results, improvement_table, main_table, per_task_tables, reported_table
 
     spec = load_spec(benchmark, root)
@@ -116,6 +120,7 @@ def build(benchmark: str = typer.Argument(..., help="Benchmark name."), runs: Op
           root: Optional[Path] = ROOT_OPTION) -> None:
     """Roll the entries up into results.json: per-cell and aggregate estimates with their intervals."""
     from offbench.leaderboard.render import write_results
+    from offbench.leaderboard.spec import load_spec
     from offbench.leaderboard.table import compute_results
 
     _require_out_for_preview(runs, out)
@@ -133,6 +138,7 @@ def render(benchmark: str = typer.Argument(..., help="Benchmark name."), runs: O
            root: Optional[Path] = ROOT_OPTION) -> None:
     """Write README.md (Markdown table), index.html (sortable table and figures), figures/ and results.json."""
     from offbench.leaderboard.render import render_to
+    from offbench.leaderboard.spec import load_spec
 
     _require_out_for_preview(runs, out)
     spec = load_spec(benchmark, root)
