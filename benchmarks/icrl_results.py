@@ -66,6 +66,7 @@ def main(
     run_dirs: list[Path],
     resample: bool = typer.Option(False, help="also re-evaluate the last checkpoints with sampled actions"),
     jobs: int = typer.Option(1, help="processes for --resample (one run each)"),
+    variant: list[str] = typer.Option([], help="config keys whose values name a row (runs of one baseline that differ in them)"),
 ) -> None:
     torch.set_num_threads(1)
     run_dirs = [d for d in run_dirs if (d / "run.json").exists()]
@@ -80,7 +81,10 @@ def main(
         run = json.loads((run_dir / "run.json").read_text())
         lines = [latest_evaluation(run_dir), resampled.get(run_dir)]
         mode = "greedy" if run["evaluation"].get("deterministic", True) else "sampled"
-        for line, label in zip(lines, (f"{run['baseline']} ({mode})", f"{run['baseline']} (sampled, re-evaluated)")):
+        config = run["config"].get("baseline", run["config"])
+        shown = ", ".join(f"{key}={config[key]}" for key in variant if key in config)
+        name = f"{run['baseline']} [{shown}]" if shown else run["baseline"]
+        for line, label in zip(lines, (f"{name} ({mode})", f"{name} (sampled, re-evaluated)")):
             if line is None:
                 continue
             rows.append(row_of(run, line, label))
