@@ -33,7 +33,7 @@ from torch import nn
 
 from offbench.data.spec import DatasetSpec
 from offbench.evaluation.policy import PolicyOptions
-from offbench.baselines.incontext import CausalTransformer, autocast, init_gpt_weights, observation_features, warmup_cosine
+from offbench.baselines.incontext import CausalTransformer, autocast, features_of, init_gpt_weights, observation_features, warmup_cosine
 from offbench.baselines.nets import flat_observation_dim, fused_adam, load_part_states, part_states
 from offbench.utils import ranged
 
@@ -70,7 +70,7 @@ class DPTModel(nn.Module):
         self.apply(init_gpt_weights)
 
     def features(self, observations: torch.Tensor) -> torch.Tensor:
-        return self.codes(observations) if self.codes is not None else self.normalize(observations)
+        return features_of(self.codes, self.normalize, observations)
 
     def forward(self, query, observations, actions, rewards, next_observations) -> torch.Tensor:
         """query (B, *obs), context (B, C, ...) -> (B, C + 1, A) logits; position j has seen j transitions."""

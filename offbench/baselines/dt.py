@@ -224,6 +224,8 @@ class DecisionTransformer:
 class DTPolicy:
     """Acts in N environments at once, keeping each one's last K (R, s, a) steps, left-padded like training."""
 
+    CONTEXT = ("observations", "actions", "returns_to_go", "timesteps", "mask")  # (N, K, ...) buffers, the model's inputs
+
     def __init__(self, dt: DecisionTransformer, options: PolicyOptions):
         self.dt, self.target_return = dt, options.target_return
         self.task_ids = None if options.task_ids is None else torch.as_tensor(np.asarray(options.task_ids), dtype=torch.long, device=dt.device)
@@ -242,7 +244,7 @@ class DTPolicy:
 
     @torch.no_grad()
     def act(self, observations: np.ndarray) -> np.ndarray:
-        for buffer in (self.observations, self.actions, self.returns_to_go, self.timesteps, self.mask):
+        for buffer in (getattr(self, name) for name in self.CONTEXT):
             buffer.copy_(buffer.roll(-1, dims=1))  # drop the oldest step; the newest goes last
         self.observations[:, -1] = torch.tensor(np.asarray(observations), dtype=torch.float32, device=self.dt.device)
         self.actions[:, -1] = 0  # placeholder: the state token that predicts it comes first, so it is never seen
@@ -258,8 +260,7 @@ class DTPolicy:
         """Every row's last K steps, without the leading steps that are padding in every row (early in the episodes):
         masked keys add nothing to attention, so the prediction is the same and costs less."""
         start = int(self.mask.any(0).int().argmax())  # left padding: the first step some row has
-        return {"observations": self.observations[:, start:], "actions": self.actions[:, start:],
-                "returns_to_go": self.returns_to_go[:, start:], "timesteps": self.timesteps[:, start:], "mask": self.mask[:, start:]}
+        return {name: getattr(self, name)[:, start:] for name in self.CONTEXT}
 
     def predict(self) -> torch.Tensor:
         """The network's output for every row's newest step (B, A): actions, or logits."""
@@ -277,7 +278,7 @@ class DTPolicy:
     def drop(self, keep: np.ndarray) -> None:
         """Forget the rows whose episodes are over (`Policy.drop`): no more passes over their contexts."""
         rows = torch.as_tensor(keep, device=self.dt.device)
-        for name in ("observations", "actions", "returns_to_go", "timesteps", "mask", "remaining", "step"):
+        for name in (*self.CONTEXT, "remaining", "step"):
             setattr(self, name, getattr(self, name)[rows])
         if self.task_ids is not None:
             self.task_ids = self.task_ids[rows]

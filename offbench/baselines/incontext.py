@@ -89,6 +89,11 @@ def observation_features(spec: DatasetSpec) -> tuple[GridCodeEmbedding | None, O
     return None, ObservationNormalizer(spec, eps=1e-6), flat_observation_dim(spec)
 
 
+def features_of(codes: GridCodeEmbedding | None, normalize: ObservationNormalizer | None, observations: torch.Tensor) -> torch.Tensor:
+    """Flat features of observations through the pair `observation_features` made."""
+    return codes(observations) if codes is not None else normalize(observations)
+
+
 class ObservationEmbedding(nn.Module):
     """Observations -> vectors. A small integer grid (Dark Room's (x, y)) gets one learned vector per state, as
     ad-eps embeds the state index; anything else goes through a Linear layer after `observation_features`."""
@@ -112,7 +117,7 @@ class ObservationEmbedding(nn.Module):
 
     def forward(self, observations: torch.Tensor) -> torch.Tensor:
         if self.table is None:
-            return self.linear(self.codes(observations) if self.codes is not None else self.normalize(observations))
+            return self.linear(features_of(self.codes, self.normalize, observations))
         flat = observations.flatten(start_dim=observations.dim() - self.observation_dims).long()
         return self.table(((flat - self.low) * self.strides).sum(-1))
 

@@ -13,9 +13,8 @@ if TYPE_CHECKING:
 
 
 class LiveRows:
-    """A policy seen through the rows whose episodes are still running, for evaluators that play each row's episode
-    once (finished rows idle until the batch ends): a policy with `drop` is asked for those rows only, so finished
-    episodes cost no network passes; one without it is asked for every row, as before."""
+    """A policy seen through the rows whose episodes are still running (see the module docstring); a policy
+    without `drop` is asked for every row, as before."""
 
     def __init__(self, policy: Policy, num_envs: int):
         self.policy, self.rows = policy, np.arange(num_envs)

@@ -30,8 +30,9 @@ class Policy(Protocol):
     `observe(rewards, dones)`; `dones[i]` is True when row i's episode ended at that step (the next `act` sees
     the first observation of its next episode).
 
-    Optional: `drop(keep)`, for evaluators whose rows end for good (`offbench.envs.live_rows.LiveRows`): the rows where `keep` is False
-    are gone, and later calls carry only the kept rows, in order. A policy without it gets every row to the end."""
+    Optional: `drop(keep)`, for evaluators whose rows end for good (`offbench.envs.live_rows.LiveRows`): the
+    rows where `keep` is False are gone, and later calls carry only the kept rows, in order. A policy without it
+    gets every row to the end."""
 
     def reset(self, num_envs: int) -> None: ...
 
@@ -77,4 +78,3 @@ class MarkovPolicy:
     def drop(self, keep: np.ndarray) -> None:
         if self._task_ids is not None:
             self._task_ids = self._task_ids[torch.as_tensor(keep, device=self._device)]
-

@@ -184,6 +184,7 @@ class Run:
     device: torch.device
     loggers: list[str] = field(default_factory=list)
     parallel: SingleProcess = field(default_factory=SingleProcess)  # a DataParallel rank under torchrun
+    sampler: Any = None  # a new run's sampler, built by start_run to check the data; train() uses it instead of a second one
 
     @property
     def seed(self) -> int:
@@ -224,7 +225,9 @@ class Run:
         """Run (or continue) the training loop to the configured number of steps; returns the summary."""
         seed_everything(self.seed, self.device)
         baseline = self.build_baseline()
-        sampler = baseline_sampler(baseline, self.dataset.store, self.config.train.batch_size, self.seed, str(self.device))
+        sampler, self.sampler = self.sampler, None
+        if sampler is None:
+            sampler = baseline_sampler(baseline, self.dataset.store, self.config.train.batch_size, self.seed, str(self.device))
         sampler = self.parallel.prepare(baseline, sampler, self.seed)
         main = self.parallel.is_main  # the process that writes the run directory and evaluates
         state = LoopState()
@@ -380,7 +383,7 @@ def start_run(
     if not config.train.eval_deterministic and config.train.eval_episodes > 0:  # a baseline without sampling says so now
         probe.policy(PolicyOptions(deterministic=False, target_return=setup.target_returns[0]))
     # data the baseline's sampler cannot use (DPT without optimal-action labels) is refused before the run dir exists
-    baseline_sampler(probe, data.store, config.train.batch_size, seed)
+    sampler = baseline_sampler(probe, data.store, config.train.batch_size, seed, str(torch_device))
     run_dir = rd.create_run_dir(Path(out) / (name or default_run_name(baseline_name, data.id, seed)))
     record = {
         "run_id": run_dir.name,
@@ -396,7 +399,7 @@ def start_run(
         "started_at": rd.utc_now(),
     }
     rd.write_run_json(run_dir, record)
-    return Run(run_dir, record, baseline_cls, config, data, spec, torch_device, logger_names)
+    return Run(run_dir, record, baseline_cls, config, data, spec, torch_device, logger_names, sampler=sampler)
 
 
 def open_run(run_dir: Path, device: str | None = None) -> Run:
