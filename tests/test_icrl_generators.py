@@ -281,3 +281,24 @@ def test_grid_observations_are_stored_in_the_smallest_dtype_and_samplers_read_th
                 assert value.dtype == torch.float32 and 0 <= value.min() and value.max() <= 16, (kind, key)
             if key.endswith("actions"):
                 assert value.dtype == torch.int64 and 0 <= value.min() and value.max() <= 4, (kind, key)
+
+
+@pytest.mark.parametrize("name,algo", [("darkroom", "q-learning"), ("keydoor", "ad-epsilon")])
+def test_progress_bar_counts_every_episode_once(tmp_path, monkeypatch, name, algo):
+    """Key-to-Door's staged generation maps its workers twice (run, then lay out): the bar must not count again."""
+    import contextlib
+
+    import offbench.generators.histories as histories
+
+    shown: list[int] = []
+
+    @contextlib.contextmanager
+    def recording_bar(quiet, label, total, **_):
+        shown.append(0)
+        yield lambda n, **values: shown.__setitem__(0, shown[0] + n)
+        assert shown[0] == total, f"bar ended at {shown[0]} of {total}"
+
+    monkeypatch.setattr(histories, "progress_bar", recording_bar)
+    params = {"algo": algo, "tasks": 12, "held_out": 2, "histories_per_task": 2, "episodes": 15, "allow_unlearned": True}
+    histories.write_histories(HistoryRecipe.from_params(name, params), 0, tmp_path / "d.h5", workers=2, check=False)
+    assert shown == [10 * 2 * 15]

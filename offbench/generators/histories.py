@@ -341,16 +341,18 @@ class _Workers:
         context = multiprocessing.get_context("fork")
         self.count = context.Value("q", 0)
         self.pool = ProcessPoolExecutor(self.workers, mp_context=context, initializer=_start_worker, initargs=(self.count,))
+        self.shown = 0  # episodes the bar shows: kept across map() calls (a staged run maps twice)
         return self
 
     def map(self, task: Callable, arguments: list[tuple]) -> list:
         """task(*args) for each args, in order."""
         futures = [self.pool.submit(task, *args) for args in arguments]
-        shown, running = 0, futures
+        running = futures
         while running and not any(future.exception() for future in futures if future.done()):
             running = wait(running, timeout=0.1, return_when=FIRST_EXCEPTION).not_done
-            self.advance(self.count.value - shown)
-            shown = self.count.value
+            count = self.count.value
+            self.advance(count - self.shown)
+            self.shown = count
         return [future.result() for future in futures]
 
     def __exit__(self, *exc) -> None:
