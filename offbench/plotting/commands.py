@@ -62,13 +62,16 @@ def _frames(runs: list[RunRecord], field: str, which: str):
 def _regret_references(runs: list[RunRecord], regret, which: str) -> dict:
     """UCB1, Thompson sampling and random on the tasks each dataset's runs were evaluated on."""
     from offbench.data.cards import get_card
-    from offbench.envs.benchmarks import card_tasks
+    from offbench.envs import bandits
+    from offbench.envs.benchmarks import benchmark_for_env, card_tasks
     from offbench.plotting.regret import reference_regret
 
     references = {}
     for dataset in regret["dataset"].unique():
         run = next(r for r in runs if r.dataset_id == dataset)
         card = get_card(dataset)
+        if card.env.get("suite") != "offbench" or benchmark_for_env(card.env.get("id")).family is not bandits:
+            raise OffbenchError(f"regret curves are for bandit runs; '{dataset}' is not a bandit dataset (use --kind in-context)")
         train, held_out = card_tasks(card)
         tasks = train if _summary_row_field(run, which, "tasks") == "train" else held_out
         pulls = int(regret[regret.dataset == dataset]["pull"].max())
@@ -112,8 +115,8 @@ def plot(
     runs = [read_run(path) for path in expand_run_dirs(paths)]
     chosen = METRICS[_metric_of(runs, metric)]
     scores, curves, in_context, regret = _frames(runs, chosen.field, score)
-    if kind == "auto":
-        kind = "regret" if not regret.empty else "in-context" if not in_context.empty else "curves"
+    if kind == "auto":  # every in-context run logs regret; only bandit runs (headline metric regret) plot it
+        kind = "regret" if chosen.name == "regret" and not regret.empty else "in-context" if not in_context.empty else "curves"
     if kind == "curves":
         from offbench.plotting.curves import plot_learning_curves
 

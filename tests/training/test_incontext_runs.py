@@ -27,6 +27,11 @@ def test_run_evaluates_in_context_on_the_held_out_goals_only(darkroom, cli, tmp_
         assert line["tasks"] == "held-out"
         assert len(line["task_returns"]) == len(held_out) and all(len(r) == 3 for r in line["task_returns"])
         assert len(line["in_context_returns"]) == 3
+    # every in-context run logs regret, but a grid world's figure is its in-context curve, never bandit regret
+    code, out, err = cli("plot", tmp_path / "run", "-o", tmp_path / "auto.svg")
+    assert code == 0 and "in-context episode" in (tmp_path / "auto.svg").read_text(), err
+    code, _, err = cli("plot", tmp_path / "run", "--kind", "regret", "-o", tmp_path / "regret.svg")
+    assert code == 2 and "not a bandit dataset" in err and not (tmp_path / "regret.svg").exists()
 
 
 @pytest.mark.parametrize("name", ["ad", pytest.param("dpt", marks=pytest.mark.slow)])
