@@ -403,7 +403,7 @@ class ADWindowSampler(_StoreSampler):
             short = int(np.argmin(lengths))
             raise OffbenchError(
                 f"{self.where}window_length {self.window_length} is longer than history {ids[short]} "
-                f"({lengths[short]} steps); every history must hold at least one full window"
+                f"({lengths[short]} steps, the shortest); every history must hold at least one full window, so at most {lengths[short]}"
             )
         windows = lengths - self.window_length + 1  # valid first steps per history
         self.history_first = bounds[:-1]
@@ -471,7 +471,7 @@ class DPTSampler(_StoreSampler):
             short = int(np.argmin(self.group_length))
             raise OffbenchError(
                 f"{self.where}context_size {self.context_size} is longer than {group_by} {sorted_groups[bounds[short]]} "
-                f"({self.group_length[short]} steps)"
+                f"({self.group_length[short]} steps, the shortest); contexts of consecutive steps need at most {self.group_length[short]}"
             )
         self.offsets = np.arange(self.context_size, dtype=np.int64)
 
