@@ -121,8 +121,11 @@ def test_retries_then_failure_and_bad_input_is_not_retried(tmp_path):
 
 
 def sweep_process(spec: Path, runs: Path) -> subprocess.Popen:
+    """The sweep as a terminal would start it: Ctrl-C's default handling, whatever this test process inherited
+    (an ignored SIGINT stays ignored across exec, and Python then never raises KeyboardInterrupt)."""
     return subprocess.Popen(offbench_command("sweep", spec, "--runs", runs, "--workers", "2"),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 LONG = "[set]\nsteps = 1200\nlog_every = 50\ncheckpoint_every = 300\neval_every = 600\n"
@@ -164,7 +167,7 @@ def test_ctrl_c_stops_the_runs_cleanly_and_the_next_invocation_continues(pendulu
     workers = children(sweep.pid)
     sweep.send_signal(signal.SIGINT)
     _, err = sweep.communicate(timeout=120)
-    assert sweep.returncode == 130 and "run the same command again to continue" in err
+    assert sweep.returncode == 130 and "run the same command again to continue" in err, (sweep.returncode, err[-2000:])
     assert workers and not any(alive(pid) for pid in workers)
     if (tmp_path / "runs" / name / "summary.json").exists():
         pytest.fail("the run finished before Ctrl-C reached it")
