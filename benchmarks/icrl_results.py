@@ -113,5 +113,6 @@ def main(
                       f"{interval(list(runs['last5']))} | {runs['optimal'].mean():.2f} | {last5 / first if first > 0 else float('inf'):.1f} | "
                       f"{interval(list(runs['last5'] / runs['optimal']))} | {met} of {len(runs)} |")
 
+
 if __name__ == "__main__":
     typer.run(main)
