@@ -176,7 +176,10 @@ def command_evaluation_cost(args: argparse.Namespace) -> None:
     from offbench.envs.multitask import evaluate_tasks
     from offbench.evaluation.policy import PolicyOptions
 
-    torch.set_num_threads(1)
+    from offbench.utils import keep_freed_memory
+
+    torch.set_num_threads(args.threads)
+    keep_freed_memory()  # as `offbench run` and `offbench evaluate` do
     card = get_card(args.dataset)
     store = offbench.load(args.dataset)
     spec = DatasetSpec.from_store(store)
@@ -239,6 +242,7 @@ def main() -> None:
         p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
         p.add_argument("--seconds", type=float, default=10.0)
         p.add_argument("--episodes", type=int, default=2)
+        p.add_argument("--threads", type=int, default=1, help="torch threads (the policy's; the environments step on one)")
     args = parser.parse_args()
     {"run": command_run, "table": command_table, "speed": command_speed, "evaluation-cost": command_evaluation_cost}[args.command](args)
 

@@ -40,6 +40,7 @@ Where this differs from that code, and why:
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -233,7 +234,9 @@ class HarmoDT(PromptDT):
         def one_group(group_weights, segment, prompt):
             return self.predict(segment, prompt, group_weights, newest_only=True)[:, -1]
 
-        return torch.func.vmap(one_group)(weights, segments, prompts)[group, slot]
+        with warnings.catch_warnings():  # vmap runs the fused attention kernel group by group: still the faster way
+            warnings.filterwarnings("ignore", message="There is a performance drop because we have not yet implemented the batching rule")
+            return torch.func.vmap(one_group)(weights, segments, prompts)[group, slot]
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "masks": self.masks.clone(), "iteration": self.iteration, "recent_batches": self.recent_batches}

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from offbench.errors import OffbenchError
+from offbench.utils import keep_freed_memory
 
 run_app = typer.Typer(help="Train a baseline and track the run.", no_args_is_help=True)
 console = Console()
@@ -62,6 +63,7 @@ def run_baseline(
         run, checkpoint = _open_rank(launch, name, dataset, config, overrides, seed, steps, device, out, run_name, logger, resume)
     if run.parallel.is_main:
         console.print(f"run directory: {run.run_dir}", highlight=False)
+    keep_freed_memory()
     try:
         summary = run.train(checkpoint)
     except KeyboardInterrupt:
@@ -170,6 +172,7 @@ def evaluate_command(
     protocol = run.protocol(episodes, tasks)
     check_fit(run.baseline_cls, run.spec, run.dataset, protocol, evaluate=True)
     baseline = run.restored_baseline(checkpoint)
+    keep_freed_memory()
     for record in protocol.evaluate(baseline, checkpoint["step"]):
         console.print(evaluation_table(record))
 

@@ -144,6 +144,36 @@ def test_dt_last_block_on_state_queries_matches_the_full_block(pendulum):
     torch.testing.assert_close(part_grad, full_grad)
 
 
+def test_dt_block_acts_with_the_same_attention_it_trains_with():
+    """Acting uses the fused attention kernel, training the written-out one (for its dropout draws): without dropout
+    the two give the same outputs, padding and causality included, over several heads."""
+    from offbench.baselines.dt import Block, DTConfig
+
+    torch.manual_seed(0)
+    block = Block(DTConfig(embedding_dim=16, num_heads=4, attention_dropout=0.0, residual_dropout=0.0))
+    mask = torch.ones(3, 5, dtype=torch.bool)
+    mask[0, :2] = False  # left padding in one row
+    real = mask.repeat_interleave(3, dim=1)[:, :-1]
+    allowed = torch.ones(14, 14, dtype=torch.bool).tril() & (real[:, None, :] | torch.eye(14, dtype=torch.bool))
+    bias = torch.zeros(allowed.shape).masked_fill(~allowed, float("-inf")).unsqueeze(1)
+    x = torch.randn(3, 14, 16)
+    with torch.no_grad():
+        trained_way = block.train()(x, bias, queries=slice(1, None, 3))
+        acting_way = block.eval()(x, bias, queries=slice(1, None, 3))
+    torch.testing.assert_close(acting_way, trained_way)
+
+
+def test_keep_freed_memory_takes_on_glibc():
+    import platform
+
+    from offbench.utils import keep_freed_memory
+
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        pytest.skip("mallopt tuning is glibc's")
+    assert keep_freed_memory()
+    assert torch.ones(1 << 20).sum().item() == 1 << 20  # allocations of many MiB still work after it
+
+
 class CountdownEnv(gym.Env):
     """Episodes whose length depends on the reset seed (3 to 6 steps); reward = the action, so returns show what
     the policy chose at every step."""
