@@ -85,15 +85,30 @@ class Block(nn.Module):
         self.attention_dropout, self.drop = Dropout(config.attention_dropout), Dropout(config.residual_dropout)
         self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim), Dropout(config.residual_dropout))
 
-    def forward(self, x: torch.Tensor, bias: torch.Tensor, queries: slice | None = None) -> torch.Tensor:
+    def keys_values(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The attention keys and values (B, L, dim) this block makes of its input tokens x."""
+        return self._keys_values(self.norm1(x))
+
+    def _keys_values(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        dim = h.shape[-1]
+        k, v = F.linear(h, self.qkv.weight[dim:], self.qkv.bias[dim:]).split(dim, dim=-1)
+        return k, v
+
+    def forward(
+        self, x: torch.Tensor, bias: torch.Tensor, queries: slice | None = None, past: tuple[torch.Tensor, torch.Tensor] | None = None
+    ) -> torch.Tensor:
+        """`past`: keys and values (B, P, dim) of P earlier tokens that x's tokens attend to besides themselves (they
+        come first: `bias` has P + L key columns)."""
         batch, _, dim = x.shape
         h = self.norm1(x)
         if queries is None:
             q, k, v = self.qkv(h).split(dim, dim=-1)
         else:  # keys and values of every token, queries (and everything after attention) of the wanted ones only
-            k, v = F.linear(h, self.qkv.weight[dim:], self.qkv.bias[dim:]).split(dim, dim=-1)
+            k, v = self._keys_values(h)
             q = F.linear(h[:, queries], self.qkv.weight[:dim], self.qkv.bias[:dim])
             x, bias = x[:, queries], bias[:, :, queries]
+        if past is not None:
+            k, v = torch.cat([past[0], k], dim=1), torch.cat([past[1], v], dim=1)
         heads = lambda t: t.view(batch, -1, self.num_heads, dim // self.num_heads).transpose(1, 2)  # noqa: E731
         q, k, v = heads(q), heads(k), heads(v)
         if self.training:  # written out: attention dropout with our Dropout's draws (SDPA's would differ)
@@ -157,14 +172,17 @@ class DecisionTransformerModel(nn.Module):
         return self.bound(self.action_head(self.output_norm(x)))  # a_t predicted from the s_t token
 
     def attention_bias(self, mask: torch.Tensor) -> torch.Tensor:
-        """(B, 1, L, L): 0 where a query may attend to a key (causal, and the key is a real step or the query
-        itself), -inf elsewhere."""
-        real = mask.repeat_interleave(3, dim=1)[:, :-1]
-        length = real.shape[1]
-        causal = torch.ones(length, length, dtype=torch.bool, device=mask.device).tril()
-        eye = torch.eye(length, dtype=torch.bool, device=mask.device)
-        allowed = causal & (real[:, None, :] | eye)
-        return torch.zeros(allowed.shape, device=mask.device).masked_fill_(~allowed, float("-inf")).unsqueeze(1)
+        """(B, 1, L, L) for the interleaved tokens of steps `mask` (B, K) (see `causal_bias`)."""
+        return causal_bias(mask.repeat_interleave(3, dim=1)[:, :-1])
+
+
+def causal_bias(real: torch.Tensor) -> torch.Tensor:
+    """(B, 1, L, L) from which tokens are real (B, L): 0 where a query may attend to a key (causal, and the key is
+    real or the query itself), -inf elsewhere. Out of place, so `torch.func.vmap` can batch it."""
+    length = real.shape[1]
+    causal = torch.ones(length, length, dtype=torch.bool, device=real.device).tril()
+    allowed = causal & (real[:, None, :] | torch.eye(length, dtype=torch.bool, device=real.device))
+    return torch.zeros((), device=real.device).masked_fill(~allowed, float("-inf")).unsqueeze(1)
 
 
 class DecisionTransformer:

@@ -48,7 +48,7 @@ import numpy as np
 import torch
 
 from offbench.baselines.base import DatasetSpec
-from offbench.baselines.prompt_dt import PromptDT, PromptDTConfig
+from offbench.baselines.prompt_dt import PromptDT, PromptDTConfig, PromptStates
 from offbench.errors import OffbenchError
 from offbench.utils import ranged
 
@@ -214,10 +214,25 @@ class HarmoDT(PromptDT):
             cached = self._masked_weights = (self.masks.clone(), stacked)
         return cached[1]
 
-    def act_rows(self, batch: dict[str, torch.Tensor], task_ids: torch.Tensor) -> torch.Tensor:
+    @torch.no_grad()
+    def task_prompt_states(self) -> PromptStates:
+        """Every task's evaluation prompt through the blocks under that task's mask (see PromptDT's)."""
+        self.model.eval()
+        prompts = self.scaled(self.task_prompts)
+        per_task = []
+        for task in range(self.spec.num_tasks):
+            originals = self.apply_mask(task)
+            try:
+                per_task.append(self.model.prompt_states({key: value[task : task + 1] for key, value in prompts.items()}))
+            finally:
+                self.restore(originals)
+        return [tuple(torch.cat([states[block][i] for states in per_task]) for i in (0, 1)) for block in range(len(self.model.blocks))]
+
+    def act_rows(self, batch: dict[str, torch.Tensor], task_ids: torch.Tensor, prompt_states: PromptStates | None = None) -> torch.Tensor:
         """Every row through the network under its task's mask, all tasks in one vectorised pass: rows grouped by
         task (padded to the largest group with copies of a row, computed and dropped), `torch.func.vmap` over the
-        groups with each group's masked weights."""
+        groups with each group's masked weights and prompt states (`task_prompt_states()`, computed when not given)."""
+        states = self.task_prompt_states() if prompt_states is None else prompt_states
         self.model.eval()
         tasks, group = torch.unique(task_ids, return_inverse=True)
         counts = torch.bincount(group, minlength=len(tasks))
@@ -231,12 +246,15 @@ class HarmoDT(PromptDT):
         stacked = self.masked_weights()
         weights = stacked if len(tasks) == self.spec.num_tasks else {name: w[tasks] for name, w in stacked.items()}
 
-        def one_group(group_weights, segment, prompt):
-            return self.predict(segment, prompt, group_weights, newest_only=True)[:, -1]
+        width = rows.shape[1]
+        group_states = [tuple(t[tasks, None].expand(-1, width, *t.shape[1:]) for t in kv) for kv in states]
+
+        def one_group(group_weights, segment, prompt, prompt_states):
+            return self.predict(segment, prompt, group_weights, newest_only=True, prompt_states=prompt_states)[:, -1]
 
         with warnings.catch_warnings():  # vmap runs the fused attention kernel group by group: still the faster way
             warnings.filterwarnings("ignore", message="There is a performance drop because we have not yet implemented the batching rule")
-            return torch.func.vmap(one_group)(weights, segments, prompts)[group, slot]
+            return torch.func.vmap(one_group)(weights, segments, prompts, group_states)[group, slot]
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "masks": self.masks.clone(), "iteration": self.iteration, "recent_batches": self.recent_batches}

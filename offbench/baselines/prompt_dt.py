@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from offbench.baselines.base import DatasetSpec
-from offbench.baselines.dt import Block, Dropout, DTConfig, DTPolicy
+from offbench.baselines.dt import Block, Dropout, DTConfig, DTPolicy, causal_bias
 from offbench.baselines.moore import multi_task_spec
 from offbench.baselines.nets import BoundedActions, ObservationNormalizer, flat_observation_dim, fused_adam, load_part_states, part_states
 from offbench.baselines.pcgrad import check_gradient_mode, pcgrad_backward, per_task_losses
@@ -34,6 +34,7 @@ from offbench.evaluation.policy import PolicyOptions
 from offbench.utils import ranged
 
 PROMPT_KEYS = ("observations", "actions", "returns_to_go", "timesteps", "mask")
+PromptStates = list[tuple[torch.Tensor, torch.Tensor]]  # per block: keys and values of the prompt's tokens
 
 
 @dataclass
@@ -85,22 +86,42 @@ class PromptDTModel(nn.Module):
             if isinstance(module, nn.Linear) and module.bias is not None:
                 nn.init.zeros_(module.bias)
 
-    def forward(self, observations, actions, returns_to_go, timesteps, mask, prompt: dict[str, torch.Tensor], newest_only: bool = False) -> torch.Tensor:
+    def forward(
+        self, observations, actions, returns_to_go, timesteps, mask, prompt: dict[str, torch.Tensor], newest_only: bool = False,
+        prompt_states: PromptStates | None = None,
+    ) -> torch.Tensor:
         """(B, K, ...) segment and (B, P, ...) prompt, returns-to-go already scaled -> action predictions (B, K, A), or
-        (B, 1, A) for the newest step only with `newest_only`."""
+        (B, 1, A) for the newest step only with `newest_only`. With `prompt_states` (`self.prompt_states(prompt)`,
+        computed before) the prompt's tokens are not run again: the same predictions for a fifth less work."""
         segment = self.embedding_norm(self.embed(self.normalize(observations), actions, returns_to_go, timesteps))
-        prompt_tokens = self.prompt_embed(self.normalize(prompt["observations"]), prompt["actions"], prompt["returns_to_go"], prompt["timesteps"])
-        x = self.embedding_dropout(torch.cat([prompt_tokens, segment], dim=1))
-        real = torch.cat([prompt["mask"], mask], dim=1).repeat_interleave(3, dim=1)
-        length = real.shape[1]
-        causal = torch.ones(length, length, dtype=torch.bool, device=mask.device).tril()
-        allowed = causal & (real[:, None, :] | torch.eye(length, dtype=torch.bool, device=mask.device))
-        bias = torch.zeros((), device=mask.device).masked_fill(~allowed, float("-inf")).unsqueeze(1)  # out of place: vmap-able
-        for block in self.blocks[:-1]:
-            x = block(x, bias)
-        first_state = prompt_tokens.shape[1] + 1  # the segment's s_t tokens (the newest is the last but one token)
-        x = self.blocks[-1](x, bias, queries=slice(length - 2, length - 1) if newest_only else slice(first_state, None, 3))
+        bias = causal_bias(torch.cat([prompt["mask"], mask], dim=1).repeat_interleave(3, dim=1))
+        if prompt_states is None:
+            prompt_tokens = self.prompt_embed(self.normalize(prompt["observations"]), prompt["actions"], prompt["returns_to_go"], prompt["timesteps"])
+            x, pasts, segment_start = torch.cat([prompt_tokens, segment], dim=1), [None] * len(self.blocks), prompt_tokens.shape[1]
+        else:  # the segment's tokens only, attending to the prompt's keys and values as well as to each other
+            x, pasts, segment_start = segment, prompt_states, 0
+            bias = bias[:, :, prompt_states[0][0].shape[1]:]
+        x = self.embedding_dropout(x)
+        for block, past in zip(self.blocks[:-1], pasts[:-1]):
+            x = block(x, bias, past=past)
+        length = x.shape[1]  # the segment's s_t tokens: every third from segment_start + 1; the newest is the last but one
+        queries = slice(length - 2, length - 1) if newest_only else slice(segment_start + 1, None, 3)
+        x = self.blocks[-1](x, bias, queries=queries, past=pasts[-1])
         return self.bound(self.action_head(self.output_norm(x)))
+
+    def prompt_states(self, prompt: dict[str, torch.Tensor]) -> PromptStates:
+        """Every block's keys and values (B, 3P, dim) of the prompt's tokens. The prompt comes first under a causal
+        mask, so they do not depend on the segment after it: an evaluation computes them once, not at every step."""
+        x = self.embedding_dropout(
+            self.prompt_embed(self.normalize(prompt["observations"]), prompt["actions"], prompt["returns_to_go"], prompt["timesteps"])
+        )
+        bias = causal_bias(prompt["mask"].repeat_interleave(3, dim=1))
+        states = []
+        for i, block in enumerate(self.blocks):
+            states.append(block.keys_values(x))
+            if i < len(self.blocks) - 1:
+                x = block(x, bias)
+        return states
 
 
 class PromptDT:
@@ -140,15 +161,19 @@ class PromptDT:
 
     def predict(
         self, batch: dict[str, torch.Tensor], prompt: dict[str, torch.Tensor], weights: dict[str, torch.Tensor] | None = None,
-        newest_only: bool = False,
+        newest_only: bool = False, prompt_states: PromptStates | None = None,
     ) -> torch.Tensor:
         """The model's predictions for segments `batch` prompted by `prompt` (the newest step's only with
-        `newest_only`); `weights` replace the model's own parameters of those names (HarmoDT's masked transformer)."""
+        `newest_only`; `prompt_states`: the prompt's, computed before); `weights` replace the model's own parameters
+        of those names (HarmoDT's masked transformer)."""
         args = (
             batch["observations"], batch["actions"], batch["returns_to_go"] * self.config.reward_scale, batch["timesteps"], batch["mask"],
-            {**prompt, "returns_to_go": prompt["returns_to_go"] * self.config.reward_scale}, newest_only,
+            self.scaled(prompt), newest_only, prompt_states,
         )
         return self.model(*args) if weights is None else torch.func.functional_call(self.model, weights, args)
+
+    def scaled(self, prompt: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {**prompt, "returns_to_go": prompt["returns_to_go"] * self.config.reward_scale}
 
     def row_losses(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Each row's loss (the mean over its real steps)."""
@@ -180,10 +205,22 @@ class PromptDT:
         self.scheduler.step()
         return {"action_loss": losses.mean().item(), "learning_rate": self.scheduler.get_last_lr()[0]}
 
-    def act_rows(self, batch: dict[str, torch.Tensor], task_ids: torch.Tensor) -> torch.Tensor:
-        """Evaluation: the last step's prediction of every row, each row prompted with its task's prompt."""
+    @torch.no_grad()
+    def task_prompt_states(self) -> PromptStates:
+        """Every task's evaluation prompt through the blocks (per block, keys and values (T, 3P, dim)): an evaluation
+        computes them once (`PromptDTPolicy`), since the weights and prompts do not change while it runs."""
         self.model.eval()
-        return self.predict(batch, {key: value[task_ids] for key, value in self.task_prompts.items()}, newest_only=True)[:, -1]
+        return self.model.prompt_states(self.scaled(self.task_prompts))
+
+    def act_rows(self, batch: dict[str, torch.Tensor], task_ids: torch.Tensor, prompt_states: PromptStates | None = None) -> torch.Tensor:
+        """Evaluation: the last step's prediction of every row, each row prompted with its task's prompt
+        (`prompt_states`: `task_prompt_states()`, computed here when not given)."""
+        states = self.task_prompt_states() if prompt_states is None else prompt_states
+        self.model.eval()
+        return self.predict(
+            batch, {key: value[task_ids] for key, value in self.task_prompts.items()}, newest_only=True,
+            prompt_states=[(k[task_ids], v[task_ids]) for k, v in states],
+        )[:, -1]
 
     def policy(self, options: PolicyOptions) -> PromptDTPolicy:
         """Conditioned on `options.target_return` (one per row), each row prompted by its task (`options.task_ids`)."""
@@ -208,5 +245,9 @@ class PromptDTPolicy(DTPolicy):
     """DT's evaluation policy (the last K steps of every env row, left-padded like training), each row prompted
     with its task's evaluation prompt through the baseline's `act_rows` (HarmoDT's applies the task's mask)."""
 
+    def reset(self, num_envs: int) -> None:
+        super().reset(num_envs)
+        self.prompt_states = self.dt.task_prompt_states()
+
     def predict(self) -> torch.Tensor:
-        return self.dt.act_rows(self.context(), self.task_ids)
+        return self.dt.act_rows(self.context(), self.task_ids, self.prompt_states)

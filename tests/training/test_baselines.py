@@ -147,15 +147,13 @@ def test_dt_last_block_on_state_queries_matches_the_full_block(pendulum):
 def test_dt_block_acts_with_the_same_attention_it_trains_with():
     """Acting uses the fused attention kernel, training the written-out one (for its dropout draws): without dropout
     the two give the same outputs, padding and causality included, over several heads."""
-    from offbench.baselines.dt import Block, DTConfig
+    from offbench.baselines.dt import Block, DTConfig, causal_bias
 
     torch.manual_seed(0)
     block = Block(DTConfig(embedding_dim=16, num_heads=4, attention_dropout=0.0, residual_dropout=0.0))
-    mask = torch.ones(3, 5, dtype=torch.bool)
-    mask[0, :2] = False  # left padding in one row
-    real = mask.repeat_interleave(3, dim=1)[:, :-1]
-    allowed = torch.ones(14, 14, dtype=torch.bool).tril() & (real[:, None, :] | torch.eye(14, dtype=torch.bool))
-    bias = torch.zeros(allowed.shape).masked_fill(~allowed, float("-inf")).unsqueeze(1)
+    real = torch.ones(3, 14, dtype=torch.bool)
+    real[0, :6] = False  # left padding in one row
+    bias = causal_bias(real)
     x = torch.randn(3, 14, 16)
     with torch.no_grad():
         trained_way = block.train()(x, bias, queries=slice(1, None, 3))

@@ -179,6 +179,30 @@ def test_prompts_come_from_the_rows_task_and_evaluation_uses_its_best_episode(ti
     assert [set(round_robin.sample()["task_ids"].tolist()) for _ in range(4)] == [{0}, {1}, {0}, {1}]
 
 
+@pytest.mark.parametrize("dataset", TINY)
+def test_prompt_dt_acts_from_the_prompt_states_as_from_the_whole_sequence(tiny, dataset):
+    """Evaluation runs each task's prompt through the blocks once and the segments against its keys and values:
+    the predictions equal the whole prompt + segment sequence's, for every s_t token and for the newest only,
+    with left padding in a segment and a task whose prompt is partly padding; two blocks, so the prompt's states
+    of the second come from its tokens through the first."""
+    prompt_dt, sampler = build("prompt-dt", dataset, tiny, num_layers=2)
+    for _ in range(3):
+        prompt_dt.update(sampler.sample())
+    prompt_dt.model.eval()
+    prompt_dt.task_prompts["mask"][1, :2] = False
+    batch = {k: v[:4] for k, v in sampler.sample().items() if not k.startswith(("prompt_", "task_prompt_"))}
+    batch["mask"][0, :2] = False
+    task_ids = torch.tensor([0, 1, 1, 0])
+    prompts = {k: v[task_ids] for k, v in prompt_dt.task_prompts.items()}
+    states = [(k[task_ids], v[task_ids]) for k, v in prompt_dt.task_prompt_states()]
+    with torch.no_grad():
+        for newest_only in (False, True):
+            whole = prompt_dt.predict(batch, prompts, newest_only=newest_only)
+            from_states = prompt_dt.predict(batch, prompts, newest_only=newest_only, prompt_states=states)
+            torch.testing.assert_close(from_states, whole)
+    torch.testing.assert_close(prompt_dt.act_rows(batch, task_ids), whole[:, -1])
+
+
 # ---------------------------------------------------------------------------------------------- all of them
 @pytest.mark.parametrize("dataset", TINY)
 @pytest.mark.parametrize("name", MULTI_TASK)
