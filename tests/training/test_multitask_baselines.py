@@ -203,6 +203,17 @@ def test_prompt_dt_acts_from_the_prompt_states_as_from_the_whole_sequence(tiny, 
     torch.testing.assert_close(prompt_dt.act_rows(batch, task_ids), whole[:, -1])
 
 
+@pytest.mark.parametrize("name", ["dt", "prompt-dt", "harmodt"])
+@pytest.mark.parametrize("dataset", TINY)
+def test_return_conditioned_baselines_see_the_returns_at_a_scale_that_matters(tiny, name, dataset):
+    """The standard config's reward_scale keeps the dataset's best return-to-go between 0.1 and 100 once scaled:
+    D4RL's 1/1000 on MiniGrid's returns in [0, 1] would leave the network a conditioning input of at most 0.001."""
+    store, _ = tiny(dataset)
+    config = resolve_config(get_baseline(name), dataset, None, [])
+    scaled = float(store.episode_returns().max()) * config.baseline.reward_scale
+    assert 0.1 <= scaled <= 100, f"{name} on {dataset}: best return-to-go enters the network as {scaled:g}"
+
+
 # ---------------------------------------------------------------------------------------------- all of them
 @pytest.mark.parametrize("dataset", TINY)
 @pytest.mark.parametrize("name", MULTI_TASK)
