@@ -118,7 +118,7 @@ class Block(nn.Module):
             )
             weights = self.attention_dropout(torch.softmax(scores, dim=-1))
             attended = torch.bmm(weights, v.flatten(0, 1)).view(batch, self.num_heads, -1, dim // self.num_heads)
-        else:  # acting: the fused kernel, a quarter less time per evaluation step on CPU (benchmarks/README.md)
+        else:  # acting: the fused kernel (its effect on evaluation time: benchmarks/README.md, "Session 6")
             attended = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
         x = x + self.drop(self.proj(attended.transpose(1, 2).reshape(batch, -1, dim)))
         return x + self.mlp(self.norm2(x))

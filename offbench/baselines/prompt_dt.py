@@ -92,12 +92,12 @@ class PromptDTModel(nn.Module):
     ) -> torch.Tensor:
         """(B, K, ...) segment and (B, P, ...) prompt, returns-to-go already scaled -> action predictions (B, K, A), or
         (B, 1, A) for the newest step only with `newest_only`. With `prompt_states` (`self.prompt_states(prompt)`,
-        computed before) the prompt's tokens are not run again: the same predictions for a fifth less work."""
+        computed before) the prompt's tokens are not run again: the same predictions over a fifth fewer tokens."""
         segment = self.embedding_norm(self.embed(self.normalize(observations), actions, returns_to_go, timesteps))
         bias = causal_bias(torch.cat([prompt["mask"], mask], dim=1).repeat_interleave(3, dim=1))
         if prompt_states is None:
-            prompt_tokens = self.prompt_embed(self.normalize(prompt["observations"]), prompt["actions"], prompt["returns_to_go"], prompt["timesteps"])
-            x, pasts, segment_start = torch.cat([prompt_tokens, segment], dim=1), [None] * len(self.blocks), prompt_tokens.shape[1]
+            prefix = self.prompt_tokens(prompt)
+            x, pasts, segment_start = torch.cat([prefix, segment], dim=1), [None] * len(self.blocks), prefix.shape[1]
         else:  # the segment's tokens only, attending to the prompt's keys and values as well as to each other
             x, pasts, segment_start = segment, prompt_states, 0
             bias = bias[:, :, prompt_states[0][0].shape[1]:]
@@ -109,12 +109,13 @@ class PromptDTModel(nn.Module):
         x = self.blocks[-1](x, bias, queries=queries, past=pasts[-1])
         return self.bound(self.action_head(self.output_norm(x)))
 
+    def prompt_tokens(self, prompt: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.prompt_embed(self.normalize(prompt["observations"]), prompt["actions"], prompt["returns_to_go"], prompt["timesteps"])
+
     def prompt_states(self, prompt: dict[str, torch.Tensor]) -> PromptStates:
         """Every block's keys and values (B, 3P, dim) of the prompt's tokens. The prompt comes first under a causal
         mask, so they do not depend on the segment after it: an evaluation computes them once, not at every step."""
-        x = self.embedding_dropout(
-            self.prompt_embed(self.normalize(prompt["observations"]), prompt["actions"], prompt["returns_to_go"], prompt["timesteps"])
-        )
+        x = self.embedding_dropout(self.prompt_tokens(prompt))
         bias = causal_bias(prompt["mask"].repeat_interleave(3, dim=1))
         states = []
         for i, block in enumerate(self.blocks):
