@@ -8,7 +8,8 @@ stepping time. See benchmarks/README.md, "Multi-task baselines", for what was me
     python benchmarks/multitask.py evaluation-cost --dataset metaworld/mt10-small-near-optimal --episodes 2
 
 `run` is resumable: a finished run (summary.json) is skipped, an interrupted one continues with --resume, so the
-command can be killed and started again. Runs are plain `offbench run baseline` subprocesses, niced, one torch
+command can be killed and started again; a run another process is training (its directory locked) is skipped, so two
+`run` commands can share one list (a second queue started in reverse order). Runs are plain `offbench run baseline` subprocesses, niced, one torch
 thread each; `--jobs 2` runs two at once. The budget configs (CPU-sized networks and step counts) are in
 benchmarks/multitask/*-cpu.toml, layered over each baseline's standard config for the dataset.
 """
@@ -48,12 +49,19 @@ def run_dir(out: Path, label: str, dataset: str, seed: int) -> Path:
 
 def run_one(out: Path, label: str, dataset: str, seed: int) -> tuple[str, int, float]:
     """Start, resume or skip one run; returns (what, exit code, seconds)."""
+    from offbench.errors import OffbenchError
+    from offbench.tracking.run_dir import TrainingLock
+
     baseline, overrides = METHODS[label]
     where = run_dir(out, label, dataset, seed)
     if (where / "summary.json").exists():
         return f"{label} {dataset} s{seed}: done", 0, 0.0
     command = [sys.executable, "-m", "offbench", "run", "baseline", baseline]
     if (where / "run.json").exists():
+        try:  # another `run` over the same list may be training it: leave it to that one
+            TrainingLock(where).release()
+        except OffbenchError:
+            return f"{label} {dataset} s{seed}: being trained by another process, skipped", 0, 0.0
         command += ["--resume", str(where)]
     else:
         where.parent.mkdir(parents=True, exist_ok=True)

@@ -18,6 +18,11 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None  # type: ignore[assignment]
+
 from offbench.errors import OffbenchError
 from offbench.tracking.loggers import EVALUATIONS_FILE
 from offbench.utils import atomic_write_json, ensure_dir, read_text, user_fixable_write_errors
@@ -33,6 +38,30 @@ LOWER_IS_BETTER = frozenset({"regret"})  # headline metrics where the smaller nu
 
 def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+class TrainingLock:
+    """An exclusive `flock` on a run directory, held while one process trains the run: a second process given the
+    same directory (`--resume` twice, a sweep or benchmark queue started twice) is refused with a one-line error
+    instead of writing the same files. The kernel drops it when the process dies, so a killed run can be resumed
+    at once, and it leaves no file behind. Where `fcntl` is missing (Windows) there is no lock."""
+
+    def __init__(self, run_dir: Path):
+        self.fd: int | None = None
+        if fcntl is None:
+            return
+        fd = os.open(run_dir, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise OffbenchError(f"{run_dir}: another process is training this run; wait for it to end or stop it") from None
+        self.fd = fd
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
 
 def create_run_dir(path: Path) -> Path:

@@ -185,6 +185,7 @@ class Run:
     loggers: list[str] = field(default_factory=list)
     parallel: SingleProcess = field(default_factory=SingleProcess)  # a DataParallel rank under torchrun
     sampler: Any = None  # a new run's sampler, built by start_run to check the data; train() uses it instead of a second one
+    lock: rd.TrainingLock | None = None  # held from start_run / resume_run until train() returns
 
     @property
     def seed(self) -> int:
@@ -248,6 +249,8 @@ class Run:
         finally:
             for logger in all_loggers:
                 logger.close(completed)
+            if self.lock is not None:
+                self.lock.release()
         return summary
 
     def _loop(self, baseline, sampler, state: LoopState, local: LocalFiles | None, loggers: list[Logger]) -> None:
@@ -385,6 +388,7 @@ def start_run(
     # data the baseline's sampler cannot use (DPT without optimal-action labels) is refused before the run dir exists
     sampler = baseline_sampler(probe, data.store, config.train.batch_size, seed, str(torch_device))
     run_dir = rd.create_run_dir(Path(out) / (name or default_run_name(baseline_name, data.id, seed)))
+    lock = rd.TrainingLock(run_dir)
     record = {
         "run_id": run_dir.name,
         "baseline": baseline_name,
@@ -399,7 +403,7 @@ def start_run(
         "started_at": rd.utc_now(),
     }
     rd.write_run_json(run_dir, record)
-    return Run(run_dir, record, baseline_cls, config, data, spec, torch_device, logger_names, sampler=sampler)
+    return Run(run_dir, record, baseline_cls, config, data, spec, torch_device, logger_names, sampler=sampler, lock=lock)
 
 
 def open_run(run_dir: Path, device: str | None = None) -> Run:
@@ -424,11 +428,16 @@ def open_run(run_dir: Path, device: str | None = None) -> Run:
 def resume_run(run_dir: Path, device: str | None = None) -> tuple[Run, dict[str, Any] | None]:
     """Continue a run from `checkpoints/last.pt` (from the start if it died before its first checkpoint)."""
     run = open_run(run_dir, device)
-    if (run.run_dir / rd.SUMMARY_FILE).exists():
-        raise OffbenchError(f"{run_dir}: the run has already completed (summary.json exists); nothing to resume")
-    checkpoint = load_checkpoint(run.run_dir, run.device)
-    if checkpoint is not None:
-        run.restored_baseline(checkpoint)  # one that does not fit fails here, before run.json changes
-    run.record.setdefault("resumes", []).append({"at": rd.utc_now(), "from_step": checkpoint["step"] if checkpoint else 0})
-    rd.write_run_json(run.run_dir, {k: v for k, v in run.record.items() if k != "schema"})
+    run.lock = rd.TrainingLock(run.run_dir)  # before anything is checked or written
+    try:
+        if (run.run_dir / rd.SUMMARY_FILE).exists():
+            raise OffbenchError(f"{run_dir}: the run has already completed (summary.json exists); nothing to resume")
+        checkpoint = load_checkpoint(run.run_dir, run.device)
+        if checkpoint is not None:
+            run.restored_baseline(checkpoint)  # one that does not fit fails here, before run.json changes
+        run.record.setdefault("resumes", []).append({"at": rd.utc_now(), "from_step": checkpoint["step"] if checkpoint else 0})
+        rd.write_run_json(run.run_dir, {k: v for k, v in run.record.items() if k != "schema"})
+    except BaseException:
+        run.lock.release()
+        raise
     return run, checkpoint

@@ -116,6 +116,41 @@ def test_checkpoint_that_no_longer_fits_the_code_is_a_one_line_error(pendulum, c
     assert {p: p.read_bytes() for p in (tmp_path / "old").rglob("*") if p.is_file()} == before
 
 
+def test_a_run_being_trained_cannot_be_resumed_beside_it(pendulum, cli, tmp_path, monkeypatch):
+    """Two processes on one run directory would write the same files: while one holds the run's lock (an flock on
+    the directory, a second descriptor conflicts even within one process), `--resume` is a one-line error that
+    changes nothing; once it is released, the resume goes ahead. The lock leaves no file behind."""
+    from offbench.tracking.run_dir import TrainingLock
+
+    bc = get_baseline("bc")
+    update, calls = bc.update, []
+
+    def interrupted_update(self, batch):
+        calls.append(1)
+        if len(calls) == 30:  # after the step-25 checkpoint
+            raise KeyboardInterrupt
+        return update(self, batch)
+
+    monkeypatch.setattr(bc, "update", interrupted_update)
+    code, _, _ = cli("run", "baseline", "bc", "--dataset", "pendulum-scripted", "--config", TRAINING_CONFIGS / "bc-tiny.toml",
+                     "--out", tmp_path, "--name", "busy")
+    assert code == 130
+    monkeypatch.setattr(bc, "update", update)
+    run_dir = tmp_path / "busy"
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    other = TrainingLock(run_dir)  # the interrupted run released its own lock, or this would fail
+    with pytest.raises(OffbenchError, match="another process is training this run"):
+        TrainingLock(run_dir)
+    code, _, err = cli("run", "baseline", "bc", "--resume", run_dir)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and f"{run_dir}: another process is training this run" in err
+    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+    other.release()
+    code, _, err = cli("run", "baseline", "bc", "--resume", run_dir)
+    assert code == 0, err
+    assert {p.name for p in run_dir.iterdir()} == CONTRACT_FILES
+    TrainingLock(run_dir).release()  # the finished run let go of it
+
+
 def test_sigkill_then_resume_ends_like_an_uninterrupted_run(pendulum, cli, tmp_path):
     args = ["run", "baseline", "bc", "--dataset", "pendulum-scripted", "--config", TRAINING_CONFIGS / "bc-tiny.toml", "--out", tmp_path,
             "--set", "steps=1200", "--set", "log_every=50", "--set", "checkpoint_every=400", "--set", "eval_every=600"]
