@@ -88,23 +88,28 @@ def test_interrupted_dt_resumes_to_the_same_numbers(pendulum, cli, tmp_path, mon
     assert (tmp_path / "cut" / "evaluations.jsonl").read_text() == (tmp_path / "whole" / "evaluations.jsonl").read_text()
 
 
-def test_checkpoint_that_no_longer_fits_the_code_is_a_one_line_error(pendulum, cli, tmp_path, monkeypatch):
-    """A checkpoint from a version with another state layout (CQL's optimisers were merged into one Adam, for
-    one): resuming says which file and commit, and leaves the run directory as it was."""
+def interrupted_bc_run(cli, monkeypatch, run_dir: Path) -> None:
+    """A tiny bc run at run_dir stopped by Ctrl-C at update 30, after its step-25 checkpoint (exit 130)."""
     bc = get_baseline("bc")
     update, calls = bc.update, []
 
     def interrupted_update(self, batch):
         calls.append(1)
-        if len(calls) == 30:  # after the step-25 checkpoint
+        if len(calls) == 30:
             raise KeyboardInterrupt
         return update(self, batch)
 
     monkeypatch.setattr(bc, "update", interrupted_update)
     code, _, _ = cli("run", "baseline", "bc", "--dataset", "pendulum-scripted", "--config", TRAINING_CONFIGS / "bc-tiny.toml",
-                     "--out", tmp_path, "--name", "old")
+                     "--out", run_dir.parent, "--name", run_dir.name)
     assert code == 130
     monkeypatch.setattr(bc, "update", update)
+
+
+def test_checkpoint_that_no_longer_fits_the_code_is_a_one_line_error(pendulum, cli, tmp_path, monkeypatch):
+    """A checkpoint from a version with another state layout (CQL's optimisers were merged into one Adam, for
+    one): resuming says which file and commit, and leaves the run directory as it was."""
+    interrupted_bc_run(cli, monkeypatch, tmp_path / "old")
     path = tmp_path / "old" / "checkpoints" / "last.pt"
     checkpoint = torch.load(path, weights_only=True)
     checkpoint["baseline"]["optimizers"] = checkpoint["baseline"].pop("optimizer")  # an older layout
@@ -122,21 +127,8 @@ def test_a_run_being_trained_cannot_be_resumed_beside_it(pendulum, cli, tmp_path
     changes nothing; once it is released, the resume goes ahead. The lock leaves no file behind."""
     from offbench.tracking.run_dir import TrainingLock
 
-    bc = get_baseline("bc")
-    update, calls = bc.update, []
-
-    def interrupted_update(self, batch):
-        calls.append(1)
-        if len(calls) == 30:  # after the step-25 checkpoint
-            raise KeyboardInterrupt
-        return update(self, batch)
-
-    monkeypatch.setattr(bc, "update", interrupted_update)
-    code, _, _ = cli("run", "baseline", "bc", "--dataset", "pendulum-scripted", "--config", TRAINING_CONFIGS / "bc-tiny.toml",
-                     "--out", tmp_path, "--name", "busy")
-    assert code == 130
-    monkeypatch.setattr(bc, "update", update)
     run_dir = tmp_path / "busy"
+    interrupted_bc_run(cli, monkeypatch, run_dir)
     before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
     other = TrainingLock(run_dir)  # the interrupted run released its own lock, or this would fail
     with pytest.raises(OffbenchError, match="another process is training this run"):
