@@ -1,10 +1,12 @@
-"""Does a trained Decision Transformer act on its own previous actions? Re-evaluates a finished DT run's last
-checkpoint under the run's own protocol and seeds, once as trained and once with every past action in its context
-replaced by a uniformly random action at every step (the newest step's action is the one it predicts, so it is
-never seen). Prints the success rate and mean episode length of both; writes nothing. See benchmarks/README.md,
-"Results: MiniGrid MT3 sub-optimal".
+"""Does a trained Decision Transformer act on its own previous actions, and how does it act when its context looks
+like the data's? Re-evaluates a finished DT run's last checkpoint under the run's own protocol and seeds: as trained;
+with every past action in its context replaced by a uniformly random action at every step (the newest step's
+action is the one it predicts, so it is never seen); and, with --noise EPS, with the environment executing a
+uniformly random action instead of the DT's with probability EPS at every step (the executed action enters the
+context, as in data made by a policy with that noise). Prints the success rate and mean episode length of each;
+writes nothing. See benchmarks/README.md, "Results: MiniGrid MT3 sub-optimal".
 
-    OFFBENCH_HOME=... PYTHONPATH=. python benchmarks/dt_action_ablation.py RUN_DIR [--seed 0]
+    OFFBENCH_HOME=... PYTHONPATH=. python benchmarks/dt_action_ablation.py RUN_DIR [--seed 0] [--noise 0.75]
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--seed", type=int, default=0, help="seed of the random actions")
+    parser.add_argument("--noise", type=float, default=None, help="also evaluate with this probability of a random executed action")
     args = parser.parse_args()
     torch.set_num_threads(1)
     run = open_run(args.run_dir, "cpu")
@@ -46,6 +49,19 @@ def main() -> None:
 
     DTPolicy.predict = predict_from_random_past_actions
     print(f"random past actions: {evaluate(run, baseline, checkpoint['step'])}")
+    DTPolicy.predict = predict
+    if args.noise is None:
+        return
+    rng, act = np.random.default_rng(args.seed), DTPolicy.act
+
+    def act_with_executed_noise(policy: DTPolicy, observations: np.ndarray) -> np.ndarray:
+        chosen = act(policy, observations)
+        executed = np.where(rng.random(len(chosen)) < args.noise, rng.integers(0, policy.dt.spec.action_dim, len(chosen)), chosen)
+        policy.actions[:, -1] = torch.as_tensor(executed, dtype=policy.actions.dtype)
+        return executed
+
+    DTPolicy.act = act_with_executed_noise
+    print(f"executed noise {args.noise:g}: {evaluate(run, baseline, checkpoint['step'])}")
 
 
 if __name__ == "__main__":
