@@ -93,6 +93,42 @@ def test_profiles_count_runs_below_the_threshold_where_lower_is_better():
     assert higher["a"][0] == pytest.approx(1 / 3) and lower["a"][0] == pytest.approx(2 / 3)
 
 
+
+def test_profiles_are_rliables_own_numbers():
+    """The vectorised score distribution gives rliable's profiles and intervals exactly (same resamples)."""
+    from rliable import library
+
+    from offbench.stats import _seeded, performance_profiles
+
+    rng = np.random.default_rng(0)
+    matrices = {"a": rng.random((3, 4)), "b": np.round(rng.random((3, 4)), 1)}  # b: ties with the thresholds
+    taus = np.linspace(0.0, 1.0, 11)
+    with _seeded():
+        expected = library.create_performance_profile(matrices, taus, reps=50, confidence_interval_size=0.95)
+    profiles, intervals = performance_profiles(matrices, taus, reps=50)
+    for key in matrices:
+        assert np.array_equal(profiles[key], expected[0][key]) and np.array_equal(intervals[key], expected[1][key])
+
+
+def test_improvement_probabilities_are_rliables_own_numbers():
+    """The pair-counting probability of improvement gives rliable's Mann-Whitney-based one exactly, ties included,
+    for unequal run counts and for identical samples (one half), and so the same bootstrap intervals."""
+    from rliable import library, metrics
+
+    from offbench.stats import _seeded, improvement_probabilities, probability_of_improvement
+
+    rng = np.random.default_rng(1)
+    for runs_x, runs_y in ((3, 3), (5, 2)):
+        x, y = np.round(rng.random((runs_x, 4)), 1), np.round(rng.random((runs_y, 4)), 1)
+        assert probability_of_improvement(x, y) == metrics.probability_of_improvement(x, y)
+    assert probability_of_improvement(x, x) == metrics.probability_of_improvement(x, x) == 0.5
+    a, b = np.round(rng.random((3, 4)), 1), np.round(rng.random((3, 4)), 1)
+    with _seeded():
+        points, intervals = library.get_interval_estimates({"0": (a, b)}, metrics.probability_of_improvement, reps=50,
+                                                           confidence_interval_size=0.95)
+    assert improvement_probabilities({"a": a, "b": b}, reps=50)[("a", "b")] == (
+        float(points["0"]), float(intervals["0"][0, 0]), float(intervals["0"][1, 0]))
+
 # ------------------------------------------------------------------------- published reference rows
 
 CORL_ROW = {"label": "IQL", "source": {"paper": "CORL", "table": "Last Scores", "version": "commit eeeeef2"},
