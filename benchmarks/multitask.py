@@ -8,9 +8,9 @@ stepping time. See benchmarks/README.md, "Multi-task baselines", for what was me
     python benchmarks/multitask.py evaluation-cost --dataset metaworld/mt10-small-near-optimal --episodes 2
 
 `run` is resumable: a finished run (summary.json) is skipped, an interrupted one continues with --resume, so the
-command can be killed and started again; a run another process is training (its directory locked) is skipped, so two
-`run` commands can share one list (a second queue started in reverse order). Runs are plain `offbench run baseline` subprocesses, niced, one torch
-thread each; `--jobs 2` runs two at once. The budget configs (CPU-sized networks and step counts) are in
+command can be killed and started again; a run another process is training (its directory locked) is skipped, so
+two `run` commands can share one list (a second queue started in reverse order). Runs are plain `offbench run
+baseline` subprocesses, niced, one torch thread each; `--jobs 2` runs two at once. The budget configs (CPU-sized networks and step counts) are in
 benchmarks/multitask/*-cpu.toml, layered over each baseline's standard config for the dataset.
 """
 

@@ -161,9 +161,10 @@ def probability_of_improvement(scores_x: np.ndarray, scores_y: np.ndarray) -> fl
     """rliable's `probability_of_improvement` (per task the Mann-Whitney U of X over Y, ties one half, over
     runs_x * runs_y; then the mean over tasks) by counting all pairs at once: the same numbers, where rliable calls
     scipy's `mannwhitneyu` once per task and bootstrap resample (most of a leaderboard render's minutes)."""
-    x, y = np.asarray(scores_x)[:, None, :], np.asarray(scores_y)[None, :, :]
-    u = (x > y).sum(axis=(0, 1)) + 0.5 * (x == y).sum(axis=(0, 1))
-    return float(np.mean(u / (x.shape[0] * y.shape[1])))
+    x, y = np.asarray(scores_x), np.asarray(scores_y)
+    above, tied = x[:, None, :] > y[None, :, :], x[:, None, :] == y[None, :, :]  # (runs_x, runs_y, tasks)
+    u = above.sum(axis=(0, 1)) + 0.5 * tied.sum(axis=(0, 1))
+    return float(np.mean(u / (len(x) * len(y))))
 
 
 def performance_profiles(score_matrices: dict[str, np.ndarray], taus: np.ndarray, reps: int, lower_is_better: bool = False):

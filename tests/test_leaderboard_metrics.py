@@ -93,7 +93,6 @@ def test_profiles_count_runs_below_the_threshold_where_lower_is_better():
     assert higher["a"][0] == pytest.approx(1 / 3) and lower["a"][0] == pytest.approx(2 / 3)
 
 
-
 def test_profiles_are_rliables_own_numbers():
     """The vectorised score distribution gives rliable's profiles and intervals exactly (same resamples)."""
     from rliable import library
@@ -128,6 +127,7 @@ def test_improvement_probabilities_are_rliables_own_numbers():
                                                            confidence_interval_size=0.95)
     assert improvement_probabilities({"a": a, "b": b}, reps=50)[("a", "b")] == (
         float(points["0"]), float(intervals["0"][0, 0]), float(intervals["0"][1, 0]))
+
 
 # ------------------------------------------------------------------------- published reference rows
 
