@@ -7,16 +7,19 @@ Rows:
 - `reference`: Dark Room tabular Q-learning written the obvious way, one process, one thread: N histories
   side by side, one vectorised step for all of them, the Q-table (N, states, actions) read and updated
   with fancy indexing, states, actions and rewards kept in preallocated (steps, N) arrays. No HDF5 file.
-- `offbench (1 worker)`: `write_histories`, the dataset written to HDF5 (checksum included), one process.
-  Its ratio to the reference is the per-core speed-up.
-- `offbench (W workers)`: the same on every core (wall clock).
+- `offbench (1 worker)`: `write_histories`, the dataset written to HDF5 (checksum included), one process, once
+  with each inner loop (column `loop`: OFFBENCH_GENERATOR_LOOP=numpy or numba; numba already started in this
+  process). Its ratio to the reference is the per-core speed-up.
+- `offbench (W workers)`: the same on every core (wall clock). These four rows run in interleaved rounds
+  (`--rounds`, default 3); each shows its median round.
 - `cli`: `offbench generate darkroom --tasks 81 --held-out 16 --histories-per-task 8 --episodes 1000`
-  as a subprocess, end to end (interpreter start, imports, generation, write), bytecode cached as after
-  an install.
-- Key-to-Door, Dark Room Hard, bandits and the AD-epsilon card size, on every core.
-- Linearity: Dark Room Q-learning at growing numbers of episodes (520 histories), time per M transitions
-  and the peak resident memory so far of this process and of any worker (it counts the file pages a worker
-  wrote through its memory map).
+  as a subprocess, end to end (interpreter start, imports, numba's start where it runs, generation, write),
+  bytecode and numba's cache written as after an install: with the loop offbench picks for this size, and with
+  numba forced.
+- Key-to-Door, Dark Room Hard and the AD-epsilon card size with each loop, the bandits (NumPy only), every core.
+- Linearity: Dark Room Q-learning at growing numbers of episodes (520 histories), compiled loop, time per M
+  transitions and the peak resident memory so far of this process and of any worker (it counts the file pages
+  a worker wrote through its memory map).
 Transitions/s wall-clock, and per CPU second (this process and its workers: the per-core speed, less
 disturbed when the machine is shared); compare ratios within one run.
 """
@@ -26,6 +29,7 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -37,6 +41,7 @@ import pandas as pd
 
 from offbench.envs.darkroom import DarkRoomBatch
 from offbench.envs.gridworld import next_cell_table
+from offbench.generators.compiled import LOOPS, compile_kernels, selected_loop
 from offbench.generators.histories import HistoryRecipe, default_workers, write_histories
 from offbench.generators.sources import QLearning, linear_schedule
 
@@ -88,36 +93,55 @@ def timed(fn):
     return result, time.perf_counter() - wall, cpu_seconds() - cpu
 
 
-def timed_generation(folder: Path, label: str, benchmark: str, workers: int, **params) -> dict:
+def timed_generation(folder: Path, label: str, benchmark: str, workers: int, loop: str, **params) -> dict:
+    """write_histories of one recipe with the inner loop `loop`, timed."""
     recipe = HistoryRecipe.from_params(benchmark, {"allow_unlearned": True, **params})
     out = folder / f"{benchmark}-{workers}.h5"
-    _, wall, cpu = timed(lambda: write_histories(recipe, 0, out, workers=workers, check=False))
+    previous = os.environ.get("OFFBENCH_GENERATOR_LOOP")
+    os.environ["OFFBENCH_GENERATOR_LOOP"] = loop
+    try:
+        _, wall, cpu = timed(lambda: write_histories(recipe, 0, out, workers=workers, check=False))
+    finally:
+        os.environ.pop("OFFBENCH_GENERATOR_LOOP")
+        if previous:
+            os.environ["OFFBENCH_GENERATOR_LOOP"] = previous
     from offbench.data.store import load_native
 
     n = load_native(out).num_transitions
     size = out.stat().st_size
     out.unlink()
-    return {"row": label, "benchmark": benchmark, "algo": recipe.algo, "workers": workers, "transitions": n, "wall_s": wall,
+    if loop == "numba" and recipe.algo not in ("q-learning", "ad-epsilon"):
+        loop = "numpy"  # the bandit sources have no compiled loop
+    return {"row": label, "benchmark": benchmark, "algo": recipe.algo, "loop": loop, "workers": workers, "transitions": n, "wall_s": wall,
             "M_per_s": n / wall / 1e6, "M_per_cpu_s": n / cpu / 1e6, "bytes_per_step": size / n, "peak_rss_so_far_MB": max(children_peak_rss_mb(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
 
 
-def timed_cli(folder: Path) -> dict:
-    """The CLI as an installed offbench runs it: a first, small call writes offbench's bytecode cache
-    (__pycache__, ignored by git), as pip does on install; where PYTHONDONTWRITEBYTECODE is set (as in
-    this project's sandbox) every start would otherwise compile offbench's modules again."""
+def timed_cli(folder: Path, loop: str | None) -> dict:
+    """The CLI as an installed offbench runs it, with inner loop `loop` (None: the one offbench picks): a first,
+    small call writes offbench's bytecode cache (__pycache__, ignored by git), as pip does on install (and
+    numba's cache, as a first generation would); where PYTHONDONTWRITEBYTECODE is set (as in this project's
+    sandbox) every start would otherwise compile offbench's modules again."""
     env = {**os.environ, "OFFBENCH_HOME": str(folder / "home"), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env.pop("OFFBENCH_GENERATOR_LOOP", None)
+    if loop:
+        env["OFFBENCH_GENERATOR_LOOP"] = loop
     command = [sys.executable, "-m", "offbench", "generate", "darkroom"]
+    for name in ("warm-up", "cli"):
+        shutil.rmtree(folder / name, ignore_errors=True)
     subprocess.run([*command, "--tasks", "3", "--held-out", "1", "--episodes", "10", "--out", str(folder / "warm-up"), "-q"], check=True, env=env, capture_output=True)
     _, wall, cpu = timed(lambda: subprocess.run([*command, *CLI_ARGS, "--out", str(folder / "cli"), "-q"], check=True, env=env, capture_output=True))
     n = 65 * 8 * 1000 * 20
-    return {"row": "cli (end to end)", "benchmark": "darkroom", "algo": "q-learning", "workers": default_workers(), "transitions": n,
+    chosen = loop or selected_loop(1000 * 20, n // default_workers())
+    return {"row": "cli (end to end)" + ("" if loop else ", loop offbench picks"), "benchmark": "darkroom", "algo": "q-learning", "loop": chosen,
+            "workers": default_workers(), "transitions": n,
             "wall_s": wall, "M_per_s": n / wall / 1e6, "M_per_cpu_s": n / cpu / 1e6, "bytes_per_step": (folder / "cli" / "data.h5").stat().st_size / n}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of the headline rows (interleaved; the median is shown)")
     args = parser.parse_args()
     workers = default_workers()
     darkroom = {"algo": "q-learning", "tasks": 81, "held_out": 16, "histories_per_task": 8}
@@ -126,25 +150,30 @@ def main() -> None:
         folder = Path(tmp)
         # side by side: reference, offbench on one core, on every core, the CLI (same 10.4M transitions)
         n, wall, cpu = timed(lambda: reference_q_learning(520, 1000))
-        rows.append({"row": "reference (plain vectorised loop)", "benchmark": "darkroom", "algo": "q-learning", "workers": 1,
+        rows.append({"row": "reference (plain vectorised loop)", "benchmark": "darkroom", "algo": "q-learning", "loop": "-", "workers": 1,
                      "transitions": n, "wall_s": wall, "M_per_s": n / wall / 1e6, "M_per_cpu_s": n / cpu / 1e6})
-        rows.append(timed_generation(folder, "offbench (1 worker)", "darkroom", 1, **darkroom, episodes=1000))
-        rows.append(timed_generation(folder, f"offbench ({workers} workers)", "darkroom", workers, **darkroom, episodes=1000))
-        rows.append(timed_cli(folder))
+        compile_kernels()  # numba started (its cache loaded or written) once, before the timed rows
+        headline = [(label, count, loop) for label, count in (("offbench (1 worker)", 1), (f"offbench ({workers} workers)", workers)) for loop in LOOPS]
+        rounds = [[timed_generation(folder, label, "darkroom", count, loop, **darkroom, episodes=1000) for label, count, loop in headline]
+                  for _ in range(args.rounds)]  # interleaved, so that a slow spell of the machine hits every row alike
+        for runs in zip(*rounds):  # the median round of each row
+            rows.append(sorted(runs, key=lambda r: r["wall_s"])[len(runs) // 2] | {"rounds": len(runs)})
+        rows.append(timed_cli(folder, None))
+        rows.append(timed_cli(folder, "numba"))
         # the other benchmarks, every core
         others = [("keydoor", {"algo": "q-learning", "tasks": 250, "held_out": 50, "histories_per_task": 1, "episodes": 2000}),
-                  ("darkroom-hard", {"algo": "q-learning", "tasks": 288, "held_out": 58, "histories_per_task": 1, "episodes": 2000}),
-                  ("bandit", {"algo": "ucb", "variant": "adversarial", "tasks": 5000, "held_out": 1000, "episodes": 100}),
-                  ("bandit", {"algo": "thompson", "variant": "adversarial", "tasks": 5000, "held_out": 1000, "episodes": 100}),
-                  ("bandit-gaussian", {"algo": "thompson", "tasks": 10200, "held_out": 200, "episodes": 500})]
+                  ("darkroom-hard", {"algo": "q-learning", "tasks": 288, "held_out": 58, "histories_per_task": 1, "episodes": 2000})]
         if not args.quick:
             others.append(("darkroom", {"algo": "ad-epsilon", "tasks": 81, "held_out": 16, "episodes": 20000}))
-        for benchmark, params in others:
-            rows.append(timed_generation(folder, "card size", benchmark, workers, **params))
+        bandits = [("bandit", {"algo": "ucb", "variant": "adversarial", "tasks": 5000, "held_out": 1000, "episodes": 100}),
+                   ("bandit", {"algo": "thompson", "variant": "adversarial", "tasks": 5000, "held_out": 1000, "episodes": 100}),
+                   ("bandit-gaussian", {"algo": "thompson", "tasks": 10200, "held_out": 200, "episodes": 500})]
+        for (benchmark, params), loop in [(job, loop) for job in others for loop in LOOPS] + [(job, "numpy") for job in bandits]:
+            rows.append(timed_generation(folder, "card size", benchmark, workers, loop, **params))
             print(rows[-1], file=sys.stderr, flush=True)
         # linearity in transitions
         for episodes in (250, 500, 1000, 2000, 5000) if args.quick else (1000, 2000, 5000, 10000):
-            rows.append(timed_generation(folder, "linearity", "darkroom", workers, **darkroom, episodes=episodes))
+            rows.append(timed_generation(folder, "linearity", "darkroom", workers, "numba", **darkroom, episodes=episodes))
             print(rows[-1], file=sys.stderr, flush=True)
 
     table = pd.DataFrame(rows)
@@ -158,10 +187,14 @@ def main() -> None:
     fit = slope * linear.transitions / 1e6 + intercept
     r2 = 1 - ((linear.wall_s - fit) ** 2).sum() / ((linear.wall_s - linear.wall_s.mean()) ** 2).sum()
     per_m = linear.wall_s / (linear.transitions / 1e6)
-    print(f"\nwall clock: offbench (1 worker) / reference = {table.iloc[1]['x_reference']:.2f}x; "
-          f"offbench ({workers} workers) / reference = {table.iloc[2]['x_reference']:.2f}x; CLI end to end / reference = {table.iloc[3]['x_reference']:.2f}x")
-    print(f"per CPU second: offbench (1 worker) / reference = {table.iloc[1]['x_reference_per_cpu_s']:.2f}x; "
-          f"CLI end to end / reference = {table.iloc[3]['x_reference_per_cpu_s']:.2f}x")
+    row = lambda label, loop: table[(table.row == label) & (table.loop == loop)].iloc[0]  # noqa: E731
+    for loop in LOOPS:
+        one, every = row("offbench (1 worker)", loop), row(f"offbench ({workers} workers)", loop)
+        print(f"\n{loop} loop: wall clock, offbench (1 worker) / reference = {one.x_reference:.2f}x; offbench ({workers} workers) / reference = "
+              f"{every.x_reference:.2f}x ({every.M_per_s:.2f}M transitions/s); per CPU second, 1 worker / reference = {one.x_reference_per_cpu_s:.2f}x")
+    picked = table[table.row == "cli (end to end), loop offbench picks"].iloc[0]
+    print(f"CLI end to end / reference: {picked.x_reference:.2f}x with the loop offbench picks ({picked.loop}), "
+          f"{row('cli (end to end)', 'numba').x_reference:.2f}x with numba forced")
     print(f"linearity (darkroom, 520 histories): wall_s = {slope:.3f} s per M transitions + {intercept:.3f} s, R^2 = {r2:.4f}; "
           f"s per M transitions from {per_m.iloc[0]:.3f} to {per_m.iloc[-1]:.3f}")
     print(f"DarkRoomBatch observations stored as {DarkRoomBatch(np.array([[0, 0]])).compact_observations().dtype}")

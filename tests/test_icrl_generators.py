@@ -247,12 +247,17 @@ def test_cli_set_passes_hyperparameters_into_the_recipe(run_cli, tmp_path):
     assert "-e20-" in load_native(tmp_path / "data.h5").card["id"]
 
 
+@pytest.mark.parametrize("loop", ["numba", "numpy"])
 @pytest.mark.parametrize("name,algo", [("darkroom", "q-learning"), ("keydoor", "ad-epsilon"), ("bandit", "thompson"), ("bandit-gaussian", "thompson")])
-def test_same_bytes_whatever_the_number_of_workers_and_groups(tmp_path, monkeypatch, name, algo):
+def test_same_bytes_whatever_the_number_of_workers_and_groups(tmp_path, monkeypatch, name, algo, loop):
     """Histories come in random streams of 16, drawn in blocks of 256 steps; workers (one group each) and the
-    blocks of time the groups write in only change who runs them and when."""
+    blocks of time the groups write in only change who runs them and when, with either inner loop."""
     import offbench.generators.histories as histories
     import offbench.generators.rollout as rollout
+
+    if loop == "numba":
+        pytest.importorskip("numba", reason="the compiled loop needs the 'fast' extra (numba)")
+    monkeypatch.setenv("OFFBENCH_GENERATOR_LOOP", loop)
 
     params = {"algo": algo, "tasks": 36, "held_out": 1, "histories_per_task": 2, "episodes": 15, "allow_unlearned": True}  # 70 histories: 5 streams
     recipe = HistoryRecipe.from_params(name, params)
@@ -302,3 +307,46 @@ def test_progress_bar_counts_every_episode_once(tmp_path, monkeypatch, name, alg
     params = {"algo": algo, "tasks": 12, "held_out": 2, "histories_per_task": 2, "episodes": 15, "allow_unlearned": True}
     histories.write_histories(HistoryRecipe.from_params(name, params), 0, tmp_path / "d.h5", workers=2, check=False)
     assert shown == [10 * 2 * 15]
+
+
+GRID_RECIPES = [("darkroom", "q-learning"), ("darkroom", "ad-epsilon"), ("darkroom-hard", "q-learning"), ("keydoor", "q-learning"),
+                ("keydoor", "ad-epsilon")]
+
+
+@pytest.mark.parametrize("name,algo", GRID_RECIPES)
+def test_compiled_loop_writes_the_numpy_loops_bytes(tmp_path, monkeypatch, name, algo):
+    """The compiled loop (numba) is the NumPy loop made fast, not another algorithm: same file, byte for byte,
+    in lockstep (Dark Room) and where episodes end early (Key-to-Door, Dark Room Hard), also when blocks of log
+    are cut at every episode (spans of a few steps, finishing mid-block)."""
+    pytest.importorskip("numba", reason="the compiled loop needs the 'fast' extra (numba)")
+    import offbench.generators.histories as histories
+    import offbench.generators.rollout as rollout
+
+    params = {"algo": algo, "tasks": 10, "held_out": 1, "histories_per_task": 3, "episodes": 40, "allow_unlearned": True}
+    recipe = HistoryRecipe.from_params(name, params)
+    files = {}
+    for loop, cells in (("numpy", rollout.BLOCK_CELLS), ("numba", rollout.BLOCK_CELLS), ("numba", 1)):
+        monkeypatch.setenv("OFFBENCH_GENERATOR_LOOP", loop)
+        monkeypatch.setattr(rollout, "BLOCK_CELLS", cells)
+        out = tmp_path / f"{loop}-{cells}.h5"
+        histories.write_histories(recipe, 3, out, workers=1, check=False)
+        files[loop, cells] = out.read_bytes()
+    assert len(set(files.values())) == 1, [key for key in files if files[key] != files["numpy", rollout.BLOCK_CELLS]]
+    store = load_native(tmp_path / f"numba-1.h5")
+    assert store.num_episodes == 27 * 40  # every history ran all its episodes, none past them
+
+
+def test_the_generator_loop_is_chosen_by_name_and_a_bad_name_is_one_line(monkeypatch, tmp_path):
+    import offbench.generators.compiled as compiled
+
+    monkeypatch.setenv("OFFBENCH_GENERATOR_LOOP", "fortran")
+    recipe = HistoryRecipe.from_params("darkroom", {"tasks": 3, "held_out": 1, "episodes": 10})
+    with pytest.raises(OffbenchError, match="OFFBENCH_GENERATOR_LOOP must be one of numba, numpy"):
+        generate("darkroom", recipe.to_params(), 0, tmp_path / "x.h5", quiet=True)
+    assert not any(tmp_path.iterdir())
+    monkeypatch.setenv("OFFBENCH_GENERATOR_LOOP", "numba")
+    monkeypatch.setattr(compiled.importlib.util, "find_spec", lambda name: None)  # as where numba is not installed
+    with pytest.raises(OffbenchError, match="numba is not installed"):
+        compiled.selected_loop()
+    monkeypatch.delenv("OFFBENCH_GENERATOR_LOOP")
+    assert compiled.selected_loop() == "numpy"  # without numba the NumPy loop runs

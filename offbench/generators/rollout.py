@@ -23,6 +23,7 @@ from typing import Callable
 
 import numpy as np
 
+from offbench.generators.compiled import compiled_source, run_span
 from offbench.generators.sources import RowStreams, SourceAlgorithm
 
 BLOCK_CELLS = 1 << 17  # history-steps per block of log: its lay-out works in cache
@@ -44,11 +45,11 @@ def block_steps(rows: int, horizon: int) -> int:
 
 
 def run_group(env, algo: SourceAlgorithm, num_episodes: int, env_streams: RowStreams, sink, in_lockstep: bool,
-              progress: Callable[[int], None]) -> np.ndarray:
+              progress: Callable[[int], None], loop: str = "numpy") -> np.ndarray:
     """Every history of `env`'s rows for `num_episodes` episodes. Each block of log goes to
     sink(first_step, state_actions, ended, rewards), arrays (steps, rows): ended is None in lockstep,
-    rewards None where they are the table's. progress(n): n more episodes done. Returns the steps each
-    history took."""
+    rewards None where they are the table's. progress(n): n more episodes done. `loop`: "numba" runs the
+    compiled loop where the source has one (`compiled.py`; same bytes). Returns the steps each history took."""
     rows, states, actions, horizon = env.num_envs, env.num_states, env.num_actions, env.horizon
     next_table, reward_table, terminal_table = env.tables()
     offsets = np.arange(rows, dtype=np.int64) * states
@@ -84,19 +85,41 @@ def run_group(env, algo: SourceAlgorithm, num_episodes: int, env_streams: RowStr
         n = (step - 1) % block + 1
         sink(step - n, sa_log[:n], None if ended_log is None else ended_log[:n], None if reward_log is None else reward_log[:n])
 
-    step, state = 0, start
+    compiled = compiled_source(env, algo, loop)
+    if compiled:  # the compiled loop logs rows first; the sinks get the same (steps, rows) arrays, as transposed views
+        tables = compiled.tables(next_flat, rewards_flat, terminal_flat)
+        sa_rows, ended_rows = np.empty((rows, block), dtype=np.int64), np.empty((rows, block), dtype=bool)
+        sa_log, ended_log = sa_rows.T, None if in_lockstep else ended_rows.T
+    draws: list[np.ndarray] = []  # the compiled loop's current block of draws (uniforms, random actions)
+
+    def span(step: int) -> tuple[int, int, int]:
+        """The compiled loop's next span from `step`: its number of steps, its first column in the log and in the
+        block of draws (each span lies within one of each; a new block is drawn when one starts)."""
+        per_block = RowStreams.BLOCK_STEPS
+        if step % per_block == 0:
+            draws[:] = compiled.draws()
+        n = min(per_block - step % per_block, block - step % block, capacity - step)
+        return n, step % block, step % per_block
+
+    step, state = 0, start.copy()
     length = np.full(rows, capacity, dtype=np.int64)  # logged steps per row
+    t, episode = np.zeros(rows, dtype=np.int64), np.zeros(rows, dtype=np.int64)
+    finished_at = np.zeros(rows, dtype=np.int64)  # the compiled loop: the step after each row's last episode ended
     if in_lockstep:  # the nominal step is the step, for every row
         while step < capacity:
-            next_state, _ = one_step(state, step % block, step)
-            step += 1
-            state = next_state if step % horizon else start
+            if compiled:
+                n, logged, drawn = span(step)
+                run_span(n, horizon, num_episodes, step, state, start, t, episode, finished_at, sa_rows, ended_rows, logged, *draws, drawn, tables)
+                step += n
+            else:
+                next_state, _ = one_step(state, step % block, step)
+                step += 1
+                state = next_state if step % horizon else start
             if step % block == 0 or step == capacity:
                 flush(step)
                 progress(rows * ((step - 1) % block + 1) // horizon)
         return length
 
-    t, episode = np.zeros(rows, dtype=np.int64), np.zeros(rows, dtype=np.int64)
     episode_base = np.zeros(rows, dtype=np.int64)  # nominal step of the current episode's first step
     flushed_episodes = np.zeros(rows, dtype=np.int64)  # episodes each row had ended at the last flush
     flushed_step = 0
@@ -114,7 +137,16 @@ def run_group(env, algo: SourceAlgorithm, num_episodes: int, env_streams: RowStr
         nonlocal flushed_step
         flushed_episodes[:], flushed_step = episode, step
 
-    while step < capacity:
+    while compiled and step < capacity:
+        n, logged, drawn = span(step)
+        run_span(n, horizon, num_episodes, step, state, start, t, episode, finished_at, sa_rows, ended_rows, logged, *draws, drawn, tables)
+        step += n
+        if episode.min() >= num_episodes:
+            step = int(finished_at.max())
+            break
+        if step % block == 0:
+            flush_and_count(step)
+    while not compiled and step < capacity:
         next_state, terminated = one_step(state, step % block, episode_base + t)  # past its history, a row's nominal steps run on
         t += 1
         step += 1

@@ -49,10 +49,15 @@ class RowStreams:
         """draw(generator, rows) for every stream, joined along the first axis (rows)."""
         return np.concatenate([draw(g, rows) for g, rows in zip(self.generators, self.slices)])
 
-    def per_block(self, draw: Callable[[np.random.Generator, tuple[int, ...]], np.ndarray], *tail: int) -> Callable[[], np.ndarray]:
+    def per_block(self, draw: Callable[[np.random.Generator, tuple[int, ...]], np.ndarray], *tail: int) -> Callable[..., np.ndarray]:
         """A function returning the draws (BLOCK_STEPS, rows, *tail) of the next BLOCK_STEPS steps, each stream
-        drawing its rows' part with draw(generator, shape) (e.g. Generator.random)."""
-        return lambda: np.concatenate([draw(g, (self.BLOCK_STEPS, n, *tail)) for g, n in zip(self.generators, self.sizes)], axis=1)
+        drawing its rows' part with draw(generator, shape) (e.g. Generator.random); with rows_first=True the
+        same numbers as (rows, BLOCK_STEPS, *tail)."""
+        def next_block(rows_first: bool = False) -> np.ndarray:
+            parts = [draw(g, (self.BLOCK_STEPS, n, *tail)) for g, n in zip(self.generators, self.sizes)]
+            return np.concatenate([p.swapaxes(0, 1) for p in parts]) if rows_first else np.concatenate(parts, axis=1)
+
+        return next_block
 
     def per_step(self, draw: Callable[[np.random.Generator, tuple[int, ...]], np.ndarray], *tail: int) -> Callable[[], np.ndarray]:
         """A function returning the next step's draws (rows, *tail), drawn a block at a time (`per_block`)."""
