@@ -97,8 +97,12 @@ def code_version() -> dict[str, Any]:
 
 
 def environment_info(device: str) -> dict[str, Any]:
+    """Where a run ran. Includes the SIMD kernels NumPy and torch dispatch to: NumPy's AVX-512 sin/cos differ
+    from its AVX2 ones in the last bits, enough to change a generated pendulum dataset and a run's returns, so
+    two runs' numbers are comparable bit for bit only where these agree."""
     import numpy
     import torch
+    from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__
 
     cpu = platform.processor()
     try:
@@ -113,6 +117,8 @@ def environment_info(device: str) -> dict[str, Any]:
         "cpu": cpu,
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
+        "numpy_simd": [feature for feature in __cpu_dispatch__ if __cpu_features__.get(feature)],
+        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "device": device,
     }
     if device.startswith("cuda"):

@@ -38,6 +38,10 @@ def test_dt_run_writes_the_run_directory_contract(pendulum, cli, tmp_path):
     assert run["evaluation"]["target_returns"] == [-140.0, -700.0] and run["evaluation"]["episodes"] == 2
     assert run["evaluation"]["env"] == {"suite": "gymnasium", "id": "Pendulum-v1"}
     assert set(run["code"]) == {"version", "git_commit", "git_dirty"} and run["env"]["device"] == "cpu"
+    from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__
+
+    assert run["env"]["torch_cpu_capability"] == torch.backends.cpu.get_cpu_capability()  # the kernels the numbers came from
+    assert run["env"]["numpy_simd"] == [feature for feature in __cpu_dispatch__ if __cpu_features__[feature]]
     metrics = read_jsonl(run_dir / "metrics.jsonl")
     assert [m["step"] for m in metrics] == [10, 20, 30, 40, 50] and all(np.isfinite(m["action_loss"]) for m in metrics)
     evaluations = read_jsonl(run_dir / "evaluations.jsonl")
