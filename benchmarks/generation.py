@@ -41,7 +41,7 @@ import pandas as pd
 
 from offbench.envs.darkroom import DarkRoomBatch
 from offbench.envs.gridworld import next_cell_table
-from offbench.generators.compiled import LOOPS, compile_kernels, selected_loop
+from offbench.generators.compiled import LOOPS, compile_loop, selected_loop
 from offbench.generators.histories import HistoryRecipe, default_workers, write_histories
 from offbench.generators.sources import QLearning, linear_schedule
 
@@ -152,7 +152,7 @@ def main() -> None:
         n, wall, cpu = timed(lambda: reference_q_learning(520, 1000))
         rows.append({"row": "reference (plain vectorised loop)", "benchmark": "darkroom", "algo": "q-learning", "loop": "-", "workers": 1,
                      "transitions": n, "wall_s": wall, "M_per_s": n / wall / 1e6, "M_per_cpu_s": n / cpu / 1e6})
-        compile_kernels()  # numba started (its cache loaded or written) once, before the timed rows
+        compile_loop()  # numba started (its cache loaded or written) once, before the timed rows
         headline = [(label, count, loop) for label, count in (("offbench (1 worker)", 1), (f"offbench ({workers} workers)", workers)) for loop in LOOPS]
         rounds = [[timed_generation(folder, label, "darkroom", count, loop, **darkroom, episodes=1000) for label, count, loop in headline]
                   for _ in range(args.rounds)]  # interleaved, so that a slow spell of the machine hits every row alike

@@ -10,7 +10,7 @@ for both sources, in lockstep and with episodes that end early).
 
 numba is optional (the `fast` extra, part of `all`): without it, or with OFFBENCH_GENERATOR_LOOP=numpy, the NumPy
 loop runs; by default numba runs only for jobs large enough to repay its start (`selected_loop`). The loop is
-compiled on first use and cached on disk (numba's `cache=True`); `compile_kernels()` is called in the parent
+compiled on first use and cached on disk (numba's `cache=True`); `compile_loop()` is called in the parent
 before the worker processes fork, so they inherit the compiled code instead of each compiling it again.
 """
 
@@ -54,7 +54,7 @@ def _first_argmax(q: np.ndarray, s: int) -> int:
 
 
 def _span_loop(n, horizon, num_episodes, step0, state, start, t, episode, finished_at, sa_log, ended_log, logged, u, random_actions, drawn,
-          epsilons, q, policy, learn, next_flat, rewards_flat, terminal_flat, lr, gamma):
+               epsilons, q, policy, learn, next_flat, rewards_flat, terminal_flat, lr, gamma):
     """n steps of every row, the next being step step0 of the group: act epsilon-greedy (on the Q-table, or on
     the fixed policy where not `learn`), move, and with `learn` make the Q-learning update. Logs row r's steps
     in sa_log[r, logged + i] (flat state-action index) and ended_log (episode ended there); u and
@@ -114,9 +114,8 @@ class CompiledEpsilonGreedy:
     are consumed exactly as by the NumPy loop."""
 
     def __init__(self, env, algo):
-        from offbench.generators.sources import ADEpsilon, QLearning, RowStreams
+        from offbench.generators.sources import ADEpsilon, QLearning
 
-        self.block_steps = RowStreams.BLOCK_STEPS
         self.explore = algo.explore
         self.epsilons = np.ascontiguousarray(algo.explore.epsilons, dtype=np.float64)
         self.learn = isinstance(algo, QLearning)
@@ -130,10 +129,12 @@ class CompiledEpsilonGreedy:
             self.lr = self.gamma = 0.0
 
     def draws(self) -> tuple[np.ndarray, np.ndarray]:
-        """The next block's uniforms and random actions, rows first (rows, block_steps), as EpsilonGreedy draws them."""
+        """The next block's uniforms and random actions, rows first (rows, RowStreams.BLOCK_STEPS), as EpsilonGreedy draws them."""
         return self.explore.uniforms(rows_first=True), self.explore.random_actions(rows_first=True)
 
     def tables(self, next_flat, rewards_flat, terminal_flat) -> tuple:
+        """The loop's arguments after the draws: the source's schedule and tables, then the environment's (flat
+        next state, reward and termination of every flat state-action index)."""
         return (self.epsilons, self.q, self.policy, self.learn, np.ascontiguousarray(next_flat, dtype=np.int64),
                 np.ascontiguousarray(rewards_flat), np.ascontiguousarray(terminal_flat, dtype=np.bool_), self.lr, self.gamma)
 
@@ -154,7 +155,7 @@ def run_span(n, horizon, num_episodes, step0, state, start, t, episode, finished
     kernel()(n, horizon, num_episodes, step0, state, start, t, episode, finished_at, sa_log, ended_log, logged, u, random_actions, drawn, *tables)
 
 
-def compile_kernels() -> None:
+def compile_loop() -> None:
     """Compile (or load from numba's cache) the loop on a tiny table, so that worker processes forked
     afterwards start with it compiled."""
     rows, states, actions = 1, 2, 2

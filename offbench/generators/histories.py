@@ -39,7 +39,7 @@ from offbench.envs.benchmarks import BENCHMARKS, Benchmark, get_benchmark, split
 from offbench.errors import OffbenchError
 from offbench.utils import atomic_path, progress_bar, reserve_space, user_fixable_write_errors
 from offbench.generators import register_generator
-from offbench.generators.compiled import compile_kernels, selected_loop
+from offbench.generators.compiled import compile_loop, selected_loop
 from offbench.generators.rollout import STEP_ARRAYS, LaidOut, Staged, StepTables, as_words, lay_out_staged, lockstep, run_group, staging_arrays
 from offbench.generators.sources import ALGORITHMS, RowStreams, make_config
 
@@ -317,7 +317,7 @@ def write_histories(recipe: HistoryRecipe, seed: int, out: Path, quiet: bool = T
     workers = max(1, workers or default_workers())
     plan = _Plan.make(recipe, seed, train, workers)
     if plan.loop == "numba":
-        compile_kernels()  # before the workers fork, so they inherit the compiled loop
+        compile_loop()  # before the workers fork, so they inherit the compiled loop
     one = bench.make_batch(train[:1])
     histories, episodes = len(plan.row_task), recipe.episodes
     out = Path(out)
