@@ -350,3 +350,16 @@ def test_the_generator_loop_is_chosen_by_name_and_a_bad_name_is_one_line(monkeyp
         compiled.selected_loop()
     monkeypatch.delenv("OFFBENCH_GENERATOR_LOOP")
     assert compiled.selected_loop() == "numpy"  # without numba the NumPy loop runs
+
+
+def test_the_compiled_loop_is_picked_only_where_it_repays_numbas_start(monkeypatch):
+    """numba takes about a second to start: small jobs (the tests', darkroom-small) keep the NumPy loop, long
+    histories (Key-to-Door's 2,000 x 50 steps) take the compiled one; both give the same bytes."""
+    pytest.importorskip("numba", reason="the compiled loop needs the 'fast' extra (numba)")
+    import offbench.generators.compiled as compiled
+
+    monkeypatch.delenv("OFFBENCH_GENERATOR_LOOP", raising=False)
+    assert compiled.selected_loop(group_steps=40 * 20, history_steps=27 * 40 * 20) == "numpy"
+    assert compiled.selected_loop(group_steps=1000 * 20, history_steps=260 * 1000 * 20) == "numpy"  # the 10.4M command
+    assert compiled.selected_loop(group_steps=2000 * 50, history_steps=125 * 2000 * 50) == "numba"
+    assert compiled.selected_loop() == "numba"  # size unknown
