@@ -22,6 +22,7 @@ import os
 import numpy as np
 
 from offbench.errors import OffbenchError
+from offbench.generators.sources import ADEpsilon, QLearning
 
 LOOPS = ("numba", "numpy")  # what OFFBENCH_GENERATOR_LOOP may name
 # When the compiled loop repays numba's start (measured on the 2-core machine this was written on): numba takes
@@ -114,8 +115,6 @@ class CompiledEpsilonGreedy:
     are consumed exactly as by the NumPy loop."""
 
     def __init__(self, env, algo):
-        from offbench.generators.sources import ADEpsilon, QLearning
-
         self.explore = algo.explore
         self.epsilons = np.ascontiguousarray(algo.explore.epsilons, dtype=np.float64)
         self.learn = isinstance(algo, QLearning)
@@ -142,8 +141,6 @@ class CompiledEpsilonGreedy:
 def compiled_source(env, algo, loop: str) -> CompiledEpsilonGreedy | None:
     """The compiled form of the group's source, or None where the NumPy loop must run (`loop` is not "numba",
     a source other than Q-learning and AD-epsilon, or rewards with noise drawn at each step)."""
-    from offbench.generators.sources import ADEpsilon, QLearning
-
     if loop != "numba" or not isinstance(algo, (QLearning, ADEpsilon)) or hasattr(env, "noisy_rewards"):
         return None
     return CompiledEpsilonGreedy(env, algo)

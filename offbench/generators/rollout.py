@@ -92,14 +92,16 @@ def run_group(env, algo: SourceAlgorithm, num_episodes: int, env_streams: RowStr
         sa_log, ended_log = sa_rows.T, None if in_lockstep else ended_rows.T
     draws: list[np.ndarray] = []  # the compiled loop's current block of draws (uniforms, random actions)
 
-    def span(step: int) -> tuple[int, int, int]:
-        """The compiled loop's next span from `step`: its number of steps, its first column in the log and in the
-        block of draws (each span lies within one of each; a new block is drawn when one starts)."""
+    def compiled_span(step: int) -> int:
+        """Run the compiled loop from `step` over one span (within one block of log and one block of draws, a new
+        block drawn when one starts); returns the step after it."""
         per_block = RowStreams.BLOCK_STEPS
         if step % per_block == 0:
             draws[:] = compiled.draws()
         n = min(per_block - step % per_block, block - step % block, capacity - step)
-        return n, step % block, step % per_block
+        run_span(n, horizon, num_episodes, step, state, start, t, episode, finished_at, sa_rows, ended_rows, step % block, draws[0], draws[1],
+                 step % per_block, tables)
+        return step + n
 
     step, state = 0, start.copy()
     length = np.full(rows, capacity, dtype=np.int64)  # logged steps per row
@@ -108,9 +110,7 @@ def run_group(env, algo: SourceAlgorithm, num_episodes: int, env_streams: RowStr
     if in_lockstep:  # the nominal step is the step, for every row
         while step < capacity:
             if compiled:
-                n, logged, drawn = span(step)
-                run_span(n, horizon, num_episodes, step, state, start, t, episode, finished_at, sa_rows, ended_rows, logged, *draws, drawn, tables)
-                step += n
+                step = compiled_span(step)
             else:
                 next_state, _ = one_step(state, step % block, step)
                 step += 1
@@ -138,9 +138,7 @@ def run_group(env, algo: SourceAlgorithm, num_episodes: int, env_streams: RowStr
         flushed_episodes[:], flushed_step = episode, step
 
     while compiled and step < capacity:
-        n, logged, drawn = span(step)
-        run_span(n, horizon, num_episodes, step, state, start, t, episode, finished_at, sa_rows, ended_rows, logged, *draws, drawn, tables)
-        step += n
+        step = compiled_span(step)
         if episode.min() >= num_episodes:
             step = int(finished_at.max())
             break
