@@ -1,0 +1,151 @@
+"""How close AD's and DPT's action distributions come to the Bayes posterior of the best arm, on Bernoulli bandits.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/bandit_posterior.py RUN_DIR... [--histories 1000] [--seed 123]
+
+On a `bandit-*-uniform` card every arm's mean is drawn from U(0, 1), so after a history of pulls the posterior of
+each arm is Beta(1 + successes, 1 + failures) and the probability that arm i is the best is
+
+    P(i best | history) = integral f_i(x) prod_{j != i} F_j(x) dx      (f, F: Beta density and distribution)
+
+(computed on a midpoint grid of 1,000 points). That is the function both baselines are trained towards: DPT's label
+(the task's best arm) has this distribution given the context, and so has AD's label (Thompson sampling's next pull,
+which samples the same posterior). The script draws fresh Thompson-sampling histories on the card's held-out tasks,
+feeds each run's last checkpoint the whole history (one forward pass reads every prefix), and reports per prefix
+length: cross-entropy against the true best arm (the Bayes posterior's beside it), KL(Bayes || model), and the
+expected regret of one pull sampled from the model's distribution (the Bayes posterior's beside it). The adversarial
+split's prior is not uniform, so the Beta(1, 1) posterior is not its Bayes posterior: the script refuses it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+import typer
+from scipy import stats
+
+from offbench.envs.benchmarks import card_tasks
+from offbench.errors import OffbenchError
+from offbench.training.trainer import load_checkpoint, open_run
+
+GRID = (np.arange(1000) + 0.5) / 1000
+BUCKETS = [(0, 1), (1, 10), (10, 30), (30, 60), (60, 101)]
+
+
+class BestArmPosterior:
+    """P(i best | counts) for U(0, 1) priors. Counts are small integers, so the Beta densities and log distribution
+    functions on the grid are tabled once per (successes, failures) pair with at most `pulls` pulls in all."""
+
+    def __init__(self, pulls: int):
+        s, f = np.meshgrid(np.arange(pulls + 1), np.arange(pulls + 1), indexing="ij")
+        a, b = 1 + s[..., None], 1 + f[..., None]
+        self.density, self.log_cdf = stats.beta.pdf(GRID, a, b), stats.beta.logcdf(GRID, a, b)
+
+    def __call__(self, successes: np.ndarray, failures: np.ndarray) -> np.ndarray:
+        """(N, A) counts -> (N, A) probability that each arm has the largest mean."""
+        s, f = successes.astype(np.int64), failures.astype(np.int64)
+        log_cdf = self.log_cdf[s, f]
+        others = np.exp(log_cdf.sum(axis=1, keepdims=True) - log_cdf)
+        p = (self.density[s, f] * others).mean(axis=-1)
+        return p / p.sum(axis=1, keepdims=True)
+
+
+def thompson_histories(means: np.ndarray, pulls: int, rng: np.random.Generator):
+    """Thompson-sampling histories on tasks `means` (N, A): actions, rewards (N, pulls) and the Bayes posterior of
+    the best arm before every pull and after the last (N, pulls + 1, A)."""
+    n, arms = means.shape
+    actions, rewards = np.zeros((n, pulls), np.int64), np.zeros((n, pulls), np.float32)
+    successes, failures = np.zeros((n, arms)), np.zeros((n, arms))
+    posterior = np.zeros((n, pulls + 1, arms))
+    rows, best_arm_posterior = np.arange(n), BestArmPosterior(pulls)
+    for t in range(pulls):
+        posterior[:, t] = best_arm_posterior(successes, failures)
+        arm = rng.beta(1 + successes, 1 + failures).argmax(axis=1)
+        reward = rng.random(n) < means[rows, arm]
+        actions[:, t], rewards[:, t] = arm, reward
+        successes[rows, arm] += reward
+        failures[rows, arm] += ~reward
+    posterior[:, pulls] = best_arm_posterior(successes, failures)
+    return actions, rewards, posterior
+
+
+@torch.no_grad()
+def model_probabilities(name: str, model: torch.nn.Module, spec, actions: np.ndarray, rewards: np.ndarray) -> np.ndarray:
+    """An AD or DPT model's action distribution after every prefix of each history: (N, P, A), P = pulls (AD) or
+    pulls + 1 (DPT)."""
+    model.eval()
+    n, pulls = actions.shape
+    observations = torch.zeros(n, pulls, *spec.observation_shape)
+    acts, rews = torch.as_tensor(actions), torch.as_tensor(rewards)
+    if name == "dpt":
+        logits = model(torch.zeros(n, *spec.observation_shape), observations, acts, rews, observations)
+    elif name == "ad":
+        logits = model(observations, acts, rews)
+    else:
+        raise OffbenchError(f"a {name} model; this measures ad and dpt models")
+    return torch.softmax(logits.float(), dim=-1).double().numpy()
+
+
+def uniform_bandit_card(card, where: str) -> dict:
+    card = card.to_dict() if card is not None else {}
+    if card.get("env", {}).get("id") != "offbench/BernoulliBandit-v0" or card["source"]["recipe"]["params"].get("variant") != "uniform":
+        raise OffbenchError(f"{where}: needs a uniform-split Bernoulli bandit card (the posterior assumes U(0, 1) arm means)")
+    return card
+
+
+def held_out_histories(card: dict, histories: int, seed: int):
+    """Fresh Thompson-sampling histories on the card's held-out tasks (cycled): means, actions, rewards, posterior."""
+    _, held_out = card_tasks(card)
+    means = np.array([task["means"] for task in held_out])[np.arange(histories) % len(held_out)]
+    return (means, *thompson_histories(means, int(card["source"]["recipe"]["params"]["episodes"]), np.random.default_rng(seed)))
+
+
+def prefix_table(probs: np.ndarray, posterior: np.ndarray, means: np.ndarray) -> pd.DataFrame:
+    n, prefixes, _ = probs.shape
+    bayes = posterior[:, :prefixes]
+    best, gap = means.argmax(axis=1), means.max(axis=1, keepdims=True) - means
+    rows = np.arange(n)
+    per_prefix = {
+        "cross-entropy": -np.log(probs[rows, :, best] + 1e-12).mean(0),
+        "Bayes cross-entropy": -np.log(bayes[rows, :, best] + 1e-12).mean(0),
+        "KL(Bayes || model)": (bayes * (np.log(bayes + 1e-12) - np.log(probs + 1e-12))).sum(-1).mean(0),
+        "regret of a sampled pull": (probs * gap[:, None]).sum(-1).mean(0),
+        "Bayes regret of a sampled pull": (bayes * gap[:, None]).sum(-1).mean(0),
+    }
+    buckets = [(lo, min(hi, prefixes)) for lo, hi in BUCKETS if lo < prefixes]
+    table = pd.DataFrame({f"prefixes {lo}-{hi - 1}": {k: v[lo:hi].mean() for k, v in per_prefix.items()} for lo, hi in buckets})
+    table["all"] = {k: v.mean() for k, v in per_prefix.items()}
+    return table
+
+
+def main(
+    run_dirs: list[Path] = typer.Argument(..., help="AD or DPT run directories on a bandit-*-uniform card"),
+    histories: int = typer.Option(1000, help="fresh Thompson-sampling histories (cycling over the held-out tasks)"),
+    seed: int = typer.Option(123, help="seed of the histories (the same for every run)"),
+) -> None:
+    torch.set_num_threads(1)
+    cache: dict[str, tuple] = {}
+    for run_dir in run_dirs:
+        run = open_run(run_dir)
+        card = uniform_bandit_card(run.dataset.card, str(run_dir))
+        if card["id"] not in cache:
+            cache[card["id"]] = held_out_histories(card, histories, seed)
+        means, actions, rewards, posterior = cache[card["id"]]
+        checkpoint = load_checkpoint(run.run_dir, run.device)
+        if checkpoint is None:
+            raise OffbenchError(f"{run_dir}: no checkpoint yet (checkpoints/last.pt)")
+        probs = model_probabilities(run.record["baseline"], run.restored_baseline(checkpoint).model, run.spec, actions, rewards)
+        print(f"\n{run_dir} ({run.record['baseline']}, seed {run.seed}, update {checkpoint['step']}; {histories} Thompson-sampling histories)")
+        report(probs, posterior, means)
+
+
+def report(probs: np.ndarray, posterior: np.ndarray, means: np.ndarray) -> None:
+    print(prefix_table(probs, posterior, means).round(4).to_string())
+    gap, pulls = means.max(axis=1, keepdims=True) - means, posterior.shape[1] - 1
+    print(f"sum over pulls 1-{pulls} of the regret of a sampled pull: model {(probs[:, :pulls] * gap[:, None]).sum(-1).mean(0).sum():.2f}, "
+          f"Bayes {(posterior[:, :pulls] * gap[:, None]).sum(-1).mean(0).sum():.2f}")
+
+if __name__ == "__main__":
+    typer.run(main)

@@ -1,0 +1,82 @@
+"""Why DPT lags AD on Bernoulli bandits: the same DPT model, data, batches and optimiser, trained with DPT's label
+or with AD's, then measured against the Bayes posterior of the best arm (benchmarks/bandit_posterior.py).
+
+    PYTHONPATH=. .venv/bin/python benchmarks/dpt_label_ablation.py --label best-arm   [--updates 8000] [--seed 0]
+    PYTHONPATH=. .venv/bin/python benchmarks/dpt_label_ablation.py --label next-pull  [--updates 8000] [--seed 0]
+
+- `best-arm` is DPT (`DecisionPretrainedTransformer.update`): every prefix of a history carries the one label, the
+  task's best arm.
+- `next-pull` keeps everything but the label: the output after j transitions is trained on the history's pull j + 1
+  (Thompson sampling's next action, AD's label). Given the prefix, that label has the same distribution as the best
+  arm (Thompson sampling pulls each arm with its posterior probability of being the best, under the same U(0, 1)
+  prior the tasks are drawn from), so both losses have the same minimiser; what differs is that a history carries
+  100 independent label draws instead of one.
+
+Both use `baselines/dpt/bandit-thompson.toml` (cosine decay to `--updates`) on `bandit-thompson-uniform`, the
+sampler seeded as a run with `--seed` would be, one torch thread.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.nn.functional as F
+import typer
+
+from benchmarks.bandit_posterior import held_out_histories, model_probabilities, report, uniform_bandit_card
+from offbench.baselines import get_baseline
+from offbench.data.resolve import open_dataset
+from offbench.data.spec import DatasetSpec
+from offbench.training.config import resolve_config
+from offbench.training.trainer import baseline_sampler, seed_everything
+
+DATASET = "bandit-thompson-uniform"
+LABELS = ("best-arm", "next-pull")
+
+
+def next_pull_update(dpt, batch: dict[str, torch.Tensor]) -> float:
+    """DPT's update with AD's label: position j (j transitions seen) predicts the context's transition j + 1's action."""
+    dpt.model.train()
+    logits = dpt.model(
+        batch["query_observations"], batch["context_observations"], batch["context_actions"],
+        batch["context_rewards"], batch["context_next_observations"],
+    )
+    labels = batch["context_actions"]
+    loss = F.cross_entropy(logits[:, : labels.shape[1]].flatten(0, 1), labels.flatten())
+    dpt.optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    dpt.optimizer.step()
+    dpt.scheduler.step()
+    return loss.item()
+
+
+def main(
+    label: str = typer.Option(..., help="best-arm (DPT's) or next-pull (AD's)"),
+    updates: int = typer.Option(8000, help="updates; the cosine schedule ends here"),
+    seed: int = typer.Option(0),
+    histories: int = typer.Option(1000, help="fresh Thompson-sampling histories to measure the fit on"),
+) -> None:
+    if label not in LABELS:
+        raise typer.BadParameter(f"--label must be one of {', '.join(LABELS)}")
+    torch.set_num_threads(1)
+    cls = get_baseline("dpt")
+    config = resolve_config(cls, DATASET, overrides=[f"cosine_steps={updates}"])
+    data = open_dataset(DATASET)
+    spec = DatasetSpec.from_store(data.store)
+    seed_everything(seed, torch.device("cpu"))
+    dpt = cls(config.baseline, spec)
+    sampler = baseline_sampler(dpt, data.store, config.train.batch_size, seed)
+    start = time.perf_counter()
+    for step in range(1, updates + 1):
+        batch = sampler.sample()
+        loss = dpt.update(batch)["action_loss"] if label == "best-arm" else next_pull_update(dpt, batch)
+        if step % 1000 == 0:
+            print(f"update {step}: loss {loss:.3f} ({time.perf_counter() - start:.0f} s)", flush=True)
+    means, actions, rewards, posterior = held_out_histories(uniform_bandit_card(data.card, DATASET), histories, 123)
+    print(f"\nDPT model, label {label}, seed {seed}, {updates} updates at batch {config.train.batch_size}; {histories} histories")
+    report(model_probabilities("dpt", dpt.model, spec, actions, rewards), posterior, means)
+
+
+if __name__ == "__main__":
+    typer.run(main)

@@ -1,0 +1,32 @@
+"""The Bayes posterior of the best arm that benchmarks/bandit_posterior.py measures AD and DPT against."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from benchmarks.bandit_posterior import BestArmPosterior
+
+
+def test_one_pull_gives_the_closed_form():
+    """Ten U(0, 1) arms, one pull of arm 0: P(arm 0 best) = integral of its Beta(2, 1) or Beta(1, 2) density times
+    x^9 = 2/11 after a success and 2/110 after a failure; the other arms share the rest equally."""
+    posterior = BestArmPosterior(pulls=1)
+    counts = np.zeros((2, 10))
+    successes, failures = counts.copy(), counts.copy()
+    successes[0, 0], failures[1, 0] = 1, 1
+    p = posterior(successes, failures)
+    np.testing.assert_allclose(p[:, 0], [2 / 11, 2 / 110], atol=1e-5)
+    np.testing.assert_allclose(p[:, 1:], np.repeat((1 - p[:, :1]) / 9, 9, axis=1), atol=1e-9)
+
+
+def test_matches_sampling_from_the_beta_posteriors():
+    """For counts of a long history, the tabled integral equals the frequency with which each arm's Beta sample is
+    the largest (Thompson sampling's pull distribution), to within the Monte Carlo error."""
+    rng = np.random.default_rng(0)
+    failures = rng.integers(0, 8, (1, 10)).astype(float)
+    successes = rng.integers(0, 8, (1, 10)).astype(float)
+    p = BestArmPosterior(pulls=16)(successes, failures)[0]
+    draws = rng.beta(1 + successes[0], 1 + failures[0], (400_000, 10)).argmax(axis=1)
+    frequency = np.bincount(draws, minlength=10) / len(draws)
+    np.testing.assert_allclose(p, frequency, atol=3e-3)
+    assert abs(p.sum() - 1) < 1e-12
