@@ -12,6 +12,10 @@ or with AD's, then measured against the Bayes posterior of the best arm (benchma
   prior the tasks are drawn from), so both losses have the same minimiser; what differs is that a history carries
   100 independent label draws instead of one.
 
+`--warm-start N` trains the first N updates with `next-pull`, then goes on with `--label`: does DPT's own objective
+keep the fit AD's label found (the fit is a stable point of it), or leave it? `--ema D` also measures an exponential
+moving average of the weights (is the gap noise in the weights around a good solution?).
+
 Both use `baselines/dpt/bandit-thompson.toml` (cosine decay to `--updates`) on `bandit-thompson-uniform`, the
 sampler seeded as a run with `--seed` would be, one torch thread.
 """
@@ -23,6 +27,7 @@ import time
 import torch
 import torch.nn.functional as F
 import typer
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from benchmarks.bandit_posterior import held_out_histories, model_probabilities, report, uniform_bandit_card
 from offbench.baselines import get_baseline
@@ -56,6 +61,8 @@ def main(
     updates: int = typer.Option(8000, help="updates; the cosine schedule ends here"),
     seed: int = typer.Option(0),
     histories: int = typer.Option(1000, help="fresh Thompson-sampling histories to measure the fit on"),
+    warm_start: int = typer.Option(0, help="train the first N updates with the next-pull label, then with --label"),
+    ema: float = typer.Option(0.0, help="also measure an exponential moving average of the weights with this decay (0: none)"),
 ) -> None:
     if label not in LABELS:
         raise typer.BadParameter(f"--label must be one of {', '.join(LABELS)}")
@@ -67,15 +74,23 @@ def main(
     seed_everything(seed, torch.device("cpu"))
     dpt = cls(config.baseline, spec)
     sampler = baseline_sampler(dpt, data.store, config.train.batch_size, seed)
+    averaged = AveragedModel(dpt.model, multi_avg_fn=get_ema_multi_avg_fn(ema)) if ema > 0 else None
     start = time.perf_counter()
     for step in range(1, updates + 1):
         batch = sampler.sample()
-        loss = dpt.update(batch)["action_loss"] if label == "best-arm" else next_pull_update(dpt, batch)
+        best_arm = label == "best-arm" and step > warm_start
+        loss = dpt.update(batch)["action_loss"] if best_arm else next_pull_update(dpt, batch)
+        if averaged is not None:
+            averaged.update_parameters(dpt.model)
         if step % 1000 == 0:
             print(f"update {step}: loss {loss:.3f} ({time.perf_counter() - start:.0f} s)", flush=True)
     means, actions, rewards, posterior = held_out_histories(uniform_bandit_card(data.card, DATASET), histories, 123)
-    print(f"\nDPT model, label {label}, seed {seed}, {updates} updates at batch {config.train.batch_size}; {histories} histories")
+    warm = f" after {warm_start} with next-pull" if warm_start else ""
+    print(f"\nDPT model, label {label}{warm}, seed {seed}, {updates} updates at batch {config.train.batch_size}; {histories} histories")
     report(model_probabilities("dpt", dpt.model, spec, actions, rewards), posterior, means)
+    if averaged is not None:
+        print(f"\nthe moving average of its weights (decay {ema})")
+        report(model_probabilities("dpt", averaged.module, spec, actions, rewards), posterior, means)
 
 
 if __name__ == "__main__":
