@@ -90,7 +90,8 @@ def model_probabilities(name: str, model: torch.nn.Module, spec, actions: np.nda
 
 def uniform_bandit_card(card, where: str) -> dict:
     card = card.to_dict() if card is not None else {}
-    if card.get("env", {}).get("id") != "offbench/BernoulliBandit-v0" or card["source"]["recipe"]["params"].get("variant") != "uniform":
+    params = card.get("source", {}).get("recipe", {}).get("params", {})
+    if card.get("env", {}).get("id") != "offbench/BernoulliBandit-v0" or params.get("variant") != "uniform":
         raise OffbenchError(f"{where}: needs a uniform-split Bernoulli bandit card (the posterior assumes U(0, 1) arm means)")
     return card
 
@@ -102,22 +103,31 @@ def held_out_histories(card: dict, histories: int, seed: int):
     return (means, *thompson_histories(means, int(card["source"]["recipe"]["params"]["episodes"]), np.random.default_rng(seed)))
 
 
-def prefix_table(probs: np.ndarray, posterior: np.ndarray, means: np.ndarray) -> pd.DataFrame:
+def per_prefix_measures(probs: np.ndarray, posterior: np.ndarray, means: np.ndarray) -> dict[str, np.ndarray]:
+    """Each measure's mean over histories, per prefix length."""
     n, prefixes, _ = probs.shape
     bayes = posterior[:, :prefixes]
     best, gap = means.argmax(axis=1), means.max(axis=1, keepdims=True) - means
     rows = np.arange(n)
-    per_prefix = {
+    return {
         "cross-entropy": -np.log(probs[rows, :, best] + 1e-12).mean(0),
         "Bayes cross-entropy": -np.log(bayes[rows, :, best] + 1e-12).mean(0),
         "KL(Bayes || model)": (bayes * (np.log(bayes + 1e-12) - np.log(probs + 1e-12))).sum(-1).mean(0),
         "regret of a sampled pull": (probs * gap[:, None]).sum(-1).mean(0),
         "Bayes regret of a sampled pull": (bayes * gap[:, None]).sum(-1).mean(0),
     }
+
+
+def report(probs: np.ndarray, posterior: np.ndarray, means: np.ndarray) -> None:
+    """Print the measures averaged over prefix ranges, and the sampled-pull regret summed over every pull."""
+    per_prefix = per_prefix_measures(probs, posterior, means)
+    prefixes, pulls = probs.shape[1], posterior.shape[1] - 1
     buckets = [(lo, min(hi, prefixes)) for lo, hi in BUCKETS if lo < prefixes]
     table = pd.DataFrame({f"prefixes {lo}-{hi - 1}": {k: v[lo:hi].mean() for k, v in per_prefix.items()} for lo, hi in buckets})
     table["all"] = {k: v.mean() for k, v in per_prefix.items()}
-    return table
+    print(table.round(4).to_string())
+    print(f"sum over pulls 1-{pulls} of the regret of a sampled pull: model {per_prefix['regret of a sampled pull'][:pulls].sum():.2f}, "
+          f"Bayes {per_prefix['Bayes regret of a sampled pull'][:pulls].sum():.2f}")
 
 
 def main(
@@ -140,12 +150,6 @@ def main(
         print(f"\n{run_dir} ({run.record['baseline']}, seed {run.seed}, update {checkpoint['step']}; {histories} Thompson-sampling histories)")
         report(probs, posterior, means)
 
-
-def report(probs: np.ndarray, posterior: np.ndarray, means: np.ndarray) -> None:
-    print(prefix_table(probs, posterior, means).round(4).to_string())
-    gap, pulls = means.max(axis=1, keepdims=True) - means, posterior.shape[1] - 1
-    print(f"sum over pulls 1-{pulls} of the regret of a sampled pull: model {(probs[:, :pulls] * gap[:, None]).sum(-1).mean(0).sum():.2f}, "
-          f"Bayes {(posterior[:, :pulls] * gap[:, None]).sum(-1).mean(0).sum():.2f}")
 
 if __name__ == "__main__":
     typer.run(main)
