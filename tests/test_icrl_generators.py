@@ -79,6 +79,26 @@ def test_bandit_histories_are_one_pull_episodes_that_learn(name, algo):
     assert summary["last_optimal_action_rate"] > summary["first_optimal_action_rate"] + 0.1
 
 
+def test_dirichlet_rollin_pulls_ignore_the_task_and_need_no_learning_check(tmp_path):
+    """DPT's roll-in: each history pulls i.i.d. from its own arm distribution, a Dirichlet(1) draw mixed with a
+    point mass on a random arm with weight w in {0, 0.1, ..., 1}; the best arm is pulled no more than any other."""
+    path = generate("bandit", {"algo": "dirichlet", "tasks": 401, "held_out": 1, "episodes": 200}, 0, tmp_path / "d.h5", quiet=True)
+    store = load_native(path)  # generated without allow_unlearned: a roll-in is not held to the learning check
+    pulls = store.actions.reshape(400, 200).astype(int)
+    counts = np.stack([np.bincount(row, minlength=10) for row in pulls])
+    best = store.columns["optimal_action"].reshape(400, 200)[:, 0]
+    assert abs(counts[np.arange(400), best].mean() / 200 - 0.1) < 0.02  # the best arm gets a tenth of the pulls
+    single_arm = (counts.max(axis=1) == 200).mean()
+    assert 0.04 < single_arm < 0.15  # w = 1 (a pure point mass) in 1 history of 11
+    first, second = (np.stack([np.bincount(r, minlength=10) for r in half]) for half in (pulls[:, :100], pulls[:, 100:]))
+    same_favourite = (first.argmax(axis=1) == second.argmax(axis=1)).mean()
+    assert same_favourite > 0.6  # one fixed distribution per history, not a fresh one per pull
+    assert len(np.unique(counts.argmax(axis=1))) == 10  # and the favoured arms vary across histories
+    a = load_native(generate("bandit", {"algo": "dirichlet", "tasks": 11, "held_out": 1, "episodes": 20}, 3, tmp_path / "a.h5", quiet=True))
+    b = load_native(generate("bandit", {"algo": "dirichlet", "tasks": 11, "held_out": 1, "episodes": 20}, 3, tmp_path / "b.h5", quiet=True))
+    assert a.content_sha256() == b.content_sha256()
+
+
 def test_ucb_pulls_every_arm_once_first():
     store, _ = _run("bandit", algo="ucb", tasks=3, held_out=1, episodes=20)
     first = store.actions[store.columns["history_id"] == 0][:10]
@@ -248,7 +268,7 @@ def test_cli_set_passes_hyperparameters_into_the_recipe(run_cli, tmp_path):
 
 
 @pytest.mark.parametrize("loop", ["numba", "numpy"])
-@pytest.mark.parametrize("name,algo", [("darkroom", "q-learning"), ("keydoor", "ad-epsilon"), ("bandit", "thompson"), ("bandit-gaussian", "thompson")])
+@pytest.mark.parametrize("name,algo", [("darkroom", "q-learning"), ("keydoor", "ad-epsilon"), ("bandit", "thompson"), ("bandit-gaussian", "thompson"), ("bandit", "dirichlet")])
 def test_same_bytes_whatever_the_number_of_workers_and_groups(tmp_path, monkeypatch, name, algo, loop):
     """Histories come in random streams of 16, drawn in blocks of 256 steps; workers (one group each) and the
     blocks of time the groups write in only change who runs them and when, with either inner loop."""

@@ -72,7 +72,7 @@ class Benchmark:
 
 
 GRID_ALGOS = ("q-learning", "ad-epsilon")
-BANDIT_ALGOS = ("ucb", "thompson", "ad-epsilon")
+BANDIT_ALGOS = ("ucb", "thompson", "ad-epsilon", "dirichlet")
 
 BENCHMARKS: dict[str, Benchmark] = {
     b.name: b

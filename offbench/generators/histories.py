@@ -14,7 +14,8 @@ The generator checks that learning happened: per history, the mean score of the 
 tenth of its episodes (score = return; for bandits the mean of the pulled arm, which removes reward
 noise) against the task's optimal return. A history improved if it closed at least 10% of the gap
 between its first-window score and the optimum. Histories that did not improve are reported; if fewer
-than half improved, generation fails unless `allow_unlearned` is set. The summary goes into the card.
+than half improved, generation fails unless `allow_unlearned` is set (a source that declares `learns = False`,
+a roll-in rather than a learner, is not checked). The summary goes into the card.
 """
 
 from __future__ import annotations
@@ -338,7 +339,7 @@ def write_histories(recipe: HistoryRecipe, seed: int, out: Path, quiet: bool = T
         regions["episode_starts"].open()[0] = 0
         join = lambda key: np.concatenate([r[key] for r in results])  # noqa: E731
         summary = learning_summary(join("windows"), join("optimal_returns"), episodes, score_name=one.score_name)
-        if check:
+        if check and getattr(ALGORITHMS[recipe.algo], "learns", True):
             check_learning(summary, recipe.allow_unlearned)
         finish_native(tmp, regions, _card(recipe, bench, seed, train, held_out, summary))
     return summary

@@ -242,11 +242,49 @@ class ThompsonSampling(ArmStatistics):
         return np.argmax(samples, axis=1)
 
 
+class DirichletPulls:
+    """DPT's bandit roll-in (Lee et al. 2023; checked against `rollin_bandit` in
+    jon--lee/decision-pretrained-transformer collect_data.py): every history pulls its arms i.i.d. from its
+    own distribution p = (1 - w) Dirichlet(concentration) + w * onehot(k), with w uniform on {0, 0.1, ..., 1}
+    and k a uniformly drawn arm. Nothing is learned and the pulls ignore the rewards, so how often an arm is
+    pulled says nothing about whether it is the best: a model trained on these contexts must read the rewards."""
+
+    learns = False  # a roll-in for DPT's contexts, not a learner: the generator's learning check does not apply
+
+    @dataclass(frozen=True)
+    class Config:
+        concentration: float = 1.0
+
+        def __post_init__(self):
+            if self.concentration <= 0:
+                raise ValueError(f"concentration must be positive (got {self.concentration})")
+
+    def __init__(self, env, num_episodes: int, streams: RowStreams, config: DirichletPulls.Config):
+        arms = env.num_actions
+
+        def arm_distributions(g: np.random.Generator, rows: slice) -> np.ndarray:
+            n = rows.stop - rows.start
+            weight = g.integers(0, 11, size=n)[:, None] / 10.0
+            point_mass = np.eye(arms)[g.integers(0, arms, size=n)]
+            return (1.0 - weight) * g.dirichlet(np.full(arms, config.concentration), size=n) + weight * point_mass
+
+        self.cumulative = np.cumsum(streams.each(arm_distributions), axis=1)
+        self.uniforms = streams.per_step(np.random.Generator.random)
+
+    def act(self, states, steps):
+        drawn = (self.cumulative < self.uniforms()[:, None]).sum(axis=1)
+        return np.minimum(drawn, self.cumulative.shape[1] - 1)  # a rounding-short last bin still names an arm
+
+    def update(self, state_actions, rewards, next_states, terminated):
+        """The pulls ignore what happens."""
+
+
 ALGORITHMS: dict[str, Callable[..., SourceAlgorithm]] = {
     "q-learning": QLearning,
     "ad-epsilon": ADEpsilon,
     "ucb": UCB1,
     "thompson": ThompsonSampling,
+    "dirichlet": DirichletPulls,
 }
 
 
