@@ -273,9 +273,9 @@ def test_two_processes_downloading_one_id_both_succeed_with_one_transfer(tmp_pat
         assert server.got_request.wait(30), "first download never reached the server"
         second = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=err1, text=True)
         deadline = time.monotonic() + 30
-        while "waiting for another download" not in logs[1].read_text() and time.monotonic() < deadline:
+        while "waiting for another process preparing" not in logs[1].read_text() and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert "waiting for another download of test/shared" in logs[1].read_text()
+        assert "waiting for another process preparing test/shared" in logs[1].read_text()
         gate.set()  # let the first transfer finish while the second holds on the lock
         outs = [first.communicate(timeout=60)[0], second.communicate(timeout=60)[0]]
 
@@ -445,4 +445,30 @@ def test_download_of_a_recipe_card_generates(isolated_home, monkeypatch):
     add_card(isolated_home, "test/recipe", [], recipe={"generator": "test-tiny", "seed": 3})
     path = download("test/recipe", quiet=True)
     assert path == native_path(get_card("test/recipe"))
+    assert_same_arrays(load_native(path), make_store(seed=3))
+
+
+def test_processes_preparing_one_dataset_at_once_take_turns(isolated_home, monkeypatch):
+    """Three seeds started together each open the same recipe card: one generates, the others wait and read it
+    (before the lock they wrote the same staging file and died with an HDF5 traceback)."""
+    import threading
+
+    from offbench import generators
+
+    calls, second = [], {}
+
+    def tiny(params, seed, out, quiet):
+        calls.append(seed)
+        if len(calls) == 1:  # the other process arrives while this one is generating
+            second["thread"] = threading.Thread(target=lambda: second.setdefault("path", download("test/recipe", quiet=True)))
+            second["thread"].start()
+            second["thread"].join(timeout=0.5)
+            assert second["thread"].is_alive()  # it waits for the lock instead of generating beside us
+        return make_store(seed=seed).save(out)
+
+    monkeypatch.setitem(generators.GENERATORS, "test-tiny", tiny)
+    add_card(isolated_home, "test/recipe", [], recipe={"generator": "test-tiny", "seed": 3})
+    path = download("test/recipe", quiet=True)
+    second["thread"].join()
+    assert calls == [3] and second["path"] == path
     assert_same_arrays(load_native(path), make_store(seed=3))

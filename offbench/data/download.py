@@ -9,8 +9,8 @@ What `fetch_card` guarantees, whatever the network does:
   (`RETRY_BASE_SECONDS * 2**k`, `MAX_ATTEMPTS` in a row without progress).
 * sha256 and size are checked *before* the file gets its final name (fsync, then atomic rename):
   no half or unverified file ever sits under the final name. A wrong checksum deletes the payload.
-* One lock per dataset id (`filelock`): a second process downloading the same id waits, then finds
-  the dataset done.
+* One lock per dataset id (`filelock`, taken by `resolve.ensure_local` around downloading and generating
+  alike): a second process preparing the same id waits, then finds the dataset done.
 * 404, other HTTP errors, a wrong checksum, a full disk and no network each end in a one-line
   `OffbenchError` naming the URL or file.
 
@@ -62,7 +62,6 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import requests
-from filelock import FileLock, Timeout
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
@@ -299,62 +298,59 @@ def fetch_file(
 
 
 # ---------------------------------------------------------------------------------------- a card
-def fetch_card(card: DatasetCard, target: Path, mirror: str | None = None, quiet: bool = False) -> Path:
-    """Download a `files` / `minari_id` card's payload, verify it, convert it to the native file `target`."""
-    from offbench.data.formats import FORMATS, load_path
-    from offbench.data.store import is_native
+def fetchable_files(card: DatasetCard) -> list[RemoteFile]:
+    """The card's remote files, once the checks that need neither disk nor network pass (a known format, safe
+    file names): a bad card is a one-line error before a long download, and before anything is written."""
+    from offbench.data.formats import FORMATS
 
-    if card.format not in FORMATS:  # before a long download, not after
+    if card.format not in FORMATS:
         raise OffbenchError(f"{card.card_path or card.id}: unknown format '{card.format}' (known: {', '.join(FORMATS)})")
+    return remote_files(card)
+
+
+def fetch_card(card: DatasetCard, target: Path, mirror: str | None = None, quiet: bool = False) -> Path:
+    """Download a `files` / `minari_id` card's payload, verify it, convert it to the native file `target`. The
+    caller (`resolve.ensure_local`) holds the dataset's lock, so no other process writes the same files."""
+    from offbench.data.formats import FORMATS, load_path
+
     target = Path(target)
     mirror = mirror or os.environ.get("OFFBENCH_MIRROR") or None
-    remotes = remote_files(card)
+    remotes = fetchable_files(card)
     raw = ensure_dir(target.parent / "raw")
-    lock = FileLock(str(target.parent / ".download.lock"))
+    show = not quiet and sys.stderr.isatty()
+    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn())
+    with requests.Session() as session, Progress(*columns, console=_stderr, disable=not show) as progress:
+        session.headers["User-Agent"] = "offbench (dataset download)"
+        fetched = [fetch_file(session, remote, raw, mirror, progress) for remote in remotes]
+    paths = [path for path, _ in fetched]
+    unrecorded = {remote.relpath: digest for remote, (_, digest) in zip(remotes, fetched) if digest is not None}
+    if card.source_kind == "minari_id":
+        payload = raw / str(card.source["minari_id"])
+    else:
+        payload = paths[0] if len(paths) == 1 else raw
     try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        _stderr.print(f"offbench: waiting for another download of {card.id} to finish ({lock.lock_file})")
-        lock.acquire()
-    try:
-        if is_native(target):  # the other process finished it
-            return target
-        show = not quiet and sys.stderr.isatty()
-        columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn())
-        with requests.Session() as session, Progress(*columns, console=_stderr, disable=not show) as progress:
-            session.headers["User-Agent"] = "offbench (dataset download)"
-            fetched = [fetch_file(session, remote, raw, mirror, progress) for remote in remotes]
-        paths = [path for path, _ in fetched]
-        unrecorded = {remote.relpath: digest for remote, (_, digest) in zip(remotes, fetched) if digest is not None}
-        if card.source_kind == "minari_id":
-            payload = raw / str(card.source["minari_id"])
-        else:
-            payload = paths[0] if len(paths) == 1 else raw
-        try:
-            store = load_path(payload, card.format)
-        except OffbenchError as exc:
-            if not unrecorded:
-                raise
-            for relpath in unrecorded:  # never trusted: the next attempt downloads afresh
-                (raw / relpath).unlink(missing_ok=True)
-            hint = "the URL and --mirror" if mirror else "the URL"
-            raise OffbenchError(
-                f"{exc}; this first download was not recorded and has been deleted: check {hint}, then run `offbench download {card.id}` again"
-            ) from None
-        in_place = getattr(FORMATS[card.format], "read_in_place", False)  # too large to convert (XLand): the download is the dataset
-        if not in_place:
-            store.card = {**card.to_dict(), "import": store.card}
-            store.save(target)
-        if unrecorded:  # only a payload that opened in its format is trusted on first use
-            _record_sums(raw, unrecorded)
-            for relpath, digest in unrecorded.items():
-                _stderr.print(f"offbench: unverified first download; recorded sha256 {digest} of {relpath} in {raw / SUMS_FILE}")
-        if in_place:
-            return payload
-        _remove_payload(paths, raw)
-        return target
-    finally:
-        lock.release()
+        store = load_path(payload, card.format)
+    except OffbenchError as exc:
+        if not unrecorded:
+            raise
+        for relpath in unrecorded:  # never trusted: the next attempt downloads afresh
+            (raw / relpath).unlink(missing_ok=True)
+        hint = "the URL and --mirror" if mirror else "the URL"
+        raise OffbenchError(
+            f"{exc}; this first download was not recorded and has been deleted: check {hint}, then run `offbench download {card.id}` again"
+        ) from None
+    in_place = getattr(FORMATS[card.format], "read_in_place", False)  # too large to convert (XLand): the download is the dataset
+    if not in_place:
+        store.card = {**card.to_dict(), "import": store.card}
+        store.save(target)
+    if unrecorded:  # only a payload that opened in its format is trusted on first use
+        _record_sums(raw, unrecorded)
+        for relpath, digest in unrecorded.items():
+            _stderr.print(f"offbench: unverified first download; recorded sha256 {digest} of {relpath} in {raw / SUMS_FILE}")
+    if in_place:
+        return payload
+    _remove_payload(paths, raw)
+    return target
 
 
 def _remove_payload(paths: list[Path], raw: Path) -> None:

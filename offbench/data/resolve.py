@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+from typing import Callable
+
+from filelock import FileLock, Timeout
+from rich.console import Console
 
 from offbench.data.cards import DatasetCard, card_from_dict, get_card
 from offbench.data.formats import detect_format, load_path, reads_in_place
 from offbench.data.store import EpisodeStore, is_native
 from offbench.errors import OffbenchError
 from offbench.paths import data_dir
+from offbench.utils import ensure_dir
 
 
 def native_path(card: DatasetCard) -> Path:
@@ -41,13 +47,35 @@ def is_local(card: DatasetCard) -> bool:
 
 def ensure_local(card: DatasetCard, mirror: str | None = None, quiet: bool = False) -> Path:
     """Path of the dataset's native file, downloading (and converting) or generating it first if needed.
-    A read-in-place card (XLand) gives its verified download instead, never converted."""
+    A read-in-place card (XLand) gives its verified download instead, never converted. Processes preparing
+    the same dataset at once take turns (one `filelock` per dataset): the first makes it, the others wait
+    and then find it made. A card that cannot be prepared fails before anything is written."""
     target = native_path(card)
+    ready = _local_copy(card, target)
+    if ready is not None:
+        return ready
+    make = _preparation(card, target, mirror, quiet)
+    lock = FileLock(str(ensure_dir(target.parent) / ".prepare.lock"))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        Console(stderr=True).print(f"offbench: waiting for another process preparing {card.id} to finish ({lock.lock_file})", highlight=False)
+        lock.acquire()
+    try:
+        return _local_copy(card, target) or make()
+    finally:
+        lock.release()
+
+
+def _local_copy(card: DatasetCard, target: Path) -> Path | None:
     payload = in_place_path(card)
     if payload is not None and is_local(card):
         return payload
-    if is_native(target):
-        return target
+    return target if is_native(target) else None
+
+
+def _preparation(card: DatasetCard, target: Path, mirror: str | None, quiet: bool) -> Callable[[], Path]:
+    """What makes the card's local copy, after the checks that need neither disk nor network."""
     if card.source_kind == "import":
         imported = card.source["import"]
         raise OffbenchError(
@@ -55,12 +83,14 @@ def ensure_local(card: DatasetCard, mirror: str | None = None, quiet: bool = Fal
             f"offbench import {imported['format']} {imported['from']} --id {card.id}"
         )
     if card.source_kind == "recipe":
-        from offbench.generators import generate_from_card
+        from offbench.generators import generate_from_card, get_generator
 
-        return generate_from_card(card, target, quiet=quiet)
-    from offbench.data.download import fetch_card
+        get_generator(card.source["recipe"]["generator"])
+        return partial(generate_from_card, card, target, quiet=quiet)
+    from offbench.data.download import fetch_card, fetchable_files
 
-    return fetch_card(card, target, mirror=mirror, quiet=quiet)
+    fetchable_files(card)
+    return partial(fetch_card, card, target, mirror=mirror, quiet=quiet)
 
 
 def download(dataset_id: str, mirror: str | None = None, quiet: bool = False) -> Path:
