@@ -28,6 +28,7 @@ from scipy import stats
 
 from offbench.envs.benchmarks import card_tasks
 from offbench.errors import OffbenchError
+from offbench.plotting.regret import reference_pulls
 from offbench.training.trainer import load_checkpoint, open_run
 
 GRID = (np.arange(1000) + 0.5) / 1000
@@ -52,23 +53,14 @@ class BestArmPosterior:
         return p / p.sum(axis=1, keepdims=True)
 
 
-def thompson_histories(means: np.ndarray, pulls: int, rng: np.random.Generator):
-    """Thompson-sampling histories on tasks `means` (N, A): actions, rewards (N, pulls) and the Bayes posterior of
-    the best arm before every pull and after the last (N, pulls + 1, A)."""
-    n, arms = means.shape
-    actions, rewards = np.zeros((n, pulls), np.int64), np.zeros((n, pulls), np.float32)
-    successes, failures = np.zeros((n, arms)), np.zeros((n, arms))
-    posterior = np.zeros((n, pulls + 1, arms))
-    rows, best_arm_posterior = np.arange(n), BestArmPosterior(pulls)
-    for t in range(pulls):
-        posterior[:, t] = best_arm_posterior(successes, failures)
-        arm = rng.beta(1 + successes, 1 + failures).argmax(axis=1)
-        reward = rng.random(n) < means[rows, arm]
-        actions[:, t], rewards[:, t] = arm, reward
-        successes[rows, arm] += reward
-        failures[rows, arm] += ~reward
-    posterior[:, pulls] = best_arm_posterior(successes, failures)
-    return actions, rewards, posterior
+def best_arm_posteriors(actions: np.ndarray, rewards: np.ndarray, arms: int) -> np.ndarray:
+    """The Bayes posterior of the best arm before every pull of each history and after the last: (N, pulls + 1, A)."""
+    n, pulls = actions.shape
+    pulled = np.eye(arms)[actions]
+    successes = np.concatenate([np.zeros((n, 1, arms)), np.cumsum(pulled * rewards[..., None], axis=1)], axis=1)
+    failures = np.concatenate([np.zeros((n, 1, arms)), np.cumsum(pulled * (1 - rewards[..., None]), axis=1)], axis=1)
+    best_arm_posterior = BestArmPosterior(pulls)
+    return np.stack([best_arm_posterior(successes[:, t], failures[:, t]) for t in range(pulls + 1)], axis=1)
 
 
 @torch.no_grad()
@@ -97,10 +89,13 @@ def uniform_bandit_card(card, where: str) -> dict:
 
 
 def held_out_histories(card: dict, histories: int, seed: int):
-    """Fresh Thompson-sampling histories on the card's held-out tasks (cycled): means, actions, rewards, posterior."""
+    """Fresh Thompson-sampling histories (the generators' source algorithm) on the card's held-out tasks, cycled:
+    means, actions, rewards, posterior."""
     _, held_out = card_tasks(card)
-    means = np.array([task["means"] for task in held_out])[np.arange(histories) % len(held_out)]
-    return (means, *thompson_histories(means, int(card["source"]["recipe"]["params"]["episodes"]), np.random.default_rng(seed)))
+    tasks = [held_out[i % len(held_out)] for i in range(histories)]
+    means = np.array([task["means"] for task in tasks])
+    actions, rewards, _ = reference_pulls(card["env"], tasks, "thompson", int(card["source"]["recipe"]["params"]["episodes"]), seed)
+    return means, actions, rewards.astype(np.float32), best_arm_posteriors(actions, rewards, means.shape[1])
 
 
 def per_prefix_measures(probs: np.ndarray, posterior: np.ndarray, means: np.ndarray) -> dict[str, np.ndarray]:

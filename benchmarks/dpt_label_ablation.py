@@ -16,8 +16,9 @@ or with AD's, then measured against the Bayes posterior of the best arm (benchma
 keep the fit AD's label found (the fit is a stable point of it), or leave it? `--ema D` also measures an exponential
 moving average of the weights (is the gap noise in the weights around a good solution?).
 
-Both use `baselines/dpt/bandit-thompson.toml` (cosine decay to `--updates`) on `bandit-thompson-uniform`, the
-sampler seeded as a run with `--seed` would be, one torch thread.
+Both use the card's standard DPT config (`baselines/dpt/bandit-thompson.toml` on the default
+`bandit-thompson-uniform`), its cosine decay ending at `--updates`, the sampler seeded as a run with `--seed` would
+be, one torch thread.
 """
 
 from __future__ import annotations
@@ -25,12 +26,11 @@ from __future__ import annotations
 import time
 
 import torch
-import torch.nn.functional as F
 import typer
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from benchmarks.bandit_posterior import held_out_histories, model_probabilities, report, uniform_bandit_card
-from offbench.baselines import get_baseline
+from offbench.baselines.dpt import DecisionPretrainedTransformer
 from offbench.data.resolve import open_dataset
 from offbench.data.spec import DatasetSpec
 from offbench.training.config import resolve_config
@@ -40,26 +40,24 @@ DATASET = "bandit-thompson-uniform"
 LABELS = ("best-arm", "next-pull")
 
 
-def next_pull_update(dpt, batch: dict[str, torch.Tensor]) -> float:
-    """DPT's update with AD's label: position j (j transitions seen) predicts the context's transition j + 1's action."""
-    dpt.model.train()
-    logits = dpt.model(
-        batch["query_observations"], batch["context_observations"], batch["context_actions"],
-        batch["context_rewards"], batch["context_next_observations"],
-    )
-    labels = batch["context_actions"]
-    loss = F.cross_entropy(logits[:, : labels.shape[1]].flatten(0, 1), labels.flatten())
-    dpt.optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    dpt.optimizer.step()
-    dpt.scheduler.step()
-    return loss.item()
+class LabelAblationDPT(DecisionPretrainedTransformer):
+    """DPT, with AD's label while `next_pull` is set: the output after j transitions is trained on the context's
+    pull j + 1, and the output after all of them (no next pull) is left out. Only the label differs from DPT."""
+
+    next_pull = False
+
+    def prefix_labels(self, batch: dict[str, torch.Tensor], prefixes: int) -> torch.Tensor:
+        if not self.next_pull:
+            return super().prefix_labels(batch, prefixes)
+        pulls = batch["context_actions"]
+        return torch.cat([pulls, torch.full_like(pulls[:, :1], -100)], dim=1)[:, :prefixes]
 
 
 def main(
     label: str = typer.Option(..., help="best-arm (DPT's) or next-pull (AD's)"),
     updates: int = typer.Option(8000, help="updates; the cosine schedule ends here"),
     seed: int = typer.Option(0),
+    dataset: str = typer.Option(DATASET, help="a uniform-split Bernoulli bandit card (its standard DPT config applies)"),
     histories: int = typer.Option(1000, help="fresh Thompson-sampling histories to measure the fit on"),
     warm_start: int = typer.Option(0, help="train the first N updates with the next-pull label, then with --label"),
     ema: float = typer.Option(0.0, help="also measure an exponential moving average of the weights with this decay (0: none)"),
@@ -67,24 +65,23 @@ def main(
     if label not in LABELS:
         raise typer.BadParameter(f"--label must be one of {', '.join(LABELS)}")
     torch.set_num_threads(1)
-    cls = get_baseline("dpt")
-    config = resolve_config(cls, DATASET, overrides=[f"cosine_steps={updates}"])
-    data = open_dataset(DATASET)
+    config = resolve_config(LabelAblationDPT, dataset, overrides=[f"cosine_steps={updates}"])
+    data = open_dataset(dataset)
     spec = DatasetSpec.from_store(data.store)
     seed_everything(seed, torch.device("cpu"))
-    dpt = cls(config.baseline, spec)
+    dpt = LabelAblationDPT(config.baseline, spec)
     sampler = baseline_sampler(dpt, data.store, config.train.batch_size, seed)
     averaged = AveragedModel(dpt.model, multi_avg_fn=get_ema_multi_avg_fn(ema)) if ema > 0 else None
     start = time.perf_counter()
     for step in range(1, updates + 1):
         batch = sampler.sample()
-        best_arm = label == "best-arm" and step > warm_start
-        loss = dpt.update(batch)["action_loss"] if best_arm else next_pull_update(dpt, batch)
+        dpt.next_pull = label == "next-pull" or step <= warm_start
+        loss = dpt.update(batch)["action_loss"]
         if averaged is not None:
             averaged.update_parameters(dpt.model)
         if step % 1000 == 0:
             print(f"update {step}: loss {loss:.3f} ({time.perf_counter() - start:.0f} s)", flush=True)
-    means, actions, rewards, posterior = held_out_histories(uniform_bandit_card(data.card, DATASET), histories, 123)
+    means, actions, rewards, posterior = held_out_histories(uniform_bandit_card(data.card, dataset), histories, 123)
     warm = f" after {warm_start} with next-pull" if warm_start else ""
     print(f"\nDPT model, label {label}{warm}, seed {seed}, {updates} updates at batch {config.train.batch_size}; {histories} histories")
     report(model_probabilities("dpt", dpt.model, spec, actions, rewards), posterior, means)

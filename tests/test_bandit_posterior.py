@@ -30,3 +30,16 @@ def test_matches_sampling_from_the_beta_posteriors():
     frequency = np.bincount(draws, minlength=10) / len(draws)
     np.testing.assert_allclose(p, frequency, atol=3e-3)
     assert abs(p.sum() - 1) < 1e-12
+
+
+def test_the_posterior_before_each_pull_counts_only_the_pulls_before_it():
+    """Entry t of a history's posteriors reads pulls 0..t-1: uniform before the first, 2/11 on arm 0 after its
+    success, then the posterior of one success and one failure on arm 0 after both pulls."""
+    from benchmarks.bandit_posterior import best_arm_posteriors
+
+    p = best_arm_posteriors(np.array([[0, 0]]), np.array([[1.0, 0.0]]), arms=10)[0]
+    assert p.shape == (3, 10)
+    np.testing.assert_allclose(p[0], np.full(10, 0.1), atol=1e-9)
+    np.testing.assert_allclose(p[1, 0], 2 / 11, atol=1e-5)
+    expected = BestArmPosterior(pulls=2)(np.eye(10)[:1], np.eye(10)[:1])[0]
+    np.testing.assert_allclose(p[2], expected, atol=1e-12)

@@ -111,8 +111,7 @@ class DecisionPretrainedTransformer:
                 batch["query_observations"], batch["context_observations"], batch["context_actions"],
                 batch["context_rewards"], batch["context_next_observations"],
             )
-            every_prefix = labels[:, None].expand(-1, logits.shape[1])
-            loss = F.cross_entropy(logits.flatten(0, 1).float(), every_prefix.flatten())
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), self.prefix_labels(batch, logits.shape[1]).flatten())
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if self.config.grad_clip > 0:
@@ -121,6 +120,11 @@ class DecisionPretrainedTransformer:
         self.scheduler.step()
         accuracy = (logits[:, -1].argmax(-1) == labels).float().mean()
         return {"action_loss": loss.item(), "full_context_accuracy": accuracy.item(), "learning_rate": self.scheduler.get_last_lr()[0]}
+
+    def prefix_labels(self, batch: dict[str, torch.Tensor], prefixes: int) -> torch.Tensor:
+        """(B, prefixes) labels: the optimal action for every prefix, so one pass trains every context length. A
+        label of -100 leaves its prefix out (benchmarks/dpt_label_ablation.py trains other labels through this)."""
+        return batch["optimal_actions"][:, None].expand(-1, prefixes)
 
     def policy(self, options: PolicyOptions) -> DPTPolicy:
         return DPTPolicy(self, deterministic=options.deterministic)

@@ -22,26 +22,30 @@ from offbench.plotting.figures import label_colours, plt, save_figure
 REFERENCES = {"UCB1": "ucb", "Thompson sampling": "thompson"}
 
 
-def reference_regret(env_spec: dict, tasks: list[dict], pulls: int, seed: int = 0) -> dict[str, np.ndarray]:
-    """Mean over `tasks` of the cumulative pseudo-regret after each of `pulls` pulls, per reference algorithm."""
+def reference_pulls(env_spec: dict, tasks: list[dict], algo: str, pulls: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One history of `pulls` pulls per task by source algorithm `algo` (default hyper-parameters): the actions and
+    rewards (tasks, pulls) and the mean pseudo-regret over tasks of each pull (pulls,)."""
     from offbench.envs.benchmarks import make_batch_env
     from offbench.generators.sources import ALGORITHMS, RowStreams, make_config
 
-    curves = {}
-    for name, algo in REFERENCES.items():
-        env = make_batch_env(env_spec, tasks, seed=seed)
-        streams = RowStreams([np.random.default_rng(seed)], [env.num_envs])
-        learner = ALGORITHMS[algo](env, pulls, streams, make_config(algo, {}))
-        rows, regret = np.arange(env.num_envs), np.zeros(pulls)
+    env = make_batch_env(env_spec, tasks, seed=seed)
+    streams = RowStreams([np.random.default_rng(seed)], [env.num_envs])
+    learner = ALGORITHMS[algo](env, pulls, streams, make_config(algo, {}))
+    rows = np.arange(env.num_envs)
+    actions, rewards, regret = np.zeros((env.num_envs, pulls), np.int64), np.zeros((env.num_envs, pulls)), np.zeros(pulls)
+    env.reset()
+    for pull in range(pulls):
+        actions[:, pull] = learner.act(env.state_index(), np.full(env.num_envs, pull))
+        _, rewards[:, pull], terminated, _ = env.step(actions[:, pull])
+        regret[pull] = np.mean(env.optimal_returns - env.expected_rewards(rows, actions[:, pull], rewards[:, pull]))
+        learner.update(rows * env.num_actions + actions[:, pull], rewards[:, pull], env.state_index(), terminated)  # one state per row
         env.reset()
-        for pull in range(pulls):
-            states = env.state_index()
-            actions = learner.act(states, np.full(env.num_envs, pull))
-            _, rewards, terminated, _ = env.step(actions)
-            regret[pull] = np.mean(env.optimal_returns - env.expected_rewards(rows, actions, rewards))
-            learner.update(rows * env.num_actions + actions, rewards, env.state_index(), terminated)  # one state per row
-            env.reset()
-        curves[name] = np.cumsum(regret)
+    return actions, rewards, regret
+
+
+def reference_regret(env_spec: dict, tasks: list[dict], pulls: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """Mean over `tasks` of the cumulative pseudo-regret after each of `pulls` pulls, per reference algorithm."""
+    curves = {name: np.cumsum(reference_pulls(env_spec, tasks, algo, pulls, seed)[2]) for name, algo in REFERENCES.items()}
     means = np.array([task["means"] for task in tasks], dtype=np.float64)
     curves["random"] = np.cumsum(np.full(pulls, np.mean(means.max(axis=1) - means.mean(axis=1))))
     return curves
