@@ -99,6 +99,30 @@ def test_dirichlet_rollin_pulls_ignore_the_task_and_need_no_learning_check(tmp_p
     assert a.content_sha256() == b.content_sha256()
 
 
+def test_uniform_states_rollin_draws_every_transition_from_a_uniform_cell_as_a_one_step_episode(tmp_path):
+    """DPT's grid roll-in: a cell and an action drawn uniformly before every transition, each transition its own
+    episode, so the stored s' is the step's own next cell; the card's environment keeps its 20-step episodes."""
+    from offbench.envs.gridworld import MOVES, cell_index, policy_table
+
+    path = generate("darkroom", {"algo": "uniform-states", "tasks": 81, "held_out": 16, "histories_per_task": 4, "episodes": 100}, 0,
+                    tmp_path / "u.h5", quiet=True)
+    store = load_native(path)  # generated without allow_unlearned: a roll-in is not held to the learning check
+    steps = 65 * 4 * 100
+    assert len(store.actions) == steps and np.array_equal(store.episode_starts, np.arange(steps + 1))
+    observations, next_cells = store.observations.astype(int), store.final_observations.astype(int)
+    cells = cell_index(observations, 9)
+    counts = np.bincount(cells, minlength=81)
+    assert counts.min() > 0.75 * steps / 81 and counts.max() < 1.25 * steps / 81  # every cell, not paths from the centre
+    assert abs((cells == cell_index(np.array([4, 4]), 9)).mean() - 1 / 81) < 0.005
+    assert np.bincount(store.actions, minlength=5).min() > 0.18 * steps
+    assert np.array_equal(next_cells, np.clip(observations + np.asarray(MOVES)[store.actions], 0, 8))
+    train, _ = card_tasks(store.card)
+    goals = np.array([t["goal"] for t in train])[store.columns["task_id"]]
+    assert np.array_equal(store.rewards, (next_cells == goals).all(axis=1).astype(np.float32))
+    assert np.array_equal(store.columns["optimal_action"], policy_table(9)[cell_index(goals, 9), cells])
+    assert store.card["env"]["id"] == "offbench/DarkRoom-v0" and BENCHMARKS["darkroom"].make_batch(train[:1]).horizon == 20
+
+
 def test_ucb_pulls_every_arm_once_first():
     store, _ = _run("bandit", algo="ucb", tasks=3, held_out=1, episodes=20)
     first = store.actions[store.columns["history_id"] == 0][:10]
@@ -268,7 +292,8 @@ def test_cli_set_passes_hyperparameters_into_the_recipe(run_cli, tmp_path):
 
 
 @pytest.mark.parametrize("loop", ["numba", "numpy"])
-@pytest.mark.parametrize("name,algo", [("darkroom", "q-learning"), ("keydoor", "ad-epsilon"), ("bandit", "thompson"), ("bandit-gaussian", "thompson"), ("bandit", "dirichlet")])
+@pytest.mark.parametrize("name,algo", [("darkroom", "q-learning"), ("keydoor", "ad-epsilon"), ("bandit", "thompson"), ("bandit-gaussian", "thompson"), ("bandit", "dirichlet"),
+                                       ("darkroom", "uniform-states")])
 def test_same_bytes_whatever_the_number_of_workers_and_groups(tmp_path, monkeypatch, name, algo, loop):
     """Histories come in random streams of 16, drawn in blocks of 256 steps; workers (one group each) and the
     blocks of time the groups write in only change who runs them and when, with either inner loop."""

@@ -67,11 +67,13 @@ class Benchmark:
     def task_space_size(self) -> int | None:
         return self.family.task_space_size(**self.env_kwargs)
 
-    def make_batch(self, tasks: list[dict], seed: int | np.random.Generator | None = None) -> BatchEnv:
-        return self.batch_class.from_tasks(tasks, seed=seed, **self.env_kwargs)
+    def make_batch(self, tasks: list[dict], seed: int | np.random.Generator | None = None, **overrides: Any) -> BatchEnv:
+        """The batched form for `tasks`; `overrides` replace environment keyword arguments (a generator's
+        one-step episodes: horizon=1)."""
+        return self.batch_class.from_tasks(tasks, seed=seed, **{**self.env_kwargs, **overrides})
 
 
-GRID_ALGOS = ("q-learning", "ad-epsilon")
+GRID_ALGOS = ("q-learning", "ad-epsilon", "uniform-states")
 BANDIT_ALGOS = ("ucb", "thompson", "ad-epsilon", "dirichlet")
 
 BENCHMARKS: dict[str, Benchmark] = {

@@ -127,6 +127,12 @@ class HistoryRecipe:
                 del params[key]
         return params
 
+    def source_batch(self, tasks: list[dict]):
+        """The batch the source runs on: the benchmark's, with one-step episodes for a roll-in that declares
+        `episode_horizon` (every transition from a state it draws; evaluation keeps the benchmark's horizon)."""
+        horizon = getattr(ALGORITHMS[self.algo], "episode_horizon", None)
+        return get_benchmark(self.benchmark).make_batch(tasks, **({} if horizon is None else {"horizon": horizon}))
+
     def dataset_id(self, seed: int) -> str:
         """A readable id that changes whenever the data would."""
         parts = [self.benchmark, self.algo] + ([self.variant] if self.variant else [])
@@ -176,7 +182,7 @@ class _Plan:
         stream_bounds = np.append(np.arange(0, len(row_task), STREAM_HISTORIES), len(row_task))
         num_groups = min(workers, len(stream_bounds) - 1)
         group_bounds = np.linspace(0, len(stream_bounds) - 1, num_groups + 1).round().astype(int)
-        env = get_benchmark(recipe.benchmark).make_batch(train)
+        env = recipe.source_batch(train)
         capacity = recipe.episodes * env.horizon
         loop = selected_loop(capacity, len(row_task) * capacity // num_groups)
         return cls(recipe, seed, row_task, stream_bounds, group_bounds, lockstep(env), capacity, loop)
@@ -193,7 +199,7 @@ class _Plan:
         bench = get_benchmark(self.recipe.benchmark)
         train, _ = split_tasks(bench, self.recipe.tasks, self.recipe.held_out, self.recipe.split_seed, self.recipe.variant)
         lo, hi = self.histories(group)
-        return bench.make_batch([train[i] for i in self.row_task[lo:hi]])
+        return self.recipe.source_batch([train[i] for i in self.row_task[lo:hi]])
 
     def ids(self, group: int) -> tuple[np.ndarray, np.ndarray]:
         """History and task ids of the group's rows."""
@@ -319,7 +325,7 @@ def write_histories(recipe: HistoryRecipe, seed: int, out: Path, quiet: bool = T
     plan = _Plan.make(recipe, seed, train, workers)
     if plan.loop == "numba":
         compile_loop()  # before the workers fork, so they inherit the compiled loop
-    one = bench.make_batch(train[:1])
+    one = recipe.source_batch(train[:1])
     histories, episodes = len(plan.row_task), recipe.episodes
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -49,7 +49,8 @@ def run_group(env, algo: SourceAlgorithm, num_episodes: int, env_streams: RowStr
     """Every history of `env`'s rows for `num_episodes` episodes. Each block of log goes to
     sink(first_step, state_actions, ended, rewards), arrays (steps, rows): ended is None in lockstep,
     rewards None where they are the table's. progress(n): n more episodes done. `loop`: "numba" runs the
-    compiled loop where the source has one (`compiled.py`; same bytes). Returns the steps each history took."""
+    compiled loop where the source has one (`compiled.py`; same bytes). A source with `start_states()` (a roll-in)
+    gives each episode's first state itself. Returns the steps each history took."""
     rows, states, actions, horizon = env.num_envs, env.num_states, env.num_actions, env.horizon
     next_table, reward_table, terminal_table = env.tables()
     offsets = np.arange(rows, dtype=np.int64) * states
@@ -66,6 +67,12 @@ def run_group(env, algo: SourceAlgorithm, num_episodes: int, env_streams: RowStr
     ended_log = None if in_lockstep else np.empty((block, rows), dtype=bool)
     reward_log = np.empty((block, rows), dtype=np.float32) if noise is not None else None
     start = offsets + env.start_state
+    start_states = getattr(algo, "start_states", None)  # a roll-in that draws each episode's first state
+    if start_states is not None and not in_lockstep:
+        raise ValueError("a source that draws its episodes' start states runs in lockstep only")
+
+    def episode_start() -> np.ndarray:
+        return start if start_states is None else offsets + start_states()
 
     def one_step(state: np.ndarray, i: int, nominal) -> tuple[np.ndarray, np.ndarray | None]:
         """Act, move, learn, logging the step in row i of the block; returns the next states and (if any can) terminations."""
@@ -103,7 +110,7 @@ def run_group(env, algo: SourceAlgorithm, num_episodes: int, env_streams: RowStr
                  step % per_block, tables)
         return step + n
 
-    step, state = 0, start.copy()
+    step, state = 0, episode_start().copy()
     length = np.full(rows, capacity, dtype=np.int64)  # logged steps per row
     t, episode = np.zeros(rows, dtype=np.int64), np.zeros(rows, dtype=np.int64)
     finished_at = np.zeros(rows, dtype=np.int64)  # the compiled loop: the step after each row's last episode ended
@@ -114,7 +121,7 @@ def run_group(env, algo: SourceAlgorithm, num_episodes: int, env_streams: RowStr
             else:
                 next_state, _ = one_step(state, step % block, step)
                 step += 1
-                state = next_state if step % horizon else start
+                state = next_state if step % horizon else episode_start()
             if step % block == 0 or step == capacity:
                 flush(step)
                 progress(rows * ((step - 1) % block + 1) // horizon)

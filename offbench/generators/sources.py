@@ -279,12 +279,40 @@ class DirichletPulls:
         """The pulls ignore what happens."""
 
 
+class UniformStates:
+    """DPT's roll-in for its grid tasks (Lee et al. 2023; checked against `rollin_mdp(env, "uniform")` in
+    jon--lee/decision-pretrained-transformer collect_data.py, which draws `env.sample_state()` and
+    `env.sample_action()` before every step): each transition starts in a state drawn uniformly over the
+    task's states and takes a uniformly drawn action. A context is then a set of i.i.d. transitions spread
+    over the room, not a path from the start, and it holds the goal's reward about as often as its cell is
+    drawn. Every transition is its own one-step episode (`episode_horizon`), so the stored s' of each step
+    is the cell that step led to."""
+
+    learns = False  # a roll-in for DPT's contexts, not a learner: the generator's learning check does not apply
+    episode_horizon = 1  # the generator runs the task with one-step episodes, each from `start_states()`
+
+    @dataclass(frozen=True)
+    class Config:
+        pass
+
+    def __init__(self, env, num_episodes: int, streams: RowStreams, config: UniformStates.Config):
+        self.start_states = streams.per_step(lambda g, shape: g.integers(0, env.num_states, shape))
+        self.actions = streams.per_step(lambda g, shape: g.integers(0, env.num_actions, shape))
+
+    def act(self, states, steps):
+        return self.actions()
+
+    def update(self, state_actions, rewards, next_states, terminated):
+        """The roll-in ignores what happens."""
+
+
 ALGORITHMS: dict[str, Callable[..., SourceAlgorithm]] = {
     "q-learning": QLearning,
     "ad-epsilon": ADEpsilon,
     "ucb": UCB1,
     "thompson": ThompsonSampling,
     "dirichlet": DirichletPulls,
+    "uniform-states": UniformStates,
 }
 
 
@@ -295,7 +323,7 @@ def make_config(algo: str, overrides: dict[str, Any]):
     defaults = {name: f.default for name, f in cls.__dataclass_fields__.items()}
     unknown = sorted(set(overrides) - set(defaults))
     if unknown:
-        raise ValueError(f"unknown hyper-parameter(s) {', '.join(unknown)} for {algo} (known: {', '.join(sorted(defaults))})")
+        raise ValueError(f"unknown hyper-parameter(s) {', '.join(unknown)} for {algo} (known: {', '.join(sorted(defaults)) or 'none'})")
     values = {}
     for name, value in overrides.items():
         switch = isinstance(defaults[name], bool)
