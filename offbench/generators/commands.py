@@ -65,6 +65,7 @@ def generate_and_register(benchmark: str, *, seed: int, out: Path | None, quiet:
     from offbench.data.cards import card_from_dict, write_card
     from offbench.data.store import native_header
     from offbench.generators.histories import HistoryRecipe, generate
+    from offbench.generators.sources import ALGORITHMS
     from offbench.utils import check_writable
 
     overrides = params.pop("set", None) or []
@@ -100,12 +101,15 @@ def generate_and_register(benchmark: str, *, seed: int, out: Path | None, quiet:
     learning = card["learning"]
     console = Console(soft_wrap=True)
     console.print(f"wrote {data_path}: {num_episodes:,} episodes, {num_transitions:,} transitions", highlight=False)
-    console.print(
-        f"learning ({learning['score']}, first vs last {learning['window_episodes']} episodes): "
-        f"{learning['first_return']:.3f} -> {learning['last_return']:.3f} of optimum {learning['optimal_return']:.3f}; "
-        f"{learning['histories_improved']}/{learning['histories']} histories improved",
-        highlight=False,
-    )
+    if getattr(ALGORITHMS[recipe.algo], "learns", True):
+        console.print(
+            f"learning ({learning['score']}, first vs last {learning['window_episodes']} episodes): "
+            f"{learning['first_return']:.3f} -> {learning['last_return']:.3f} of optimum {learning['optimal_return']:.3f}; "
+            f"{learning['histories_improved']}/{learning['histories']} histories improved",
+            highlight=False,
+        )
+    else:
+        console.print(f"{recipe.algo} is a roll-in, not a learner: no learning to report", highlight=False)
     if out is None:
         console.print(f"registered as {dataset_id} (card {card_path})", highlight=False)
     else:
