@@ -48,7 +48,12 @@ class BestArmPosterior:
         """(N, A) counts -> (N, A) probability that each arm has the largest mean."""
         s, f = successes.astype(np.int64), failures.astype(np.int64)
         log_cdf = self.log_cdf[s, f]
-        others = np.exp(log_cdf.sum(axis=1, keepdims=True) - log_cdf)
+        # the other arms' sum as the sum of the arms before plus the arms after, not total - own: where two arms' log
+        # CDFs are -inf at a grid point (Beta(101, 1)'s underflows near 0), total - own is -inf - -inf = nan
+        zero = np.zeros_like(log_cdf[:, :1])
+        before = np.cumsum(np.concatenate([zero, log_cdf[:, :-1]], axis=1), axis=1)
+        after = np.flip(np.cumsum(np.concatenate([zero, np.flip(log_cdf, axis=1)[:, :-1]], axis=1), axis=1), axis=1)
+        others = np.exp(before + after)
         p = (self.density[s, f] * others).mean(axis=-1)
         return p / p.sum(axis=1, keepdims=True)
 

@@ -32,6 +32,17 @@ def test_matches_sampling_from_the_beta_posteriors():
     assert abs(p.sum() - 1) < 1e-12
 
 
+def test_arms_pulled_to_the_end_of_the_table_give_a_finite_posterior():
+    """A history of 100 successes on each of two arms (a point-mass roll-in can make one): their Beta(101, 1) log
+    distribution functions underflow to -inf near 0, which must not turn the posterior into nan. Against sampling."""
+    successes, failures = np.zeros((1, 10)), np.zeros((1, 10))
+    successes[0, :2] = 100
+    p = BestArmPosterior(pulls=100)(successes, failures)[0]
+    assert np.isfinite(p).all() and abs(p.sum() - 1) < 1e-12
+    draws = np.random.default_rng(0).beta(1 + successes[0], 1 + failures[0], (400_000, 10)).argmax(axis=1)
+    np.testing.assert_allclose(p, np.bincount(draws, minlength=10) / len(draws), atol=3e-3)
+
+
 def test_the_posterior_before_each_pull_counts_only_the_pulls_before_it():
     """Entry t of a history's posteriors reads pulls 0..t-1: uniform before the first, 2/11 on arm 0 after its
     success, then the posterior of one success and one failure on arm 0 after both pulls."""
