@@ -1,6 +1,6 @@
 """How close AD's and DPT's action distributions come to the Bayes posterior of the best arm, on Bernoulli bandits.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/bandit_posterior.py RUN_DIR... [--histories 1000] [--seed 123]
+    PYTHONPATH=. .venv/bin/python benchmarks/bandit_posterior.py RUN_DIR... [--histories 1000] [--seed 123] [--floor-histories 2000]
 
 On a `bandit-*-uniform` card every arm's mean is drawn from U(0, 1), so after a history of pulls the posterior of
 each arm is Beta(1 + successes, 1 + failures) and the probability that arm i is the best is
@@ -12,7 +12,8 @@ each arm is Beta(1 + successes, 1 + failures) and the probability that arm i is 
 which samples the same posterior). The script draws fresh Thompson-sampling histories on the card's held-out tasks,
 feeds each run's last checkpoint the whole history (one forward pass reads every prefix), and reports per prefix
 length: cross-entropy against the true best arm (the Bayes posterior's beside it), KL(Bayes || model), and the
-expected regret of one pull sampled from the model's distribution (the Bayes posterior's beside it). The adversarial
+expected regret of one pull sampled from the model's distribution (the Bayes posterior's beside it); and, once per
+card, the Bayes floor of DPT's training loss on the card's own contexts (to read a run's logged loss against). The adversarial
 split's prior is not uniform, so the Beta(1, 1) posterior is not its Bayes posterior: the script refuses it.
 """
 
@@ -103,6 +104,20 @@ def held_out_histories(card: dict, histories: int, seed: int):
     return means, actions, rewards.astype(np.float32), best_arm_posteriors(actions, rewards, means.shape[1])
 
 
+def training_floor(store, histories: int) -> dict[str, float]:
+    """The Bayes floor of DPT's loss on a card's own training contexts (its first `histories` histories, whole, every
+    prefix as DPT trains them): the posterior's cross-entropy against each task's best arm, also at the full context,
+    and how often the posterior's argmax there is the best arm (the best full-context accuracy)."""
+    pulls = int(store.card["source"]["recipe"]["params"]["episodes"])
+    actions = np.asarray(store.actions).reshape(-1, pulls)[:histories].astype(np.int64)
+    rewards = np.asarray(store.rewards).reshape(-1, pulls)[:histories].astype(np.float64)
+    best = np.asarray(store.columns["optimal_action"]).reshape(-1, pulls)[:histories, 0].astype(np.int64)
+    posterior = best_arm_posteriors(actions, rewards, int(store.action_space.n))
+    cross_entropy = -np.log(posterior[np.arange(len(best)), :, best] + 1e-12)
+    return {"all prefixes": cross_entropy.mean(), "full context": cross_entropy[:, -1].mean(),
+            "full-context accuracy": (posterior[:, -1].argmax(-1) == best).mean()}
+
+
 def per_prefix_measures(probs: np.ndarray, posterior: np.ndarray, means: np.ndarray) -> dict[str, np.ndarray]:
     """Each measure's mean over histories, per prefix length."""
     n, prefixes, _ = probs.shape
@@ -134,6 +149,7 @@ def main(
     run_dirs: list[Path] = typer.Argument(..., help="AD or DPT run directories on a bandit-*-uniform card"),
     histories: int = typer.Option(1000, help="fresh Thompson-sampling histories (cycling over the held-out tasks)"),
     seed: int = typer.Option(123, help="seed of the histories (the same for every run)"),
+    floor_histories: int = typer.Option(2000, help="training histories for the Bayes floor of DPT's loss on each card (0: skip)"),
 ) -> None:
     torch.set_num_threads(1)
     cache: dict[str, tuple] = {}
@@ -142,6 +158,11 @@ def main(
         card = uniform_bandit_card(run.dataset.card, str(run_dir))
         if card["id"] not in cache:
             cache[card["id"]] = held_out_histories(card, histories, seed)
+            if floor_histories > 0:
+                floor = training_floor(run.dataset.store, floor_histories)
+                print(f"\n{card['id']}: Bayes floor of DPT's loss on its first {floor_histories} training histories: "
+                      f"{floor['all prefixes']:.3f} nats over every prefix, {floor['full context']:.3f} at the full context, "
+                      f"where the posterior's argmax is the best arm {floor['full-context accuracy']:.1%} of the time")
         means, actions, rewards, posterior = cache[card["id"]]
         checkpoint = load_checkpoint(run.run_dir, run.device)
         if checkpoint is None:

@@ -1,0 +1,79 @@
+"""Does a Dark Room DPT read its context? Its accuracy on contexts drawn like DPT's own training data, split by
+whether the context holds the goal's reward.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/dpt_context_use.py RUN_DIR... [--contexts 4000] [--seed 0]
+
+Each context is `context_size` i.i.d. transitions of one goal's room, every one from a uniformly drawn cell with a
+uniformly drawn action (DPT's uniform roll-in, `offbench generate darkroom --algo uniform-states`); the query is a
+uniform cell and the label its optimal action. For the card's training and held-out goals the script prints how often
+the run's last checkpoint names the optimal action after the whole context, over all contexts and separately for
+those with and without the reward in them. A model that has learnt to use the context is right far more often where
+the reward shows where the goal is; one that acts on the query alone (the best move under the prior over goals) is
+right equally often in both.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+import typer
+
+from offbench.envs.benchmarks import card_tasks
+from offbench.envs.gridworld import MOVES, cell_index, policy_table
+from offbench.errors import OffbenchError
+from offbench.training.trainer import load_checkpoint, open_run
+
+SIZE = 9  # Dark Room's grid
+
+
+def uniform_contexts(goals: np.ndarray, contexts: int, length: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """`contexts` contexts of `length` uniform transitions, each of a goal drawn from `goals`, with a uniform query."""
+    goal = goals[rng.integers(0, len(goals), contexts)]
+    cells = rng.integers(0, SIZE, (contexts, length, 2))
+    actions = rng.integers(0, len(MOVES), (contexts, length))
+    next_cells = np.clip(cells + np.asarray(MOVES)[actions], 0, SIZE - 1)
+    query = rng.integers(0, SIZE, (contexts, 2))
+    return {
+        "query": query, "cells": cells, "actions": actions, "next_cells": next_cells,
+        "rewards": (next_cells == goal[:, None]).all(axis=-1).astype(np.float32),
+        "labels": policy_table(SIZE)[cell_index(goal, SIZE), cell_index(query, SIZE)],
+    }
+
+
+@torch.no_grad()
+def full_context_actions(model: torch.nn.Module, batch: dict[str, np.ndarray]) -> np.ndarray:
+    model.eval()
+    floats = lambda name: torch.as_tensor(batch[name], dtype=torch.float32)  # noqa: E731
+    logits = model(floats("query"), floats("cells"), torch.as_tensor(batch["actions"]), floats("rewards"), floats("next_cells"))
+    return logits[:, -1].argmax(-1).numpy()
+
+
+def main(
+    run_dirs: list[Path] = typer.Argument(..., help="DPT run directories on a Dark Room card"),
+    contexts: int = typer.Option(4000, help="contexts per set of goals"),
+    seed: int = typer.Option(0, help="seed of the contexts (the same for every run)"),
+) -> None:
+    torch.set_num_threads(1)
+    for run_dir in run_dirs:
+        run = open_run(run_dir)
+        if run.record["baseline"] != "dpt" or run.dataset.card.to_dict().get("env", {}).get("id") != "offbench/DarkRoom-v0":
+            raise OffbenchError(f"{run_dir}: needs a DPT run on a Dark Room card")
+        checkpoint = load_checkpoint(run.run_dir, run.device)
+        if checkpoint is None:
+            raise OffbenchError(f"{run_dir}: no checkpoint yet (checkpoints/last.pt)")
+        model = run.restored_baseline(checkpoint).model
+        print(f"\n{run_dir} (seed {run.seed}, update {checkpoint['step']}; {contexts} contexts of {run.config.baseline.context_size} uniform transitions)")
+        train, held_out = card_tasks(run.dataset.card)
+        rng = np.random.default_rng(seed)
+        for name, tasks in (("training goals", train), ("held-out goals", held_out)):
+            batch = uniform_contexts(np.array([task["goal"] for task in tasks]), contexts, run.config.baseline.context_size, rng)
+            right = full_context_actions(model, batch) == batch["labels"]
+            seen = batch["rewards"].any(axis=1)
+            print(f"{name}: optimal action {right.mean():.3f}; with the reward in the context ({seen.mean():.0%} of them) "
+                  f"{right[seen].mean():.3f}, without it {right[~seen].mean():.3f}")
+
+
+if __name__ == "__main__":
+    typer.run(main)
