@@ -21,7 +21,7 @@ import torch
 import typer
 
 from offbench.envs.benchmarks import card_tasks
-from offbench.envs.gridworld import MOVES, cell_index, policy_table
+from offbench.envs.gridworld import NUM_ACTIONS, cell_index, cell_xy_table, next_cell_table, policy_table
 from offbench.errors import OffbenchError
 from offbench.training.trainer import load_checkpoint, open_run
 
@@ -30,15 +30,16 @@ SIZE = 9  # Dark Room's grid
 
 def uniform_contexts(goals: np.ndarray, contexts: int, length: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
     """`contexts` contexts of `length` uniform transitions, each of a goal drawn from `goals`, with a uniform query."""
-    goal = goals[rng.integers(0, len(goals), contexts)]
-    cells = rng.integers(0, SIZE, (contexts, length, 2))
-    actions = rng.integers(0, len(MOVES), (contexts, length))
-    next_cells = np.clip(cells + np.asarray(MOVES)[actions], 0, SIZE - 1)
-    query = rng.integers(0, SIZE, (contexts, 2))
+    goal = cell_index(goals, SIZE)[rng.integers(0, len(goals), contexts)]
+    cells = rng.integers(0, SIZE * SIZE, (contexts, length))
+    actions = rng.integers(0, NUM_ACTIONS, (contexts, length))
+    next_cells = next_cell_table(SIZE)[cells, actions]
+    query = rng.integers(0, SIZE * SIZE, contexts)
+    xy = cell_xy_table(SIZE)
     return {
-        "query": query, "cells": cells, "actions": actions, "next_cells": next_cells,
-        "rewards": (next_cells == goal[:, None]).all(axis=-1).astype(np.float32),
-        "labels": policy_table(SIZE)[cell_index(goal, SIZE), cell_index(query, SIZE)],
+        "query": xy[query], "cells": xy[cells], "actions": actions, "next_cells": xy[next_cells],
+        "rewards": (next_cells == goal[:, None]).astype(np.float32),
+        "labels": policy_table(SIZE)[goal, query],
     }
 
 

@@ -65,7 +65,6 @@ def generate_and_register(benchmark: str, *, seed: int, out: Path | None, quiet:
     from offbench.data.cards import card_from_dict, write_card
     from offbench.data.store import native_header
     from offbench.generators.histories import HistoryRecipe, generate
-    from offbench.generators.sources import ALGORITHMS
     from offbench.utils import check_writable
 
     overrides = params.pop("set", None) or []
@@ -101,7 +100,7 @@ def generate_and_register(benchmark: str, *, seed: int, out: Path | None, quiet:
     learning = card["learning"]
     console = Console(soft_wrap=True)
     console.print(f"wrote {data_path}: {num_episodes:,} episodes, {num_transitions:,} transitions", highlight=False)
-    if getattr(ALGORITHMS[recipe.algo], "learns", True):
+    if recipe.source_learns:
         console.print(
             f"learning ({learning['score']}, first vs last {learning['window_episodes']} episodes): "
             f"{learning['first_return']:.3f} -> {learning['last_return']:.3f} of optimum {learning['optimal_return']:.3f}; "

@@ -127,6 +127,11 @@ class HistoryRecipe:
                 del params[key]
         return params
 
+    @property
+    def source_learns(self) -> bool:
+        """False for a roll-in (a source that declares `learns = False`): no learning check, no learning to report."""
+        return getattr(ALGORITHMS[self.algo], "learns", True)
+
     def source_batch(self, tasks: list[dict]):
         """The batch the source runs on: the benchmark's, with one-step episodes for a roll-in that declares
         `episode_horizon` (every transition from a state it draws; evaluation keeps the benchmark's horizon)."""
@@ -345,7 +350,7 @@ def write_histories(recipe: HistoryRecipe, seed: int, out: Path, quiet: bool = T
         regions["episode_starts"].open()[0] = 0
         join = lambda key: np.concatenate([r[key] for r in results])  # noqa: E731
         summary = learning_summary(join("windows"), join("optimal_returns"), episodes, score_name=one.score_name)
-        if check and getattr(ALGORITHMS[recipe.algo], "learns", True):
+        if check and recipe.source_learns:
             check_learning(summary, recipe.allow_unlearned)
         finish_native(tmp, regions, _card(recipe, bench, seed, train, held_out, summary))
     return summary
