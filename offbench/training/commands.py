@@ -66,6 +66,7 @@ def run_baseline(
     keep_freed_memory()
     try:
         summary = run.train(checkpoint)
+        run.parallel.barrier()  # rank 0 still evaluates: a rank that left the group before it aborted gloo at exit (SIGABRT)
     except KeyboardInterrupt:
         if run.parallel.is_main:
             console.print(f"interrupted; continue with: offbench run baseline {name} --resume {run.run_dir}"
