@@ -13,7 +13,9 @@ which samples the same posterior). The script draws fresh Thompson-sampling hist
 feeds each run's last checkpoint the whole history (one forward pass reads every prefix), and reports per prefix
 length: cross-entropy against the true best arm (the Bayes posterior's beside it), KL(Bayes || model), and the
 expected regret of one pull sampled from the model's distribution (the Bayes posterior's beside it); and, once per
-card, the Bayes floor of DPT's training loss on the card's own contexts (to read a run's logged loss against). The adversarial
+card, the Bayes floor of DPT's training loss on the card's own contexts (to read a run's logged loss against); and for DPT,
+its loss on its first training contexts beside its loss on fresh contexts of the same roll-in on the held-out tasks
+(a model below the floor on the first and above it on the second has memorised its training contexts). The adversarial
 split's prior is not uniform, so the Beta(1, 1) posterior is not its Bayes posterior: the script refuses it.
 """
 
@@ -108,14 +110,35 @@ def training_floor(store, histories: int) -> dict[str, float]:
     """The Bayes floor of DPT's loss on a card's own training contexts (its first `histories` histories, whole, every
     prefix as DPT trains them): the posterior's cross-entropy against each task's best arm, also at the full context,
     and how often the posterior's argmax there is the best arm (the best full-context accuracy)."""
-    pulls = int(store.card["source"]["recipe"]["params"]["episodes"])
-    actions = np.asarray(store.actions).reshape(-1, pulls)[:histories].astype(np.int64)
-    rewards = np.asarray(store.rewards).reshape(-1, pulls)[:histories].astype(np.float64)
-    best = np.asarray(store.columns["optimal_action"]).reshape(-1, pulls)[:histories, 0].astype(np.int64)
+    actions, rewards, best = training_contexts(store, histories)
     posterior = best_arm_posteriors(actions, rewards, int(store.action_space.n))
     cross_entropy = -np.log(posterior[np.arange(len(best)), :, best] + 1e-12)
     return {"all prefixes": cross_entropy.mean(), "full context": cross_entropy[:, -1].mean(),
             "full-context accuracy": (posterior[:, -1].argmax(-1) == best).mean()}
+
+
+def training_contexts(store, histories: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A card's first `histories` training histories, whole: actions, rewards, each task's best arm."""
+    pulls = int(store.card["source"]["recipe"]["params"]["episodes"])
+    actions = np.asarray(store.actions).reshape(-1, pulls)[:histories].astype(np.int64)
+    rewards = np.asarray(store.rewards).reshape(-1, pulls)[:histories].astype(np.float64)
+    best = np.asarray(store.columns["optimal_action"]).reshape(-1, pulls)[:histories, 0].astype(np.int64)
+    return actions, rewards, best
+
+
+def fresh_contexts(card: dict, histories: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Contexts drawn as the card's own (its source algorithm) on its held-out tasks, cycled: the same distribution
+    as the training contexts, on tasks no run trained on."""
+    _, held_out = card_tasks(card)
+    tasks = [held_out[i % len(held_out)] for i in range(histories)]
+    params = card["source"]["recipe"]["params"]
+    actions, rewards, _ = reference_pulls(card["env"], tasks, params["algo"], int(params["episodes"]), seed)
+    return actions, rewards, np.array([task["means"] for task in tasks]).argmax(axis=1)
+
+
+def prefix_cross_entropy(probs: np.ndarray, best: np.ndarray) -> float:
+    """Mean over histories and prefixes of -log p(best arm): DPT's training loss."""
+    return float(-np.log(probs[np.arange(len(best)), :, best] + 1e-12).mean())
 
 
 def per_prefix_measures(probs: np.ndarray, posterior: np.ndarray, means: np.ndarray) -> dict[str, np.ndarray]:
@@ -152,7 +175,7 @@ def main(
     floor_histories: int = typer.Option(2000, help="training histories for the Bayes floor of DPT's loss on each card (0: skip)"),
 ) -> None:
     torch.set_num_threads(1)
-    cache: dict[str, tuple] = {}
+    cache: dict = {}  # per card: held-out TS histories, the Bayes floor, fresh roll-in contexts
     for run_dir in run_dirs:
         run = open_run(run_dir)
         card = uniform_bandit_card(run.dataset.card, str(run_dir))
@@ -160,6 +183,7 @@ def main(
             cache[card["id"]] = held_out_histories(card, histories, seed)
             if floor_histories > 0:
                 floor = training_floor(run.dataset.store, floor_histories)
+                cache["floor", card["id"]] = floor["all prefixes"]
                 print(f"\n{card['id']}: Bayes floor of DPT's loss on its first {floor_histories} training histories: "
                       f"{floor['all prefixes']:.3f} nats over every prefix, {floor['full context']:.3f} at the full context, "
                       f"where the posterior's argmax is the best arm {floor['full-context accuracy']:.1%} of the time")
@@ -170,6 +194,15 @@ def main(
         probs = model_probabilities(run.record["baseline"], run.restored_baseline(checkpoint).model, run.spec, actions, rewards)
         print(f"\n{run_dir} ({run.record['baseline']}, seed {run.seed}, update {checkpoint['step']}; {histories} Thompson-sampling histories)")
         report(probs, posterior, means)
+        if run.record["baseline"] == "dpt" and floor_histories > 0:
+            if ("fresh", card["id"]) not in cache:
+                actions, rewards, best = fresh_contexts(card, floor_histories, seed)
+                cache["fresh", card["id"]] = (actions, rewards, best, prefix_cross_entropy(best_arm_posteriors(actions, rewards, run.spec.action_dim), best))
+            model = run.restored_baseline(checkpoint).model
+            seen, fresh = training_contexts(run.dataset.store, floor_histories), cache["fresh", card["id"]]
+            losses = [prefix_cross_entropy(model_probabilities("dpt", model, run.spec, a, r.astype(np.float32)), b) for a, r, b in (seen, fresh[:3])]
+            print(f"DPT's loss over every prefix (Bayes floor): its first {floor_histories} training contexts {losses[0]:.3f} "
+                  f"({cache['floor', card['id']]:.3f}), as many fresh contexts of the same roll-in on the held-out tasks {losses[1]:.3f} ({fresh[3]:.3f})")
 
 
 if __name__ == "__main__":
