@@ -175,35 +175,36 @@ def main(
     floor_histories: int = typer.Option(2000, help="training histories for the Bayes floor of DPT's loss on each card (0: skip)"),
 ) -> None:
     torch.set_num_threads(1)
-    cache: dict = {}  # per card: held-out TS histories, the Bayes floor, fresh roll-in contexts
+    cards: dict[str, dict] = {}  # card id -> its held-out TS histories, Bayes floor and (for DPT) fresh roll-in contexts
     for run_dir in run_dirs:
         run = open_run(run_dir)
         card = uniform_bandit_card(run.dataset.card, str(run_dir))
-        if card["id"] not in cache:
-            cache[card["id"]] = held_out_histories(card, histories, seed)
+        if card["id"] not in cards:
+            cards[card["id"]] = {"histories": held_out_histories(card, histories, seed)}
             if floor_histories > 0:
-                floor = training_floor(run.dataset.store, floor_histories)
-                cache["floor", card["id"]] = floor["all prefixes"]
+                floor = cards[card["id"]]["floor"] = training_floor(run.dataset.store, floor_histories)
                 print(f"\n{card['id']}: Bayes floor of DPT's loss on its first {floor_histories} training histories: "
                       f"{floor['all prefixes']:.3f} nats over every prefix, {floor['full context']:.3f} at the full context, "
                       f"where the posterior's argmax is the best arm {floor['full-context accuracy']:.1%} of the time")
-        means, actions, rewards, posterior = cache[card["id"]]
+        measured = cards[card["id"]]
+        means, actions, rewards, posterior = measured["histories"]
         checkpoint = load_checkpoint(run.run_dir, run.device)
         if checkpoint is None:
             raise OffbenchError(f"{run_dir}: no checkpoint yet (checkpoints/last.pt)")
-        probs = model_probabilities(run.record["baseline"], run.restored_baseline(checkpoint).model, run.spec, actions, rewards)
+        model = run.restored_baseline(checkpoint).model
+        probs = model_probabilities(run.record["baseline"], model, run.spec, actions, rewards)
         print(f"\n{run_dir} ({run.record['baseline']}, seed {run.seed}, update {checkpoint['step']}; {histories} Thompson-sampling histories)")
         report(probs, posterior, means)
         if run.record["baseline"] == "dpt" and floor_histories > 0:
-            if ("fresh", card["id"]) not in cache:
-                actions, rewards, best = fresh_contexts(card, floor_histories, seed)
-                cache["fresh", card["id"]] = (actions, rewards, best, prefix_cross_entropy(best_arm_posteriors(actions, rewards, run.spec.action_dim), best))
-            model = run.restored_baseline(checkpoint).model
-            seen, fresh = training_contexts(run.dataset.store, floor_histories), cache["fresh", card["id"]]
-            losses = [prefix_cross_entropy(model_probabilities("dpt", model, run.spec, a, r.astype(np.float32)), b) for a, r, b in (seen, fresh[:3])]
-            print(f"DPT's loss over every prefix (Bayes floor): its first {floor_histories} training contexts {losses[0]:.3f} "
-                  f"({cache['floor', card['id']]:.3f}), as many fresh contexts of the same roll-in on the held-out tasks {losses[1]:.3f} ({fresh[3]:.3f})")
-
+            if "fresh" not in measured:
+                fresh = fresh_contexts(card, floor_histories, seed)
+                measured["fresh"] = fresh, prefix_cross_entropy(best_arm_posteriors(*fresh[:2], run.spec.action_dim), fresh[2])
+            (fresh, fresh_floor), seen = measured["fresh"], training_contexts(run.dataset.store, floor_histories)
+            seen_loss, fresh_loss = (prefix_cross_entropy(model_probabilities("dpt", model, run.spec, a, r.astype(np.float32)), best)
+                                     for a, r, best in (seen, fresh))
+            print(f"DPT's loss over every prefix (Bayes floor): its first {floor_histories} training contexts {seen_loss:.3f} "
+                  f"({measured['floor']['all prefixes']:.3f}), as many fresh contexts of the same roll-in on the held-out tasks "
+                  f"{fresh_loss:.3f} ({fresh_floor:.3f})")
 
 if __name__ == "__main__":
     typer.run(main)
