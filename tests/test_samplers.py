@@ -186,7 +186,7 @@ def dpt_store():
     return store
 
 
-@pytest.mark.parametrize("context", ["window", "random"])
+@pytest.mark.parametrize("context", ["window", "random", "shuffled"])
 def test_dpt_labels_match_column_and_context_is_from_the_same_task(context):
     store = dpt_store()
     C = 4
@@ -200,12 +200,35 @@ def test_dpt_labels_match_column_and_context_is_from_the_same_task(context):
     for b in range(200):
         index = find_rows(all_obs, batch["context_observations"][b].numpy())
         assert set(hist[index]) == {hist[query[b]]}
-        assert (np.diff(index) >= 0).all()  # time order
+        if context == "shuffled":
+            assert len(set(index)) == C  # distinct steps
+        else:
+            assert (np.diff(index) >= 0).all()  # time order
         if context == "window":
             np.testing.assert_array_equal(index, np.arange(index[0], index[0] + C))
         np.testing.assert_array_equal(batch["context_next_observations"][b].numpy(), store.next_observations(index))
         np.testing.assert_array_equal(batch["context_rewards"][b].numpy(), store.rewards[index])
     assert set(hist[query]) == {0, 1}
+
+
+def test_dpt_shuffled_context_is_a_fresh_order_of_distinct_steps_each_draw():
+    """With C = a history's length every shuffled context holds all its steps, and the orders differ between
+    draws (uniform: each step leads equally often); the same seed draws the same contexts."""
+    store = dpt_store()
+    history_one = np.flatnonzero(store.columns["history_id"] == 1)  # 8 steps
+    sampler = make_sampler("dpt", store, batch_size=400, seed=3, context_size=8, context="shuffled")
+    batch = sampler.sample()
+    all_obs = np.asarray(store.observations)
+    contexts = [find_rows(all_obs, c) for c in batch["context_observations"].numpy()]
+    mine = [c for c in contexts if set(c) <= set(history_one)]
+    assert mine and all(sorted(c) == list(history_one) for c in mine)
+    assert len({tuple(c) for c in mine}) > len(mine) // 2  # 8! orders: repeats are rare
+    first_counts = np.bincount([c[0] for c in mine], minlength=store.num_transitions)[history_one]
+    assert first_counts.min() > 0.4 * first_counts.mean()
+    again = make_sampler("dpt", store, batch_size=400, seed=3, context_size=8, context="shuffled").sample()
+    torch.testing.assert_close(again["context_observations"], batch["context_observations"])
+    with pytest.raises(OffbenchError, match="shuffled contexts of distinct steps need at most 8"):
+        make_sampler("dpt", store, batch_size=4, seed=0, context_size=9, context="shuffled")
 
 
 def test_dpt_needs_label_column():

@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from offbench.data.samplers import CONTEXT_SAMPLINGS
 from offbench.data.spec import DatasetSpec
 from offbench.evaluation.policy import PolicyOptions
 from offbench.baselines.incontext import CausalTransformer, autocast, features_of, init_gpt_weights, observation_features, warmup_cosine
@@ -41,7 +42,8 @@ from offbench.utils import ranged
 @dataclass
 class DPTConfig:
     context_size: int = ranged(100, ge=1)  # C: transitions in a training context, and the most an action sees at evaluation
-    context_sampling: str = ranged("window", choices=("window", "random"))  # "window": C consecutive steps of one history; "random": C steps drawn i.i.d.
+    context_sampling: str = ranged("window", choices=CONTEXT_SAMPLINGS)  # "window": C consecutive steps of one history; "random": C steps
+    #                     drawn i.i.d.; "shuffled": C distinct steps in a fresh random order per sample (exchangeable data)
     embedding_dim: int = ranged(32, ge=1)
     num_layers: int = ranged(4, ge=1)
     num_heads: int = ranged(1, ge=1)

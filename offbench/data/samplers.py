@@ -421,6 +421,9 @@ class ADWindowSampler(_StoreSampler):
 # ----------------------------------------------------------------------------- DPT in-context sets
 
 
+CONTEXT_SAMPLINGS = ("window", "random", "shuffled")
+
+
 @register_sampler("dpt")
 class DPTSampler(_StoreSampler):
     """(query state, in-context dataset, optimal action) triples for Decision-Pretrained Transformer.
@@ -434,6 +437,10 @@ class DPTSampler(_StoreSampler):
     piece of the rollouts that built the task's data, in order, as in DPT's own Dark Room data where
     the context is a sequence of interaction. `context="random"` takes C steps uniformly with
     replacement, kept in time order (the DPT paper's bandit setting, where D is i.i.d. pulls).
+    `context="shuffled"` takes C distinct steps of the group in a random order, drawn afresh per sample:
+    where the group's steps are exchangeable (a roll-in of i.i.d. pulls), every order and every subset is
+    a context of the same distribution, so the prefixes the loss trains on are new at each draw rather
+    than the same C prefixes of one fixed sequence (which a small card lets the model memorise).
     """
 
     kind = "dpt"
@@ -454,8 +461,8 @@ class DPTSampler(_StoreSampler):
         group_by = "history_id" if "history_id" in store.columns else "task_id"
         if group_by not in store.columns:
             raise OffbenchError(f"{self.where}dpt groups steps by task: the dataset has no '{group_by}' column")
-        if context not in ("window", "random"):
-            raise OffbenchError(f"context must be 'window' or 'random', got '{context}'")
+        if context not in CONTEXT_SAMPLINGS:
+            raise OffbenchError(f"context must be one of {', '.join(CONTEXT_SAMPLINGS)}, got '{context}'")
         if int(context_size) < 1:
             raise OffbenchError(f"context_size must be at least 1, got {context_size}")
         self.context_size, self.context = int(context_size), context
@@ -467,11 +474,11 @@ class DPTSampler(_StoreSampler):
         sorted_groups = groups[self.rows]
         bounds = np.concatenate([[0], np.flatnonzero(sorted_groups[1:] != sorted_groups[:-1]) + 1, [len(groups)]])
         self.group_first, self.group_length = bounds[:-1], np.diff(bounds)
-        if context == "window" and self.group_length.min() < self.context_size:
+        if context != "random" and self.group_length.min() < self.context_size:
             short = int(np.argmin(self.group_length))
             raise OffbenchError(
                 f"{self.where}context_size {self.context_size} is longer than {group_by} {sorted_groups[bounds[short]]} "
-                f"({self.group_length[short]} steps, the shortest); contexts of consecutive steps need at most {self.group_length[short]}"
+                f"({self.group_length[short]} steps, the shortest); {context} contexts of distinct steps need at most {self.group_length[short]}"
             )
         self.offsets = np.arange(self.context_size, dtype=np.int64)
 
@@ -480,6 +487,10 @@ class DPTSampler(_StoreSampler):
         first, length = self.group_first[group], self.group_length[group]
         if self.context == "window":
             position = self.rng.integers(0, length - self.context_size + 1)[:, None] + self.offsets
+        elif self.context == "shuffled":  # the first C of a uniform random order of each group's steps
+            keys = self.rng.random((self.batch_size, int(length.max())))
+            keys[np.arange(keys.shape[1]) >= length[:, None]] = np.inf
+            position = np.argsort(keys, axis=1)[:, : self.context_size]
         else:
             position = np.sort(self.rng.integers(0, length[:, None], (self.batch_size, self.context_size)), axis=1)
         context = self.rows[first[:, None] + position]  # (B, C) step indices
