@@ -30,6 +30,25 @@ def runs(tmp_path):
     return folder
 
 
+def test_runs_of_one_baseline_with_two_configs_are_two_curves(tmp_path):
+    """Labels name the config values that tell a baseline's runs apart on one dataset, and nothing else."""
+    from offbench.plotting.commands import run_labels
+    from offbench.tracking.run_dir import read_run
+
+    folder = tmp_path / "runs"
+    for sampling in ("window", "shuffled"):
+        for seed in range(2):
+            write_run(folder, "dpt", "test/a", CHECKSUM, seed, [1.0], config={"context_sampling": sampling}, name=f"dpt-{sampling}-s{seed}")
+    write_run(folder, "ad", "test/a", CHECKSUM, 0, [1.0], config={"context_sampling": "other"})
+    write_run(folder, "dpt", "test/b", CHECKSUM, 0, [1.0], config={"context_sampling": "window", "lr": 1.0})
+    runs = [read_run(path) for path in sorted(folder.iterdir())]
+    labels = {run.path.name: label for run, label in zip(runs, run_labels(runs))}
+    assert labels == {"ad-test-a-s0": "ad", "dpt-test-b-s0": "dpt",
+                      **{f"dpt-{s}-s{seed}": f"dpt (context_sampling={s})" for s in ("window", "shuffled") for seed in range(2)}}
+    svg = plot_now([folder], tmp_path / "curves.svg").read_text()
+    assert "dpt (context_sampling=shuffled) (n=2)" in svg and "dpt (context_sampling=window) (n=2)" in svg
+
+
 def test_plot_learning_curves_in_every_format(runs, tmp_path, run_cli):
     proc = run_cli("plot", runs, "-o", tmp_path / "curves.png")
     assert proc.returncode == 0, proc.stderr

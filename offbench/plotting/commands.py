@@ -39,13 +39,26 @@ def _summary_row_field(run: RunRecord, which: str, field: str):
     return next((row.get(field) for row in run.curve_rows(which) if row["step"] == step), None)
 
 
+def run_labels(runs: list[RunRecord]) -> list[str]:
+    """A label per run: its baseline, followed by the config values that tell it apart from the baseline's other
+    runs on the same dataset (two configs of DPT plotted together are two curves, not one with doubled seeds)."""
+    labels = []
+    for run in runs:
+        peers = [other.info["config"] for other in runs if (other.baseline, other.dataset_id) == (run.baseline, run.dataset_id)]
+        config = run.info["config"]
+        differing = sorted(k for k in set().union(*peers) - {"seed"} if any(peer.get(k) != config.get(k) for peer in peers))
+        labels.append(f"{run.baseline} ({', '.join(f'{k}={config.get(k)}' for k in differing)})" if differing else run.baseline)
+    return labels
+
+
 def _frames(runs: list[RunRecord], field: str, which: str):
-    """(final scores, learning curves, in-context returns, bandit regret) of the runs as DataFrames, labelled by baseline."""
+    """(final scores, learning curves, in-context returns, bandit regret) of the runs as DataFrames, labelled by
+    `run_labels`."""
     import pandas as pd
 
     scores, curves, in_context, regret = [], [], [], []
-    for run in runs:
-        key = {"label": run.baseline, "dataset": run.dataset_id, "seed": run.seed}
+    for run, label in zip(runs, run_labels(runs)):
+        key = {"label": label, "dataset": run.dataset_id, "seed": run.seed}
         score = run.score(field, which)
         if isinstance(score, (int, float)):
             scores.append({**key, "score": float(score)})
