@@ -34,7 +34,11 @@ from torch import nn
 from offbench.data.samplers import CONTEXT_SAMPLINGS
 from offbench.data.spec import DatasetSpec
 from offbench.evaluation.policy import PolicyOptions
-from offbench.baselines.incontext import CausalTransformer, autocast, features_of, init_gpt_weights, observation_features, warmup_cosine
+from offbench.baselines.incontext import (
+    MAX_TABLE_STATES, CausalTransformer, autocast, features_of, init_gpt_weights, observation_features, state_index_layout,
+    state_indices, warmup_cosine,
+)
+from offbench.errors import OffbenchError
 from offbench.baselines.nets import flat_observation_dim, fused_adam, load_part_states, part_states
 from offbench.utils import ranged
 
@@ -53,6 +57,9 @@ class DPTConfig:
     cosine_steps: int = ranged(0, ge=0)
     weight_decay: float = ranged(1e-4, ge=0)
     grad_clip: float = ranged(0.0, ge=0)  # max gradient norm; 0 turns clipping off (DPT does not clip)
+    state_table: bool = False  # also a learned vector per state for s, s' and the query, added to the transition's
+    #                     Linear embedding, where states are a small integer grid (Dark Room's (x, y)): which cells a
+    #                     context visited becomes a sum of separable vectors, not a mean of coordinates
     compile: bool = False  # torch.compile the training forward pass
     offline_episodes: int = ranged(0, ge=0)  # evaluation: 0 = online; k > 0 = offline: the first k episodes act uniformly at random
     #                            and their transitions become a fixed context (DPT's uniform roll-in data)
@@ -69,10 +76,24 @@ class DPTModel(nn.Module):
             config.dropout, config.dropout, config.dropout,
         )
         self.action_head = nn.Linear(config.embedding_dim, spec.action_dim)
+        self.state_table = self.next_state_table = None
+        self.observation_dims = len(spec.observation_shape)
+        if config.state_table:
+            layout = state_index_layout(spec)
+            if layout is None:
+                raise OffbenchError(f"state_table needs observations that are a small integer grid (at most {MAX_TABLE_STATES} "
+                                    f"states); this dataset's are {spec.observation_space}")
+            low, strides, states = layout
+            self.register_buffer("state_low", torch.as_tensor(low))
+            self.register_buffer("state_strides", torch.as_tensor(strides))
+            self.state_table, self.next_state_table = nn.Embedding(states, config.embedding_dim), nn.Embedding(states, config.embedding_dim)
         self.apply(init_gpt_weights)
 
     def features(self, observations: torch.Tensor) -> torch.Tensor:
         return features_of(self.codes, self.normalize, observations)
+
+    def state_vectors(self, table: nn.Embedding, observations: torch.Tensor) -> torch.Tensor:
+        return table(state_indices(observations, self.state_low, self.state_strides, self.observation_dims))
 
     def forward(self, query, observations, actions, rewards, next_observations) -> torch.Tensor:
         """query (B, *obs), context (B, C, ...) -> (B, C + 1, A) logits; position j has seen j transitions."""
@@ -82,6 +103,10 @@ class DPTModel(nn.Module):
         ], dim=-1)
         query_token = F.pad(self.features(query), (0, transitions.shape[-1] - self.feature_dim))
         tokens = self.embed_transition(torch.cat([query_token.unsqueeze(1), transitions], dim=1))
+        if self.state_table is not None:  # the query is [s_query, 0, 0, 0]: its state goes through s's table
+            states = torch.cat([query.unsqueeze(1), observations], dim=1)
+            next_states = F.pad(self.state_vectors(self.next_state_table, next_observations), (0, 0, 1, 0))  # none for the query
+            tokens = tokens + self.state_vectors(self.state_table, states) + next_states
         return self.action_head(self.transformer(tokens))
 
 

@@ -94,23 +94,39 @@ def features_of(codes: GridCodeEmbedding | None, normalize: ObservationNormalize
     return codes(observations) if codes is not None else normalize(observations)
 
 
+def state_index_layout(spec: DatasetSpec) -> tuple[np.ndarray, np.ndarray, int] | None:
+    """(low, strides, number of states) that number the states of a small integer observation space (Dark Room's
+    (x, y): index = sum((obs - low) * strides)), or None where the space is not one of at most MAX_TABLE_STATES."""
+    space = spec.observation_space
+    if not (isinstance(space, gym.spaces.Box) and np.issubdtype(space.dtype, np.integer)):
+        return None
+    low, high = np.reshape(space.low, -1).astype(np.int64), np.reshape(space.high, -1).astype(np.int64)
+    sizes = high - low + 1
+    if np.prod(sizes.astype(float)) > MAX_TABLE_STATES:
+        return None
+    return low, np.concatenate([np.cumprod(sizes[::-1])[::-1][1:], [1]]), int(np.prod(sizes))
+
+
+def state_indices(observations: torch.Tensor, low: torch.Tensor, strides: torch.Tensor, observation_dims: int) -> torch.Tensor:
+    """(..., *obs) integer observations -> (...) state indices, numbered as `state_index_layout` says."""
+    flat = observations.flatten(start_dim=observations.dim() - observation_dims).long()
+    return ((flat - low) * strides).sum(-1)
+
+
 class ObservationEmbedding(nn.Module):
     """Observations -> vectors. A small integer grid (Dark Room's (x, y)) gets one learned vector per state, as
     ad-eps embeds the state index; anything else goes through a Linear layer after `observation_features`."""
 
     def __init__(self, spec: DatasetSpec, dim: int):
         super().__init__()
-        space = spec.observation_space
+        layout = state_index_layout(spec)
         self.table = None
-        if isinstance(space, gym.spaces.Box) and np.issubdtype(space.dtype, np.integer):
-            low, high = np.reshape(space.low, -1).astype(np.int64), np.reshape(space.high, -1).astype(np.int64)
-            sizes = high - low + 1
-            if np.prod(sizes.astype(float)) <= MAX_TABLE_STATES:
-                strides = np.concatenate([np.cumprod(sizes[::-1])[::-1][1:], [1]])
-                self.register_buffer("low", torch.as_tensor(low))
-                self.register_buffer("strides", torch.as_tensor(strides))
-                self.table = nn.Embedding(int(np.prod(sizes)), dim)
-        if self.table is None:
+        if layout is not None:
+            low, strides, states = layout
+            self.register_buffer("low", torch.as_tensor(low))
+            self.register_buffer("strides", torch.as_tensor(strides))
+            self.table = nn.Embedding(states, dim)
+        else:
             self.codes, self.normalize, width = observation_features(spec)
             self.linear = nn.Linear(width, dim)
         self.observation_dims = len(spec.observation_shape)
@@ -118,8 +134,7 @@ class ObservationEmbedding(nn.Module):
     def forward(self, observations: torch.Tensor) -> torch.Tensor:
         if self.table is None:
             return self.linear(features_of(self.codes, self.normalize, observations))
-        flat = observations.flatten(start_dim=observations.dim() - self.observation_dims).long()
-        return self.table(((flat - self.low) * self.strides).sum(-1))
+        return self.table(state_indices(observations, self.low, self.strides, self.observation_dims))
 
 
 class KVCache:

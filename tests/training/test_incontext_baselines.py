@@ -116,7 +116,8 @@ def test_sampled_actions_are_reproducible_and_differ_from_greedy(darkroom, name)
     assert not np.array_equal(actions(sampled), actions(greedy))
 
 
-@pytest.mark.parametrize("name,overrides", [("ad", {"token_layout": "sar"}), ("ad", {"token_layout": "step"}), ("dpt", {})])
+@pytest.mark.parametrize("name,overrides", [("ad", {"token_layout": "sar"}), ("ad", {"token_layout": "step"}), ("dpt", {}),
+                                            ("dpt", {"state_table": True})])
 def test_updates_fit_a_batch(darkroom, name, overrides):
     """Repeated updates on one batch drive its loss down: gradients reach the model through every token kind."""
     baseline = build(name, darkroom, learning_rate=3e-3, **overrides)
@@ -125,10 +126,11 @@ def test_updates_fit_a_batch(darkroom, name, overrides):
     assert losses[-1] < 0.7 * losses[0]
 
 
-def test_dpt_trains_every_prefix(darkroom):
+@pytest.mark.parametrize("state_table", [False, True])
+def test_dpt_trains_every_prefix(darkroom, state_table):
     """DPT's output at position j depends on the query and the first j transitions only (causal), and the
     loss averages over all C + 1 positions."""
-    dpt = build("dpt", darkroom)
+    dpt = build("dpt", darkroom, state_table=state_table)
     sampler = make_sampler(dpt.sampler, darkroom, 4, 0, **dpt.sampler_options())
     batch = sampler.sample()
     dpt.model.eval()
@@ -140,6 +142,38 @@ def test_dpt_trains_every_prefix(darkroom):
     other = dpt.model(*changed)
     torch.testing.assert_close(other[:, :6], full[:, :6])
     assert not torch.allclose(other[:, 6:], full[:, 6:])
+
+
+def test_dpt_state_table_adds_one_vector_per_state_to_each_token(darkroom):
+    """With state_table, a transition's token is the Linear embedding of [s, a, s', r] plus s's vector from one table
+    and s''s from another; the query token adds its state's vector from s's table. A space that is not a small
+    integer grid is refused with a one-line error."""
+    import dataclasses
+
+    from gymnasium.spaces import Box
+
+    from offbench.errors import OffbenchError
+
+    dpt = build("dpt", darkroom, state_table=True)
+    batch = make_sampler(dpt.sampler, darkroom, 3, 0, **dpt.sampler_options()).sample()
+    query, observations, actions, rewards, next_observations = (batch[k] for k in (
+        "query_observations", "context_observations", "context_actions", "context_rewards", "context_next_observations"))
+    model, tokens = dpt.model, []
+    model.transformer.register_forward_pre_hook(lambda module, inputs: tokens.append(inputs[0].detach().clone()))
+    table, next_table = model.state_table.weight.detach().clone(), model.next_state_table.weight.detach().clone()
+    model(query, observations, actions, rewards, next_observations)
+    with torch.no_grad():  # the same pass without the tables' vectors: the Linear embedding alone
+        model.state_table.weight.zero_()
+        model.next_state_table.weight.zero_()
+    model(query, observations, actions, rewards, next_observations)
+    index = lambda obs: obs[..., 0].long() * 9 + obs[..., 1].long()  # Dark Room 9 x 9: (x, y) -> x * 9 + y
+    expected = tokens[1].clone()
+    expected[:, 0] += table[index(query)]
+    expected[:, 1:] += table[index(observations)] + next_table[index(next_observations)]
+    torch.testing.assert_close(tokens[0], expected)
+    float_spec = dataclasses.replace(spec_of(darkroom), observation_space=Box(0.0, 8.0, (2,)))
+    with pytest.raises(OffbenchError, match="state_table needs observations that are a small integer grid"):
+        get_baseline("dpt")(get_baseline("dpt").Config(**TINY["dpt"], state_table=True), float_spec)
 
 
 def test_dpt_offline_context_is_collected_at_random_then_fixed(darkroom):
