@@ -10,7 +10,8 @@ reads them, and the output at position j predicts from the query and the first j
 trains every context length. Differences: the prefix with no transition (position 0) is trained as well
 (the reference drops it), so the first action of an evaluation comes from a trained output; observations are
 normalised with the dataset's statistics, or, when they are grids of categorical codes (XLand), embedded per
-cell (offbench.baselines.incontext.observation_features).
+cell (offbench.baselines.incontext.observation_features); with `state_table` (off by default) a small integer grid's
+states also get a learned vector each, for s, s' and the query.
 
 Evaluation (`DPTPolicy`), online by default: the context is the row's own transitions from the episodes it has
 finished in this evaluation (the last `context_size` of them; DPT's online protocol: the current episode does
