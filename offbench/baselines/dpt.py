@@ -36,8 +36,8 @@ from offbench.data.samplers import CONTEXT_SAMPLINGS
 from offbench.data.spec import DatasetSpec
 from offbench.evaluation.policy import PolicyOptions
 from offbench.baselines.incontext import (
-    MAX_TABLE_STATES, CausalTransformer, autocast, features_of, init_gpt_weights, observation_features, state_index_layout,
-    state_indices, warmup_cosine,
+    MAX_TABLE_STATES, CausalTransformer, ObservationEmbedding, autocast, features_of, init_gpt_weights, observation_features,
+    state_index_layout, warmup_cosine,
 )
 from offbench.errors import OffbenchError
 from offbench.baselines.nets import flat_observation_dim, fused_adam, load_part_states, part_states
@@ -78,23 +78,16 @@ class DPTModel(nn.Module):
         )
         self.action_head = nn.Linear(config.embedding_dim, spec.action_dim)
         self.state_table = self.next_state_table = None
-        self.observation_dims = len(spec.observation_shape)
-        if config.state_table:
-            layout = state_index_layout(spec)
-            if layout is None:
+        if config.state_table:  # AD's per-state embedding, one for s (and the query) and one for s'
+            if state_index_layout(spec) is None:
                 raise OffbenchError(f"state_table needs observations that are a small integer grid (at most {MAX_TABLE_STATES} "
                                     f"states); this dataset's are {spec.observation_space}")
-            low, strides, states = layout
-            self.register_buffer("state_low", torch.as_tensor(low))
-            self.register_buffer("state_strides", torch.as_tensor(strides))
-            self.state_table, self.next_state_table = nn.Embedding(states, config.embedding_dim), nn.Embedding(states, config.embedding_dim)
+            self.state_table = ObservationEmbedding(spec, config.embedding_dim)
+            self.next_state_table = ObservationEmbedding(spec, config.embedding_dim)
         self.apply(init_gpt_weights)
 
     def features(self, observations: torch.Tensor) -> torch.Tensor:
         return features_of(self.codes, self.normalize, observations)
-
-    def state_vectors(self, table: nn.Embedding, observations: torch.Tensor) -> torch.Tensor:
-        return table(state_indices(observations, self.state_low, self.state_strides, self.observation_dims))
 
     def forward(self, query, observations, actions, rewards, next_observations) -> torch.Tensor:
         """query (B, *obs), context (B, C, ...) -> (B, C + 1, A) logits; position j has seen j transitions."""
@@ -106,8 +99,8 @@ class DPTModel(nn.Module):
         tokens = self.embed_transition(torch.cat([query_token.unsqueeze(1), transitions], dim=1))
         if self.state_table is not None:  # the query is [s_query, 0, 0, 0]: its state goes through s's table
             states = torch.cat([query.unsqueeze(1), observations], dim=1)
-            next_states = F.pad(self.state_vectors(self.next_state_table, next_observations), (0, 0, 1, 0))  # none for the query
-            tokens = tokens + self.state_vectors(self.state_table, states) + next_states
+            next_states = F.pad(self.next_state_table(next_observations), (0, 0, 1, 0))  # none for the query
+            tokens = tokens + self.state_table(states) + next_states
         return self.action_head(self.transformer(tokens))
 
 

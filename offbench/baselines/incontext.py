@@ -107,12 +107,6 @@ def state_index_layout(spec: DatasetSpec) -> tuple[np.ndarray, np.ndarray, int] 
     return low, np.concatenate([np.cumprod(sizes[::-1])[::-1][1:], [1]]), int(np.prod(sizes))
 
 
-def state_indices(observations: torch.Tensor, low: torch.Tensor, strides: torch.Tensor, observation_dims: int) -> torch.Tensor:
-    """(..., *obs) integer observations -> (...) state indices, numbered as `state_index_layout` says."""
-    flat = observations.flatten(start_dim=observations.dim() - observation_dims).long()
-    return ((flat - low) * strides).sum(-1)
-
-
 class ObservationEmbedding(nn.Module):
     """Observations -> vectors. A small integer grid (Dark Room's (x, y)) gets one learned vector per state, as
     ad-eps embeds the state index; anything else goes through a Linear layer after `observation_features`."""
@@ -134,7 +128,8 @@ class ObservationEmbedding(nn.Module):
     def forward(self, observations: torch.Tensor) -> torch.Tensor:
         if self.table is None:
             return self.linear(features_of(self.codes, self.normalize, observations))
-        return self.table(state_indices(observations, self.low, self.strides, self.observation_dims))
+        flat = observations.flatten(start_dim=observations.dim() - self.observation_dims).long()
+        return self.table(((flat - self.low) * self.strides).sum(-1))
 
 
 class KVCache:

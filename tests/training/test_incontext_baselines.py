@@ -160,11 +160,11 @@ def test_dpt_state_table_adds_one_vector_per_state_to_each_token(darkroom):
         "query_observations", "context_observations", "context_actions", "context_rewards", "context_next_observations"))
     model, tokens = dpt.model, []
     model.transformer.register_forward_pre_hook(lambda module, inputs: tokens.append(inputs[0].detach().clone()))
-    table, next_table = model.state_table.weight.detach().clone(), model.next_state_table.weight.detach().clone()
+    table, next_table = model.state_table.table.weight.detach().clone(), model.next_state_table.table.weight.detach().clone()
     model(query, observations, actions, rewards, next_observations)
     with torch.no_grad():  # the same pass without the tables' vectors: the Linear embedding alone
-        model.state_table.weight.zero_()
-        model.next_state_table.weight.zero_()
+        model.state_table.table.weight.zero_()
+        model.next_state_table.table.weight.zero_()
     model(query, observations, actions, rewards, next_observations)
     index = lambda obs: obs[..., 0].long() * 9 + obs[..., 1].long()  # Dark Room 9 x 9: (x, y) -> x * 9 + y
     expected = tokens[1].clone()
