@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from offbench.data.samplers import CONTEXT_SAMPLINGS
+from offbench.data.samplers import CONTEXT_SAMPLINGS, DPT_LABELS
 from offbench.data.spec import DatasetSpec
 from offbench.evaluation.policy import PolicyOptions
 from offbench.baselines.incontext import (
@@ -58,6 +58,9 @@ class DPTConfig:
     cosine_steps: int = ranged(0, ge=0)
     weight_decay: float = ranged(1e-4, ge=0)
     grad_clip: float = ranged(0.0, ge=0)  # max gradient norm; 0 turns clipping off (DPT does not clip)
+    label: str = ranged("optimal", choices=DPT_LABELS)  # "optimal": the query's optimal action (DPT's); "posterior": its
+    #                     distribution given each prefix under the card's training tasks (same minimiser, less variance;
+    #                     roll-in cards of tabular tasks only, offbench.envs.task_posterior)
     state_table: bool = False  # also a learned vector per state for s, s' and the query, added to the transition's
     #                     Linear embedding, where states are a small integer grid (Dark Room's (x, y)): which cells a
     #                     context visited becomes a sum of separable vectors, not a mean of coordinates
@@ -122,7 +125,7 @@ class DecisionPretrainedTransformer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, warmup_cosine(config.warmup_steps, config.cosine_steps))
 
     def sampler_options(self) -> dict[str, Any]:
-        return {"context_size": self.config.context_size, "context": self.config.context_sampling}
+        return {"context_size": self.config.context_size, "context": self.config.context_sampling, "label": self.config.label}
 
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         self.model.train()
@@ -132,7 +135,7 @@ class DecisionPretrainedTransformer:
                 batch["query_observations"], batch["context_observations"], batch["context_actions"],
                 batch["context_rewards"], batch["context_next_observations"],
             )
-            loss = F.cross_entropy(logits.flatten(0, 1).float(), self.prefix_labels(batch, logits.shape[1]).flatten())
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), self.prefix_labels(batch, logits.shape[1]).flatten(0, 1))
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if self.config.grad_clip > 0:
@@ -143,8 +146,11 @@ class DecisionPretrainedTransformer:
         return {"action_loss": loss.item(), "full_context_accuracy": accuracy.item(), "learning_rate": self.scheduler.get_last_lr()[0]}
 
     def prefix_labels(self, batch: dict[str, torch.Tensor], prefixes: int) -> torch.Tensor:
-        """(B, prefixes) labels: the optimal action for every prefix, so one pass trains every context length. A
-        label of -100 leaves its prefix out (benchmarks/dpt_label_ablation.py trains other labels through this)."""
+        """(B, prefixes) labels: the optimal action for every prefix, so one pass trains every context length, or
+        with `label = "posterior"` (B, prefixes, A) its distribution given each prefix. A label of -100 leaves its
+        prefix out (benchmarks/dpt_label_ablation.py trains other labels through this)."""
+        if "optimal_action_probabilities" in batch:
+            return batch["optimal_action_probabilities"][:, :prefixes]
         return batch["optimal_actions"][:, None].expand(-1, prefixes)
 
     def policy(self, options: PolicyOptions) -> DPTPolicy:

@@ -422,6 +422,7 @@ class ADWindowSampler(_StoreSampler):
 
 
 CONTEXT_SAMPLINGS = ("window", "random", "shuffled")
+DPT_LABELS = ("optimal", "posterior")
 
 
 @register_sampler("dpt")
@@ -441,6 +442,10 @@ class DPTSampler(_StoreSampler):
     where the group's steps are exchangeable (a roll-in of i.i.d. pulls), every order and every subset is
     a context of the same distribution, so the prefixes the loss trains on are new at each draw rather
     than the same C prefixes of one fixed sequence (which a small card lets the model memorise).
+
+    `label="posterior"` adds `optimal_action_probabilities` (B, C + 1, A): for every prefix of the context, the
+    distribution of the label given the query and that prefix under the card's training tasks
+    (offbench.envs.task_posterior), for a roll-in card whose contexts ignore the task.
     """
 
     kind = "dpt"
@@ -454,6 +459,7 @@ class DPTSampler(_StoreSampler):
         *,
         context_size: int,
         context: str = "window",
+        label: str = "optimal",
     ):
         super().__init__(store, batch_size, seed, device)
         if "optimal_action" not in store.columns:
@@ -465,7 +471,14 @@ class DPTSampler(_StoreSampler):
             raise OffbenchError(f"context must be one of {', '.join(CONTEXT_SAMPLINGS)}, got '{context}'")
         if int(context_size) < 1:
             raise OffbenchError(f"context_size must be at least 1, got {context_size}")
+        if label not in DPT_LABELS:
+            raise OffbenchError(f"label must be one of {', '.join(DPT_LABELS)}, got '{label}'")
         self.context_size, self.context = int(context_size), context
+        self.posterior = None
+        if label == "posterior":
+            from offbench.envs.task_posterior import OptimalActionPosterior
+
+            self.posterior = OptimalActionPosterior.for_card(store.card or {}, self.where)
         self.optimal_actions = np.asarray(store.columns["optimal_action"])
         self.label_dtype = np.int64 if self.optimal_actions.dtype.kind in "iub" else np.float32
 
@@ -495,9 +508,15 @@ class DPTSampler(_StoreSampler):
             position = np.sort(self.rng.integers(0, length[:, None], (self.batch_size, self.context_size)), axis=1)
         context = self.rows[first[:, None] + position]  # (B, C) step indices
         query = self.rows[first + self.rng.integers(0, length)]
+        labels = self.gather(self.optimal_actions, query)
         batch = {
             "query_observations": self.observation_tensor(self.gather(self.observations, query)),
             **self.step_tensors(context, prefix="context_", next_observations=True),
-            "optimal_actions": self.tensor(self.gather(self.optimal_actions, query), self.label_dtype),
+            "optimal_actions": self.tensor(labels, self.label_dtype),
         }
+        if self.posterior is not None:
+            batch["optimal_action_probabilities"] = self.tensor(self.posterior.probabilities(
+                self.gather(self.observations, query), self.gather(self.observations, context),
+                self.gather(self.actions, context), self.gather(self.rewards, context), labels,
+            ))
         return self.with_task_ids(batch, query)

@@ -1,0 +1,85 @@
+"""The Bayes posterior of the optimal action given a context, with a card's training tasks as the prior.
+
+DPT's label is the sampled task's optimal action at the query. Given the query and the context, that label is
+distributed as P(a* = a | s_query, D) = the share of the tasks consistent with D whose optimal action at s_query
+is a, when the task is uniform over the card's training tasks (the generators give every task the same number
+of histories) and nothing but the rewards in D depends on the task. Training on that distribution instead of the
+one-hot draw has the same minimiser (the cross-entropy's minimiser is the label's conditional distribution either
+way) with less variance: a context without the reward now says, in its target, which cells it ruled out
+(`label = "posterior"` in DPT, benchmarks/README.md, Dark Room, session 14).
+
+Exact only when the roll-in's states and actions ignore the task (DPT's uniform roll-in): a learning history's
+actions come from a learner that knows its goal, so its steps carry evidence about the task that a reward-only
+likelihood leaves out. `for_card` refuses such cards.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from offbench.envs.benchmarks import card_tasks, make_batch_env
+from offbench.errors import OffbenchError
+
+
+class OptimalActionPosterior:
+    """P(a*(s_query) = a | context) over a set of deterministic tabular tasks that differ only in their rewards."""
+
+    def __init__(self, rewards: np.ndarray, optimal_actions: np.ndarray, observations: np.ndarray):
+        """rewards (tasks, states, actions) and optimal_actions (tasks, states) of every task; observations
+        (states, obs) the observation of each state (small integers, one state per observation)."""
+        self.rewards, self.optimal_actions = rewards.astype(np.float32), optimal_actions.astype(np.int64)
+        self.num_actions = rewards.shape[2]
+        observations = np.asarray(observations).reshape(len(observations), -1).astype(np.int64)
+        self.low = observations.min(axis=0)
+        self.dims = observations.max(axis=0) - self.low + 1
+        self.state_of_key = np.full(int(np.prod(self.dims)), -1, np.int64)
+        self.state_of_key[np.ravel_multi_index((observations - self.low).T, self.dims)] = np.arange(len(observations))
+
+    @classmethod
+    def for_card(cls, card: dict[str, Any], where: str = "") -> OptimalActionPosterior:
+        """The posterior over the card's training tasks; one line naming the problem where it would not be exact."""
+        algo = card.get("source", {}).get("recipe", {}).get("params", {}).get("algo")
+        from offbench.generators.sources import ALGORITHMS
+
+        if not getattr(ALGORITHMS.get(algo), "ignores_task", False):
+            blind = sorted(name for name, cls_ in ALGORITHMS.items() if getattr(cls_, "ignores_task", False))
+            raise OffbenchError(
+                f"{where}posterior labels need contexts whose states and actions ignore the task (a roll-in: {', '.join(blind)}); "
+                f"card {card.get('id', '?')} was made by {algo or 'no known generator'}"
+            )
+        train, _ = card_tasks(card)
+        env = make_batch_env(card["env"], train)
+        if not hasattr(env, "tables"):
+            raise OffbenchError(f"{where}posterior labels need tabular tasks; card {card.get('id', '?')}'s environment has no tables")
+        next_states, rewards, _ = env.tables()
+        if not (next_states == next_states[:1]).all():
+            raise OffbenchError(f"{where}posterior labels weigh rewards only; the tasks of card {card.get('id', '?')} also differ in their transitions")
+        return cls(rewards, env.optimal_action_table().reshape(len(train), -1), env.observations_of(np.arange(env.num_states)))
+
+    def states(self, observations: np.ndarray) -> np.ndarray:
+        """The tabular state of each observation (..., obs) -> (...)."""
+        obs = np.asarray(observations).astype(np.int64)
+        flat = obs.reshape(-1, obs.shape[-1]) - self.low
+        if (flat < 0).any() or (flat >= self.dims).any():
+            raise OffbenchError("an observation outside the tasks' states: the posterior labels do not fit this dataset")
+        states = self.state_of_key[np.ravel_multi_index(flat.T, self.dims)]
+        if (states < 0).any():
+            raise OffbenchError("an observation that is no state of the tasks: the posterior labels do not fit this dataset")
+        return states.reshape(obs.shape[:-1])
+
+    def probabilities(self, query: np.ndarray, observations: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
+                      labels: np.ndarray) -> np.ndarray:
+        """(B, C + 1, A): after j = 0..C context transitions, the share of the still-possible tasks whose optimal
+        action at the query is each action. A prefix no task explains (data not made from these tasks) gets its
+        sample's own label."""
+        query_states, states = self.states(query), self.states(observations)
+        explained = self.rewards[:, states, actions] == np.asarray(rewards, np.float32)[None]  # (tasks, B, C)
+        possible = np.logical_and.accumulate(explained, axis=2)
+        possible = np.concatenate([np.ones(possible.shape[:2] + (1,), bool), possible], axis=2)  # (tasks, B, C + 1)
+        votes = np.eye(self.num_actions, dtype=np.float32)[self.optimal_actions[:, query_states]]  # (tasks, B, A)
+        counts = np.einsum("kbj,kba->bja", possible.astype(np.float32), votes)
+        total = counts.sum(axis=-1, keepdims=True)
+        own = np.broadcast_to(np.eye(self.num_actions, dtype=np.float32)[np.asarray(labels, np.int64)][:, None], counts.shape)
+        return np.where(total > 0, counts / np.maximum(total, 1.0), own)
