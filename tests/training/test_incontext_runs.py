@@ -66,3 +66,12 @@ def test_dpt_refuses_histories_without_optimal_actions_before_anything_is_writte
     assert code == 2 and "optimal_action" in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
     assert not (tmp_path / "runs").exists()
+
+
+def test_dpt_posterior_labels_refuse_learning_histories_before_anything_is_written(darkroom, cli, tmp_path):
+    """darkroom-small's histories come from a learner that knows its goal, so their steps say more about the task than
+    the rewards do: the reward-only posterior would be wrong there, and the run stops with one line."""
+    code, _, err = cli(*run_args("dpt", tmp_path / "runs"), "--set", 'label="posterior"')
+    assert code == 2 and "ignore the task" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "runs").exists()
