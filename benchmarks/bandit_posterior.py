@@ -106,12 +106,11 @@ def held_out_histories(card: dict, histories: int, seed: int):
     return means, actions, rewards.astype(np.float32), best_arm_posteriors(actions, rewards, means.shape[1])
 
 
-def training_floor(store, histories: int) -> dict[str, float]:
-    """The Bayes floor of DPT's loss on a card's own training contexts (its first `histories` histories, whole, every
+def training_floor(actions: np.ndarray, rewards: np.ndarray, best: np.ndarray, arms: int) -> dict[str, float]:
+    """The Bayes floor of DPT's loss on a card's own training contexts (`training_contexts`: whole histories, every
     prefix as DPT trains them): the posterior's cross-entropy against each task's best arm, also at the full context,
     and how often the posterior's argmax there is the best arm (the best full-context accuracy)."""
-    actions, rewards, best = training_contexts(store, histories)
-    posterior = best_arm_posteriors(actions, rewards, int(store.action_space.n))
+    posterior = best_arm_posteriors(actions, rewards, arms)
     cross_entropy = -np.log(posterior[np.arange(len(best)), :, best] + 1e-12)
     return {"all prefixes": cross_entropy.mean(), "full context": cross_entropy[:, -1].mean(),
             "full-context accuracy": (posterior[:, -1].argmax(-1) == best).mean()}
@@ -181,8 +180,9 @@ def main(
         card = uniform_bandit_card(run.dataset.card, str(run_dir))
         if card["id"] not in cards:
             cards[card["id"]] = {"histories": held_out_histories(card, histories, seed)}
-            if floor_histories > 0:
-                floor = cards[card["id"]]["floor"] = training_floor(run.dataset.store, floor_histories)
+            if floor_histories > 0:  # read once per card: the floor here, each DPT run's loss on them below
+                seen = cards[card["id"]]["seen"] = training_contexts(run.dataset.store, floor_histories)
+                floor = cards[card["id"]]["floor"] = training_floor(*seen, int(run.dataset.store.action_space.n))
                 print(f"\n{card['id']}: Bayes floor of DPT's loss on its first {floor_histories} training histories: "
                       f"{floor['all prefixes']:.3f} nats over every prefix, {floor['full context']:.3f} at the full context, "
                       f"where the posterior's argmax is the best arm {floor['full-context accuracy']:.1%} of the time")
@@ -199,7 +199,7 @@ def main(
             if "fresh" not in measured:
                 fresh = fresh_contexts(card, floor_histories, seed)
                 measured["fresh"] = fresh, prefix_cross_entropy(best_arm_posteriors(*fresh[:2], run.spec.action_dim), fresh[2])
-            (fresh, fresh_floor), seen = measured["fresh"], training_contexts(run.dataset.store, floor_histories)
+            (fresh, fresh_floor), seen = measured["fresh"], measured["seen"]
             seen_loss, fresh_loss = (prefix_cross_entropy(model_probabilities("dpt", model, run.spec, a, r.astype(np.float32)), best)
                                      for a, r, best in (seen, fresh))
             print(f"DPT's loss over every prefix (Bayes floor): its first {floor_histories} training contexts {seen_loss:.3f} "

@@ -10,8 +10,9 @@ the run's last checkpoint names the optimal action after the whole context, over
 those with and without the reward in them. A model that has learnt to use the context is right far more often where
 the reward shows where the goal is; one that acts on the query alone (the best move under the prior over goals) is
 right equally often in both. Beside the contexts without the reward, the best any model trained on the training
-goals can do there: the action most often optimal under the training goals, from the query alone, and from the query
-and the cells the context shows are not the goal (how much there is to gain from reading where the goal is not).
+goals can do there, as accuracy and as cross-entropy to the label: the posterior under the training goals from the
+query alone, and from the query and the cells the context shows are not the goal. The argmax rarely moves between the
+two, the cross-entropy does: a model below the first cross-entropy reads where the goal is not.
 """
 
 from __future__ import annotations
@@ -45,10 +46,10 @@ def uniform_contexts(goals: np.ndarray, contexts: int, length: int, rng: np.rand
     }
 
 
-def bayes_actions(prior_goals: np.ndarray, batch: dict[str, np.ndarray], use_context: bool) -> np.ndarray:
-    """The action most likely optimal at the query when the goal is uniform over `prior_goals` (the training goals),
-    given nothing but the query (use_context False) or also that no transition of the context was rewarded (every
-    cell the context stepped into is not the goal). For contexts without the reward only."""
+def bayes_probabilities(prior_goals: np.ndarray, batch: dict[str, np.ndarray], use_context: bool) -> np.ndarray:
+    """(contexts, actions): how likely each action is optimal at the query when the goal is uniform over `prior_goals`
+    (the training goals), given nothing but the query (use_context False) or also that no transition of the context was
+    rewarded (every cell the context stepped into is not the goal). For contexts without the reward only."""
     goals = cell_index(prior_goals, SIZE)
     query = cell_index(batch["query"], SIZE)
     labels = policy_table(SIZE)[goals][:, query].T  # (contexts, goals): each goal's optimal action at the query
@@ -56,16 +57,20 @@ def bayes_actions(prior_goals: np.ndarray, batch: dict[str, np.ndarray], use_con
     if use_context:
         visited = cell_index(batch["next_cells"].reshape(-1, 2), SIZE).reshape(len(query), -1)
         possible = ~(goals[None, :, None] == visited[:, None, :]).any(-1)
-    votes = (labels[..., None] == np.arange(NUM_ACTIONS)) & possible[..., None]
-    return votes.sum(axis=1).argmax(-1)
+    votes = ((labels[..., None] == np.arange(NUM_ACTIONS)) & possible[..., None]).sum(axis=1)
+    return votes / votes.sum(axis=1, keepdims=True)
+
+
+def cross_entropy(probabilities: np.ndarray, labels: np.ndarray) -> float:
+    return float(-np.log(np.maximum(probabilities[np.arange(len(labels)), labels], 1e-12)).mean())
 
 
 @torch.no_grad()
-def full_context_actions(model: torch.nn.Module, batch: dict[str, np.ndarray]) -> np.ndarray:
+def full_context_probabilities(model: torch.nn.Module, batch: dict[str, np.ndarray]) -> np.ndarray:
     model.eval()
     floats = lambda name: torch.as_tensor(batch[name], dtype=torch.float32)  # noqa: E731
     logits = model(floats("query"), floats("cells"), torch.as_tensor(batch["actions"]), floats("rewards"), floats("next_cells"))
-    return logits[:, -1].argmax(-1).numpy()
+    return torch.softmax(logits[:, -1].double(), -1).numpy()
 
 
 def main(
@@ -88,13 +93,16 @@ def main(
         train_goals = np.array([task["goal"] for task in train])
         for name, tasks in (("training goals", train), ("held-out goals", held_out)):
             batch = uniform_contexts(np.array([task["goal"] for task in tasks]), contexts, run.config.baseline.context_size, rng)
-            right = full_context_actions(model, batch) == batch["labels"]
+            probabilities = full_context_probabilities(model, batch)
+            right = probabilities.argmax(-1) == batch["labels"]
             seen = batch["rewards"].any(axis=1)
             unseen = {key: value[~seen] for key, value in batch.items()}
-            bayes = {use: (bayes_actions(train_goals, unseen, use) == unseen["labels"]).mean() for use in (False, True)}
+            bayes = {use: bayes_probabilities(train_goals, unseen, use) for use in (False, True)}
+            scores = {use: f"{(p.argmax(-1) == unseen['labels']).mean():.3f} / {cross_entropy(p, unseen['labels']):.3f}" for use, p in bayes.items()}
             print(f"{name}: optimal action {right.mean():.3f}; with the reward in the context ({seen.mean():.0%} of them) "
-                  f"{right[seen].mean():.3f}, without it {right[~seen].mean():.3f} (the training goals' posterior: "
-                  f"{bayes[False]:.3f} from the query alone, {bayes[True]:.3f} knowing which cells were not the goal)")
+                  f"{right[seen].mean():.3f}, without it {right[~seen].mean():.3f}, cross-entropy "
+                  f"{cross_entropy(probabilities[~seen], unseen['labels']):.3f} (the training goals' posterior, accuracy / "
+                  f"cross-entropy: {scores[False]} from the query alone, {scores[True]} knowing which cells were not the goal)")
 
 
 if __name__ == "__main__":
