@@ -173,6 +173,9 @@ def test_kinds_that_cannot_read_in_place_are_one_line_errors(xland_file):
         make_sampler("transitions", store, batch_size=2, seed=0)
     with pytest.raises(OffbenchError, match="window_length must be between 1 and the history length 2500"):
         make_sampler("ad_windows", store, batch_size=2, seed=0, window_length=STEPS + 1)
+    with pytest.raises(OffbenchError, match="only the expert's labels .*got 'posterior'"):
+        make_sampler("dpt", store, batch_size=2, seed=0, context_size=4, label="posterior")
+    assert make_sampler("dpt", store, batch_size=2, seed=0, context_size=4, label="optimal").sample()["optimal_actions"].shape == (2,)
 
 
 def test_info_and_verify_on_a_path(xland_file, capsys):

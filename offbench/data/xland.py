@@ -569,6 +569,7 @@ class XLandDPTSampler(_XLandSampler):
     `context="window"`: C consecutive steps; `"random"`: C steps uniform with replacement, in time order.
     `group_by="task_id"` (default, as the authors' DPT loader): the query comes from an independently
     drawn history of the same task; `"history_id"`: from the context's own history.
+    `label` is "optimal" only: the posterior label needs tabular tasks whose dynamics the card describes.
     """
 
     kind = "dpt"
@@ -583,10 +584,13 @@ class XLandDPTSampler(_XLandSampler):
         context_size: int,
         context: str = "window",
         group_by: str | None = None,
+        label: str = "optimal",
         cache_mb: int = DEFAULT_CACHE_MB,
         observation_dtype: str = "float32",
     ):
         super().__init__(store, batch_size, seed, device, cache_mb, observation_dtype)
+        if label != "optimal":
+            raise OffbenchError(f"{store.path}: an XLand file has only the expert's labels (label = \"optimal\"), got '{label}'; the posterior label needs a tabular roll-in card")
         if context not in ("window", "random"):
             raise OffbenchError(f"context must be 'window' or 'random', got '{context}'")
         group_by = group_by or "task_id"
