@@ -72,9 +72,30 @@ class Dropout(nn.Module):
         return x * torch.rand_like(x).ge_(self.p).mul_(1.0 / (1.0 - self.p))
 
 
+def grouped_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """F.linear, or, with weights stacked over G groups (G, out, in) and x's rows in G equal consecutive blocks,
+    each block through its own weights in one batched product (HarmoDT acting: every task under its masked weights)."""
+    if weight.dim() == 2:
+        return F.linear(x, weight, bias)
+    groups = weight.shape[0]
+    out = torch.baddbmm(bias.unsqueeze(1), x.reshape(groups, -1, x.shape[-1]), weight.transpose(1, 2))
+    return out.view(*x.shape[:-1], weight.shape[1])
+
+
+def grouped_layer_norm(x: torch.Tensor, norm: nn.LayerNorm) -> torch.Tensor:
+    """`norm(x)`, or with its weight and bias stacked over G groups (G, dim), as `grouped_linear`."""
+    if norm.weight.dim() == 1:
+        return norm(x)
+    groups = norm.weight.shape[0]
+    h = F.layer_norm(x, norm.normalized_shape, eps=norm.eps).reshape(groups, -1, x.shape[-1])
+    return torch.addcmul(norm.bias.unsqueeze(1), h, norm.weight.unsqueeze(1)).view(x.shape)
+
+
 class Block(nn.Module):
     """Pre-LayerNorm transformer block. `bias` (B, 1, L, L) is added to the attention scores (0 where a query
-    may see a key, -inf where not); `queries` picks the tokens whose outputs are wanted (all by default)."""
+    may see a key, -inf where not); `queries` picks the tokens whose outputs are wanted (all by default).
+    Its parameters may be swapped (`torch.func.functional_call`) for ones stacked over groups of rows: see
+    `grouped_linear`."""
 
     def __init__(self, config: DTConfig):
         super().__init__()
@@ -87,11 +108,11 @@ class Block(nn.Module):
 
     def keys_values(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The attention keys and values (B, L, dim) this block makes of its input tokens x."""
-        return self._keys_values(self.norm1(x))
+        return self._keys_values(grouped_layer_norm(x, self.norm1))
 
     def _keys_values(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         dim = h.shape[-1]
-        k, v = F.linear(h, self.qkv.weight[dim:], self.qkv.bias[dim:]).split(dim, dim=-1)
+        k, v = grouped_linear(h, self.qkv.weight[..., dim:, :], self.qkv.bias[..., dim:]).split(dim, dim=-1)
         return k, v
 
     def forward(
@@ -100,12 +121,12 @@ class Block(nn.Module):
         """`past`: keys and values (B, P, dim) of P earlier tokens that x's tokens attend to besides themselves (they
         come first: `bias` has P + L key columns)."""
         batch, _, dim = x.shape
-        h = self.norm1(x)
+        h = grouped_layer_norm(x, self.norm1)
         if queries is None:
-            q, k, v = self.qkv(h).split(dim, dim=-1)
+            q, k, v = grouped_linear(h, self.qkv.weight, self.qkv.bias).split(dim, dim=-1)
         else:  # keys and values of every token, queries (and everything after attention) of the wanted ones only
             k, v = self._keys_values(h)
-            q = F.linear(h[:, queries], self.qkv.weight[:dim], self.qkv.bias[:dim])
+            q = grouped_linear(h[:, queries], self.qkv.weight[..., :dim, :], self.qkv.bias[..., :dim])
             x, bias = x[:, queries], bias[:, :, queries]
         if past is not None:
             k, v = torch.cat([past[0], k], dim=1), torch.cat([past[1], v], dim=1)
@@ -120,8 +141,10 @@ class Block(nn.Module):
             attended = torch.bmm(weights, v.flatten(0, 1)).view(batch, self.num_heads, -1, dim // self.num_heads)
         else:  # acting: the fused kernel (its effect on evaluation time: benchmarks/README.md, "Session 6")
             attended = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
-        x = x + self.drop(self.proj(attended.transpose(1, 2).reshape(batch, -1, dim)))
-        return x + self.mlp(self.norm2(x))
+        x = x + self.drop(grouped_linear(attended.transpose(1, 2).reshape(batch, -1, dim), self.proj.weight, self.proj.bias))
+        expand, activation, contract, drop = self.mlp
+        hidden = activation(grouped_linear(grouped_layer_norm(x, self.norm2), expand.weight, expand.bias))
+        return x + drop(grouped_linear(hidden, contract.weight, contract.bias))
 
 
 class DecisionTransformerModel(nn.Module):
@@ -178,7 +201,7 @@ class DecisionTransformerModel(nn.Module):
 
 def causal_bias(real: torch.Tensor) -> torch.Tensor:
     """(B, 1, L, L) from which tokens are real (B, L): 0 where a query may attend to a key (causal, and the key is
-    real or the query itself), -inf elsewhere. Out of place, so `torch.func.vmap` can batch it."""
+    real or the query itself), -inf elsewhere."""
     length = real.shape[1]
     causal = torch.ones(length, length, dtype=torch.bool, device=real.device).tril()
     allowed = causal & (real[:, None, :] | torch.eye(length, dtype=torch.bool, device=real.device))

@@ -40,7 +40,6 @@ Where this differs from that code, and why:
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -232,9 +231,10 @@ class HarmoDT(PromptDT):
         return [tuple(torch.cat([states[block][i] for states in per_task]) for i in (0, 1)) for block in range(len(self.model.blocks))]
 
     def act_rows(self, batch: dict[str, torch.Tensor], task_ids: torch.Tensor, prompt_states: PromptStates | None = None) -> torch.Tensor:
-        """Every row through the network under its task's mask, all tasks in one vectorised pass: rows grouped by
-        task (padded to the largest group with copies of a row, computed and dropped), `torch.func.vmap` over the
-        groups with each group's masked weights and prompt states (`task_prompt_states()`, computed when not given)."""
+        """Every row through the network under its task's mask, all tasks in one pass: rows grouped by task (padded
+        to the largest group with copies of a row, computed and dropped), each group's transformer weights its
+        masked ones (`grouped_linear`: one batched product per layer), with its prompt states
+        (`task_prompt_states()`, computed when not given)."""
         states = self.task_prompt_states() if prompt_states is None else prompt_states
         self.model.eval()
         tasks, group = torch.unique(task_ids, return_inverse=True)
@@ -244,20 +244,15 @@ class HarmoDT(PromptDT):
         slot[order] = torch.arange(len(group), device=group.device) - torch.repeat_interleave(counts.cumsum(0) - counts, counts)
         rows = torch.zeros(len(tasks), int(counts.max()), dtype=torch.long, device=group.device)
         rows[group, slot] = torch.arange(len(group), device=group.device)
-        segments = {key: value[rows] for key, value in batch.items()}  # (groups, width, K, ...)
-        prompts = {key: value[tasks, None].expand(-1, rows.shape[1], *value.shape[1:]) for key, value in self.task_prompts.items()}
+        row_tasks = tasks.repeat_interleave(rows.shape[1])  # the task of each grouped row, group-major
         stacked = self.masked_weights()
         weights = stacked if len(tasks) == self.spec.num_tasks else {name: w[tasks] for name, w in stacked.items()}
-
-        width = rows.shape[1]
-        group_states = [tuple(t[tasks, None].expand(-1, width, *t.shape[1:]) for t in kv) for kv in states]
-
-        def one_group(group_weights, segment, prompt, prompt_states):
-            return self.predict(segment, prompt, group_weights, newest_only=True, prompt_states=prompt_states)[:, -1]
-
-        with warnings.catch_warnings():  # vmap runs the fused attention kernel group by group: still the faster way
-            warnings.filterwarnings("ignore", message="There is a performance drop because we have not yet implemented the batching rule")
-            return torch.func.vmap(one_group)(weights, segments, prompts, group_states)[group, slot]
+        predicted = self.predict(
+            {key: value[rows.flatten()] for key, value in batch.items()},
+            {key: value[row_tasks] for key, value in self.task_prompts.items()}, weights, newest_only=True,
+            prompt_states=[(k[row_tasks], v[row_tasks]) for k, v in states],
+        )[:, -1]
+        return predicted.view(*rows.shape, -1)[group, slot]
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "masks": self.masks.clone(), "iteration": self.iteration, "recent_batches": self.recent_batches}

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from offbench.baselines.base import DatasetSpec
-from offbench.baselines.dt import Block, Dropout, DTConfig, DTPolicy, causal_bias
+from offbench.baselines.dt import Block, Dropout, DTConfig, DTPolicy, causal_bias, grouped_layer_norm
 from offbench.baselines.moore import multi_task_spec
 from offbench.baselines.nets import BoundedActions, ObservationNormalizer, flat_observation_dim, fused_adam, load_part_states, part_states
 from offbench.baselines.pcgrad import check_gradient_mode, pcgrad_backward, per_task_losses
@@ -107,7 +107,7 @@ class PromptDTModel(nn.Module):
         length = x.shape[1]  # the segment's s_t tokens: every third from segment_start + 1; the newest is the last but one
         queries = slice(length - 2, length - 1) if newest_only else slice(segment_start + 1, None, 3)
         x = self.blocks[-1](x, bias, queries=queries, past=pasts[-1])
-        return self.bound(self.action_head(self.output_norm(x)))
+        return self.bound(self.action_head(grouped_layer_norm(x, self.output_norm)))
 
     def prompt_tokens(self, prompt: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.prompt_embed(self.normalize(prompt["observations"]), prompt["actions"], prompt["returns_to_go"], prompt["timesteps"])

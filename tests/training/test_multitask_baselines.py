@@ -144,14 +144,17 @@ def test_harmodt_outer_step_moves_exactly_the_scheduled_number_of_weights(tiny):
         assert int((before[task] & ~harmo.masks[task]).sum()) == k  # pruned
 
 
-def test_harmodt_evaluates_each_task_under_its_own_mask(tiny):
+@pytest.mark.parametrize("rows_tasks", [[0, 1, 0, 1], [1, 0, 1, 1], [1, 1, 1, 1]])
+def test_harmodt_evaluates_each_task_under_its_own_mask(tiny, rows_tasks):
+    """All rows in one pass, each group of a task's rows under that task's masked weights: groups of equal size,
+    of unequal size (the smaller one padded), and a single task present (a subset of the stacked weights)."""
     harmo, sampler = build("harmodt", "metaworld/tiny-near-optimal", tiny)
     for _ in range(3):
         harmo.update(sampler.sample())
     batch = {k: v[:4] for k, v in sampler.sample().items() if not k.startswith(("prompt_", "task_prompt_"))}
-    task_ids = torch.tensor([0, 1, 0, 1])
+    task_ids = torch.tensor(rows_tasks)
     together = harmo.act_rows(batch, task_ids)
-    for task in (0, 1):
+    for task in sorted(set(rows_tasks)):
         originals = harmo.apply_mask(task)
         alone = harmo.predict(batch, {k: v[task_ids] for k, v in harmo.task_prompts.items()})[:, -1]
         harmo.restore(originals)
