@@ -11,7 +11,10 @@ the goal is known (a fitted DPT reads it, held-out goals too: benchmarks/README.
 - `sampled`: an action drawn from the posterior at every step (DPT's online evaluation);
 - `greedy`: its most likely action;
 - `per episode`: a goal drawn from the posterior once per episode and walked to (posterior sampling, which DPT's
-  per-step draws approximate only where the posterior is concentrated).
+  per-step draws approximate only where the posterior is concentrated);
+- `gumbel per episode` / `uniform per episode`: per-step draws from the same posterior with their randomness fixed
+  for the episode (one Gumbel vector, argmax of log-probability + Gumbel; or one uniform, inverse CDF in action
+  order). These are the generic ways a DPT could commit without knowing the task's structure.
 
 Each with the posterior over the training goals the context has not ruled out ("reads where the goal is not") and
 with the prior alone (what a DPT that reads only rewards does). Mean over repeats, with a 95% t-interval over repeats.
@@ -29,7 +32,7 @@ from offbench.envs.darkroom import optimal_return
 from offbench.envs.gridworld import NUM_ACTIONS, cell_index, next_cell_table, policy_table, start_cell
 
 SIZE, HORIZON = 9, 20
-MODES = ("sampled", "greedy", "per episode")
+MODES = ("sampled", "greedy", "per episode", "gumbel per episode", "uniform per episode")
 
 
 def ideal_returns(train_goals: np.ndarray, goals: np.ndarray, mode: str, excludes: bool, window: int, episodes: int,
@@ -52,6 +55,8 @@ def ideal_returns(train_goals: np.ndarray, goals: np.ndarray, mode: str, exclude
         weights = possible / possible.sum(1, keepdims=True)
         target = train_goals[(weights.cumsum(1) < rng.random((len(goals), 1))).sum(1).clip(max=len(train_goals) - 1)]
         pos = np.full(len(goals), start)
+        if mode in ("gumbel per episode", "uniform per episode"):  # the draws fixed for the episode (other modes: none)
+            gumbel, uniform = rng.gumbel(size=(len(goals), NUM_ACTIONS)), rng.random((len(goals), 1))
         visited = np.empty((len(goals), HORIZON), np.int64)
         for t in range(HORIZON):
             votes = np.einsum("rk,rka->ra", weights, np.eye(NUM_ACTIONS)[policy[train_goals][:, pos].T])
@@ -59,6 +64,11 @@ def ideal_returns(train_goals: np.ndarray, goals: np.ndarray, mode: str, exclude
                 action = (votes.cumsum(1) < rng.random((len(goals), 1))).sum(1).clip(max=NUM_ACTIONS - 1)
             elif mode == "greedy":
                 action = votes.argmax(1)
+            elif mode == "gumbel per episode":
+                with np.errstate(divide="ignore"):
+                    action = (np.log(votes) + gumbel).argmax(1)
+            elif mode == "uniform per episode":
+                action = (votes.cumsum(1) < uniform).sum(1).clip(max=NUM_ACTIONS - 1)
             else:
                 action = policy[target, pos]
             action = np.where(rewarded_cell >= 0, policy[np.maximum(rewarded_cell, 0), pos], action)
