@@ -1,9 +1,11 @@
 """The contract every registered baseline meets (d3rlpy-style: one check, called for every algorithm).
 
-`check_baseline_contract(name, store, options)` builds the baseline with its tiny config on a store of the
-kind its first evaluation protocol needs, takes two updates, round-trips its state through a weights-only
-checkpoint, and checks the policy it builds acts in the store's action space. A new baseline adds its tiny
-config to TINY_CONFIGS (the contract test fails until it does)."""
+`check_baseline_contract(name, store, num_envs, device)` builds the baseline with its tiny config on a store of
+the kind its first evaluation protocol needs, takes two updates on `device`, round-trips its state through a
+weights-only checkpoint, and checks the policy it builds acts in the store's action space, the same way after the
+round trip. Off the CPU the checkpoint must also load onto the CPU (as `offbench evaluate --device cpu` and resume
+load it: `map_location="cpu"`) and act there. A new baseline adds its tiny config to TINY_CONFIGS (the contract
+test fails until it does)."""
 
 from __future__ import annotations
 
@@ -56,28 +58,30 @@ def check_class(name: str) -> type:
     return cls
 
 
-def check_baseline_contract(name: str, store, num_envs: int = 3) -> None:
+def check_baseline_contract(name: str, store, num_envs: int = 3, device: str = "cpu") -> None:
     cls = check_class(name)
     spec = DatasetSpec.from_store(store)
     torch.manual_seed(0)
-    baseline = cls(tiny(name, cls), spec, "cpu")
+    baseline = cls(tiny(name, cls), spec, device)
     options = baseline.sampler_options() if hasattr(baseline, "sampler_options") else {}
-    sampler = make_sampler(cls.sampler, store, 8, 0, **options)
+    sampler = make_sampler(cls.sampler, store, 8, 0, device=device, **options)
     for _ in range(2):
         losses = baseline.update(sampler.sample())
         assert losses and all(np.isfinite(float(v)) for v in losses.values())
 
     buffer = io.BytesIO()
     torch.save(baseline.state_dict(), buffer)
-    buffer.seek(0)
-    restored = cls(tiny(name, cls), spec, "cpu")
-    restored.load_state_dict(torch.load(buffer, weights_only=True))
+    restored = {}
+    for where in dict.fromkeys([device, "cpu"]):  # the same device, and the CPU
+        buffer.seek(0)
+        restored[where] = cls(tiny(name, cls), spec, where)
+        restored[where].load_state_dict(torch.load(buffer, map_location="cpu", weights_only=True))
 
     task_ids = np.arange(num_envs) % max(spec.num_tasks, 1)
     policy_options = PolicyOptions(task_ids=task_ids, target_return=1.0 if cls.return_conditioned else None)
     observations = np.asarray(store.observations[:num_envs])
     acted = []
-    for model in (baseline, restored):
+    for model in (baseline, *restored.values()):
         policy = model.policy(policy_options)
         assert isinstance(policy, Policy)
         policy.reset(num_envs)

@@ -31,9 +31,13 @@ def contract_store(name: str, pendulum):
     return pendulum
 
 
+CUDA = pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (scripts/device-check.sh)"))
+
+
+@pytest.mark.parametrize("device", ["cpu", CUDA])
 @pytest.mark.parametrize("name", sorted(BASELINES))
-def test_every_registered_baseline_meets_the_contract(name, pendulum):
-    check_baseline_contract(name, contract_store(name, pendulum))
+def test_every_registered_baseline_meets_the_contract(name, pendulum, device):
+    check_baseline_contract(name, contract_store(name, pendulum), device=device)
 
 
 @pytest.mark.parametrize("name", sorted(n for n in BASELINES if "multi-task" in get_baseline(n).evaluation_protocols))
