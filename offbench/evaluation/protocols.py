@@ -360,8 +360,15 @@ class InContext:
         return "regret" if self.make_env().horizon == 1 else "mean_return"
 
 
-def with_overrides(setup: EvaluationSetup, episodes: int | None = None, tasks: str | None = None) -> EvaluationSetup:
-    """`offbench evaluate`'s --episodes / --tasks on a run's own setup (--tasks is for in-context runs only)."""
+ACTION_MODES = {"greedy": True, "sampled": False}  # `offbench evaluate --actions` -> EvaluationSetup.deterministic
+
+
+def with_overrides(setup: EvaluationSetup, episodes: int | None = None, tasks: str | None = None,
+                   actions: str | None = None) -> EvaluationSetup:
+    """`offbench evaluate`'s --episodes / --tasks / --actions on a run's own setup (--tasks is for in-context runs only)."""
     if tasks is not None and protocol_name(setup.card) != "in-context":
         raise OffbenchError(f"--tasks applies to in-context evaluation; this run is evaluated {protocol_name(setup.card)}")
-    return replace(setup, episodes=setup.episodes if episodes is None else episodes, tasks=tasks or setup.tasks)
+    if actions is not None and actions not in ACTION_MODES:
+        raise OffbenchError(f"--actions must be one of {', '.join(ACTION_MODES)}, got {actions!r}")
+    return replace(setup, episodes=setup.episodes if episodes is None else episodes, tasks=tasks or setup.tasks,
+                   deterministic=setup.deterministic if actions is None else ACTION_MODES[actions])

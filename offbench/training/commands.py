@@ -157,10 +157,11 @@ def evaluate_command(
     episodes: Optional[int] = typer.Option(None, "--episodes", help="Episodes (per task; in context: consecutive episodes) (default: the run's)."),
     tasks: Optional[str] = typer.Option(None, "--tasks", help="In-context runs: held-out (default) or train tasks."),
     device: Optional[str] = typer.Option(None, "--device", help="Device to evaluate on (default: the run's)."),
+    actions: Optional[str] = typer.Option(None, "--actions", help="greedy or sampled actions (default: the run's eval_deterministic)."),
 ) -> None:
     """Re-evaluate a run's last checkpoint under the run's own protocol (same seeds as in training); prints, writes nothing."""
     from offbench.training.config import MAX_EVAL_EPISODES
-    from offbench.training.trainer import check_fit, load_checkpoint, open_run
+    from offbench.training.trainer import check_action_mode, check_fit, load_checkpoint, open_run
 
     if episodes is not None and not 1 <= episodes <= MAX_EVAL_EPISODES:
         raise OffbenchError(f"--episodes must be between 1 and {MAX_EVAL_EPISODES}, got {episodes}")
@@ -170,9 +171,10 @@ def evaluate_command(
         raise OffbenchError(f"{run_dir}: no checkpoint yet (checkpoints/last.pt)")
     if episodes is None and run.config.train.eval_episodes < 1:
         raise OffbenchError(f"{run_dir}: the run evaluates no episodes (eval_episodes = 0); give --episodes")
-    protocol = run.protocol(episodes, tasks)
+    protocol = run.protocol(episodes, tasks, actions)
     check_fit(run.baseline_cls, run.spec, run.dataset, protocol, evaluate=True)
     baseline = run.restored_baseline(checkpoint)
+    check_action_mode(baseline, protocol.setup)
     keep_freed_memory()
     for record in protocol.evaluate(baseline, checkpoint["step"]):
         console.print(evaluation_table(record))

@@ -37,6 +37,12 @@ from offbench.tracking.loggers import LocalFiles, Logger, open_loggers, parse_lo
 from offbench.utils import atomic_write_bytes, atomic_write_json, safe_component
 
 
+def check_action_mode(baseline, setup: EvaluationSetup) -> None:
+    """A baseline that cannot sample actions says so (one line) before any run directory or episode exists."""
+    if not setup.deterministic:
+        baseline.policy(PolicyOptions(deterministic=False, target_return=setup.target_returns[0]))
+
+
 def check_fit(baseline_cls: type, spec: DatasetSpec, dataset: Dataset, protocol: EvaluationProtocol, evaluate: bool) -> None:
     """The dataset's action kind and evaluation protocol suit the baseline, and (when it evaluates) the protocol's
     environment builds and matches the data."""
@@ -195,9 +201,9 @@ class Run:
     def setup(self) -> EvaluationSetup:
         return setup_from_record(self.record, self.dataset.card, self.config)
 
-    def protocol(self, episodes: int | None = None, tasks: str | None = None) -> EvaluationProtocol:
+    def protocol(self, episodes: int | None = None, tasks: str | None = None, actions: str | None = None) -> EvaluationProtocol:
         """The run's evaluation protocol (with `offbench evaluate`'s overrides, if given)."""
-        return build_protocol(with_overrides(self.setup, episodes, tasks))
+        return build_protocol(with_overrides(self.setup, episodes, tasks, actions))
 
     def build_baseline(self):
         return self.baseline_cls(self.config.baseline, self.spec, self.device)
@@ -383,8 +389,8 @@ def start_run(
         probe = baseline_cls(config.baseline, spec, torch.device("cpu"))
     except ValueError as exc:
         raise OffbenchError(f"config for {baseline_name}: {exc}") from None
-    if not config.train.eval_deterministic and config.train.eval_episodes > 0:  # a baseline without sampling says so now
-        probe.policy(PolicyOptions(deterministic=False, target_return=setup.target_returns[0]))
+    if config.train.eval_episodes > 0:
+        check_action_mode(probe, setup)
     # data the baseline's sampler cannot use (DPT without optimal-action labels) is refused before the run dir exists
     sampler = baseline_sampler(probe, data.store, config.train.batch_size, seed, str(torch_device))
     run_dir = rd.create_run_dir(Path(out) / (name or default_run_name(baseline_name, data.id, seed)))

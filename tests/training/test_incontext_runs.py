@@ -34,6 +34,21 @@ def test_run_evaluates_in_context_on_the_held_out_goals_only(darkroom, cli, tmp_
     assert code == 2 and "not a bandit dataset" in err and not (tmp_path / "regret.svg").exists()
 
 
+def test_evaluate_in_the_runs_own_action_mode_repeats_its_last_evaluation(darkroom, cli, tmp_path):
+    """`offbench evaluate --actions greedy` on a greedy run: the same curve as the run's last evaluation (same
+    checkpoint, same seeds); a mode that does not exist is one line, exit 2."""
+    code, _, err = cli(*run_args("ad", tmp_path), "--name", "run")
+    assert code == 0, err
+    last = read_jsonl(tmp_path / "run" / "evaluations.jsonl")[-1]
+    code, out, err = cli("evaluate", tmp_path / "run", "--actions", "greedy")
+    assert code == 0, err
+    caption = " ".join(out.split())
+    assert (f"in context (held-out tasks): episode 1 {last['in_context_returns'][0]:.2f}, "
+            f"last {last['in_context_returns'][-1]:.2f}, optimal {last['optimal_return']:.2f}") in caption
+    code, _, err = cli("evaluate", tmp_path / "run", "--actions", "best")
+    assert code == 2 and "--actions must be one of greedy, sampled" in err and len(err.strip().splitlines()) == 1
+
+
 @pytest.mark.parametrize("name", ["ad", pytest.param("dpt", marks=pytest.mark.slow)])
 def test_interrupted_run_resumes_to_the_same_numbers(darkroom, cli, tmp_path, monkeypatch, name):
     args = run_args(name, tmp_path)

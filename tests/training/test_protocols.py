@@ -129,8 +129,10 @@ class ArmCounterBaseline:
     def update(self, batch):
         return {"loss": 0.0}
 
+    policies_asked: list[tuple[bool, bool]] = []  # (deterministic, given task ids) of every policy asked for
+
     def policy(self, options):
-        assert options.task_ids is not None
+        self.policies_asked.append((options.deterministic, options.task_ids is not None))
         return ArmCounter(self.spec.action_dim)
 
     def state_dict(self):
@@ -211,6 +213,10 @@ def test_in_context_run_records_the_curve_regret_and_reevaluates(cli, tmp_path, 
 
     code, out, err = cli("evaluate", run_dir, "--tasks", "train", "--episodes", "10")
     assert code == 0, err and "in context (train tasks)" in out
+    assert ArmCounterBaseline.policies_asked[-1] == (True, True)  # the run's eval_deterministic, the protocol's task ids
+    code, out, err = cli("evaluate", run_dir, "--actions", "sampled")
+    assert code == 0, err
+    assert ArmCounterBaseline.policies_asked[-1] == (False, True)
     code, _, err = cli("evaluate", run_dir, "--tasks", "test")
     assert code == 2 and "--tasks must be one of held-out, train" in err
 
