@@ -12,10 +12,12 @@ Two token layouts (`token_layout`), the two the public reproductions use:
 Token vectors of size `embedding_dim` are projected to the transformer width `hidden_dim` (ad-eps' emb2hid).
 
 Evaluation (`ADPolicy`): every row's context is its own history since the evaluation began, across episode
-ends. When a context reaches `context_steps` steps, it restarts from its last `context_steps // 2` steps (one
-recomputation), so every action sees between half and all of the trained context and a step's logits are
-exactly what a full recomputation of its window gives; between restarts a key-value cache adds one step's
-tokens at a time.
+ends. Once it outgrows `context_steps`, `eval_window` says what an action sees:
+- "half" (default): the context restarts from its last `context_steps // 2` steps (one recomputation), so every
+  action sees between half and all of the trained context; between restarts a key-value cache adds one step's
+  tokens at a time, and a step's logits are exactly what a full recomputation of its window gives.
+- "sliding": every action sees the last `context_steps` steps, the trained window length; the positions shift
+  at every step, so once the context is full each step recomputes its window (the cache only helps before).
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ class ADConfig:
     label_smoothing: float = ranged(0.0, ge=0, lt=1)
     compile: bool = False  # torch.compile the training forward pass
     kv_cache: bool = True  # evaluation: key-value cache (False: recompute the whole context every step)
+    eval_window: str = ranged("half", choices=("half", "sliding"))  # evaluation past context_steps (module docstring)
 
 
 class ADModel(nn.Module):
@@ -157,7 +160,7 @@ class ADPolicy:
     at `reset`, so an evaluation is reproducible and leaves the training RNG alone."""
 
     def __init__(self, ad: AlgorithmDistillation, deterministic: bool = True):
-        self.ad, self.deterministic, self.kv_cache = ad, deterministic, ad.config.kv_cache
+        self.ad, self.deterministic, self.kv_cache, self.window = ad, deterministic, ad.config.kv_cache, ad.config.eval_window
         self.model: ADModel = ad.model
 
     def reset(self, num_envs: int) -> None:
@@ -175,8 +178,8 @@ class ADPolicy:
         self.model.eval()
         steps = self.ad.config.context_steps
         restart = self.count == steps
-        if restart:  # keep the last half of the context, recompute it once
-            keep = steps // 2
+        if restart:  # keep the last half (or all but the oldest step) of the context, recompute it
+            keep = steps // 2 if self.window == "half" else steps - 1
             for buffer in (self.observations, self.actions, self.rewards):
                 buffer[:, :keep] = buffer[:, steps - keep :].clone()
             self.count = keep

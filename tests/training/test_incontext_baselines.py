@@ -81,6 +81,44 @@ def test_kv_cache_gives_the_logits_of_full_recomputation(darkroom, layout):
     assert torch.equal(with_cache.argmax(-1), without.argmax(-1))
 
 
+@pytest.mark.parametrize("layout", ["sar", "step"])
+def test_sliding_window_acts_on_the_last_context_steps_of_its_history(darkroom, layout):
+    """eval_window = "sliding": every step's logits are the model's on the last `context_steps` steps of the
+    history so far (fewer before the context fills), recomputed here from the recorded history alone;
+    "half" sees other windows once the context is full and the same ones before."""
+    ad = build("ad", darkroom, token_layout=layout, eval_window="sliding")
+    train_a_little(ad, darkroom, 20)
+    ad.model.eval()
+    steps = ad.config.context_steps
+    sliding = ad.policy(options())
+    env = held_out_env(darkroom)
+    observations = env.reset()
+    sliding.reset(env.num_envs)
+    history, logits = {"obs": [], "act": [], "rew": []}, []
+    for _ in range(4 * steps):
+        actions = sliding.act(observations)
+        logits.append(sliding.last_logits.clone())
+        history["obs"].append(torch.tensor(observations, dtype=torch.float32))
+        history["act"].append(torch.tensor(actions))
+        observations, rewards, terminated, truncated = env.step(actions)
+        history["rew"].append(torch.tensor(rewards, dtype=torch.float32))
+        sliding.observe(rewards, terminated | truncated)
+        if (terminated | truncated).any():
+            observations = env.reset(terminated | truncated)
+    with torch.no_grad():
+        for t, step_logits in enumerate(logits):
+            start = max(0, t + 1 - steps)
+            window = [torch.stack(history[k][start : t + 1], dim=1) for k in ("obs", "act", "rew")]
+            torch.testing.assert_close(step_logits, ad.model(*window)[:, -1].float(), rtol=0, atol=1e-5)
+    ad.config.eval_window = "half"
+    half = rollout([ad.policy(options())], held_out_env(darkroom), steps=4 * steps)[0]
+    ad.config.eval_window = "sliding"
+    again = rollout([ad.policy(options())], held_out_env(darkroom), steps=4 * steps)[0]
+    torch.testing.assert_close(again, torch.stack(logits), rtol=0, atol=1e-5)
+    torch.testing.assert_close(half[:steps], again[:steps], rtol=0, atol=1e-5)
+    assert not torch.allclose(half[steps:], again[steps:], atol=1e-4)
+
+
 @pytest.mark.parametrize("name", ["ad", "dpt"])
 def test_context_is_carried_across_episodes_and_cleared_by_reset(darkroom, name):
     """Every episode starts in the same cell: the first step of episode 2 sees episode 1 in its context (other
