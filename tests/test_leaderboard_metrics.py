@@ -84,6 +84,22 @@ def test_regret_is_lower_is_better_end_to_end(root, tmp_path, score):
     assert '<th data-better="lower">test/bandit</th>' in (root / "bandit" / "index.html").read_text()
 
 
+def test_rows_without_an_aggregate_read_best_first_within_their_first_column(root, tmp_path):
+    """Regret on two raw-return datasets has no aggregate: rows group by their first column, lowest first in it
+    (name order would read bc, cql, dt, iql whatever their regret)."""
+    checksums = {dataset: register_dataset(dataset, seed) for seed, dataset in enumerate(["test/first", "test/second"])}
+    write_benchmark(root, "bandit", list(checksums), metric="regret", evaluation={"episodes": 5, "in_context_episodes": 4})
+    final_regret = {("bc", "test/first"): 9.0, ("dt", "test/first"): 3.0, ("cql", "test/second"): 1.0, ("iql", "test/second"): 7.0}
+    for (baseline, dataset), regret in final_regret.items():
+        runs = [write_run(tmp_path / "runs", baseline, dataset, checksums[dataset], seed, [1.0, 2.0, 3.0],
+                          in_context=[0.5, 0.6, 0.7, 0.8], regret=[1.0, 2.0, 3.0, regret + 0.1 * seed]) for seed in range(3)]
+        _submit("bandit", runs, render=baseline == "iql")
+    readme = (root / "bandit" / "README.md").read_text()
+    rows = [line.split("|")[1].strip() for line in readme.splitlines() if line.startswith(("| bc", "| cql", "| dt", "| iql"))]
+    assert rows[:4] == ["dt", "bc", "cql", "iql"]
+    assert "grouped by the first dataset they have a cell in" in readme
+
+
 def test_profiles_count_runs_below_the_threshold_where_lower_is_better():
     from offbench.stats import performance_profiles
 

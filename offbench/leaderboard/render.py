@@ -138,7 +138,8 @@ def _cell_note(spec: BenchmarkSpec) -> str:
         note += (" Mean, median and IQM aggregate every dataset and seed of a row (rows with all datasets only; "
                  "a row's smallest seed count per dataset is used).")
     elif len(spec.datasets) > 1:
-        note += " Raw returns are not comparable across datasets, so no aggregate is shown."
+        note += (" Raw returns are not comparable across datasets, so no aggregate is shown: rows are grouped by the "
+                 "first dataset they have a cell in, best first within it.")
     return note
 
 

@@ -6,7 +6,8 @@ seed count. Aggregates across datasets (mean, median, IQM, probability of improv
 that have every dataset; where seed counts differ between datasets, a row's lowest-numbered
 `n` seeds of each dataset are used (n = its smallest seed count), since rliable's stratified
 bootstrap takes a (runs x datasets) matrix. Rows are ranked best first (by the mean aggregate, or the one
-dataset's cell; lowest first where the metric is lower-is-better). Multi-task entries add a per-task
+dataset's cell; lowest first where the metric is lower-is-better); rows with no aggregate are grouped by
+their first dataset column and ranked within it. Multi-task entries add a per-task
 table (mean over seeds of each task's score). Reported rows (published numbers, `[[reported]]` in
 benchmark.toml) are shown beside ours and take no part in any statistic.
 """
@@ -141,14 +142,26 @@ def _digits(spec: BenchmarkSpec) -> int:
 
 
 def ranked_labels(board: Board, results: Results) -> list[str]:
-    """Our rows, best first: by the mean aggregate over datasets, else by the one dataset's cell; rows without
-    that number follow in name order."""
+    """Our rows, best first: by the mean aggregate over datasets, else by the one dataset's cell. Rows without
+    that number (no aggregate across raw-return datasets, or a row missing a dataset) follow, grouped by the
+    first dataset column they have a cell in and best first within it, so a bandit table of regret columns
+    still reads lowest first in each column instead of in name order."""
     spec = board.spec
     means = results.aggregates[results.aggregates["aggregate"] == "mean"].set_index("label")["estimate"].to_dict()
     if len(spec.datasets) == 1:
         means = results.cells.set_index("label")["mean"].to_dict()
-    labels = sorted(results.cells["label"].unique())
-    return sorted(labels, key=lambda label: (label not in means, -spec.metric.sign * means.get(label, 0.0), label))
+    column = {dataset: i for i, dataset in enumerate(spec.datasets)}
+    first_cell: dict[str, tuple[int, float]] = {}
+    for cell in results.cells.itertuples():
+        place = (column.get(cell.dataset, len(column)), -spec.metric.sign * cell.mean)
+        first_cell[cell.label] = min(first_cell.get(cell.label, place), place)
+
+    def key(label: str) -> tuple:
+        if label in means:
+            return (0, 0, -spec.metric.sign * means[label], label)
+        return (1, *first_cell[label], label)
+
+    return sorted(results.cells["label"].unique(), key=key)
 
 
 def better_direction(spec: BenchmarkSpec) -> str:
