@@ -1,19 +1,9 @@
 """Training batches for every kind of baseline, cut from an EpisodeStore by vectorised index arithmetic.
 
-    sampler = make_sampler("segments", store, batch_size=256, seed=0, segment_length=20)
-    batch = sampler.sample()            # dict of torch tensors, shapes as in the table below
-    state = sampler.state_dict()        # numpy Generator state: a resumed run draws the same batches
-
-| kind          | keys (B = batch size)                                                                      |
-|---------------|--------------------------------------------------------------------------------------------|
-| transitions   | observations (B,*obs), actions, rewards (B,), next_observations, terminals (B,)            |
-| segments      | observations (B,K,*obs), actions (B,K,..), rewards, returns_to_go (B,K), timesteps, mask    |
-| ad_windows    | observations (B,T,*obs), actions (B,T,..), rewards (B,T)                                   |
-| dpt           | query_observations (B,*obs), context_{observations,actions,rewards,next_observations}      |
-|               | (B,C,..), optimal_actions (B,..)                                                           |
-
-Every kind adds `task_ids` (B,) int64 when the store has a `task_id` column. Observations and rewards
-are float32; actions are int64 when the dataset's actions are integers (discrete), float32 otherwise.
+    batches = sampler(store, "segments", batch_size=256, seed=0, segment_length=20)   # offbench.sampler
+    batch = batches.sample()            # dict of torch tensors: the kinds and their keys are in `sampler`'s docstring
+    state = batches.state_dict()        # numpy Generator state: a resumed run draws the same batches
+    for batch in torch.utils.data.DataLoader(batches, batch_size=None): ...   # the same batches, endlessly
 
 Nothing loops over episodes at sample time: the constructor precomputes small tables (episode offsets,
 returns-to-go, group boundaries) and `sample()` draws B indices, builds an index matrix with NumPy
@@ -25,6 +15,8 @@ from __future__ import annotations
 
 import copy
 import inspect
+import os
+from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any, Protocol
 
@@ -81,10 +73,52 @@ def make_sampler(kind: str, store: EpisodeStore, batch_size: int, seed: int, dev
     return cls(store, batch_size, seed, device, **opts)
 
 
+def sampler(dataset: Any, kind: str, *, batch_size: int, seed: int = 0, device: str | torch.device = "cpu", **options: Any) -> Sampler:
+    """Batches of `kind` drawn from `dataset` (an EpisodeStore or XLandHistories from `offbench.load`, or a
+    registered id or a path, opened as `offbench.load` opens it), seeded: `.sample()` gives the next batch, and the
+    sampler is an endless torch IterableDataset, so `DataLoader(sampler, batch_size=None)` gives the same batches.
+
+    Kinds, their options (default) and their batches (B = batch_size, every entry a tensor with B rows first):
+
+    transitions      no options. observations (B,*obs), actions (B,*act), rewards (B,), next_observations (B,*obs),
+                     terminals (B,): steps drawn uniformly; terminals is 1 only where the MDP terminated (a time
+                     limit is 0) and s' after an episode's last step is its stored final observation.
+    segments         segment_length=20. observations (B,K,*obs), actions (B,K,*act), rewards, returns_to_go,
+                     timesteps (int64), mask (bool) (B,K): K steps of one episode ending at a uniform step,
+                     left-padded (Decision Transformer).
+    prompt_segments  segment_length=20, prompt_length=5, prompt_pool=5, one_task_per_batch=False. The segments'
+                     keys plus prompt_{observations,actions,returns_to_go,timesteps,mask} and task_prompt_* (B,P,..):
+                     the end of one of the row's task's best episodes (Prompt-DT). Needs a task_id column.
+    ad_windows       window_length (required). observations (B,T,*obs), actions (B,T,*act), rewards (B,T): T
+                     consecutive steps of one learning history, across episodes (Algorithm Distillation). Needs
+                     a history_id column.
+    dpt              context_size (required), context="window" | "random" | "shuffled", label="optimal" |
+                     "posterior". query_observations (B,*obs), context_{observations,actions,rewards,
+                     next_observations} (B,C,..), optimal_actions (B,..); "posterior" adds
+                     optimal_action_probabilities (B,C+1,A) (Decision-Pretrained Transformer). Needs an
+                     optimal_action column and history_id or task_id.
+
+    Every kind adds task_ids (B,) int64 when the dataset has a task_id column. Observations and rewards are
+    float32; actions are int64 for integer (discrete) actions, float32 otherwise. An XLand file samples
+    ad_windows and dpt in place (also cache_mb=512 and observation_dtype="float32" | "uint8"; dpt: group_by).
+    Each sampler class's docstring says exactly how it draws.
+
+    An unknown kind or option, or something that is not a dataset, is a one-line OffbenchError.
+    """
+    from offbench.data.resolve import resolve
+
+    if isinstance(dataset, (str, os.PathLike)):
+        dataset = resolve(dataset)
+    readable = (EpisodeStore, *(store_type for _, store_type in STORE_SAMPLERS))
+    if not isinstance(dataset, readable):
+        raise OffbenchError(f"offbench.sampler samples a dataset (offbench.load's result, an id or a path), not a {type(dataset).__name__}")
+    return make_sampler(kind, dataset, batch_size, seed, device, **options)
+
+
 # ----------------------------------------------------------------------------- shared machinery
 
 
-class _StoreSampler:
+class _StoreSampler(torch.utils.data.IterableDataset):
     """RNG, tensor conversion and s' lookup shared by every kind. Observations come in dataset units:
     baselines normalise them in their networks (offbench.baselines.nets.ObservationNormalizer)."""
 
@@ -116,6 +150,23 @@ class _StoreSampler:
         if state.get("kind") != self.kind:
             raise OffbenchError(f"sampler state is for kind '{state.get('kind')}', not '{self.kind}'")
         self.rng.bit_generator.state = copy.deepcopy(state["rng"])
+
+    # -- torch.utils.data
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        """`sample()` forever: `DataLoader(sampler, batch_size=None)` yields what calling `sample()` would.
+
+        In DataLoader workers (num_workers = n > 0) each worker holds a copy of the sampler, so worker k draws
+        from its own stream, `np.random.default_rng(seed).spawn(k + 1)[k]` (NumPy's independent k-th child of the
+        sampler's seed): batches differ across workers and repeat for the same seed and n. The workers start
+        from the seed, not from a state loaded with `load_state_dict`, and this sampler's `state_dict()` does not
+        follow them: for an exact resume, draw with num_workers=0. Workers build batches on the CPU."""
+        worker = torch.utils.data.get_worker_info()
+        if worker is not None:
+            if self.device.type != "cpu":
+                raise OffbenchError(f"DataLoader workers build batches on the CPU; make the sampler with device='cpu' (not '{self.device}') and move batches in the training loop")
+            self.rng = self.rng.spawn(worker.num_workers)[worker.id]
+        while True:
+            yield self.sample()
 
     # -- helpers for subclasses
     def episode_of(self, index: np.ndarray) -> np.ndarray:

@@ -26,11 +26,13 @@ import contextlib
 import hashlib
 import json
 import mmap
+import operator
 import sys
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import h5py
@@ -39,6 +41,9 @@ import numpy as np
 from offbench.data.spaces import space_from_json, space_to_json
 from offbench.errors import OffbenchError
 from offbench.utils import atomic_path, reserve_space
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 FORMAT_NAME = "offbench"
 FORMAT_VERSION = 1
@@ -55,7 +60,11 @@ CORE_ARRAYS = (
 
 @dataclass
 class EpisodeStore:
-    """A dataset of whole episodes held as contiguous arrays (in memory or memory-mapped)."""
+    """A dataset of whole episodes held as contiguous arrays (in memory or memory-mapped).
+
+    `len(store)` is the number of episodes; `store[i]` (negative i counts from the end) and `for episode in store`
+    give one episode at a time (see `episode`); `to_pandas()` gives one row per transition.
+    """
 
     observations: np.ndarray
     actions: np.ndarray
@@ -174,13 +183,26 @@ class EpisodeStore:
     def episode_returns(self) -> np.ndarray:
         return np.add.reduceat(np.asarray(self.rewards, dtype=np.float64), self.episode_starts[:-1])
 
+    # ------------------------------------------------------------------ episodes one at a time
+    def __len__(self) -> int:
+        """The number of episodes (not of transitions: that is `num_transitions`)."""
+        return self.num_episodes
+
     def episode(self, i: int) -> dict[str, np.ndarray]:
-        """One episode as arrays, observations with T + 1 rows (final observation included)."""
-        if not 0 <= i < self.num_episodes:
-            raise IndexError(f"episode {i} out of range (dataset has {self.num_episodes})")
-        lo, hi = int(self.episode_starts[i]), int(self.episode_starts[i + 1])
+        """Episode `i` (negative: from the end) as a dict of arrays, for an episode of T steps:
+        observations (T + 1, *obs_shape), the final observation included as the last row; actions (T, *act_shape);
+        rewards (T,) float32; terminations, truncations (T,) bool; and every per-step column under its name
+        (task_id, history_id, infos/<key>, ...: T rows each). Per-episode values stay in `episode_columns[name][i]`.
+        The dict is what `from_episodes` takes, so `EpisodeStore.from_episodes(list(store))` rebuilds the arrays."""
+        n = self.num_episodes
+        position = operator.index(i)
+        if position < 0:
+            position += n
+        if not 0 <= position < n:
+            raise IndexError(f"episode {i} out of range (the dataset has {n} episodes: 0..{n - 1}, or -{n}..-1 from the end)")
+        lo, hi = int(self.episode_starts[position]), int(self.episode_starts[position + 1])
         out = {
-            "observations": np.concatenate([self.observations[lo:hi], self.final_observations[i : i + 1]]),
+            "observations": np.concatenate([self.observations[lo:hi], self.final_observations[position : position + 1]]),
             "actions": np.asarray(self.actions[lo:hi]),
             "rewards": np.asarray(self.rewards[lo:hi]),
             "terminations": np.asarray(self.terminations[lo:hi]),
@@ -188,6 +210,45 @@ class EpisodeStore:
         }
         out.update({k: np.asarray(v[lo:hi]) for k, v in self.columns.items()})
         return out
+
+    __getitem__ = episode
+
+    def iter_episodes(self) -> Iterator[dict[str, np.ndarray]]:
+        """Every episode in order, one at a time (as `episode(i)` gives it): a memory-mapped store reads only the
+        episode being handed out, so this walks a dataset larger than memory."""
+        for i in range(self.num_episodes):
+            yield self.episode(i)
+
+    __iter__ = iter_episodes
+
+    def to_pandas(self, episodes: int | slice | Sequence[int] | None = None) -> pd.DataFrame:
+        """One row per transition: `episode`, `step` (from 0 in each episode), the observation, the action,
+        `reward`, `terminated`, `truncated`, then every per-step column under its name (task_id, history_id,
+        infos/<key>, ...). An array with one value per step is one column (`observation`, `action`: discrete data);
+        a vector is one column per dimension, flattened in C order (`observation_0`, `observation_1`, ...,
+        `action_0`, ...). The next observation of a step is the next row of its episode, or
+        `final_observations[episode]` after the episode's last step.
+
+        The frame is built in memory (a memory-mapped dataset is read): `episodes` (an index, a slice such as
+        slice(0, 100), or a list of indices) takes those episodes only."""
+        import pandas as pd
+
+        chosen = np.atleast_1d(np.arange(self.num_episodes)[slice(None) if episodes is None else episodes])
+        lengths = self.episode_lengths[chosen]
+        step = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        rows = np.repeat(self.episode_starts[chosen], lengths) + step
+        frame: dict[str, np.ndarray] = {"episode": np.repeat(chosen, lengths), "step": step}
+        frame.update(_one_column_per_dimension("observation", np.take(self.observations, rows, axis=0)))
+        frame.update(_one_column_per_dimension("action", np.take(self.actions, rows, axis=0)))
+        frame["reward"] = np.take(self.rewards, rows)
+        frame["terminated"] = np.take(self.terminations, rows)
+        frame["truncated"] = np.take(self.truncations, rows)
+        for name, values in self.columns.items():
+            frame.update(_one_column_per_dimension(name, np.take(values, rows, axis=0)))
+        return pd.DataFrame(frame, copy=False)
+
+    def __repr__(self) -> str:
+        return dataset_repr(self, episodes=self.num_episodes, transitions=self.num_transitions)
 
     # ------------------------------------------------------------------ checks
     def validate(self) -> None:
@@ -273,6 +334,34 @@ class EpisodeStore:
         arrays = {name: [np.asarray(arr)] for name, arr in self._named_arrays().items()}
         self.path = write_native(path, arrays, self.card, self.observation_space, self.action_space, compression)
         return self.path
+
+
+def _one_column_per_dimension(name: str, values: np.ndarray) -> dict[str, np.ndarray]:
+    """{name: values} for one value per row, else {name_0: .., name_1: ..} over the flattened dimensions."""
+    if values.ndim == 1:
+        return {name: values}
+    flat = values.reshape(len(values), -1)
+    return {f"{name}_{k}": flat[:, k] for k in range(flat.shape[1])}
+
+
+def dataset_repr(dataset: Any, **counts: int) -> str:
+    """`Type(id=.., format=.., <counts>, observation_space=.., action_space=..)` for any dataset with a card, a
+    path and spaces: what it is in one line, never its arrays or its card. The id is the card's, else the
+    file's stem (as `offbench.data.resolve.open_dataset` names a path); the format is the card's, the layout
+    the data was published in (a registered dataset converted on download reads from its native copy)."""
+    card = dataset.card or {}
+    dataset_id = card.get("id") or (Path(dataset.path).stem if dataset.path else None)
+    fields = [f"id={dataset_id!r}", f"format={card.get('format')!r}", *(f"{key}={value}" for key, value in counts.items())]
+    fields += [f"observation_space={_short_space(dataset.observation_space)}", f"action_space={_short_space(dataset.action_space)}"]
+    return f"{type(dataset).__name__}({', '.join(fields)})"
+
+
+def _short_space(space: gym.Space | None) -> str:
+    """The space as gymnasium prints it, or its type, shape and dtype where that would spell out bound arrays."""
+    text = str(space)
+    if len(text) <= 60:
+        return text
+    return f"{type(space).__name__}(shape={space.shape}, dtype={space.dtype})"
 
 
 def write_native(path: str | Path, arrays: dict[str, list[np.ndarray]], card: dict[str, Any], observation_space: gym.Space | None,

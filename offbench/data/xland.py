@@ -44,6 +44,7 @@ import numpy as np
 import torch
 
 from offbench.data.samplers import _StoreSampler, register_store_sampler
+from offbench.data.store import dataset_repr
 from offbench.errors import OffbenchError
 
 NUM_TILES = 13  # xminigrid.core.constants
@@ -227,7 +228,10 @@ class Problem:
 
 
 class XLandHistories:
-    """An XLand-100B / Trivial-20B file, opened in place. Holds the shape; steps are read on demand."""
+    """An XLand-100B / Trivial-20B file, opened in place. Holds the shape; steps are read on demand.
+
+    `len()` is the number of learning histories (tasks x histories per task): episodes are not counted, which
+    would decompress every `dones` array."""
 
     read_in_place = True
 
@@ -258,6 +262,12 @@ class XLandHistories:
     @property
     def num_histories(self) -> int:
         return self.num_tasks * self.histories
+
+    def __len__(self) -> int:
+        return self.num_histories
+
+    def __repr__(self) -> str:
+        return dataset_repr(self, tasks=self.num_tasks, histories=self.num_histories, transitions=self.num_transitions)
 
     @property
     def num_transitions(self) -> int:
