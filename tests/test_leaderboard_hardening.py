@@ -203,7 +203,7 @@ def test_entries_from_before_run_identities_still_catch_their_runs():
     best evaluations and learning curve is that run."""
     from offbench.leaderboard.spec import load_spec
     from offbench.leaderboard.entries import load_entries
-    from offbench.leaderboard.submit import _same_run
+    from offbench.leaderboard.entries import same_run as _same_run
 
     spec = load_spec("pendulum-scripted", REPO_ROOT / "leaderboards")
     entries = load_entries(spec)
@@ -217,7 +217,7 @@ def test_entries_from_before_run_identities_still_catch_their_runs():
 def test_the_same_evaluations_under_another_config_are_not_a_duplicate():
     """Greedy policies of two methods can score the very same episodes on a discrete suite (MTBC and MTBC+PCGrad
     did on MiniGrid); only the same config or the same checkpoint makes it the same run."""
-    from offbench.leaderboard.submit import _same_run
+    from offbench.leaderboard.entries import same_run as _same_run
 
     new = {"seed": 0, "identity": {"evaluations_sha256": "e" * 64, "checkpoint_sha256": "1" * 64}}
     old = {"seed": 0, "identity": {"evaluations_sha256": "e" * 64, "checkpoint_sha256": "2" * 64}}

@@ -164,7 +164,7 @@ def test_reported_rows_are_shown_apart_and_never_in_our_statistics(tmp_path, mon
     assert results["reported"] == [{"label": "IQL", "source": CORL_ROW["source"], "note": "", "scores": {"test/a": {"mean": 1000.0, "std": 0.5}}}]
     readme = (bench["folder"] / "README.md").read_text()
     table = [line for line in readme.splitlines() if line.startswith("| ")]
-    assert table[1].startswith("| iql |") and table[3] == "| *IQL* (reported \\[1\\]) | *1000 ± 0.5* |"  # ours ranked, then reported
+    assert table[1].startswith("| iql |") and table[3] == "| *IQL* (reported \\[1\\]) | *—* | *—* | *1000 ± 0.5* |"  # ours ranked, then reported
     assert "- \\[1\\] IQL: CORL; Last Scores; version commit eeeeef2" in readme
     assert '<tr class="reported"><td>IQL <span class="tag">reported [1]</span></td>' in (bench["folder"] / "index.html").read_text()
 

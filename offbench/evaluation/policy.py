@@ -20,6 +20,7 @@ class PolicyOptions:
     task_ids: np.ndarray | None = None  # (num_envs,) task id of each environment row: multi-task and in-context
     target_return: float | np.ndarray | None = None  # return-conditioned baselines: one number, or one per row
     deterministic: bool = True  # greedy / mean action; False samples from the policy's distribution
+    row_labels: tuple[str, ...] | None = None  # what each row plays ("episode 3 (seed 10003)"): named in errors about a row
 
 
 @runtime_checkable

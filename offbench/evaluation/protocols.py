@@ -151,7 +151,8 @@ class SingleTask:
         seeds = [evaluation_seed(setup.seed, i) for i in range(setup.episodes)]
         records = []
         for target in setup.target_returns:
-            policy = baseline.policy(PolicyOptions(target_return=target, deterministic=setup.deterministic))
+            labels = tuple(f"episode {i} (seed {seed})" for i, seed in enumerate(seeds))
+            policy = baseline.policy(PolicyOptions(target_return=target, deterministic=setup.deterministic, row_labels=labels))
             results = run_episodes(policy, lambda: make_env(setup.env_spec), seeds)
             records.append(evaluation_record(step, results, setup.card, target))
         return records
@@ -214,7 +215,9 @@ class MultiTask:
                 row_target = target
                 if target is None and setup.task_target_returns is not None:
                     row_target = np.asarray(setup.task_target_returns, dtype=np.float64)[task_ids]
-                return baseline.policy(PolicyOptions(task_ids=task_ids, target_return=row_target, deterministic=setup.deterministic))
+                labels = tuple(f"task {self.tasks[lane.task_id]} episode {lane.episode} (seed {lane.seed})" for lane in lanes)
+                return baseline.policy(PolicyOptions(task_ids=task_ids, target_return=row_target, deterministic=setup.deterministic,
+                                                     row_labels=labels))
 
             lanes = setup.episodes * len(self.tasks)
             episodes = evaluate_tasks(setup.env_spec, policy_for, setup.episodes, evaluation_seed(setup.seed, 0), max_envs=min(lanes, self.MAX_LANES))
@@ -334,7 +337,8 @@ class InContext:
 
     def evaluate(self, baseline: Any, step: int) -> list[dict[str, Any]]:
         env = self.make_env()
-        options = PolicyOptions(task_ids=np.asarray(self.task_ids, dtype=np.int64), deterministic=self.setup.deterministic)
+        options = PolicyOptions(task_ids=np.asarray(self.task_ids, dtype=np.int64), deterministic=self.setup.deterministic,
+                                row_labels=tuple(f"{self.setup.tasks} task {task_id}" for task_id in self.task_ids))
         results = run_in_context(baseline.policy(options), env, self.setup.episodes)
         optimal = np.asarray(env.optimal_returns, dtype=np.float64)
         known = bool(np.isfinite(optimal).all())  # XLand rulesets: the optimum is unknown, so is the regret

@@ -31,6 +31,7 @@ def submit(
     benchmark: str = typer.Option(..., "--benchmark", "-b", help="Benchmark name (a folder of leaderboards/)."),
     label: Optional[str] = typer.Option(None, help="Row name (default: the baseline's name); use it for a variant config."),
     render: bool = typer.Option(True, "--render/--no-render", help="Re-render README.md, index.html and figures after accepting."),
+    verify: bool = typer.Option(False, "--verify", help="Replay each run's final evaluation from its checkpoint; the entry is marked verified."),
     root: Optional[Path] = ROOT_OPTION,
 ) -> None:
     """Validate runs against a benchmark and add them to its leaderboard (refusals name the rule that failed)."""
@@ -39,7 +40,7 @@ def submit(
     from offbench.tracking.run_dir import expand_run_dirs
 
     spec = load_spec(benchmark, root)
-    written = submit_runs(spec, expand_run_dirs(run_dirs), label=label, render=render)
+    written = submit_runs(spec, expand_run_dirs(run_dirs), label=label, render=render, verify=verify)
     for path in written:
         console.print(f"accepted: {path}", highlight=False, markup=False, soft_wrap=True)
     if render:
@@ -146,3 +147,49 @@ def render(benchmark: str = typer.Argument(..., help="Benchmark name."), runs: O
         written = render_to(_board(spec, runs), out or spec.folder)
     for path in written:
         console.print(f"wrote {path}", highlight=False, markup=False, soft_wrap=True)
+
+
+@leaderboard_app.command("check")
+def check(benchmark: Optional[str] = typer.Argument(None, help="Benchmark name (default: every benchmark)."),
+          root: Optional[Path] = ROOT_OPTION) -> None:
+    """Run every admission rule on every entry file (what a pull request adding an entry must pass)."""
+    from offbench.leaderboard.entries import load_entries
+    from offbench.leaderboard.spec import known_benchmarks, load_spec
+
+    names = [benchmark] if benchmark else known_benchmarks(root)
+    problems = 0
+    for name in names:
+        spec = load_spec(name, root)
+        try:
+            entries = load_entries(spec)
+        except OffbenchError as exc:
+            problems += 1
+            err_console.print(f"{name}: {exc}", highlight=False, markup=False, soft_wrap=True)
+            continue
+        runs = sum(len(entry["runs"]) for _, entry in entries)
+        console.print(f"{name}: {len(entries)} entries, {runs} runs: every rule holds", highlight=False, markup=False)
+    if problems:
+        raise OffbenchError(f"{problems} of {len(names)} benchmark(s) hold an entry that breaks a rule (listed above)")
+
+
+@leaderboard_app.command("verify")
+def verify(benchmark: str = typer.Argument(..., help="Benchmark name."),
+           runs: Optional[list[Path]] = typer.Option(None, "--runs", help="Folders holding the entries' run directories "
+                                                     "(default: each run's recorded path)."),
+           write: bool = typer.Option(False, "--write", help="Record the outcome in the entries (only their runs' verification fields change)."),
+           root: Optional[Path] = ROOT_OPTION) -> None:
+    """Replay every entry's runs from their checkpoints and compare with the recorded final evaluations."""
+    from offbench.leaderboard.spec import load_spec
+    from offbench.leaderboard.submit import verify_entries
+
+    spec = load_spec(benchmark, root)
+    table = Table(header_style="bold")
+    for column in ("entry", "run", "seed", "status", "detail"):
+        table.add_column(column)
+    outcomes = verify_entries(spec, runs or [], write=write)
+    for outcome in outcomes:
+        table.add_row(*(escape(str(value)) for value in outcome))
+    console.print(table)
+    refused = [o for o in outcomes if o[3] == "refused"]
+    if refused:
+        raise OffbenchError(f"{len(refused)} run(s) replay to other returns than their entries record (listed above)")

@@ -133,7 +133,10 @@ def _protocol_lines(spec: BenchmarkSpec) -> list[str]:
 
 def _cell_note(spec: BenchmarkSpec) -> str:
     note = (f"Each cell: mean over seeds of the {spec.score_label}, [95% bootstrap interval], (n = seeds). "
-            f"Rows are baselines as submitted (--label names a variant), best first ({better_direction(spec)} is better).")
+            f"Rows are baselines as submitted (--label names a variant), best first ({better_direction(spec)} is better). "
+            "method: offbench's own baseline, a plugin, someone's own code or a black-box policy (docs/submitting.md); "
+            "verified: every run's final evaluation was replayed from its checkpoint to the same returns (yes), some were "
+            "(partly), or none (no: a black box, a run submitted without --verify, or one whose checkpoint was not kept).")
     if len(spec.datasets) > 1 and aggregates_meaningful(spec):
         note += (" Mean, median and IQM aggregate every dataset and seed of a row (rows with all datasets only; "
                  "a row's smallest seed count per dataset is used).")
@@ -160,7 +163,7 @@ def _source_line(number: int, row) -> str:
 
 def _results_table(board: Board, results: Results) -> tuple[pd.DataFrame, dict[int, int]]:
     """Our rows then the reported ones in the same columns, and {row number: source number} of the reported."""
-    ours = main_table(board, results) if not board.scores.empty else pd.DataFrame(columns=["baseline", *board.spec.datasets])
+    ours = main_table(board, results) if not board.scores.empty else pd.DataFrame(columns=["baseline", "method", "verified", *board.spec.datasets])
     reported = reported_table(board).drop(columns="source")
     if reported.empty:
         return ours, {}
@@ -169,7 +172,7 @@ def _results_table(board: Board, results: Results) -> tuple[pd.DataFrame, dict[i
 
 
 def _score_columns(frame: pd.DataFrame, spec: BenchmarkSpec) -> dict[str, str]:
-    return {column: better_direction(spec) for column in frame.columns if column != "baseline"}
+    return {column: better_direction(spec) for column in frame.columns if column not in ("baseline", "method", "verified")}
 
 
 def render_markdown(spec: BenchmarkSpec, board: Board, results: Results, figures: list[Figure]) -> str:

@@ -110,9 +110,27 @@ def line_score(run: RunRecord, row: dict[str, Any], spec: BenchmarkSpec, card: D
 
 def _check_protocol(run: RunRecord, spec: BenchmarkSpec, card: DatasetCard) -> None:
     evaluation = run.info["evaluation"]
-    for key, wanted in spec.protocol_for(run.baseline).items():
+    black_box = (run.info.get("method") or {}).get("kind") == "black-box"
+    problem = protocol_problem(spec, run.baseline, evaluation, run.summary["steps"], black_box)
+    if problem is not None:
+        raise Refused(run.path, "protocol", problem)
+    card_env = _environment(card.env)
+    run_env = evaluation.get("env")
+    if card_env["id"] and (not isinstance(run_env, dict) or _environment(run_env) != card_env):
+        shown = _environment(run_env) if isinstance(run_env, dict) else run_env
+        raise Refused(run.path, "protocol", f"evaluated in {shown}, but the dataset card's environment is {card_env}")
+
+
+TRAINING_KEYS = ("steps", "every_steps")  # the training budget and schedule: a black box has none to match
+
+
+def protocol_problem(spec: BenchmarkSpec, baseline: str, evaluation: dict[str, Any], steps: Any, black_box: bool) -> str | None:
+    """How a run's `evaluation` block (and training `steps`) differ from the benchmark's protocol, or None."""
+    for key, wanted in spec.protocol_for(baseline).items():
+        if key in TRAINING_KEYS and black_box:
+            continue
         if key == "steps":
-            got = run.summary["steps"]
+            got = steps
         elif key == "target_returns":  # binds return-conditioned runs only: BC or CQL runs have none
             if not evaluation.get("target_returns"):
                 continue
@@ -122,12 +140,8 @@ def _check_protocol(run: RunRecord, spec: BenchmarkSpec, card: DatasetCard) -> N
             got = evaluation.get(key)
         if got != wanted:
             what = "summary.json steps" if key == "steps" else f"run.json evaluation.{key}"
-            raise Refused(run.path, "protocol", f"{what} is {got!r}; benchmark {spec.name} requires {wanted!r}")
-    card_env = _environment(card.env)
-    run_env = evaluation.get("env")
-    if card_env["id"] and (not isinstance(run_env, dict) or _environment(run_env) != card_env):
-        shown = _environment(run_env) if isinstance(run_env, dict) else run_env
-        raise Refused(run.path, "protocol", f"evaluated in {shown}, but the dataset card's environment is {card_env}")
+            return f"{what} is {got!r}; benchmark {spec.name} requires {wanted!r}"
+    return None
 
 
 def _environment(env: dict[str, Any]) -> dict[str, Any]:

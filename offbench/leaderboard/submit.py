@@ -41,10 +41,12 @@ from typing import Any
 import numpy as np
 
 from offbench.errors import OffbenchError
-from offbench.leaderboard.entries import ENTRY_SCHEMA, load_entries
+from offbench.leaderboard.entries import ENTRY_SCHEMA, check_against_accepted, load_entries, same_run
 from offbench.leaderboard.scoring import ScoredRun, score_run
 from offbench.leaderboard.spec import BenchmarkSpec
-from offbench.tracking.run_dir import MAX_TEXT, Refused, RunRecord, is_finite, read_run
+from offbench.leaderboard.verify import method_of, unverified, verify_run, weights_fingerprint
+from offbench.tracking.provenance import METHOD_KINDS
+from offbench.tracking.run_dir import CHECKPOINT, MAX_TEXT, Refused, RunRecord, is_finite, read_run
 from offbench.utils import atomic_write_json, safe_component
 
 CURVE_POINTS = 64  # learning curves are kept at this many evaluation steps at most
@@ -60,13 +62,28 @@ def config_sha256(config: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
 
 
-def check_baseline(run: RunRecord) -> None:
-    """The run's baseline must be one offbench registers: it names rows and entry files by default."""
+def check_method(run: RunRecord) -> dict[str, Any]:
+    """Where the run's method comes from (run.json `method`, docs/submitting.md): a built-in baseline must be one
+    offbench registers; a plugin names its distribution and version; own code and black boxes name themselves.
+    The name labels rows and entry files, so it is one safe file-name component whatever the kind."""
     from offbench.baselines import BASELINES
 
-    if run.baseline not in BASELINES:
+    method = method_of(run)
+    kind = method.get("kind")
+    if kind not in METHOD_KINDS:
+        raise Refused(run.path, "method", f"run.json method.kind {kind!r:.40} is not one of {', '.join(METHOD_KINDS)}")
+    if method.get("name", run.baseline) != run.baseline:
+        raise Refused(run.path, "method", f"run.json method.name {method.get('name')!r:.80} differs from baseline {run.baseline!r:.80}")
+    if kind == "built-in" and run.baseline not in BASELINES:
         raise Refused(run.path, "baseline", f"baseline {run.baseline!r:.80} is not a registered baseline "
                                             f"(known: {', '.join(sorted(BASELINES))})")
+    if kind == "plugin" and not all(isinstance(method.get(key), str) and method[key] for key in ("distribution", "version")):
+        raise Refused(run.path, "method", "a plugin run's method must name its 'distribution' and 'version'")
+    try:
+        safe_component(run.baseline, "baseline")
+    except OffbenchError as exc:
+        raise Refused(run.path, "baseline", str(exc)) from None
+    return method
 
 
 def row_label(label: str | None, baseline: str) -> str:
@@ -76,8 +93,8 @@ def row_label(label: str | None, baseline: str) -> str:
 
 def check_run(run: RunRecord, spec: BenchmarkSpec) -> ScoredRun:
     """Apply the per-run rules; return the run scored the benchmark's way."""
-    check_baseline(run)
-    if run.identity["checkpoint_sha256"] is None:
+    method = check_method(run)
+    if run.identity["checkpoint_sha256"] is None and method["kind"] in ("built-in", "plugin"):
         raise Refused(run.path, "run-files", "no checkpoints/last.pt (a leaderboard tells runs apart by their evaluations and final checkpoint)")
     return score_run(run, spec)
 
@@ -111,14 +128,20 @@ def _reduced(values: list[Any]) -> list[Any]:
     return [values[i] for i in keep]
 
 
-def _run_record(spec: BenchmarkSpec, scored: ScoredRun) -> dict[str, Any]:
+def run_identity(run: RunRecord) -> dict[str, Any]:
+    """What the run is (RunRecord.identity) and the fingerprint of its checkpoint's weights (verify.weights_fingerprint)."""
+    return {**run.identity, "weights": weights_fingerprint(run.path / CHECKPOINT)}
+
+
+def _run_record(spec: BenchmarkSpec, scored: ScoredRun, verification: dict[str, Any]) -> dict[str, Any]:
     run = scored.run
     curve = _reduced(scored.curve)
     record = {
         "run_id": bounded(run.run_id, "run.json run_id", run),
         "seed": run.seed,
         "path": bounded(str(run.path), "the run directory's path", run),
-        "identity": run.identity,
+        "identity": run_identity(run),
+        "verification": verification,
         "code": bounded(run.info["code"], "run.json code", run),
         "env": bounded(run.info.get("env"), "run.json env", run),
         "started_at": bounded(run.info.get("started_at"), "run.json started_at", run),
@@ -139,7 +162,7 @@ def _run_record(spec: BenchmarkSpec, scored: ScoredRun) -> dict[str, Any]:
     return record
 
 
-def make_entry(spec: BenchmarkSpec, label: str, scored: list[ScoredRun]) -> dict[str, Any]:
+def make_entry(spec: BenchmarkSpec, label: str, scored: list[ScoredRun], verifications: dict[Path, dict[str, Any]]) -> dict[str, Any]:
     """The JSON entry for one baseline, dataset and config, with one record per seed."""
     first = scored[0].run
     config = bounded(config_without_seed(first), "run.json config", first)
@@ -148,6 +171,7 @@ def make_entry(spec: BenchmarkSpec, label: str, scored: list[ScoredRun]) -> dict
         "benchmark": spec.name,
         "label": label,
         "baseline": first.baseline,
+        "method": bounded(method_of(first), "run.json method", first),
         "dataset": bounded({k: first.info["dataset"].get(k) for k in ("id", "content_sha256", "format")}, "run.json dataset", first),
         "metric": spec.metric.name,
         "score": spec.score,
@@ -155,14 +179,15 @@ def make_entry(spec: BenchmarkSpec, label: str, scored: list[ScoredRun]) -> dict
         "config": config,
         "config_sha256": config_sha256(config),
         "submitted_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "runs": [_run_record(spec, s) for s in sorted(scored, key=lambda s: s.run.seed)],
+        "runs": [_run_record(spec, s, verifications[s.run.path]) for s in sorted(scored, key=lambda s: s.run.seed)],
     }
 
 
-def validate_runs(spec: BenchmarkSpec, runs: list[RunRecord], label: str | None = None) -> list[dict[str, Any]]:
-    """Entries for a set of runs (grouped by baseline, dataset and config); raises Refused on the first broken rule."""
+def validate_runs(spec: BenchmarkSpec, runs: list[RunRecord], label: str | None = None, verify: bool = False) -> list[dict[str, Any]]:
+    """Entries for a set of runs (grouped by baseline, dataset and config); raises Refused on the first broken rule.
+    With `verify`, each run's final evaluation is replayed from its checkpoint (offbench.leaderboard.verify)."""
     for run in runs:
-        check_baseline(run)
+        check_method(run)
     if label is not None:
         safe_component(label, "label")
         if len({run.baseline for run in runs}) > 1:
@@ -172,80 +197,50 @@ def validate_runs(spec: BenchmarkSpec, runs: list[RunRecord], label: str | None 
     groups: dict[tuple[str, str], list[RunRecord]] = defaultdict(list)
     for run in runs:
         groups[(run.baseline, run.dataset_id)].append(run)
-    entries = []
     for (baseline, dataset_id), members in groups.items():
-        configs = {config_sha256(config_without_seed(r)) for r in members}
-        if len(configs) > 1:
-            raise Refused(
-                members[0].path, "config-consistency",
-                f"the {baseline} runs on {dataset_id} use {len(configs)} different configs; submit each config separately (with --label)",
-            )
-        seen: dict[int, Path] = {}
-        for run in members:
-            if run.seed in seen:
-                raise Refused(run.path, "duplicate", f"seed {run.seed} is also submitted by {seen[run.seed]}")
-            seen[run.seed] = run.path
-        if len(seen) < spec.min_seeds:
-            raise Refused(
-                members[0].path, "seed-count",
-                f"{baseline} on {dataset_id} has {len(seen)} seed(s); benchmark {spec.name} needs at least {spec.min_seeds}",
-            )
-        entries.append(make_entry(spec, row_label(label, baseline), [scored[r.path] for r in members]))
-    return entries
+        _check_group(spec, baseline, dataset_id, members)
+    verifications = {run.path: verify_run(run) if verify else _not_replayed(run) for run in runs}
+    return [make_entry(spec, row_label(label, baseline), [scored[r.path] for r in members], verifications)
+            for (baseline, dataset_id), members in groups.items()]
+
+
+def _not_replayed(run: RunRecord) -> dict[str, Any]:
+    if method_of(run)["kind"] == "black-box":
+        return unverified("black box: no code to rebuild the policy from")
+    return unverified("submitted without --verify")
+
+
+def _check_group(spec: BenchmarkSpec, baseline: str, dataset_id: str, members: list[RunRecord]) -> None:
+    """One entry = one method, one config (seed aside), distinct seeds, at least min_seeds of them."""
+    configs = {config_sha256(config_without_seed(r)) for r in members}
+    if len(configs) > 1:
+        raise Refused(members[0].path, "config-consistency",
+                      f"the {baseline} runs on {dataset_id} use {len(configs)} different configs; submit each config separately (with --label)")
+    kinds = {method_of(r)["kind"] for r in members}
+    if len(kinds) > 1:
+        raise Refused(members[0].path, "config-consistency", f"the {baseline} runs on {dataset_id} come from methods of kinds "
+                                                             f"{', '.join(sorted(kinds))}; one entry is one method")
+    seen: dict[int, Path] = {}
+    for run in members:
+        if run.seed in seen:
+            raise Refused(run.path, "duplicate", f"seed {run.seed} is also submitted by {seen[run.seed]}")
+        seen[run.seed] = run.path
+    if len(seen) < spec.min_seeds:
+        raise Refused(members[0].path, "seed-count",
+                      f"{baseline} on {dataset_id} has {len(seen)} seed(s); benchmark {spec.name} needs at least {spec.min_seeds}")
 
 
 def _refuse_repeated_runs(runs: list[RunRecord]) -> None:
-    """One run submitted twice in one go (copied to another folder, renamed, its seed edited)."""
-    seen: dict[Any, Path] = {}
+    """One run submitted twice in one go (copied to another folder, renamed, its seed edited, its checkpoint
+    re-saved): `entries.same_run` on every pair."""
+    seen: list[tuple[RunRecord, dict[str, Any], str]] = []
     for run in runs:
-        keys = [("checkpoint", run.identity["checkpoint_sha256"]), ("evaluations", run.identity["evaluations_sha256"], run.seed)]
-        for key in keys:
-            if key[1] is not None and key in seen:
-                raise Refused(run.path, "duplicate", f"this run is the same run as {seen[key]} (same {key[0]})")
-            seen[key] = run.path
-
-
-def _same_run(new: dict[str, Any], old: dict[str, Any], same_config: bool) -> str | None:
-    """What makes an accepted run record the same run as a new one, if anything: the same final checkpoint,
-    the same evaluations at the same seed under the same config (two methods can score the very same episodes:
-    greedy policies on a discrete suite), or (entries from before runs carried an identity) the same seed with
-    the same final and best evaluations and learning curve."""
-    ours, theirs = new["identity"], old.get("identity")
-    if theirs is not None:
-        if ours["checkpoint_sha256"] is not None and ours["checkpoint_sha256"] == theirs.get("checkpoint_sha256"):
-            return "final checkpoint"
-        if same_config and ours["evaluations_sha256"] == theirs.get("evaluations_sha256") and new["seed"] == old["seed"]:
-            return "evaluations"
-        return None
-    if all(new[key] == old.get(key) for key in ("seed", "final", "best", "curve")):
-        return "seed, evaluations and learning curve"
-    return None
-
-
-def check_against_accepted(entry: dict[str, Any], accepted: list[tuple[Path, dict[str, Any]]]) -> None:
-    row, dataset_id = entry["label"], entry["dataset"]["id"]
-    for path, old in accepted:
-        for record in entry["runs"]:
-            for old_record in old["runs"]:
-                same = _same_run(record, old_record, old.get("config_sha256") == entry["config_sha256"])
-                if same is not None:
-                    raise Refused(record["path"], "duplicate",
-                                  f"this run is run {old_record['run_id']} of accepted entry {path.name} (same {same}), whatever its name")
-        if old["label"] == row and old["baseline"] != entry["baseline"]:
-            raise Refused(
-                entry["runs"][0]["path"], "config-consistency",
-                f"row '{row}' holds baseline {old['baseline']} ({path.name}), not {entry['baseline']}; choose another --label",
-            )
-        if old["label"] == row and old["dataset"]["id"] == dataset_id:
-            if old["config_sha256"] != entry["config_sha256"]:
-                raise Refused(
-                    entry["runs"][0]["path"], "config-consistency",
-                    f"row '{row}' on {dataset_id} already holds another config ({path.name}); submit this one with --label NAME",
-                )
-            old_seeds = {r["seed"] for r in old["runs"]}
-            for record in entry["runs"]:
-                if record["seed"] in old_seeds:
-                    raise Refused(record["path"], "duplicate", f"row '{row}' on {dataset_id} already has seed {record['seed']} ({path.name})")
+        record, config = {"seed": run.seed, "identity": run_identity(run)}, config_sha256(config_without_seed(run))
+        for other, other_record, other_config in seen:
+            same = same_run(record, other_record, config == other_config)
+            if same is not None:
+                raise Refused(run.path, "duplicate", f"this run is the same run as {other.path} (same {same})")
+        seen.append((run, record, config))
 
 
 def _entry_filename(entry: dict[str, Any]) -> str:
@@ -256,14 +251,15 @@ def _entry_filename(entry: dict[str, Any]) -> str:
     return f"{stamp}--{safe_component(entry['label'], 'label')}--{dataset_slug}--{digest}.json"
 
 
-def submit(spec: BenchmarkSpec, run_dirs: list[Path], label: str | None = None, render: bool = True) -> list[Path]:
-    """Validate run directories and add them as new entries; re-render the tables. Returns the entry files."""
+def submit(spec: BenchmarkSpec, run_dirs: list[Path], label: str | None = None, render: bool = True, verify: bool = False) -> list[Path]:
+    """Validate run directories and add them as new entries (with `verify`, each replayed from its checkpoint first);
+    re-render the tables. Returns the entry files."""
     if render:  # fail before anything is accepted, not half-way
         from offbench.errors import require
 
         require("rliable", "stats")
     runs = [read_run(path) for path in run_dirs]
-    entries = validate_runs(spec, runs, label)
+    entries = validate_runs(spec, runs, label, verify=verify)
     written: list[Path] = []
     spec.entries_dir.mkdir(parents=True, exist_ok=True)
     with spec.lock:
@@ -280,3 +276,45 @@ def submit(spec: BenchmarkSpec, run_dirs: list[Path], label: str | None = None, 
 
             render_benchmark(spec)
     return written
+
+
+def _find_run(record: dict[str, Any], folders: list[Path]) -> Path | None:
+    """The run directory of an entry's run record: its recorded path, or a folder named by its run id under `folders`."""
+    candidates = [Path(record["path"]), *(Path(folder) / record["run_id"] for folder in folders)]
+    return next((path for path in candidates if (path / "run.json").is_file()), None)
+
+
+def verify_entries(spec: BenchmarkSpec, folders: list[Path], write: bool = False) -> list[tuple[str, str, int, str, str]]:
+    """Replay every run of every entry whose run directory is at hand (`offbench leaderboard verify`): one
+    (entry, run, seed, status, detail) per run, status verified / unverified / refused. With `write`, the runs'
+    `verification` fields are updated in place (nothing else in an entry changes) and the board re-rendered."""
+    outcomes, changed = [], []
+    with spec.lock:
+        for path, entry in load_entries(spec):
+            updated = False
+            for record in entry["runs"]:
+                found = _find_run(record, folders)
+                if found is None:
+                    outcomes.append((path.name, record["run_id"], record["seed"], "unverified", "run directory not found"))
+                    continue
+                try:
+                    run = read_run(found)
+                    if run.identity["evaluations_sha256"] != (record.get("identity") or {}).get("evaluations_sha256", run.identity["evaluations_sha256"]):
+                        raise Refused(found, "verify", "its evaluations are not the ones the entry records (another run?)")
+                    verification = verify_run(run)
+                except Refused as exc:
+                    outcomes.append((path.name, record["run_id"], record["seed"], "refused", str(exc)))
+                    continue
+                outcomes.append((path.name, record["run_id"], record["seed"], verification["status"],
+                                 verification.get("reason") or f"replayed on {verification['replayed_on']}"))
+                if verification["status"] == "verified" and record.get("verification") != verification:
+                    record["verification"], updated = verification, True
+            if updated:
+                changed.append((path, entry))
+        if write and changed:
+            for path, entry in changed:
+                atomic_write_json(path, entry)
+            from offbench.leaderboard.render import render_benchmark
+
+            render_benchmark(spec)
+    return outcomes

@@ -37,10 +37,16 @@ class Board:
     optimum: dict[str, float]  # dataset -> mean optimal return in evaluation (in-context benchmarks)
     per_task: pd.DataFrame  # label, dataset, seed, task, score (multi-task entries)
     entries: list[dict[str, Any]] = field(default_factory=list)  # summary of each entry, for tracing
+    methods: dict[str, str] = field(default_factory=dict)  # label -> where its method comes from (entries.method_summary)
+    verified: dict[str, str] = field(default_factory=dict)  # label -> "yes" | "partly" | "no": runs replayed from checkpoints
 
 
 def board_from_entries(spec: BenchmarkSpec, entries: list[tuple[Path | None, dict[str, Any]]]) -> Board:
+    from offbench.leaderboard.entries import entry_verified, method_summary
+
     scores, curves, in_context, per_task, optimum, summaries = [], [], [], [], {}, []
+    methods: dict[str, str] = {}
+    verified: dict[str, set[bool]] = {}
     for path, entry in entries:
         label, dataset = entry["label"], entry["dataset"]["id"]
         name = path.name if path else "(preview)"
@@ -56,7 +62,10 @@ def board_from_entries(spec: BenchmarkSpec, entries: list[tuple[Path | None, dic
             if "optimal_return" in run:
                 optimum[dataset] = run["optimal_return"]
         commits = sorted({str(r["code"].get("git_commit") or r["code"].get("version")) for r in entry["runs"]})
-        summaries.append({"entry": name, "label": label, "baseline": entry["baseline"], "dataset": dataset,
+        methods[label] = method_summary(entry)
+        verified.setdefault(label, set()).add(entry_verified(entry))
+        summaries.append({"entry": name, "label": label, "baseline": entry["baseline"], "method": methods[label],
+                          "verified": "yes" if entry_verified(entry) else "no", "dataset": dataset,
                           "seeds": ", ".join(str(r["seed"]) for r in entry["runs"]), "code": ", ".join(c[:12] for c in commits),
                           "config_sha256": entry["config_sha256"][:12], "submitted_at": entry["submitted_at"]})
     columns = {
@@ -73,6 +82,8 @@ def board_from_entries(spec: BenchmarkSpec, entries: list[tuple[Path | None, dic
         optimum=optimum,
         per_task=pd.DataFrame(per_task, columns=columns["per_task"]),
         entries=summaries,
+        methods=methods,
+        verified={label: "yes" if flags == {True} else "no" if flags == {False} else "partly" for label, flags in verified.items()},
     )
 
 
@@ -169,12 +180,13 @@ def better_direction(spec: BenchmarkSpec) -> str:
 
 
 def main_table(board: Board, results: Results) -> pd.DataFrame:
-    """Display table: one row per label (best first), a cell per dataset 'mean [low, high] (n=seeds)', then the aggregates."""
+    """Display table: one row per label (best first), where its method comes from and whether its runs were replayed
+    from their checkpoints (verified), a cell per dataset 'mean [low, high] (n=seeds)', then the aggregates."""
     digits = _digits(board.spec)
     labels = ranked_labels(board, results)
     rows = []
     for label in labels:
-        row: dict[str, str] = {"baseline": label}
+        row: dict[str, str] = {"baseline": label, "method": board.methods.get(label, "—"), "verified": board.verified.get(label, "—")}
         for dataset in board.spec.datasets:
             cell = results.cells[(results.cells["label"] == label) & (results.cells["dataset"] == dataset)]
             if cell.empty:
@@ -187,7 +199,7 @@ def main_table(board: Board, results: Results) -> pd.DataFrame:
                 agg = results.aggregates[(results.aggregates["label"] == label) & (results.aggregates["aggregate"] == name)]
                 row[name] = "—" if agg.empty else format_estimate(*agg.iloc[0][["estimate", "low", "high"]], digits)
         rows.append(row)
-    columns = ["baseline", *board.spec.datasets]
+    columns = ["baseline", "method", "verified", *board.spec.datasets]
     if aggregates_meaningful(board.spec) and len(board.spec.datasets) > 1:
         columns += list(stats.AGGREGATES)
     return pd.DataFrame(rows, columns=columns)

@@ -274,7 +274,8 @@ def status_rows(runs: list[PlannedRun], folder: Path) -> list[tuple[str, str, st
 
 # ---------------------------------------------------------------------------------------------- submit
 def submit_finished(runs: list[PlannedRun], folder: Path, benchmark: str, console: Console) -> list[str]:
-    """Submit each (baseline, variant) group whose runs all finished; returns what could not be submitted."""
+    """Submit each (baseline, variant) group whose runs all finished, each run replayed from its checkpoint first
+    (`offbench submit --verify`); returns what could not be submitted."""
     from offbench.leaderboard.spec import load_spec
     from offbench.leaderboard.submit import load_entries, submit
 
@@ -296,7 +297,7 @@ def submit_finished(runs: list[PlannedRun], folder: Path, benchmark: str, consol
             console.print(f"{what}: already on leaderboard {benchmark}", highlight=False)
             continue
         try:
-            written = submit(spec, dirs, label=label)
+            written = submit(spec, dirs, label=label, verify=True)
         except OffbenchError as exc:
             problems.append(f"{what}: refused: {exc}")
             continue

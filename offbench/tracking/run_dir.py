@@ -130,6 +130,39 @@ def write_run_json(run_dir: Path, record: dict[str, Any]) -> None:
     atomic_write_json(run_dir / RUN_FILE, {"schema": SCHEMA, **record})
 
 
+def new_run_record(run_dir: Path, *, baseline: str, method: dict[str, Any], dataset: Any, seed: int, config: dict[str, Any],
+                   config_sources: list[str], device: str, evaluation: dict[str, Any], loggers: list[str] = ()) -> dict[str, Any]:
+    """run.json of a new run, whoever runs it (the trainer, `offbench.track`, `offbench.evaluate`): `dataset` is
+    an opened `offbench.data.resolve.Dataset`."""
+    return {
+        "run_id": run_dir.name,
+        "baseline": baseline,
+        "method": method,
+        "dataset": {"id": dataset.id, "path": str(dataset.path), "content_sha256": dataset.store.content_sha256(), "format": dataset.format},
+        "seed": seed,
+        "config": config,
+        "config_sources": config_sources,
+        "code": code_version(),
+        "env": environment_info(device),
+        "evaluation": evaluation,
+        "loggers": list(loggers),
+        "started_at": utc_now(),
+    }
+
+
+def write_summary(run_dir: Path, steps: int, elapsed: float, headline_target: float | None, metric: str) -> dict[str, Any]:
+    """summary.json of a finished run, from its evaluations.jsonl."""
+    summary = {
+        "status": "completed",
+        "steps": steps,
+        "wall_time_s": round(elapsed, 3),
+        **summarize(read_evaluations(run_dir), headline_target, metric),
+        "finished_at": utc_now(),
+    }
+    atomic_write_json(run_dir / SUMMARY_FILE, summary)
+    return summary
+
+
 # What reopening a run (resume, evaluate) reads from run.json: "a.b" is field b of the table a.
 _RUN_FIELDS: dict[str, tuple[type, ...]] = {
     "baseline": (str,), "seed": (int,), "config": (dict,), "dataset": (dict,), "dataset.id": (str,), "dataset.path": (str,),

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from offbench.baselines import BASELINES, get_baseline
+from offbench.baselines import baseline_names, baseline_origin, get_baseline
 from offbench.data.cards import DatasetCard, all_cards, get_card
 from offbench.data.resolve import Dataset, open_dataset
 from offbench.data.spec import DatasetSpec
@@ -34,7 +34,7 @@ from offbench.training.distributed import SingleProcess
 from offbench.training.config import ResolvedConfig, config_from_dict, dataset_slug, resolve_config
 from offbench.tracking import run_dir as rd
 from offbench.tracking.loggers import LocalFiles, Logger, open_loggers, parse_logger_names
-from offbench.utils import atomic_write_bytes, atomic_write_json, safe_component
+from offbench.utils import atomic_write_bytes, safe_component
 
 
 def check_action_mode(baseline, setup: EvaluationSetup) -> None:
@@ -70,7 +70,7 @@ def check_protocol_support(baseline_cls: type, card: DatasetCard | None, dataset
     downloaded or generated)."""
     wanted = protocol_name(card)
     if wanted not in baseline_cls.evaluation_protocols:
-        having = [name for name in BASELINES if wanted in get_baseline(name).evaluation_protocols]
+        having = [name for name in baseline_names() if wanted in get_baseline(name).evaluation_protocols]
         kind = card.kind if card is not None else "offline"
         raise OffbenchError(
             f"{dataset_id}: a {kind} dataset is evaluated {wanted}, and baseline '{baseline_cls.name}' has no "
@@ -327,17 +327,8 @@ class Run:
 
     def write_summary(self, elapsed: float) -> dict[str, Any]:
         evaluations = rd.read_evaluations(self.run_dir)
-        setup = self.setup
         metric = self.protocol().score_metric(evaluations) if evaluations else "mean_return"
-        summary = {
-            "status": "completed",
-            "steps": self.config.train.steps,
-            "wall_time_s": round(elapsed, 3),
-            **rd.summarize(evaluations, setup.target_returns[0], metric),
-            "finished_at": rd.utc_now(),
-        }
-        atomic_write_json(self.run_dir / rd.SUMMARY_FILE, summary)
-        return summary
+        return rd.write_summary(self.run_dir, self.config.train.steps, elapsed, self.setup.target_returns[0], metric)
 
 
 def load_checkpoint(run_dir: Path, device: torch.device) -> dict[str, Any] | None:
@@ -395,19 +386,9 @@ def start_run(
     sampler = baseline_sampler(probe, data.store, config.train.batch_size, seed, str(torch_device))
     run_dir = rd.create_run_dir(Path(out) / (name or default_run_name(baseline_name, data.id, seed)))
     lock = rd.TrainingLock(run_dir)
-    record = {
-        "run_id": run_dir.name,
-        "baseline": baseline_name,
-        "dataset": {"id": data.id, "path": str(data.path), "content_sha256": data.store.content_sha256(), "format": data.format},
-        "seed": seed,
-        "config": config.as_dict(),
-        "config_sources": config.sources,
-        "code": rd.code_version(),
-        "env": rd.environment_info(str(torch_device)),
-        "evaluation": protocol.describe(),
-        "loggers": logger_names,
-        "started_at": rd.utc_now(),
-    }
+    record = rd.new_run_record(run_dir, baseline=baseline_name, method=baseline_origin(baseline_name), dataset=data, seed=seed,
+                               config=config.as_dict(), config_sources=config.sources, device=str(torch_device),
+                               evaluation=protocol.describe(), loggers=logger_names)
     rd.write_run_json(run_dir, record)
     return Run(run_dir, record, baseline_cls, config, data, spec, torch_device, logger_names, sampler=sampler, lock=lock)
 

@@ -1,0 +1,162 @@
+"""Verification by re-evaluation: rebuild a run's policy from its checkpoint and replay its final evaluation.
+
+Evaluation is deterministic (fixed episode seeds, greedy or generator-seeded sampled actions, deterministic kernels
+on the CPU), so a run recorded on the CPU must replay to the very same returns, episode for episode. A run
+recorded on CUDA is replayed on CUDA where there is one, each return within `CUDA_RTOL` of the recorded one (CUDA
+kernels may sum in another order from call to call); without CUDA it stays unverified. What can be rebuilt:
+
+    built-in, plugin   `offbench.training.trainer.open_run` + the checkpoint, as `offbench evaluate` does
+    own code           the `load(state)` function `offbench.track(...).checkpoint(..., load=...)` recorded
+    black box          nothing: admitted, marked unverified
+
+A replay that differs refuses the run, naming the first differing episode.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from offbench.errors import OffbenchError
+from offbench.tracking.provenance import REPLAYABLE_KINDS
+from offbench.tracking.run_dir import CHECKPOINT, Refused, RunRecord, utc_now
+
+CUDA_RTOL = 1e-4
+FINGERPRINT_TENSORS = 32  # largest tensors of a checkpoint kept in its fingerprint
+SAME_WEIGHTS_SHARE = 0.5  # two checkpoints sharing this share of their fingerprinted elements hold the same weights
+
+
+def method_of(run: RunRecord) -> dict[str, Any]:
+    """run.json `method`; runs from before it was recorded are built-in baselines."""
+    method = run.info.get("method")
+    return method if isinstance(method, dict) else {"kind": "built-in", "name": run.baseline}
+
+
+def unverified(reason: str) -> dict[str, Any]:
+    return {"status": "unverified", "reason": reason}
+
+
+def verify_run(run: RunRecord) -> dict[str, Any]:
+    """The run's `verification` record: replayed and identical ("verified"), or why it cannot be replayed
+    ("unverified"). A replay that differs from the record is Refused (rule `verify`)."""
+    method = method_of(run)
+    if method.get("kind") not in REPLAYABLE_KINDS:
+        return unverified("black box: no code to rebuild the policy from")
+    if not (run.path / CHECKPOINT).is_file():
+        return unverified("no checkpoints/last.pt to rebuild the policy from")
+    if method["kind"] == "own-code" and not method.get("load"):
+        return unverified("own code without checkpoint(load=...): nothing rebuilds the policy")
+    device = _replay_device(run)
+    if device is None:
+        return unverified(f"recorded on {run.info['env'].get('device')}, and this machine has no CUDA to replay it on")
+    final_step = run.summary["final"]["step"]
+    try:
+        replayed = replay(run, method, device, final_step)
+    except OffbenchError as exc:
+        raise Refused(run.path, "verify", f"cannot replay the final evaluation: {exc}") from None
+    recorded = [row for row in run.evaluations if row["step"] == final_step]
+    _compare(run, recorded, replayed, exact=device == "cpu")
+    from offbench.tracking.run_dir import code_version
+
+    return {"status": "verified", "replayed_on": device, "at": utc_now(), "by": code_version(),
+            "step": final_step, "episodes": sum(len(row["returns"]) for row in recorded)}
+
+
+def _replay_device(run: RunRecord) -> str | None:
+    recorded = str(run.info.get("env", {}).get("device", "cpu"))
+    if not recorded.startswith("cuda"):
+        return "cpu"
+    import torch
+
+    return recorded if torch.cuda.is_available() else None
+
+
+def replay(run: RunRecord, method: dict[str, Any], device: str, step: int) -> list[dict[str, Any]]:
+    """The evaluation lines the run's final checkpoint gives now, under the run's own protocol."""
+    import torch
+
+    from offbench.training.trainer import load_checkpoint, open_run, setup_from_record
+
+    torch.use_deterministic_algorithms(device == "cpu")
+    if method["kind"] == "own-code":
+        from offbench.evaluation.external import ExternalMethod
+        from offbench.evaluation.protocols import build_protocol
+        from offbench.tracking.provenance import import_loader
+        from offbench.tracking.track import open_for_evaluation
+
+        data = open_for_evaluation(run.info["dataset"]["id"])
+        _same_dataset(run, data.store.content_sha256())
+        checkpoint = torch.load(run.path / CHECKPOINT, map_location="cpu", weights_only=True)
+        policy = import_loader(method["load"])(checkpoint["baseline"])
+        protocol = build_protocol(setup_from_record(run.info, data.card, None))
+        from offbench.data.spec import DatasetSpec
+
+        return protocol.evaluate(ExternalMethod(policy, DatasetSpec.from_store(data.store).action_space, protocol.name, run.baseline), step)
+    opened = open_run(run.path, device)
+    checkpoint = load_checkpoint(opened.run_dir, opened.device)
+    return opened.protocol().evaluate(opened.restored_baseline(checkpoint), step)
+
+
+def _same_dataset(run: RunRecord, checksum: str) -> None:
+    if checksum != run.dataset_sha256:
+        raise OffbenchError(f"dataset {run.dataset_id} has changed since the run (content checksum differs)")
+
+
+def _compare(run: RunRecord, recorded: list[dict[str, Any]], replayed: list[dict[str, Any]], exact: bool) -> None:
+    if len(recorded) != len(replayed):
+        raise Refused(run.path, "verify", f"the replay gave {len(replayed)} evaluation lines at the final step, the run recorded {len(recorded)}")
+    for old, new in zip(recorded, replayed):
+        old_returns, new_returns = np.asarray(old["returns"], dtype=np.float64), np.asarray(new["returns"], dtype=np.float64)
+        if old_returns.shape != new_returns.shape:
+            raise Refused(run.path, "verify", f"the replay played {len(new_returns)} episodes, the run recorded {len(old_returns)}")
+        same = old_returns == new_returns if exact else np.isclose(new_returns, old_returns, rtol=CUDA_RTOL, atol=0.0)
+        if not same.all():
+            episode = int(np.flatnonzero(~same)[0])
+            target = "" if old.get("target_return") is None else f" (target return {old['target_return']:g})"
+            raise Refused(run.path, "verify", f"final evaluation{target}, episode {episode}: replayed return {new_returns[episode]!r}, "
+                                              f"recorded {old_returns[episode]!r} (evaluations.jsonl does not match the checkpoint)")
+
+
+# ---------------------------------------------------------------------------------------------- same weights
+def weights_fingerprint(path: Path) -> list[list[Any]] | None:
+    """[[sha256 prefix, elements], ...] of the FINGERPRINT_TENSORS largest floating-point tensors in a checkpoint's
+    `baseline` state, whatever their keys: the same tensors re-saved under other keys, or beside an extra one, keep
+    most of it, while independently trained runs share only untrained buffers."""
+    import torch
+
+    if not path.is_file():
+        return None
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - an unreadable checkpoint is one line naming it
+        raise OffbenchError(f"{path}: unreadable checkpoint ({exc.__class__.__name__})") from None
+    tensors = [t for t in _tensors(state.get("baseline", state) if isinstance(state, dict) else state)
+               if t.is_floating_point() and t.numel() >= 2]
+    tensors.sort(key=lambda t: -t.numel())
+    return [[hashlib.sha256(t.detach().contiguous().cpu().numpy().tobytes()).hexdigest()[:16], int(t.numel())]
+            for t in tensors[:FINGERPRINT_TENSORS]]
+
+
+def _tensors(value: Any):
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, dict):
+        for inner in value.values():
+            yield from _tensors(inner)
+    elif isinstance(value, (list, tuple)):
+        for inner in value:
+            yield from _tensors(inner)
+
+
+def same_weights(a: list[list[Any]] | None, b: list[list[Any]] | None) -> bool:
+    """Whether two fingerprints share at least SAME_WEIGHTS_SHARE of the smaller one's elements."""
+    if not a or not b:
+        return False
+    shared = {digest for digest, _ in a} & {digest for digest, _ in b}
+    smaller = min(sum(n for _, n in a), sum(n for _, n in b))
+    return sum(n for digest, n in a if digest in shared) >= SAME_WEIGHTS_SHARE * smaller
