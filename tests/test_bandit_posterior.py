@@ -1,10 +1,10 @@
-"""The Bayes posterior of the best arm that benchmarks/bandit_posterior.py measures AD and DPT against."""
+"""The Bayes posterior of the best arm that benchmarks/studies/bandit_posterior.py measures AD and DPT against."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from benchmarks.bandit_posterior import BestArmPosterior
+from benchmarks.studies.bandit_posterior import BestArmPosterior
 
 
 def test_one_pull_gives_the_closed_form():
@@ -46,7 +46,7 @@ def test_arms_pulled_to_the_end_of_the_table_give_a_finite_posterior():
 def test_the_posterior_before_each_pull_counts_only_the_pulls_before_it():
     """Entry t of a history's posteriors reads pulls 0..t-1: uniform before the first, 2/11 on arm 0 after its
     success, then the posterior of one success and one failure on arm 0 after both pulls."""
-    from benchmarks.bandit_posterior import best_arm_posteriors
+    from benchmarks.studies.bandit_posterior import best_arm_posteriors
 
     p = best_arm_posteriors(np.array([[0, 0]]), np.array([[1.0, 0.0]]), arms=10)[0]
     assert p.shape == (3, 10)

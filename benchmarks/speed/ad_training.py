@@ -1,8 +1,10 @@
-"""Algorithm Distillation speed: training updates/s against a plain reference, and KV-cache generation against
-full recomputation, in one run.
+"""Algorithm Distillation speed: how many updates per second does offbench's `ad` train against AD written the
+obvious way, and how much faster does its KV-cached policy act than one that recomputes its context, in one run?
 
-    PYTHONPATH=. .venv/bin/python benchmarks/ad_training.py                          # CPU-sized model
-    PYTHONPATH=. .venv/bin/python benchmarks/ad_training.py --hidden 512 --batch 512 --device cuda   # ad-eps size
+    .venv/bin/python benchmarks/speed/ad_training.py --updates 10 --rounds 3                    # CPU-sized model
+    .venv/bin/python benchmarks/speed/ad_training.py --hidden 512 --batch 512 --device cuda     # ad-eps size
+
+Answer: docs/results.md, "Speed", and benchmarks/speed/README.md, "Algorithm Distillation".
 
 Training: the reference is AD written the obvious way: three tokens (s, a, r) per step, `nn.TransformerEncoder`
 (pre-LayerNorm, GELU, causal mask) over all 3T tokens, logits read at the s tokens, Adam. offbench's `ad` is
@@ -19,7 +21,9 @@ steps per second of `act` + `observe`.
 
 from __future__ import annotations
 
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -28,13 +32,14 @@ import typer
 from torch import nn
 from torch.nn import functional as F
 
-import offbench
-from offbench.baselines import get_baseline
-from offbench.data.samplers import make_sampler
-from offbench.envs.benchmarks import card_tasks, make_batch_env
-
-from offbench.data.spec import DatasetSpec
-from offbench.evaluation.policy import PolicyOptions
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout, for benchmarks.common
+import offbench  # noqa: E402
+from benchmarks.common import machine  # noqa: E402
+from offbench.baselines import get_baseline  # noqa: E402
+from offbench.data.samplers import make_sampler  # noqa: E402
+from offbench.data.spec import DatasetSpec  # noqa: E402
+from offbench.envs.benchmarks import card_tasks, make_batch_env  # noqa: E402
+from offbench.evaluation.policy import PolicyOptions  # noqa: E402
 
 
 class ReferenceAD(nn.Module):
@@ -121,6 +126,7 @@ def main(
     table["speed-up (wall)"] = base["wall_s"] / table["wall_s"]
     print(f"training: hidden {hidden}, embedding {embedding}, {layers} layers x {heads} heads, context {context} steps, "
           f"batch {batch}, dropout {dropout}, {rounds} rounds x {updates} updates, {threads} thread(s), {device}")
+    print(f"measured {machine()}")
     print(table.round(3).to_markdown())
 
     _, held_out = card_tasks(store.card)

@@ -1,16 +1,20 @@
-"""Sampling speed: offbench vs Minari vs d3rlpy on the same 1M-transition dataset, in one run.
+"""Sampling speed: how many DT segments and transitions per second does offbench draw from a 1M-transition
+dataset, against Minari and d3rlpy on the same data, in one run?
 
-    .venv/bin/python benchmarks/sampling.py
+    .venv/bin/python benchmarks/speed/sampling.py --repeats 5
+
+Answer: docs/results.md, "Speed" (the ratio table), and benchmarks/speed/README.md, "Sampling" (the full
+table, conditions, and what the profile showed).
 
 One synthetic hopper-shaped dataset (1000 episodes x 1000 steps, obs 17, act 6, half the episodes
 terminated, half truncated) is written once to a temp folder as an offbench native file and as a
-Minari dataset (the layout of DESIGN.md, written with h5py). Then, side by side:
+Minari dataset (Minari's HDF5 layout, written with h5py). Then, side by side:
 
 - offbench: `load_native` (memory-mapped) + `make_sampler`, DT segments (B=256, K=20) and transitions;
 - Minari 0.5.4: `minari.load_dataset` + `sample_episodes(256)`, each episode cut into a K-step
   left-padded segment with returns-to-go, as a user writes it (`minari_segments` below);
-- d3rlpy 2.8 (own venv, `peers.py`): `MDPDataset` built from the native file's arrays read with h5py,
-  `sample_trajectory_batch(256, 20)` and `sample_transition_batch(256)`.
+- d3rlpy 2.8 (own venv, `benchmarks/common.py`): `MDPDataset` built from the native file's arrays read with
+  h5py, `sample_trajectory_batch(256, 20)` and `sample_transition_batch(256)`.
 
 Throughput is the best of a few repeats of >= `--seconds` each (the machine may be shared), in
 samples per second (one sample = one segment or one transition). Everything runs on one CPU thread.
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -28,12 +33,13 @@ from typing import Callable
 import gymnasium as gym
 import h5py
 import numpy as np
-import pandas as pd
 import torch
 import typer
 
-from offbench.data.samplers import make_sampler
-from offbench.data.store import EpisodeStore, load_native
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout, for benchmarks.common
+from benchmarks.common import print_table, run_peer  # noqa: E402
+from offbench.data.samplers import make_sampler  # noqa: E402
+from offbench.data.store import EpisodeStore, load_native  # noqa: E402
 
 BATCH, K = 256, 20
 
@@ -173,8 +179,6 @@ def main(
 
         import minari
 
-        from peers import run_peer  # benchmarks/peers.py: a script's own folder is on sys.path
-
         # ---- load: open the file and be ready to draw the first batch
         def offbench_ready():
             return make_sampler("segments", load_native(path), BATCH, seed=0, segment_length=K)
@@ -213,8 +217,7 @@ def main(
     for who, seconds_taken in load.items():
         rows.append({"batch": f"load {episodes * steps:,} transitions, ready to sample", "library": who,
                      "result": f"{seconds_taken:.4f} s", "offbench speed-up": f"{seconds_taken / load['offbench']:.2f}x"})
-    table = pd.DataFrame(rows)
-    print(table.to_string(index=False))
+    print_table(rows, "Sampling: offbench against Minari and d3rlpy (one thread)")
 
 
 if __name__ == "__main__":

@@ -1,17 +1,22 @@
-"""Multi-task baselines: the results tables (success per task and mean, 3 seeds, behaviour policy beside them),
-training speed (updates/s per method) and the cost of evaluating a whole suite against the environments' own
-stepping time. See benchmarks/README.md, "Multi-task baselines", for what was measured and how.
+"""How do the eight multi-task methods compare under one small, equal CPU budget, how fast do they train, and what
+does evaluating a whole suite cost against the environments' own stepping time? Runs and tables (success per task
+and mean, 3 seeds, behaviour policy beside them), training speed (updates/s per method) and evaluation cost.
 
-    python benchmarks/multitask.py run   --datasets minigrid/mt3-near-optimal ... --seeds 0 1 2 --out DIR
-    python benchmarks/multitask.py table --datasets ... --out DIR          # Markdown tables from the finished runs
-    python benchmarks/multitask.py speed --dataset metaworld/mt10-small-near-optimal
-    python benchmarks/multitask.py evaluation-cost --dataset metaworld/mt10-small-near-optimal --episodes 2
+    .venv/bin/python benchmarks/studies/multitask.py run   --datasets minigrid/mt3-near-optimal ... --seeds 0 1 2 --out DIR
+    .venv/bin/python benchmarks/studies/multitask.py table --datasets ... --out DIR    # Markdown tables from the finished runs
+    .venv/bin/python benchmarks/studies/multitask.py speed --dataset minigrid/mt3-near-optimal --seconds 8
+    .venv/bin/python benchmarks/studies/multitask.py evaluation-cost --dataset minigrid/mt3-near-optimal --episodes 10
+
+Answer: docs/results.md, "MiniGrid MT3 / MT5 / MT7" and "Meta-World MT10" (the leaderboard rows these runs made);
+benchmarks/studies/multitask-minigrid.md, multitask-metaworld.md and multitask-speed.md (readings, speed and
+evaluation cost).
 
 `run` is resumable: a finished run (summary.json) is skipped, an interrupted one continues with --resume, so the
 command can be killed and started again; a run another process is training (its directory locked) is skipped, so
 two `run` commands can share one list (a second queue started in reverse order). Runs are plain `offbench run
-baseline` subprocesses, niced, one torch thread each; `--jobs 2` runs two at once. The budget configs (CPU-sized networks and step counts) are in
-benchmarks/multitask/*-cpu.toml, layered over each baseline's standard config for the dataset.
+baseline` subprocesses, niced, one torch thread each; `--jobs 2` runs two at once. The budget configs (CPU-sized
+networks and step counts) are in benchmarks/studies/multitask/*-cpu.toml, layered over each baseline's standard
+config for the dataset.
 """
 
 from __future__ import annotations
@@ -27,10 +32,10 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-BUDGETS = ROOT / "benchmarks" / "multitask"
+ROOT = Path(__file__).resolve().parents[2]  # the checkout
+BUDGETS = Path(__file__).resolve().parent / "multitask"
 
-# row label -> (baseline, --set overrides); the budget config is benchmarks/multitask/<baseline>-cpu.toml
+# row label -> (baseline, --set overrides); the budget config is benchmarks/studies/multitask/<baseline>-cpu.toml
 METHODS: dict[str, tuple[str, tuple[str, ...]]] = {
     "HarmoDT": ("harmodt", ()),
     "Prompt-DT": ("prompt-dt", ()),

@@ -1,7 +1,10 @@
-"""AD window sampling from an XLand file: offbench's chunk-aware sampler against the authors' access pattern.
+"""XLand sampling speed: how many AD windows per second does offbench's chunk-aware sampler draw from an
+XLand-100B-layout file, against the access pattern of the authors' own AD loader?
 
-    .venv/bin/python benchmarks/xland_sampling.py                 # ~3 GB of steps (48 tasks), a few minutes
-    .venv/bin/python benchmarks/xland_sampling.py --tasks 8       # quicker
+    .venv/bin/python benchmarks/speed/xland_sampling.py --tasks 48 --seconds 45   # ~3 GB of steps, a few minutes
+    .venv/bin/python benchmarks/speed/xland_sampling.py --tasks 8                 # quicker
+
+Answer: docs/results.md, "Speed", and benchmarks/speed/README.md, "XLand sampling".
 
 Writes a synthetic file in the XLand-Trivial-20B layout (32 histories x 60,928 steps per task, gzip 6, chunks
 of 4,096 steps: `offbench.data.xland.write_xland_file`) to a temporary folder under /tmp, deletes it after.
@@ -23,6 +26,7 @@ float32 observations (the default: 4x the bytes of output).
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -32,9 +36,11 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate
 
-from offbench.data.formats import load_path
-from offbench.data.samplers import make_sampler
-from offbench.data.xland import NUM_COLORS, write_xland_file
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout, for benchmarks.common
+from benchmarks.common import print_table  # noqa: E402
+from offbench.data.formats import load_path  # noqa: E402
+from offbench.data.samplers import make_sampler  # noqa: E402
+from offbench.data.xland import NUM_COLORS, write_xland_file  # noqa: E402
 
 STEPS = 60_928  # XLand-Trivial-20B history length
 HISTORIES = 32
@@ -82,7 +88,7 @@ def throughput(draw, batch_size: int, seconds: float) -> tuple[float, int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", type=int, default=48)
     parser.add_argument("--batch-size", type=int, default=64)  # the authors' train_micro_batch_size_per_gpu
     parser.add_argument("--window", type=int, default=4096)  # their seq_len
@@ -121,11 +127,10 @@ def main() -> None:
             note = f"chunk cache hit rate {reader.hits / max(1, reader.hits + reader.misses):.0%}" if reader else ""
             rows.append((name, best[name], batches[name], note))
         reference = rows[0][1]
-        print(f"\nB = {args.batch_size}, window = {args.window} steps, best of {args.rounds} interleaved rounds of "
-              f">= {args.seconds / args.rounds:g} s each, one thread\n")
-        print(f"| sampler | windows/s | batches | speed-up | note |\n|---|---|---|---|---|")
-        for name, rate, batches, note in rows:
-            print(f"| {name} | {rate:,.1f} | {batches} | {rate / reference:.1f}x | {note} |")
+        print_table([{"sampler": name, "windows/s": f"{rate:,.1f}", "batches": count, "speed-up": f"{rate / reference:.1f}x",
+                      "note": note} for name, rate, count, note in rows],
+                    f"B = {args.batch_size}, window = {args.window} steps, best of {args.rounds} interleaved rounds of "
+                    f">= {args.seconds / args.rounds:g} s each, one thread")
 
 
 if __name__ == "__main__":

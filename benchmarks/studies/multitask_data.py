@@ -1,6 +1,9 @@
-"""Time the multi-task data recipes and report the behaviour policies' per-task success (benchmarks/README.md).
+"""How long does each multi-task data recipe take to generate, and how often do its behaviour policies succeed, per
+task? Times the recipes and prints the per-task success and return.
 
-    PYTHONPATH=. python benchmarks/multitask_data.py --metaworld-episodes 20 --minigrid-episodes 1000 --workers 2
+    .venv/bin/python benchmarks/studies/multitask_data.py --metaworld-episodes 50 --minigrid-episodes 1000 --workers 2
+
+Answer: benchmarks/studies/multitask-data.md.
 
 Meta-World: collects MT10 near-optimal and sub-optimal with `--metaworld-episodes` per task (the full cards
 use 1000; pass 1000 for the full figures), prints per-task success rate and mean return, and the core-seconds
@@ -22,7 +25,7 @@ from offbench.data.cards import read_card
 from offbench.data.store import load_native
 from offbench.generators import get_generator
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]  # the checkout
 app = typer.Typer(add_completion=False)
 
 

@@ -1,6 +1,10 @@
-"""In-context RL results of AD and DPT runs against the issue's targets, from run directories.
+"""Where do finished AD and DPT runs stand against the in-context targets? Summarises run directories: regret
+against Thompson sampling on bandits, first against last episodes and the optimum on grid worlds.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/icrl_results.py runs-results/*-bandit-* runs-results/*-darkroom-*
+    .venv/bin/python benchmarks/studies/icrl_results.py runs/*-bandit-* runs/*-darkroom-*
+
+Answer: the tables of benchmarks/studies/bandit-*.md and darkroom-*.md were printed by it; docs/results.md has
+the leaderboard rows.
 
 Bandits: cumulative regret after the last pull of each run's latest evaluation (held-out tasks), mean over seeds
 with a 95% interval (Student t over seeds), against Thompson sampling, UCB1 and random on the same tasks

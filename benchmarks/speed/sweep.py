@@ -1,14 +1,19 @@
-"""Sweep throughput: runs per hour with the local executor against the same runs one after another, and
-the Ray executor's overhead per run on the same machine, in one invocation.
+"""Sweep throughput: how many runs per hour does `offbench sweep`'s local executor finish against the same runs
+one after another, and what does the Ray executor add per run on the same machine, in one invocation?
 
-    PYTHONPATH=. /work/main/.venv/bin/python benchmarks/sweep.py                  # 8 BC runs, 2000 updates each
-    PYTHONPATH=. /work/main/.venv/bin/python benchmarks/sweep.py --runs 16 --steps 5000 --no-ray
+    .venv/bin/python benchmarks/speed/sweep.py                             # 8 BC runs, 2000 updates each
+    .venv/bin/python benchmarks/speed/sweep.py --runs 2 --steps 100        # quick
+    .venv/bin/python benchmarks/speed/sweep.py --runs 16 --steps 5000 --no-ray
+
+(`RAY_AUTH_MODE=disabled` and a scratch `HOME` keep Ray's token file out of your home.)
+
+Answer: docs/results.md, "Speed", and benchmarks/speed/README.md, "Sweeps".
 
 The runs: BC on `pendulum-scripted` (its standard config, seeds 0..N-1), `--steps` updates, one
 5-episode evaluation at the end. Three ways, each into its own folder:
 
 - sequential: `offbench run baseline ...` one after another, each with every core's torch threads
-  (what scripts/populate_leaderboards.py did);
+  (how leaderboards were populated before `offbench sweep`);
 - local: `offbench.sweep` with the local executor (workers = cores, one thread each);
 - ray: the Ray executor on a local cluster with as many CPUs as cores (ray.init timed apart: a cluster
   is started once per sweep, or not at all with --address), one CPU per run.
@@ -29,9 +34,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout, for benchmarks.common
+from benchmarks.common import print_table  # noqa: E402
 from offbench.sweep import runner  # noqa: E402
 from offbench.sweep.executors import LocalExecutor, offbench_argv, thread_env, usable_cores  # noqa: E402
 from offbench.sweep.spec import load_sweep  # noqa: E402
@@ -70,7 +74,7 @@ def with_executor(spec_path: Path, out: Path, executor) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=8)
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--no-ray", action="store_true", help="skip the Ray executor")
@@ -96,10 +100,9 @@ def main() -> None:
             init = time.perf_counter() - begin
             results["ray"] = with_executor(spec, folder / "ray", RayExecutor())
             ray.shutdown()
-    print(f"{args.runs} BC runs x {args.steps} updates on pendulum-scripted, {cores} cores")
-    print(f"{'executor':<11} {'wall s':>8} {'runs/hour':>10} {'vs sequential':>14}")
-    for name, wall in results.items():
-        print(f"{name:<11} {wall:>8.1f} {3600 * args.runs / wall:>10.0f} {results['sequential'] / wall:>13.2f}x")
+    print_table([{"executor": name, "wall s": f"{wall:.1f}", "runs/hour": f"{3600 * args.runs / wall:.0f}",
+                  "vs sequential": f"{results['sequential'] / wall:.2f}x"} for name, wall in results.items()],
+                f"{args.runs} BC runs x {args.steps} updates on pendulum-scripted, {cores} cores")
     if "ray" in results:
         print(f"ray.init: {init:.1f} s; Ray overhead per run vs local: {(results['ray'] - results['local']) / args.runs:+.2f} s")
 

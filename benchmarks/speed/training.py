@@ -1,10 +1,14 @@
-"""Training throughput and scores: offbench's DT and CQL against d3rlpy 2.8's, on one dataset, in one run.
+"""Training speed: how many updates per second do offbench's DT and CQL run, and what do they score, against
+d3rlpy 2.8's with the same architecture, batch and number of updates, on one dataset, in one run?
 
-    PYTHONPATH=. /work/venv/bin/python benchmarks/training.py                       # small default
-    PYTHONPATH=. /work/venv/bin/python benchmarks/training.py --seeds 3 --cql-steps 5000 --dt-steps 3000
+    .venv/bin/python benchmarks/speed/training.py                       # small default: 2 seeds, DT 500, CQL 200 updates
+    .venv/bin/python benchmarks/speed/training.py --seeds 3 --dt-steps 500 --cql-steps 2000 --episodes 5
+
+Answer: docs/results.md, "Speed", and benchmarks/speed/README.md, "Training" (the full table, what each side
+computes per update, and what was tried and dropped).
 
 Dataset: `pendulum-scripted` (Pendulum-v1, a scripted swing-up controller with action noise, 20k steps;
-generated on first use). d3rlpy runs in its own virtual environment (`benchmarks/peers.py`) and reads the
+generated on first use). d3rlpy runs in its own virtual environment (`benchmarks/common.py`) and reads the
 same native HDF5 file with h5py.
 
 Both libraries get the same architecture, batch size, learning rates and number of updates, taken from
@@ -43,8 +47,8 @@ import pandas as pd
 import torch
 import typer
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peers import peer_python  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout, for benchmarks.common
+from benchmarks.common import REPO, machine, run_peer  # noqa: E402
 
 import offbench  # noqa: E402
 from offbench.baselines import get_baseline  # noqa: E402
@@ -56,7 +60,7 @@ from offbench.training.config import parse_override  # noqa: E402
 DATASET = "pendulum-scripted"
 ENV_ID = "Pendulum-v1"
 EVAL_SEED = 10_000
-CONFIGS = Path(__file__).resolve().parents[1] / "baselines"
+CONFIGS = REPO / "baselines"
 
 D3RLPY_WORKER = r'''
 import json, sys, time
@@ -203,14 +207,9 @@ def run_offbench(algo: str, config: dict[str, Any], store, spec: DatasetSpec, se
 
 
 def run_d3rlpy(algo: str, settings: dict[str, Any], path: Path, seed: int, steps: int, episodes: int, threads: int) -> dict:
-    import subprocess
-
     job = {"algo": algo, "settings": settings, "path": str(path), "seed": seed, "steps": steps, "episodes": episodes,
            "threads": threads, "env": ENV_ID, "eval_seed": EVAL_SEED}
-    proc = subprocess.run([str(peer_python("d3rlpy")), "-c", D3RLPY_WORKER, json.dumps(job)], capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"d3rlpy {algo} failed:\n{proc.stderr[-4000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(run_peer("d3rlpy", D3RLPY_WORKER, json.dumps(job)).strip().splitlines()[-1])
 
 
 def main(
@@ -251,6 +250,7 @@ def main(
     print(f"{DATASET}: {seeds} seeds, DT {dt_steps} updates, CQL {cql_steps} updates, {episodes} evaluation episodes, "
           f"{threads} torch thread(s), overrides {list(dt_set) + list(cql_set) or 'none'}; "
           "steps/s = median over seeds, return = mean (std) over seeds")
+    print(f"measured {machine()}")
     print(table.round(2).to_string())
 
 

@@ -4,9 +4,12 @@ with every past action in its context replaced by a uniformly random action at e
 action is the one it predicts, so it is never seen); and, with --noise EPS, with the environment executing a
 uniformly random action instead of the DT's with probability EPS at every step (the executed action enters the
 context, as in data made by a policy with that noise). Prints the success rate and mean episode length of each;
-writes nothing. See benchmarks/README.md, "Results: MiniGrid MT3 sub-optimal".
+writes nothing.
 
-    OFFBENCH_HOME=... PYTHONPATH=. python benchmarks/dt_action_ablation.py RUN_DIR [--seed 0] [--noise 0.75]
+    .venv/bin/python benchmarks/studies/dt_action_ablation.py RUN_DIR [--seed 0] [--noise 0.75]
+
+Answer: benchmarks/studies/multitask-dt-context.md (not its past actions; its context of its own greedy history,
+unlike the data's, is what fails).
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
-"""Why DPT lags AD on Bernoulli bandits: the same DPT model, data, batches and optimiser, trained with DPT's label
-or with AD's, then measured against the Bayes posterior of the best arm (benchmarks/bandit_posterior.py).
+"""Why does DPT lag AD on Bernoulli bandits? The same DPT model, data, batches and optimiser, trained with DPT's
+label or with AD's, then measured against the Bayes posterior of the best arm (benchmarks/studies/bandit_posterior.py).
 
-    PYTHONPATH=. .venv/bin/python benchmarks/dpt_label_ablation.py --label best-arm   [--updates 8000] [--seed 0]
-    PYTHONPATH=. .venv/bin/python benchmarks/dpt_label_ablation.py --label next-pull  [--updates 8000] [--seed 0]
+    .venv/bin/python benchmarks/studies/dpt_label_ablation.py --label best-arm   [--updates 8000] [--seed 0]
+    .venv/bin/python benchmarks/studies/dpt_label_ablation.py --label next-pull  [--updates 8000] [--seed 0]
+
+Answer: benchmarks/studies/bandit-posterior.md (the label is the whole difference).
 
 - `best-arm` is DPT (`DecisionPretrainedTransformer.update`): every prefix of a history carries the one label, the
   task's best arm.
@@ -23,18 +25,21 @@ be, one torch thread.
 
 from __future__ import annotations
 
+import sys
 import time
+from pathlib import Path
 
 import torch
 import typer
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
-from benchmarks.bandit_posterior import held_out_histories, model_probabilities, report, uniform_bandit_card
-from offbench.baselines.dpt import DecisionPretrainedTransformer
-from offbench.data.resolve import open_dataset
-from offbench.data.spec import DatasetSpec
-from offbench.training.config import resolve_config
-from offbench.training.trainer import baseline_sampler, seed_everything
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout, for benchmarks.*
+from benchmarks.studies.bandit_posterior import held_out_histories, model_probabilities, report, uniform_bandit_card  # noqa: E402
+from offbench.baselines.dpt import DecisionPretrainedTransformer  # noqa: E402
+from offbench.data.resolve import open_dataset  # noqa: E402
+from offbench.data.spec import DatasetSpec  # noqa: E402
+from offbench.training.config import resolve_config  # noqa: E402
+from offbench.training.trainer import baseline_sampler, seed_everything  # noqa: E402
 
 DATASET = "bandit-thompson-uniform"
 LABELS = ("best-arm", "next-pull")

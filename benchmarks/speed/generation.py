@@ -1,7 +1,12 @@
-"""Learning-history generation speed, side by side with a plain vectorised NumPy loop timed in the same run.
+"""Generation speed: how many learning-history transitions per second does offbench write (HDF5 and checksum
+included), against a plain vectorised NumPy loop that writes no file, timed in the same run?
 
-    .venv/bin/python benchmarks/generation.py            # full table, linearity up to 104M transitions (minutes)
-    .venv/bin/python benchmarks/generation.py --quick    # linearity up to 52M transitions (about a minute)
+    unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE
+    .venv/bin/python benchmarks/speed/generation.py            # full table, linearity up to 104M transitions (minutes)
+    .venv/bin/python benchmarks/speed/generation.py --quick    # linearity up to 52M transitions (about a minute)
+
+Answer: docs/results.md, "Speed", and benchmarks/speed/README.md, "Generation" (the full table, and how the
+generator gets there).
 
 Rows:
 - `reference`: Dark Room tabular Q-learning written the obvious way, one process, one thread: N histories
@@ -39,11 +44,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from offbench.envs.darkroom import DarkRoomBatch
-from offbench.envs.gridworld import next_cell_table
-from offbench.generators.compiled import LOOPS, compile_loop, selected_loop
-from offbench.generators.histories import HistoryRecipe, default_workers, write_histories
-from offbench.generators.sources import QLearning, linear_schedule
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout, for benchmarks.common
+from benchmarks.common import REPO, machine  # noqa: E402
+from offbench.envs.darkroom import DarkRoomBatch  # noqa: E402
+from offbench.envs.gridworld import next_cell_table  # noqa: E402
+from offbench.generators.compiled import LOOPS, compile_loop, selected_loop  # noqa: E402
+from offbench.generators.histories import HistoryRecipe, default_workers, write_histories  # noqa: E402
+from offbench.generators.sources import QLearning, linear_schedule  # noqa: E402
 
 CLI_ARGS = ["--tasks", "81", "--held-out", "16", "--histories-per-task", "8", "--episodes", "1000"]
 
@@ -121,7 +128,7 @@ def timed_cli(folder: Path, loop: str | None) -> dict:
     small call writes offbench's bytecode cache (__pycache__, ignored by git), as pip does on install (and
     numba's cache, as a first generation would); where PYTHONDONTWRITEBYTECODE is set (as in this project's
     sandbox) every start would otherwise compile offbench's modules again."""
-    env = {**os.environ, "OFFBENCH_HOME": str(folder / "home"), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "OFFBENCH_HOME": str(folder / "home"), "PYTHONPATH": str(REPO)}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env.pop("OFFBENCH_GENERATOR_LOOP", None)
     if loop:
@@ -139,7 +146,7 @@ def timed_cli(folder: Path, loop: str | None) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="smaller sizes")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of the headline rows (interleaved; the median is shown)")
     args = parser.parse_args()
@@ -180,6 +187,7 @@ def main() -> None:
     reference = table.iloc[0]["M_per_s"]
     table["x_reference"] = table["M_per_s"] / reference
     table["x_reference_per_cpu_s"] = table["M_per_cpu_s"] / table.iloc[0]["M_per_cpu_s"]
+    print(f"measured {machine()}")
     with pd.option_context("display.width", 220, "display.max_columns", 20, "display.float_format", "{:.3f}".format):
         print(table.to_string(index=False))
     linear = table[table.row == "linearity"]

@@ -1,6 +1,10 @@
-"""How close AD's and DPT's action distributions come to the Bayes posterior of the best arm, on Bernoulli bandits.
+"""How close do AD's and DPT's action distributions come to the Bayes posterior of the best arm, on Bernoulli
+bandits, and has a DPT run memorised its training contexts?
 
-    PYTHONPATH=. .venv/bin/python benchmarks/bandit_posterior.py RUN_DIR... [--histories 1000] [--seed 123] [--floor-histories 2000]
+    .venv/bin/python benchmarks/studies/bandit_posterior.py RUN_DIR... [--histories 1000] [--seed 123] [--floor-histories 2000]
+
+Answer: benchmarks/studies/bandit-posterior.md (AD has learnt the posterior, DPT on Thompson-sampling histories
+has not, and its label is why) and bandit-dpt-rollin.md (memorisation of a small roll-in card).
 
 On a `bandit-*-uniform` card every arm's mean is drawn from U(0, 1), so after a history of pulls the posterior of
 each arm is Beta(1 + successes, 1 + failures) and the probability that arm i is the best is

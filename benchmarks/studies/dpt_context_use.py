@@ -1,7 +1,10 @@
 """Does a Dark Room DPT read its context? Its accuracy on contexts drawn like DPT's own training data, split by
 whether the context holds the goal's reward.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/dpt_context_use.py RUN_DIR... [--contexts 4000] [--seed 0]
+    .venv/bin/python benchmarks/studies/dpt_context_use.py RUN_DIR... [--contexts 4000] [--seed 0]
+
+Answer: benchmarks/studies/darkroom-dpt-rollin.md (trained long enough, it reads a reward; it never reads where
+the goal is not).
 
 Each context is `context_size` i.i.d. transitions of one goal's room, every one from a uniformly drawn cell with a
 uniformly drawn action (DPT's uniform roll-in, `offbench generate darkroom --algo uniform-states`); the query is a

@@ -1,12 +1,15 @@
-"""What AD's evaluation window and action mode cost, on a finished run's last checkpoint.
+"""Does AD on Dark Room do better with greedy actions or a sliding context window than with the defaults (sampled
+actions, a context that restarts from its last half)? Re-evaluates a finished run's last checkpoint.
 
-    OFFBENCH_HOME=... PYTHONPATH=. .venv/bin/python benchmarks/ad_eval_window.py RUN_DIR... [--tasks train --tasks held-out]
+    .venv/bin/python benchmarks/studies/ad_eval_window.py RUN_DIR... [--tasks train --tasks held-out]
+
+Answer: benchmarks/studies/darkroom-ad.md, "Greedy actions and a sliding window" (no: the defaults stay).
 
 Each run is re-evaluated under its own in-context protocol (same tasks, same environment seed, same episodes)
 with `eval_window` "half" (the context restarts from its last half when full) and "sliding" (always the last
 `context_steps` steps), and greedy or sampled actions. Choose a mode on the training tasks (`--tasks train`);
 the held-out goals only report it. Prints one Markdown row per run, split, window and action mode: the first
-in-context episode, episodes 40-50 (the issue's Dark Room target: >= 90% of optimal), the last five, the optimum.
+in-context episode, episodes 40-50 (the Dark Room target: >= 90% of optimal), the last five, the optimum.
 """
 
 from __future__ import annotations

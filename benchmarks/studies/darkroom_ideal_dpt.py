@@ -1,12 +1,15 @@
-"""What an ideal DPT reaches online in Dark Room: the exact posterior of the optimal action, instead of a network.
+"""What would an ideal DPT reach online in Dark Room? Acts with the exact posterior of the optimal action instead of
+a network.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/darkroom_ideal_dpt.py [--dataset darkroom-uniform-states] [--repeats 20]
+    .venv/bin/python benchmarks/studies/darkroom_ideal_dpt.py [--dataset darkroom-uniform-states] [--repeats 20] [--window 80]
+
+Answer: benchmarks/studies/darkroom-dpt-ceiling.md (52% of optimal with per-step sampling, DPT's evaluation).
 
 DPT's minimiser is P(a*(s) = a | D) under its training tasks: the share of the training goals that the context D
 leaves possible whose optimal action at s is a. This script acts with that distribution itself, on the card's
 held-out goals, under DPT's online protocol (the context is the last `--window` transitions of the finished
 episodes, 50 consecutive episodes of 20 steps), so it bounds what training can buy. Once a reward is in the context
-the goal is known (a fitted DPT reads it, held-out goals too: benchmarks/README.md, Dark Room); before that:
+the goal is known (a fitted DPT reads it, held-out goals too: benchmarks/studies/darkroom-dpt-rollin.md); before that:
 
 - `sampled`: an action drawn from the posterior at every step (DPT's online evaluation);
 - `greedy`: its most likely action;
@@ -22,10 +25,14 @@ with the prior alone (what a DPT that reads only rewards does). Mean over repeat
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import typer
 
-from benchmarks.icrl_results import interval
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout, for benchmarks.*
+from benchmarks.studies.icrl_results import interval  # noqa: E402
 from offbench.data.cards import get_card
 from offbench.envs.benchmarks import card_tasks
 from offbench.envs.darkroom import optimal_return
