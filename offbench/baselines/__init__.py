@@ -16,6 +16,7 @@ baselines' messages, so one broken package stops nothing else.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 from typing import TYPE_CHECKING, Any
@@ -127,8 +128,6 @@ def contract_problems(cls: Any, name: str | None = None) -> list[str]:
     """What keeps `cls` from being a baseline (registered as `name`, when given), as short phrases; empty when
     nothing does. The class-level part of the contract: `offbench.testing.check_baseline` checks the rest by
     training the class."""
-    import dataclasses
-
     from offbench.data.samplers import SAMPLERS
     from offbench.evaluation.protocols import PROTOCOLS
 

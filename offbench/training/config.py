@@ -2,9 +2,12 @@
 
     dataclass defaults  <-  baselines/<name>/<standard>.toml  <-  --config FILE  <-  --set key=value
 
-The standard file is the longest match of the dataset id in `baselines/<name>/`: for
+The standard file is the longest match of the dataset id in the baseline's folder: for
 `d4rl/hopper-medium-v2` the candidates are `d4rl-hopper-medium-v2.toml`, `d4rl-hopper-medium.toml`,
-`d4rl-hopper.toml`, `d4rl.toml`, then `default.toml`. Config files are flat TOML tables whose keys are
+`d4rl-hopper.toml`, `d4rl.toml`, then `default.toml`. A built-in's folder is `baselines/<name>/`, and it has a
+`default.toml`; a plugin's is `configs/<name>/` beside the module file that defines its class, shipped in its
+package (docs/plugins.md), and may be missing or hold no `default.toml`: its `Config` defaults then stand, and the
+run's config sources say so. Config files are flat TOML tables whose keys are
 fields of the training config (`TrainConfig`) or of the baseline's `Config`, plus a `source` string
 saying where the numbers come from. Every value is checked against its field's type and against the
 values its field allows (`offbench.utils.ranged`: bounds, choices; floats always finite), so an unknown
@@ -15,6 +18,7 @@ directory exists.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 import re
 import tomllib
@@ -63,8 +67,20 @@ def dataset_slug(dataset_id: str) -> str:
     return slug.strip("-.")[:80] or "dataset"
 
 
-def standard_config_path(baseline_name: str, dataset_id: str | None) -> Path:
-    folder = builtin_dir("baselines") / baseline_name
+def standard_config_folder(baseline_name: str) -> Path:
+    """Where a baseline's standard configs live (the module docstring's rule)."""
+    from offbench.baselines import BASELINES, get_baseline
+
+    if baseline_name in BASELINES:
+        return builtin_dir("baselines") / baseline_name
+    return Path(inspect.getfile(get_baseline(baseline_name))).resolve().parent / "configs" / baseline_name
+
+
+def standard_config_path(baseline_name: str, dataset_id: str | None) -> Path | None:
+    """The standard config file for this baseline and dataset; None for a plugin that ships none that applies."""
+    from offbench.baselines import BASELINES
+
+    folder = standard_config_folder(baseline_name)
     if dataset_id:
         parts = dataset_slug(dataset_id).split("-")
         for n in range(len(parts), 0, -1):
@@ -72,9 +88,11 @@ def standard_config_path(baseline_name: str, dataset_id: str | None) -> Path:
             if candidate.is_file():
                 return candidate
     default = folder / "default.toml"
-    if not default.is_file():
-        raise OffbenchError(f"{default}: missing (every baseline needs a default standard config)")
-    return default
+    if default.is_file():
+        return default
+    if baseline_name in BASELINES:
+        raise OffbenchError(f"{default}: missing (every built-in baseline needs a default standard config)")
+    return None
 
 
 def read_config_file(path: Path) -> dict[str, Any]:
@@ -201,7 +219,10 @@ def resolve_config(
     fields = [field_types(section) for section in sections]
     limits = [field_limits(section) for section in sections]
     standard = standard_config_path(baseline_cls.name, dataset_id)
-    layers: list[tuple[str, dict[str, Any]]] = [(str(standard), read_config_file(standard))]
+    layers: list[tuple[str, dict[str, Any]]] = [
+        (str(standard), read_config_file(standard)) if standard is not None
+        else (f"{baseline_cls.name} Config defaults (no standard config in {standard_config_folder(baseline_cls.name)})", {})
+    ]
     if config_file is not None:
         layers.append((str(config_file), read_config_file(Path(config_file))))
     if overrides:

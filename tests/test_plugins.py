@@ -1,0 +1,302 @@
+"""Baselines from other packages (entry points of the group "offbench.baselines", docs/plugins.md): the example
+package examples/plugin, installed offline into a temporary site directory, trains, resumes, sweeps and
+re-evaluates like a built-in; a clashing or broken plugin is a one-line error naming its distribution that stops
+nothing else; and `offbench.testing.check_baseline` passes it and names the rule a broken class breaks.
+
+`plugin_site` and the `install` fixture are what other tests reuse to run offbench with a plugin installed."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from helpers import interrupt_then_resume, logged_metrics, make_store, offbench_command
+from offbench.data.store import EpisodeStore
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE_SOURCE = REPO / "examples" / "plugin" / "src" / "offbench_example_plugin"
+EXAMPLE_ORIGIN = {"kind": "plugin", "name": "linear-bc", "distribution": "offbench-example-plugin", "version": "0.1.0",
+                  "entry_point": "offbench_example_plugin.linear_bc:LinearBC"}
+TINY_RUN = ["--set", "steps=60", "--set", "batch_size=32", "--set", "hidden_dim=8", "--set", "log_every=10", "--set", "eval_every=30",
+            "--set", "eval_episodes=2", "--set", "checkpoint_every=20"]
+
+
+def plugin_site(site: Path, entry_points: dict[str, str], distribution: str = "offbench-example-plugin", version: str = "0.1.0",
+                example: bool = True, example_configs: bool = True) -> Path:
+    """What `pip install` of a plugin package leaves in site directory `site`, without pip or a network: a
+    `<distribution>-<version>.dist-info` whose entry_points.txt declares `entry_points` (baseline name ->
+    "module:Class") in the offbench.baselines group, and (`example`) a copy of the example package, with its
+    standard configs unless `example_configs` is false. Other modules a test writes into `site` itself."""
+    info = site / f"{distribution.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {distribution}\nVersion: {version}\n")
+    (info / "entry_points.txt").write_text("[offbench.baselines]\n" + "".join(f"{name} = {target}\n" for name, target in entry_points.items()))
+    if example:
+        skipped = ("__pycache__",) if example_configs else ("__pycache__", "configs")
+        shutil.copytree(EXAMPLE_SOURCE, site / EXAMPLE_SOURCE.name, ignore=shutil.ignore_patterns(*skipped))
+    return site
+
+
+@pytest.fixture
+def install(monkeypatch):
+    """`install(site)`: the distributions in site directory `site` are installed until the test ends, for this
+    process (sys.path) and for the offbench commands it starts (PYTHONPATH)."""
+    from offbench.baselines import plugin_entry_points
+
+    sites: list[Path] = []
+
+    def add(site: Path) -> None:
+        monkeypatch.syspath_prepend(str(site))
+        monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
+        plugin_entry_points.cache_clear()
+        sites.append(site)
+
+    yield add
+    for name, module in list(sys.modules.items()):  # the next test installs its own copies
+        if any(Path(getattr(module, "__file__", None) or "/").is_relative_to(site) for site in sites):
+            del sys.modules[name]
+    plugin_entry_points.cache_clear()
+
+
+@pytest.fixture
+def example(tmp_path, install) -> Path:
+    """The example package installed; returns its site directory."""
+    site = plugin_site(tmp_path / "site", {"linear-bc": EXAMPLE_ORIGIN["entry_point"]})
+    install(site)
+    return site
+
+
+@pytest.fixture(scope="module")
+def pendulum_home(tmp_path_factory) -> Path:
+    home = tmp_path_factory.mktemp("plugins_home")
+    subprocess.run(offbench_command("download", "pendulum-scripted"), env={**os.environ, "OFFBENCH_HOME": str(home)}, check=True,
+                   capture_output=True, timeout=300)
+    return home
+
+
+@pytest.fixture
+def pendulum(pendulum_home, monkeypatch) -> None:
+    """pendulum-scripted, generated once for this file, for this test and its subprocesses."""
+    monkeypatch.setenv("OFFBENCH_HOME", str(pendulum_home))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+
+
+@pytest.fixture
+def cli(capsys):
+    """`offbench ARGS` in this process (so a test can patch the plugin's class): (exit code, stdout, stderr). Torch's
+    deterministic-algorithms flag and thread count, which training sets, are put back afterwards."""
+    import torch
+
+    from offbench.cli import main
+
+    deterministic, threads = torch.are_deterministic_algorithms_enabled(), torch.get_num_threads()
+    torch.set_num_threads(1)
+
+    def run(*args) -> tuple[int, str, str]:
+        capsys.readouterr()
+        try:
+            main([str(a) for a in args])
+        except SystemExit as exc:
+            code = exc.code
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    yield run
+    torch.use_deterministic_algorithms(deterministic)
+    torch.set_num_threads(threads)
+
+
+def one_line(err: str) -> str:
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    return err.strip()
+
+
+# ---------------------------------------------------------------------------------------------- a working plugin
+
+
+def test_plugin_trains_records_its_origin_resumes_and_reevaluates(example, pendulum, cli, tmp_path, monkeypatch):
+    from offbench.baselines import baseline_names, baseline_origin, get_baseline
+
+    assert "linear-bc" in baseline_names() and baseline_origin("linear-bc") == EXAMPLE_ORIGIN
+    assert baseline_origin("bc") == {"kind": "built-in", "name": "bc"}
+    args = ["run", "baseline", "linear-bc", "--dataset", "pendulum-scripted", *TINY_RUN, "--out", tmp_path]
+    code, out, err = cli(*args, "--name", "whole")
+    assert code == 0, err
+    run = json.loads((tmp_path / "whole" / "run.json").read_text())
+    assert run["baseline"] == "linear-bc" and run["method"] == EXAMPLE_ORIGIN
+    assert run["config_sources"][0] == str(example / "offbench_example_plugin" / "configs" / "linear-bc" / "pendulum-scripted.toml")
+    assert [m["step"] for m in logged_metrics(tmp_path / "whole")] == [10, 20, 30, 40, 50, 60]
+
+    cut = interrupt_then_resume(cli, monkeypatch, get_baseline("linear-bc"), args, tmp_path, stop_at=45)
+    assert logged_metrics(cut) == logged_metrics(tmp_path / "whole")
+    assert (cut / "evaluations.jsonl").read_text() == (tmp_path / "whole" / "evaluations.jsonl").read_text()
+
+    code, out, err = cli("evaluate", tmp_path / "whole", "--episodes", "2")
+    assert code == 0, err
+    assert "step 60" in out
+
+
+def test_plugin_without_standard_configs_runs_on_its_config_defaults(tmp_path, install, pendulum, cli):
+    site = plugin_site(tmp_path / "site", {"linear-bc": EXAMPLE_ORIGIN["entry_point"]}, example_configs=False)
+    install(site)
+    code, _, err = cli("run", "baseline", "linear-bc", "--dataset", "pendulum-scripted", "--steps", "4", "--set", "eval_episodes=0",
+                       "--out", tmp_path, "--name", "defaults")
+    assert code == 0, err
+    run = json.loads((tmp_path / "defaults" / "run.json").read_text())
+    folder = site / "offbench_example_plugin" / "configs" / "linear-bc"
+    assert run["config_sources"] == [f"linear-bc Config defaults (no standard config in {folder})", "--set eval_episodes=0 steps=4"]
+    assert run["config"]["hidden_dim"] == 0 and run["config"]["batch_size"] == 256  # LinearBCConfig's and TrainConfig's defaults
+
+
+def test_sweep_runs_the_plugin_over_two_seeds(example, pendulum, cli, tmp_path):
+    spec = tmp_path / "spec.toml"
+    spec.write_text('name = "plugin"\nbaselines = ["linear-bc"]\ndatasets = ["pendulum-scripted"]\nseeds = [0, 1]\n'
+                    "[set]\nsteps = 20\nbatch_size = 32\nlog_every = 10\neval_every = 20\neval_episodes = 1\ncheckpoint_every = 20\n")
+    code, _, err = cli("sweep", spec, "--runs", tmp_path / "runs", "--workers", "2")
+    assert code == 0, err
+    runs = sorted(p.parent for p in (tmp_path / "runs").glob("*/run.json"))
+    assert len(runs) == 2 and {json.loads((r / "run.json").read_text())["seed"] for r in runs} == {0, 1}
+    assert all(json.loads((r / "run.json").read_text())["method"] == EXAMPLE_ORIGIN and (r / "summary.json").is_file() for r in runs)
+
+
+def test_plugin_trains_data_parallel(example, pendulum, cli, tmp_path):
+    """--nproc relaunches offbench under torchrun: every process finds the plugin through its environment."""
+    code, _, err = cli("run", "baseline", "linear-bc", "--dataset", "pendulum-scripted", *TINY_RUN, "--steps", "20", "--nproc", "2",
+                       "--out", tmp_path, "--name", "two")
+    assert code == 0, err
+    run = json.loads((tmp_path / "two" / "run.json").read_text())
+    assert run["method"] == EXAMPLE_ORIGIN and run["distributed"]["world_size"] == 2 and (tmp_path / "two" / "summary.json").is_file()
+
+
+# ---------------------------------------------------------------------------------------------- clashing or broken plugins
+
+
+def test_a_plugin_may_not_take_a_built_in_name(tmp_path, install, pendulum, cli):
+    from offbench.baselines import baseline_names
+
+    install(plugin_site(tmp_path / "site", {"bc": EXAMPLE_ORIGIN["entry_point"]}, distribution="rogue-plugin", version="2.0"))
+    code, _, err = cli("run", "baseline", "bc", "--dataset", "pendulum-scripted", "--out", tmp_path / "runs")
+    assert code == 2
+    assert one_line(err).endswith("plugin baseline 'bc' (rogue-plugin 2.0, offbench_example_plugin.linear_bc:LinearBC): "
+                                  "'bc' is a built-in baseline, which a plugin may not replace (rename the entry point)")
+    assert "bc" not in baseline_names() and "dt" in baseline_names() and not (tmp_path / "runs").exists()
+
+
+def test_two_distributions_may_not_register_one_name(tmp_path, example, install):
+    from offbench.baselines import get_baseline
+    from offbench.errors import OffbenchError
+
+    install(plugin_site(tmp_path / "other-site", {"linear-bc": "other_pkg:LinearBC"}, distribution="other-plugin", version="3.1", example=False))
+    with pytest.raises(OffbenchError, match=r"^plugin baseline 'linear-bc' \(.+\): the name is also registered by .+ \(uninstall one"):
+        get_baseline("linear-bc")
+
+
+BROKEN_MODULES = {
+    "raises.py": 'raise ImportError("needs the quantum package")\n',
+    "misnamed.py": "from offbench_example_plugin.linear_bc import LinearBC\n\n\nclass Misnamed(LinearBC):\n    name = 'something-else'\n",
+}
+
+
+@pytest.fixture
+def broken(tmp_path, example, install) -> None:
+    """The example plus a distribution "broken-plugins 1.0" with a module that fails to import and a class whose
+    name is not its entry point's."""
+    site = plugin_site(tmp_path / "broken-site", {"raises": "broken_plugin_modules.raises:Method",
+                                                   "misnamed": "broken_plugin_modules.misnamed:Misnamed"},
+                       distribution="broken-plugins", version="1.0", example=False)
+    (site / "broken_plugin_modules").mkdir()
+    for name, text in {"__init__.py": "", **BROKEN_MODULES}.items():
+        (site / "broken_plugin_modules" / name).write_text(text)
+    install(site)
+
+
+@pytest.mark.parametrize(("name", "problem"), [
+    ("raises", "(broken-plugins 1.0, broken_plugin_modules.raises:Method): cannot import it (ImportError: needs the quantum package)"),
+    ("misnamed", "(broken-plugins 1.0, broken_plugin_modules.misnamed:Misnamed): its class attribute name is 'something-else', not the "
+                 "registered 'misnamed'"),
+])
+def test_a_broken_plugin_is_one_line_when_asked_for(broken, pendulum, cli, tmp_path, name, problem):
+    code, _, err = cli("run", "baseline", name, "--dataset", "pendulum-scripted", "--out", tmp_path / "runs")
+    assert code == 2 and one_line(err).endswith(f"plugin baseline '{name}' {problem}")
+
+
+def test_broken_plugins_stop_nothing_else(broken, pendulum, cli, run_cli, tmp_path):
+    from offbench.baselines import baseline_names
+
+    assert "linear-bc" in baseline_names() and not {"raises", "misnamed"} & set(baseline_names())
+    code, _, err = cli("run", "baseline", "nope", "--dataset", "pendulum-scripted")
+    assert code == 2 and "unknown baseline 'nope' (known: ad, bc," in one_line(err)
+    assert "linear-bc" in err and err.strip().endswith("; broken plugins, ask for one to see why: misnamed, raises)")
+    code, _, err = cli("run", "baseline", "ad", "--dataset", "pendulum-scripted")  # lists the baselines that have a mode
+    assert code == 2 and "baselines that have one: bc, cql, dt, iql, linear-bc)" in one_line(err)
+    code, _, err = cli("run", "baseline", "bc", "--dataset", "pendulum-scripted", "--steps", "4", "--set", "eval_episodes=0",
+                       "--out", tmp_path, "--name", "bc")
+    assert code == 0, err
+
+    listed = run_cli("list")
+    assert listed.returncode == 0 and "pendulum-scripted" in listed.stdout
+    probe = ("import sys\nfrom offbench.cli import main\ntry:\n    main(['list'])\nexcept SystemExit:\n    pass\n"
+             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'broken_plugin_modules', 'offbench_example_plugin')))")
+    imported = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    assert imported.stdout.strip().splitlines()[-1] == "[]"  # `offbench list` imports no plugin, and no torch
+
+
+# ---------------------------------------------------------------------------------------------- offbench.testing.check_baseline
+
+
+def test_check_baseline_passes_the_example_on_a_store_and_on_a_path(example, tmp_path):
+    from offbench.testing import check_baseline
+    from offbench_example_plugin.linear_bc import LinearBC
+
+    store = make_store(episode_lengths=(6, 5, 7))
+    check_baseline(LinearBC, {"hidden_dim": 4}, store)
+    store.save(tmp_path / "tiny.h5")
+    check_baseline(LinearBC, LinearBC.Config(hidden_dim=0), str(tmp_path / "tiny.h5"))
+
+
+BROKEN_VARIANTS: dict[str, tuple[dict, str]] = {  # name -> (class attributes overriding LinearBC's, the rule check_baseline names)
+    "state without the network": (
+        {"state_dict": lambda self: {"optimizer": self.optimizer.state_dict()},
+         "load_state_dict": lambda self, state: self.optimizer.load_state_dict(state["optimizer"])},
+        "state_dict must hold everything the policy uses"),
+    "state without the optimiser": (
+        {"state_dict": lambda self: {"net": self.net.state_dict()},
+         "load_state_dict": lambda self, state: self.net.load_state_dict(state["net"])},
+        "state_dict must hold everything training uses"),
+    "an unknown sampler": ({"sampler": "shuffled"}, "its sampler 'shuffled' is not registered"),
+    "no losses": ({"update": lambda self, batch: {}}, r"update\(batch\) must return a non-empty dict of finite losses, got \{\}"),
+    "continuous only, on discrete data": ({"action_kinds": ("continuous",)}, "the dataset has discrete actions"),
+}
+
+
+def discrete_store() -> EpisodeStore:
+    """make_store's episodes with three discrete actions."""
+    store = make_store(episode_lengths=(6, 5, 7))
+    episodes = [{**store.episode(i), "actions": np.arange(len(store.episode(i)["actions"])) % 3} for i in range(3)]
+    return EpisodeStore.from_episodes(episodes, observation_space=store.observation_space, action_space=gym.spaces.Discrete(3))
+
+
+@pytest.mark.parametrize("variant", sorted(BROKEN_VARIANTS))
+def test_check_baseline_names_the_rule_a_broken_class_breaks(example, variant):
+    from offbench.testing import check_baseline
+    from offbench_example_plugin.linear_bc import LinearBC
+
+    attributes, rule = BROKEN_VARIANTS[variant]
+    broken_class = type("BrokenLinearBC", (LinearBC,), attributes)
+    store = discrete_store() if variant == "continuous only, on discrete data" else make_store(episode_lengths=(6, 5, 7))
+    with pytest.raises(AssertionError, match=rf"^BrokenLinearBC: .*{rule}"):
+        check_baseline(broken_class, {"hidden_dim": 4}, store)
+
+
+def test_the_example_packages_own_tests_pass(example):
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(REPO / "examples" / "plugin" / "tests")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:]
