@@ -44,7 +44,8 @@ def __dir__() -> list[str]:
 
 
 def load(id_or_path: str | Path, mirror: str | None = None):
-    """Return the dataset (an EpisodeStore) for a registered id or a path, whatever its format.
+    """Return the dataset for a registered id or a path, whatever its format: an EpisodeStore (an XLand file,
+    read in place, is an XLandHistories).
 
     A registered id is downloaded or generated on first use and cached under $OFFBENCH_HOME.
     """

@@ -130,6 +130,20 @@ def write_run(
     return run_dir
 
 
+def pendulum_board(tmp_path: Path, monkeypatch, min_seeds: int, evaluation: dict[str, Any]) -> Path:
+    """The repository's pendulum-scripted benchmark, under OFFBENCH_LEADERBOARDS in tmp_path, with a protocol and
+    seed count that tiny real runs meet; returns the leaderboards root."""
+    import tomllib
+
+    spec = tomllib.loads((REPO_ROOT / "leaderboards" / "pendulum-scripted" / "benchmark.toml").read_text())
+    spec.update(min_seeds=min_seeds, bootstrap_reps=100, evaluation=evaluation)
+    root = tmp_path / "leaderboards"
+    (root / "pendulum-scripted").mkdir(parents=True)
+    (root / "pendulum-scripted" / "benchmark.toml").write_text(tomli_w.dumps(spec))
+    monkeypatch.setenv("OFFBENCH_LEADERBOARDS", str(root))
+    return root
+
+
 def write_checkpoint(run_dir: Path, text: str) -> None:
     """checkpoints/last.pt holding weights unique to `text` (what a leaderboard fingerprints a run by)."""
     import hashlib

@@ -5,25 +5,18 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import tomllib
 
 import numpy as np
 import pytest
-import tomli_w
 
-from run_dirs import REPO_ROOT
+from run_dirs import pendulum_board
 
 TINY = ["--steps", "20", "--set", "eval_every=10", "--set", "eval_episodes=1", "--set", "log_every=10", "--set", "checkpoint_every=20"]
 
 
 def test_real_runs_are_submitted_and_rolled_up(tmp_path, monkeypatch, run_cli):
     # The repository's pendulum-scripted benchmark, with a protocol and seed count that two tiny runs meet.
-    spec = tomllib.loads((REPO_ROOT / "leaderboards" / "pendulum-scripted" / "benchmark.toml").read_text())
-    spec.update(min_seeds=2, bootstrap_reps=100, evaluation={"episodes": 1, "every_steps": 10, "steps": 20})
-    root = tmp_path / "leaderboards"
-    (root / "pendulum-scripted").mkdir(parents=True)
-    (root / "pendulum-scripted" / "benchmark.toml").write_text(tomli_w.dumps(spec))
-    monkeypatch.setenv("OFFBENCH_LEADERBOARDS", str(root))
+    root = pendulum_board(tmp_path, monkeypatch, min_seeds=2, evaluation={"episodes": 1, "every_steps": 10, "steps": 20})
 
     run_cli("download", "pendulum-scripted", check=True)  # generate once, before the runs start in parallel
     runs = tmp_path / "runs"

@@ -156,7 +156,7 @@ def test_plugin_without_standard_configs_runs_on_its_config_defaults(tmp_path, i
     assert run["config"]["hidden_dim"] == 0 and run["config"]["batch_size"] == 256  # LinearBCConfig's and TrainConfig's defaults
 
 
-def test_sweep_runs_the_plugin_over_two_seeds(example, pendulum, cli, tmp_path):
+def test_sweep_runs_the_plugin_over_two_seeds_and_a_board_verifies_them(example, pendulum, cli, tmp_path, monkeypatch):
     spec = tmp_path / "spec.toml"
     spec.write_text('name = "plugin"\nbaselines = ["linear-bc"]\ndatasets = ["pendulum-scripted"]\nseeds = [0, 1]\n'
                     "[set]\nsteps = 20\nbatch_size = 32\nlog_every = 10\neval_every = 20\neval_episodes = 1\ncheckpoint_every = 20\n")
@@ -165,6 +165,37 @@ def test_sweep_runs_the_plugin_over_two_seeds(example, pendulum, cli, tmp_path):
     runs = sorted(p.parent for p in (tmp_path / "runs").glob("*/run.json"))
     assert len(runs) == 2 and {json.loads((r / "run.json").read_text())["seed"] for r in runs} == {0, 1}
     assert all(json.loads((r / "run.json").read_text())["method"] == EXAMPLE_ORIGIN and (r / "summary.json").is_file() for r in runs)
+    submit_verified_then_catch_tampering(runs, tmp_path, monkeypatch)
+
+
+def submit_verified_then_catch_tampering(runs: list[Path], tmp_path: Path, monkeypatch) -> None:
+    """The plugin's runs go on a board verified (replayed from their checkpoints), shown as the plugin's; a
+    returned value edited in a copy's evaluations.jsonl (and everywhere else it shows) is caught by --verify."""
+    from offbench.leaderboard.scoring import benchmark_card
+    from offbench.leaderboard.spec import load_spec
+    from offbench.leaderboard.submit import submit
+    from offbench.tracking.run_dir import Refused
+    from run_dirs import pendulum_board
+
+    pendulum_board(tmp_path, monkeypatch, min_seeds=2, evaluation={"episodes": 1, "every_steps": 20, "steps": 20})
+    tampered = [shutil.copytree(run, tmp_path / "tampered" / run.name) for run in runs]
+    [path] = submit(load_spec("pendulum-scripted"), runs, render=False, verify=True)
+    entry = json.loads(path.read_text())
+    assert entry["method"] == EXAMPLE_ORIGIN and {r["verification"]["status"] for r in entry["runs"]} == {"verified"}
+
+    lines = [json.loads(line) for line in (tampered[0] / "evaluations.jsonl").read_text().splitlines()]
+    lines[-1]["returns"][0] += 50.0
+    lines[-1]["mean_return"] += 50.0
+    lines[-1]["normalized_score"] = benchmark_card("pendulum-scripted").normalise(lines[-1]["mean_return"])
+    (tampered[0] / "evaluations.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    summary = json.loads((tampered[0] / "summary.json").read_text())
+    for which in ("final", "best"):
+        if summary[which]["step"] == lines[-1]["step"]:
+            summary[which].update(mean_return=lines[-1]["mean_return"], normalized_score=lines[-1]["normalized_score"])
+    (tampered[0] / "summary.json").write_text(json.dumps(summary))
+    shutil.rmtree(load_spec("pendulum-scripted").entries_dir)
+    with pytest.raises(Refused, match=r"refused \(verify\): final evaluation, episode 0: replayed return"):
+        submit(load_spec("pendulum-scripted"), tampered, render=False, verify=True)
 
 
 def test_plugin_trains_data_parallel(example, pendulum, cli, tmp_path):

@@ -49,6 +49,13 @@ def verify_run(run: RunRecord) -> dict[str, Any]:
         return unverified("no checkpoints/last.pt to rebuild the policy from")
     if method["kind"] == "own-code" and not method.get("load"):
         return unverified("own code without checkpoint(load=...): nothing rebuilds the policy")
+    if method["kind"] == "plugin":
+        from offbench.baselines import get_baseline
+
+        try:
+            get_baseline(run.baseline)
+        except OffbenchError as exc:
+            return unverified(f"the plugin is not usable here ({str(exc)[:200]})")
     device = _replay_device(run)
     if device is None:
         return unverified(f"recorded on {run.info['env'].get('device')}, and this machine has no CUDA to replay it on")

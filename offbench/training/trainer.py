@@ -397,6 +397,11 @@ def open_run(run_dir: Path, device: str | None = None) -> Run:
     """A run rebuilt from its run.json: the same baseline, config and dataset (checked by checksum)."""
     run_dir = Path(run_dir)
     record = rd.read_run_json(run_dir)
+    method = record.get("method")
+    kind = method.get("kind", "built-in") if isinstance(method, dict) else "built-in"
+    if kind not in ("built-in", "plugin"):
+        raise OffbenchError(f"{run_dir}: a {kind} run of '{record['baseline']}' (offbench.track / offbench.evaluate): only its own code "
+                            "can continue or re-evaluate it; `offbench submit --verify` replays own-code runs checkpointed with load=...")
     baseline_cls = get_baseline(record["baseline"])
     config = config_from_dict(baseline_cls, record["config"])
     dataset_info = record["dataset"]

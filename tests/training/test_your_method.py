@@ -6,17 +6,15 @@ from __future__ import annotations
 
 import json
 import shutil
-import tomllib
 
 import numpy as np
 import pytest
-import tomli_w
 import torch
 
 import offbench
 from offbench.errors import OffbenchError
 from offbench.tracking.run_dir import Refused, read_run
-from run_dirs import REPO_ROOT
+from run_dirs import pendulum_board
 
 TINY = ["--steps", "20", "--set", "eval_every=10", "--set", "eval_episodes=2", "--set", "log_every=10", "--set", "checkpoint_every=20"]
 
@@ -24,12 +22,7 @@ TINY = ["--steps", "20", "--set", "eval_every=10", "--set", "eval_episodes=2", "
 @pytest.fixture
 def board(tmp_path, monkeypatch, pendulum):
     """The repository's pendulum-scripted benchmark with a protocol tiny runs meet (2 episodes, 2 seeds)."""
-    spec = tomllib.loads((REPO_ROOT / "leaderboards" / "pendulum-scripted" / "benchmark.toml").read_text())
-    spec.update(min_seeds=2, bootstrap_reps=100, evaluation={"episodes": 2, "every_steps": 10, "steps": 20})
-    root = tmp_path / "leaderboards"
-    (root / "pendulum-scripted").mkdir(parents=True)
-    (root / "pendulum-scripted" / "benchmark.toml").write_text(tomli_w.dumps(spec))
-    monkeypatch.setenv("OFFBENCH_LEADERBOARDS", str(root))
+    pendulum_board(tmp_path, monkeypatch, min_seeds=2, evaluation={"episodes": 2, "every_steps": 10, "steps": 20})
     from offbench.leaderboard.spec import load_spec
 
     return load_spec("pendulum-scripted")
@@ -63,13 +56,15 @@ def test_a_baselines_own_policy_scores_the_same_through_evaluate(cli, tmp_path, 
     assert list(frame["return"]) == recorded["returns"] and list(frame["length"]) == recorded["lengths"]
 
 
-def test_a_black_box_run_is_submitted_and_shown_unverified(board, tmp_path):
+def test_a_black_box_run_is_submitted_and_shown_unverified(board, tmp_path, cli):
     runs = [tmp_path / "runs" / f"swing-s{seed}" for seed in (0, 1)]
     results = [offbench.evaluate(swing, "pendulum-scripted", seed=seed, episodes=2, out=run) for seed, run in enumerate(runs)]
     assert results[0].returns != results[1].returns  # the protocol's episode seeds follow the seed
     info = json.loads((runs[0] / "run.json").read_text())
     assert info["method"]["kind"] == "black-box" and info["method"]["source"]["script"] == __file__
     assert info["baseline"] == "swing" and not (runs[0] / "checkpoints").exists()
+    code, _, err = cli("evaluate", runs[0])  # offbench cannot rebuild a black box: one line, not a traceback
+    assert code == 2 and "a black-box run of 'swing'" in err and "Traceback" not in err
     [entry] = submit(board, runs, verify=True)
     assert entry["method"]["kind"] == "black-box"
     assert {run["verification"]["status"] for run in entry["runs"]} == {"unverified"}
