@@ -193,3 +193,21 @@ def verify(benchmark: str = typer.Argument(..., help="Benchmark name."),
     refused = [o for o in outcomes if o[3] == "refused"]
     if refused:
         raise OffbenchError(f"{len(refused)} run(s) replay to other returns than their entries record (listed above)")
+
+
+@leaderboard_app.command("index")
+def index(root: Optional[Path] = ROOT_OPTION,
+          pages: Optional[list[Path]] = typer.Option(None, "--page", help="A Markdown page whose `<!-- board: NAME -->` "
+                                                     "tables to refresh (repeatable; default: the checkout's docs/results.md)."),
+          check: bool = typer.Option(False, "--check", help="Write nothing; exit 1 if any page is out of date.")) -> None:
+    """Write leaderboards/README.md (every benchmark, from its benchmark.toml) and refresh the board tables other pages embed."""
+    from offbench.leaderboard.index import write_index
+
+    outcomes = write_index(root, pages, check=check)
+    for path, changed in outcomes:
+        state = ("out of date" if check else "written") if changed else "up to date"
+        console.print(f"{path}: {state}", highlight=False, markup=False, soft_wrap=True)
+    stale = [str(path) for path, changed in outcomes if changed]
+    if check and stale:
+        err_console.print(f"{len(stale)} page(s) out of date: run `offbench leaderboard index`", highlight=False, markup=False)
+        raise typer.Exit(1)
