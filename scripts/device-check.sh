@@ -3,11 +3,11 @@
 #   here first:  bash scripts/device-wheels.sh
 #   then:        run(command="bash scripts/device-check.sh", carry=[".whl"], timeout_s=600)
 # 1. CUDA checks: every baseline's contract on the GPU (train, checkpoint, act; the checkpoint loaded onto the CPU).
-# 2. AD training and KV-cache generation speed at the published model size on the GPU (benchmarks/ad_training.py).
+# 2. AD training and KV-cache generation speed at the published model size on the GPU (benchmarks/speed/ad_training.py).
 # 3. The longest AD result run that fits: the published model (baselines/ad/default.toml) with one token per step,
 #    AD_STEPS updates at batch 512 on AD_DATASET, killed after AD_SECONDS; its evaluations come back even then.
 # What comes back under $OUT (8 files, the device tool's most): gpu.txt, cuda-tests.log, ad-speed.log, ad-run.log,
-# ad/run.json, ad/summary.json, ad/evaluations.jsonl, ad/metrics.jsonl. Record them in benchmarks/README.md.
+# ad/run.json, ad/summary.json, ad/evaluations.jsonl, ad/metrics.jsonl. Record them in benchmarks/speed/README.md and the studies.
 set -uo pipefail
 : "${OUT:?run this through the device tool, which sets OUT}"
 AD_DATASET=${AD_DATASET:-darkroom-ad-eps-fast}
@@ -23,7 +23,7 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 OFFBENCH_HOME=/tmp/offbench-
 
 timeout 150 python3 -m pytest -q -p no:cacheprovider -o addopts="" tests/training/test_protocols.py -k "contract and cuda" -rs 2>&1 | tee "$OUT/cuda-tests.log"
 
-timeout 90 python3 benchmarks/ad_training.py $SPEED_ARGS --device "$DEVICE" 2>&1 | tee "$OUT/ad-speed.log"
+timeout 90 python3 benchmarks/speed/ad_training.py $SPEED_ARGS --device "$DEVICE" 2>&1 | tee "$OUT/ad-speed.log"
 
 python3 -m offbench download "$AD_DATASET" > /dev/null
 timeout "$AD_SECONDS" python3 -m offbench run baseline ad --dataset "$AD_DATASET" --config baselines/ad/default.toml --device "$DEVICE" \

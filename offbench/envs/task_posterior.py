@@ -6,7 +6,7 @@ is a, when the task is uniform over the card's training tasks (the generators gi
 of histories) and nothing but the rewards in D depends on the task. Training on that distribution instead of the
 one-hot draw has the same minimiser (the cross-entropy's minimiser is the label's conditional distribution either
 way) with less variance: a context without the reward now says, in its target, which cells it ruled out
-(`label = "posterior"` in DPT, benchmarks/README.md, Dark Room, session 14).
+(`label = "posterior"` in DPT, benchmarks/studies/darkroom-dpt-rollin.md).
 
 Exact only when the roll-in's states and actions ignore the task (DPT's uniform roll-in): a learning history's
 actions come from a learner that knows its goal, so its steps carry evidence about the task that a reward-only
