@@ -166,7 +166,8 @@ def keep_freed_memory() -> bool:
 
     By default blocks over 128 KiB may each be a fresh `mmap`, and the heap's top is trimmed on free, so a tensor of
     that size (a 50-row x 60-token activation is 3 MiB) can be page-faulted in anew on its first write: a Decision
-    Transformer's evaluation step over 50 rows spent about a quarter of its time there (benchmarks/studies/multitask-speed.md). Fixing both thresholds (mmap 32 MiB, glibc's maximum; trim 1 GiB) lets the allocator
+    Transformer's evaluation step over 50 rows spent about a quarter of its time there
+    (benchmarks/studies/multitask-speed.md). Fixing both thresholds (mmap 32 MiB, glibc's maximum; trim 1 GiB) lets the allocator
     reuse them; the cost is a process that keeps its peak heap. False where the C library is not glibc."""
     import ctypes
     import sys
