@@ -53,6 +53,19 @@ def run_peer(name: str, script: str, *args: str) -> str:
     return proc.stdout
 
 
+def cli_help(doc: str | None, paragraphs: int = 3) -> str:
+    """What `--help` shows of a script's docstring: its first paragraphs (the question, the command, where the
+    answer stands), prose re-flowed so the terminal can wrap it, indented command lines kept one per line."""
+    out = []
+    for paragraph in (doc or "").strip().split("\n\n")[:paragraphs]:
+        lines = [line for line in paragraph.splitlines() if line.strip()]
+        if lines and all(line.startswith("    ") for line in lines):
+            out.append("\n".join(line.strip() for line in lines))
+        else:
+            out.append(" ".join(paragraph.split()))
+    return "\n\n".join(out)
+
+
 def machine() -> str:
     """When and where a measurement ran: UTC time, CPU model, cores and load average (read ratios, not rates,
     when the load is above the core count)."""

@@ -34,7 +34,7 @@ from torch.nn import functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout, for benchmarks.common
 import offbench  # noqa: E402
-from benchmarks.common import machine  # noqa: E402
+from benchmarks.common import cli_help, machine  # noqa: E402
 from offbench.baselines import get_baseline  # noqa: E402
 from offbench.data.samplers import make_sampler  # noqa: E402
 from offbench.data.spec import DatasetSpec  # noqa: E402
@@ -160,4 +160,5 @@ def main(
 
 
 if __name__ == "__main__":
+    main.__doc__ = cli_help(__doc__)  # --help: the question, the command and where the answer stands
     typer.run(main)

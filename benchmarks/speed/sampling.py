@@ -37,7 +37,7 @@ import torch
 import typer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout, for benchmarks.common
-from benchmarks.common import print_table, run_peer  # noqa: E402
+from benchmarks.common import cli_help, print_table, run_peer  # noqa: E402
 from offbench.data.samplers import make_sampler  # noqa: E402
 from offbench.data.store import EpisodeStore, load_native  # noqa: E402
 
@@ -221,4 +221,5 @@ def main(
 
 
 if __name__ == "__main__":
+    main.__doc__ = cli_help(__doc__)  # --help: the question, the command and where the answer stands
     typer.run(main)

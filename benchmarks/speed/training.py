@@ -48,7 +48,7 @@ import torch
 import typer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout, for benchmarks.common
-from benchmarks.common import REPO, machine, run_peer  # noqa: E402
+from benchmarks.common import REPO, cli_help, machine, run_peer  # noqa: E402
 
 import offbench  # noqa: E402
 from offbench.baselines import get_baseline  # noqa: E402
@@ -255,4 +255,5 @@ def main(
 
 
 if __name__ == "__main__":
+    main.__doc__ = cli_help(__doc__)  # --help: the question, the command and where the answer stands
     typer.run(main)

@@ -14,11 +14,15 @@ in-context episode, episodes 40-50 (the Dark Room target: >= 90% of optimal), th
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import typer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout, for benchmarks.*
+from benchmarks.common import cli_help  # noqa: E402
 
 
 def evaluate(run_dir: Path, tasks: str, window: str, actions: str) -> dict:
@@ -48,4 +52,5 @@ def main(run_dirs: list[Path], tasks: list[str] = typer.Option(["train", "held-o
 
 
 if __name__ == "__main__":
+    main.__doc__ = cli_help(__doc__)  # --help: the question, the command and where the answer stands
     typer.run(main)

@@ -25,6 +25,7 @@ split's prior is not uniform, so the Beta(1, 1) posterior is not its Bayes poste
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +38,9 @@ from offbench.envs.benchmarks import card_tasks
 from offbench.errors import OffbenchError
 from offbench.plotting.regret import reference_pulls
 from offbench.training.trainer import load_checkpoint, open_run
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout, for benchmarks.*
+from benchmarks.common import cli_help  # noqa: E402
 
 GRID = (np.arange(1000) + 0.5) / 1000
 BUCKETS = [(0, 1), (1, 10), (10, 30), (30, 60), (60, 101)]
@@ -211,4 +215,5 @@ def main(
                   f"{fresh_loss:.3f} ({fresh_floor:.3f})")
 
 if __name__ == "__main__":
+    main.__doc__ = cli_help(__doc__)  # --help: the question, the command and where the answer stands
     typer.run(main)

@@ -38,6 +38,9 @@ from offbench.envs.benchmarks import card_tasks
 from offbench.envs.darkroom import optimal_return
 from offbench.envs.gridworld import NUM_ACTIONS, cell_index, next_cell_table, policy_table, start_cell
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout, for benchmarks.*
+from benchmarks.common import cli_help  # noqa: E402
+
 SIZE, HORIZON = 9, 20
 MODES = ("sampled", "greedy", "per episode", "gumbel per episode", "uniform per episode")
 
@@ -112,4 +115,5 @@ def main(
 
 
 if __name__ == "__main__":
+    main.__doc__ = cli_help(__doc__)  # --help: the question, the command and where the answer stands
     typer.run(main)

@@ -20,6 +20,7 @@ two, the cross-entropy does: a model below the first cross-entropy reads where t
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +31,9 @@ from offbench.envs.benchmarks import card_tasks
 from offbench.envs.gridworld import NUM_ACTIONS, cell_index, cell_xy_table, next_cell_table, policy_table
 from offbench.errors import OffbenchError
 from offbench.training.trainer import load_checkpoint, open_run
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout, for benchmarks.*
+from benchmarks.common import cli_help  # noqa: E402
 
 SIZE = 9  # Dark Room's grid
 
@@ -109,4 +113,5 @@ def main(
 
 
 if __name__ == "__main__":
+    main.__doc__ = cli_help(__doc__)  # --help: the question, the command and where the answer stands
     typer.run(main)

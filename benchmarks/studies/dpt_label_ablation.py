@@ -41,6 +41,9 @@ from offbench.data.spec import DatasetSpec  # noqa: E402
 from offbench.training.config import resolve_config  # noqa: E402
 from offbench.training.trainer import baseline_sampler, seed_everything  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout, for benchmarks.*
+from benchmarks.common import cli_help  # noqa: E402
+
 DATASET = "bandit-thompson-uniform"
 LABELS = ("best-arm", "next-pull")
 
@@ -96,4 +99,5 @@ def main(
 
 
 if __name__ == "__main__":
+    main.__doc__ = cli_help(__doc__)  # --help: the question, the command and where the answer stands
     typer.run(main)

@@ -19,6 +19,7 @@ target is last-five >= 3 x first and >= 50% of optimal (counted per seed).
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +31,9 @@ from scipy import stats
 from offbench.data.cards import get_card
 from offbench.envs.benchmarks import card_tasks
 from offbench.plotting.regret import reference_regret
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout, for benchmarks.*
+from benchmarks.common import cli_help  # noqa: E402
 
 
 def latest_evaluation(run_dir: Path) -> dict | None:
@@ -119,4 +123,5 @@ def main(
 
 
 if __name__ == "__main__":
+    main.__doc__ = cli_help(__doc__)  # --help: the question, the command and where the answer stands
     typer.run(main)

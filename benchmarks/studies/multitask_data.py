@@ -14,6 +14,7 @@ The tiny test recipes are timed as they are (one process).
 
 from __future__ import annotations
 
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -24,6 +25,9 @@ import typer
 from offbench.data.cards import read_card
 from offbench.data.store import load_native
 from offbench.generators import get_generator
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout, for benchmarks.*
+from benchmarks.common import cli_help  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]  # the checkout
 app = typer.Typer(add_completion=False)
@@ -88,4 +92,5 @@ def main(
 
 
 if __name__ == "__main__":
+    main.__doc__ = cli_help(__doc__)  # --help: the question, the command and where the answer stands
     app()
