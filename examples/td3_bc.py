@@ -20,8 +20,6 @@ this file, so training runs only under `if __name__ == "__main__":`.
     python examples/td3_bc.py --dataset pendulum-scripted --seed 0 --steps 10000 --eval-every 1000 --episodes 10 --out runs
 """
 
-# No `from __future__ import annotations` here: the leaderboard's replay runs this file as a module it does not
-# register in sys.modules, and @dataclass cannot read string annotations there.
 import argparse
 import copy
 import time

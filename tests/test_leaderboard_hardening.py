@@ -198,20 +198,19 @@ def test_one_run_twice_in_one_submission_is_a_duplicate(bench, tmp_path):
     refused(bench, [*runs, copy], "duplicate")
 
 
-def test_entries_from_before_run_identities_still_catch_their_runs():
-    """The repository's pendulum-scripted entries (no identity) validate, and a run with one's seed, final and
-    best evaluations and learning curve is that run."""
+def test_entries_from_before_run_identities_still_catch_their_runs(bench):
+    """An entry in the first format (no run identity, method or verification) still validates, and a run with one
+    of its runs' seed, final and best evaluations and learning curve is that run."""
     from offbench.leaderboard.spec import load_spec
-    from offbench.leaderboard.entries import load_entries
-    from offbench.leaderboard.entries import same_run as _same_run
+    from offbench.leaderboard.entries import load_entries, same_run
 
-    spec = load_spec("pendulum-scripted", REPO_ROOT / "leaderboards")
-    entries = load_entries(spec)
-    assert {entry["baseline"] for _, entry in entries} == {"bc", "dt", "cql", "iql"}
-    old = entries[0][1]["runs"][0]
+    [path] = submit(bench, runs_of(bench, "bc"))
+    edit_json(path, lambda entry: (entry.pop("method"), [run.pop(key) for run in entry["runs"] for key in ("identity", "verification")]))
+    [(_, entry)] = load_entries(load_spec("tb"))
+    old = entry["runs"][0]
     new = {**{k: old[k] for k in ("seed", "final", "best", "curve")}, "identity": {"evaluations_sha256": "0" * 64, "checkpoint_sha256": "1" * 64}}
-    assert _same_run(new, old, True) is not None
-    assert _same_run({**new, "seed": old["seed"] + 1}, old, True) is None
+    assert same_run(new, old, True) is not None
+    assert same_run({**new, "seed": old["seed"] + 1}, old, True) is None
 
 
 def test_the_same_evaluations_under_another_config_are_not_a_duplicate():
@@ -221,9 +220,9 @@ def test_the_same_evaluations_under_another_config_are_not_a_duplicate():
 
     new = {"seed": 0, "identity": {"evaluations_sha256": "e" * 64, "checkpoint_sha256": "1" * 64}}
     old = {"seed": 0, "identity": {"evaluations_sha256": "e" * 64, "checkpoint_sha256": "2" * 64}}
-    assert _same_run(new, old, same_config=True) == "evaluations"
-    assert _same_run(new, old, same_config=False) is None
-    assert _same_run({**new, "identity": {**new["identity"], "checkpoint_sha256": "2" * 64}}, old, same_config=False) == "final checkpoint"
+    assert _same_run(new, old, same_setting=True) == "evaluations"
+    assert _same_run(new, old, same_setting=False) is None
+    assert _same_run({**new, "identity": {**new["identity"], "checkpoint_sha256": "2" * 64}}, old, same_setting=False) == "final checkpoint"
 
 
 @pytest.mark.parametrize("where", ["config", "code", "started_at"])

@@ -222,13 +222,14 @@ def _check_seeds(spec: BenchmarkSpec, entry: dict[str, Any], refuse) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- across entries
-def same_run(new: dict[str, Any], old: dict[str, Any], same_config: bool) -> str | None:
+def same_run(new: dict[str, Any], old: dict[str, Any], same_setting: bool) -> str | None:
     """What makes one run record the same run as another, if anything: the same final checkpoint file; the same
     weights (re-saved under other keys or beside an extra one: `verify.same_weights`); the same evaluations under
     another seed (episode seeds depend on the seed, so identical returns are a copy); the same evaluations at the
-    same seed under the same config (two methods can score the very same episodes: greedy policies on a discrete
-    suite); or, for entries from before runs carried an identity, the same seed, final and best evaluations and
-    learning curve."""
+    same seed in the same setting, i.e. config and dataset (two methods can score the very same episodes: greedy
+    policies on a discrete suite; and a policy that ignores its data scores the same on every dataset of one
+    environment); or, for entries from before runs carried an identity, the same seed, final and best evaluations
+    and learning curve."""
     from offbench.leaderboard.verify import same_weights
 
     ours, theirs = new.get("identity"), old.get("identity")
@@ -240,7 +241,7 @@ def same_run(new: dict[str, Any], old: dict[str, Any], same_config: bool) -> str
         if ours["evaluations_sha256"] == theirs.get("evaluations_sha256"):
             if new["seed"] != old["seed"]:
                 return "evaluations under another seed"
-            if same_config:
+            if same_setting:
                 return "evaluations"
         return None
     if all(new.get(key) == old.get(key) for key in ("seed", "final", "best", "curve")):
@@ -256,7 +257,8 @@ def check_against_accepted(entry: dict[str, Any], accepted: list[tuple[Path, dic
     for path, old in accepted:
         for record in entry["runs"]:
             for old_record in old["runs"]:
-                same = same_run(record, old_record, old.get("config_sha256") == entry["config_sha256"])
+                same_setting = old.get("config_sha256") == entry["config_sha256"] and old["dataset"]["id"] == dataset_id
+                same = same_run(record, old_record, same_setting)
                 if same is not None:
                     raise Refused(where or record["path"], "duplicate",
                                   f"run {record['run_id']} is run {old_record['run_id']} of accepted entry {path.name} (same {same}), whatever its name")
@@ -293,7 +295,12 @@ def method_summary(entry: dict[str, Any]) -> str:
     if kind == "plugin":
         return f"plugin {method.get('distribution')} {method.get('version')}"
     source = method.get("source") or {}
-    origin = source.get("repository") or source.get("distribution") or source.get("script") or "unknown source"
+    repository = source.get("repository")
+    shareable = isinstance(repository, str) and ("://" in repository or "@" in repository)  # a remote, not a local folder
+    script = source.get("script")
+    if not shareable and isinstance(repository, str) and isinstance(script, str) and script.startswith(repository.rstrip("/") + "/"):
+        script = script[len(repository.rstrip("/")) + 1:]  # runs that recorded their checkout's folder: the path inside it
+    origin = (repository if shareable else None) or source.get("distribution") or script or "unknown source"
     commit = source.get("git_commit") or source.get("version")
     label = "own code" if kind == "own-code" else "black box"
     return f"{label}: {origin}" + (f" @ {str(commit)[:12]}" if commit else "")

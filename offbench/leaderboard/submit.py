@@ -233,14 +233,14 @@ def _check_group(spec: BenchmarkSpec, baseline: str, dataset_id: str, members: l
 def _refuse_repeated_runs(runs: list[RunRecord]) -> None:
     """One run submitted twice in one go (copied to another folder, renamed, its seed edited, its checkpoint
     re-saved): `entries.same_run` on every pair."""
-    seen: list[tuple[RunRecord, dict[str, Any], str]] = []
+    seen: list[tuple[RunRecord, dict[str, Any], tuple[str, str]]] = []
     for run in runs:
-        record, config = {"seed": run.seed, "identity": run_identity(run)}, config_sha256(config_without_seed(run))
-        for other, other_record, other_config in seen:
-            same = same_run(record, other_record, config == other_config)
+        record, setting = {"seed": run.seed, "identity": run_identity(run)}, (config_sha256(config_without_seed(run)), run.dataset_id)
+        for other, other_record, other_setting in seen:
+            same = same_run(record, other_record, setting == other_setting)
             if same is not None:
                 raise Refused(run.path, "duplicate", f"this run is the same run as {other.path} (same {same})")
-        seen.append((run, record, config))
+        seen.append((run, record, setting))
 
 
 def _entry_filename(entry: dict[str, Any]) -> str:

@@ -1,7 +1,9 @@
 """Verification by re-evaluation: rebuild a run's policy from its checkpoint and replay its final evaluation.
 
 Evaluation is deterministic (fixed episode seeds, greedy or generator-seeded sampled actions, deterministic kernels
-on the CPU), so a run recorded on the CPU must replay to the very same returns, episode for episode. A run
+on the CPU, replayed with the run's torch thread count), so a run recorded on the CPU must replay to the very same
+returns, episode for episode. A replay that differs on a machine whose SIMD kernels differ from the run's (AVX-512
+against AVX2 round some results differently) leaves the run unverified rather than refused. A run
 recorded on CUDA is replayed on CUDA where there is one, each return within `CUDA_RTOL` of the recorded one (CUDA
 kernels may sum in another order from call to call); without CUDA it stays unverified. What can be rebuilt:
 
@@ -15,6 +17,7 @@ A replay that differs refuses the run, naming the first differing episode.
 from __future__ import annotations
 
 import hashlib
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -61,15 +64,49 @@ def verify_run(run: RunRecord) -> dict[str, Any]:
         return unverified(f"recorded on {run.info['env'].get('device')}, and this machine has no CUDA to replay it on")
     final_step = run.summary["final"]["step"]
     try:
-        replayed = replay(run, method, device, final_step)
+        with recorded_threads(run):
+            replayed = replay(run, method, device, final_step)
     except OffbenchError as exc:
         raise Refused(run.path, "verify", f"cannot replay the final evaluation: {exc}") from None
     recorded = [row for row in run.evaluations if row["step"] == final_step]
-    _compare(run, recorded, replayed, exact=device == "cpu")
+    try:
+        _compare(run, recorded, replayed, exact=device == "cpu")
+    except Refused as exc:
+        kernels = _other_kernels(run)
+        if kernels is None:
+            raise
+        return unverified(f"replayed on other SIMD kernels ({kernels}), where the last digits may differ: {str(exc).split(': ', 2)[-1]}")
     from offbench.tracking.run_dir import code_version
 
     return {"status": "verified", "replayed_on": device, "at": utc_now(), "by": code_version(),
             "step": final_step, "episodes": sum(len(row["returns"]) for row in recorded)}
+
+
+@contextmanager
+def recorded_threads(run: RunRecord):
+    """torch's intra-op thread count as the run had it (run.json env.torch_threads): a matrix product split over
+    another number of threads sums in another order, enough to move a return in its last digits."""
+    import torch
+
+    before, wanted = torch.get_num_threads(), run.info.get("env", {}).get("torch_threads")
+    if isinstance(wanted, int) and not isinstance(wanted, bool) and wanted >= 1:
+        torch.set_num_threads(wanted)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _other_kernels(run: RunRecord) -> str | None:
+    """How the SIMD kernels NumPy and torch dispatch to here differ from the run's (run.json env), or None: AVX-512
+    and AVX2 machines round some results differently (docs/run-directory.md), so only a replay on the same kernels
+    can be held to exact equality."""
+    from offbench.tracking.run_dir import environment_info
+
+    here, there = environment_info("cpu"), run.info.get("env", {})
+    differ = [f"{key}: {there.get(key)} there, {here[key]} here" for key in ("torch_cpu_capability", "numpy_simd")
+              if key in there and there[key] != here[key]]
+    return "; ".join(differ) or None
 
 
 def _replay_device(run: RunRecord) -> str | None:
@@ -123,8 +160,8 @@ def _compare(run: RunRecord, recorded: list[dict[str, Any]], replayed: list[dict
         if not same.all():
             episode = int(np.flatnonzero(~same)[0])
             target = "" if old.get("target_return") is None else f" (target return {old['target_return']:g})"
-            raise Refused(run.path, "verify", f"final evaluation{target}, episode {episode}: replayed return {new_returns[episode]!r}, "
-                                              f"recorded {old_returns[episode]!r} (evaluations.jsonl does not match the checkpoint)")
+            raise Refused(run.path, "verify", f"final evaluation{target}, episode {episode}: replayed return {float(new_returns[episode])!r}, "
+                                              f"recorded {float(old_returns[episode])!r} (evaluations.jsonl does not match the checkpoint)")
 
 
 # ---------------------------------------------------------------------------------------------- same weights

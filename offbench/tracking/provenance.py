@@ -41,7 +41,8 @@ def _git(folder: Path, *args: str) -> str | None:
 
 
 def source_of(frame: Any) -> dict[str, Any]:
-    """The origin of the code running in `frame` (see the module docstring)."""
+    """The origin of the code running in `frame` (see the module docstring). `script` is the path inside the git
+    repository where there is one (what another checkout of it finds), else the absolute path."""
     filename = frame.f_code.co_filename if frame is not None else None
     source: dict[str, Any] = {"script": None, "script_sha256": None, "repository": None, "git_commit": None,
                               "git_dirty": None, "distribution": None, "version": None}
@@ -52,9 +53,11 @@ def source_of(frame: Any) -> dict[str, Any]:
     source["script_sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
     commit = _git(path.parent, "rev-parse", "HEAD")
     if commit:
+        top = Path(_git(path.parent, "rev-parse", "--show-toplevel") or path.parent)
+        source["script"] = str(path.relative_to(top)) if path.is_relative_to(top) else str(path)
         source["git_commit"] = commit
         source["git_dirty"] = bool(_git(path.parent, "status", "--porcelain", "--untracked-files=no"))
-        source["repository"] = _git(path.parent, "remote", "get-url", "origin") or _git(path.parent, "rev-parse", "--show-toplevel")
+        source["repository"] = _git(path.parent, "remote", "get-url", "origin")  # None for a repository with no remote
         return source
     module = frame.f_globals.get("__name__", "") if frame is not None else ""
     source["distribution"], source["version"] = distribution_of(module)
@@ -76,7 +79,8 @@ def distribution_of(module: str) -> tuple[str | None, str | None]:
 
 
 def loader_of(load: Callable[..., Any]) -> dict[str, Any]:
-    """How to import `load` again later: its module and qualified name, and its file for scripts run as __main__."""
+    """How to import `load` again later: its module and qualified name, and for a script run as `__main__` its file
+    (absolute, and relative to its git repository so another checkout finds it from its top folder)."""
     module = getattr(load, "__module__", None)
     qualname = getattr(load, "__qualname__", None)
     if not module or not qualname or "<" in qualname:
@@ -85,28 +89,28 @@ def loader_of(load: Callable[..., Any]) -> dict[str, Any]:
         raise OffbenchError(f"checkpoint(load=...): {load!r} must be a module-level function or class (importable again "
                             "to rebuild the policy), not a lambda or a nested function")
     file = getattr(sys.modules.get(module), "__file__", None)
-    return {"module": module, "qualname": qualname, "file": str(Path(file).resolve()) if file else None}
+    spec: dict[str, Any] = {"module": module, "qualname": qualname, "file": None, "repository_file": None}
+    if file:
+        path = Path(file).resolve()
+        spec["file"] = str(path)
+        top = _git(path.parent, "rev-parse", "--show-toplevel")
+        if top and path.is_relative_to(Path(top)):
+            spec["repository_file"] = str(path.relative_to(Path(top)))
+    return spec
 
 
 def import_loader(spec: dict[str, Any]) -> Callable[..., Any]:
-    """The function `loader_of` recorded: imported by module name, or from its file for a script (`__main__`)."""
+    """The function `loader_of` recorded: imported by module name, or for a script (`__main__`) from its file: where
+    it was, else at its path inside the repository under the current folder (a checkout of the same repository)."""
     import importlib
-    import importlib.util
 
     from offbench.errors import OffbenchError
 
-    module_name, qualname, file = spec.get("module"), spec.get("qualname"), spec.get("file")
+    module_name, qualname = spec.get("module"), spec.get("qualname")
     if not isinstance(module_name, str) or not isinstance(qualname, str):
         raise OffbenchError("run.json method.load needs 'module' and 'qualname'")
     try:
-        if module_name != "__main__":
-            module = importlib.import_module(module_name)
-        elif isinstance(file, str) and Path(file).is_file():
-            loaded = importlib.util.spec_from_file_location("offbench_replayed_script", file)
-            module = importlib.util.module_from_spec(loaded)
-            loaded.loader.exec_module(module)  # the script's `if __name__ == "__main__":` block does not run
-        else:
-            raise OffbenchError(f"the script {file} that defines {qualname} is not on this machine")
+        module = importlib.import_module(module_name) if module_name != "__main__" else _import_script(spec)
         target: Any = module
         for part in qualname.split("."):
             target = getattr(target, part)
@@ -115,3 +119,29 @@ def import_loader(spec: dict[str, Any]) -> Callable[..., Any]:
     except Exception as exc:  # noqa: BLE001 - user code that fails to import is one line, not a traceback
         raise OffbenchError(f"cannot import {module_name}:{qualname} ({exc.__class__.__name__}: {str(exc)[:160]})") from None
     return target
+
+
+def _import_script(spec: dict[str, Any]) -> Any:
+    """A script imported from its file under a name of its own, registered in sys.modules while it runs (dataclasses
+    and pickling look a class's module up there); its `if __name__ == "__main__":` block does not run."""
+    import importlib.util
+
+    from offbench.errors import OffbenchError
+
+    candidates = [spec.get("file"), spec.get("repository_file") and str(Path.cwd() / spec["repository_file"])]
+    path = next((Path(c) for c in candidates if isinstance(c, str) and Path(c).is_file()), None)
+    if path is None:
+        raise OffbenchError(f"the script that defines {spec.get('qualname')} is not on this machine "
+                            f"({spec.get('file')}; nor {spec.get('repository_file')} under {Path.cwd()})")
+    name = "offbench_replayed_" + hashlib.sha256(str(path).encode()).hexdigest()[:12]
+    if name in sys.modules:
+        return sys.modules[name]
+    loaded = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(loaded)
+    sys.modules[name] = module
+    try:
+        loaded.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module

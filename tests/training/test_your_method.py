@@ -61,7 +61,7 @@ def test_a_black_box_run_is_submitted_and_shown_unverified(board, tmp_path, cli)
     results = [offbench.evaluate(swing, "pendulum-scripted", seed=seed, episodes=2, out=run) for seed, run in enumerate(runs)]
     assert results[0].returns != results[1].returns  # the protocol's episode seeds follow the seed
     info = json.loads((runs[0] / "run.json").read_text())
-    assert info["method"]["kind"] == "black-box" and info["method"]["source"]["script"] == __file__
+    assert info["method"]["kind"] == "black-box" and info["method"]["source"]["script"] == "tests/training/test_your_method.py"
     assert info["baseline"] == "swing" and not (runs[0] / "checkpoints").exists()
     code, _, err = cli("evaluate", runs[0])  # offbench cannot rebuild a black box: one line, not a traceback
     assert code == 2 and "a black-box run of 'swing'" in err and "Traceback" not in err
@@ -208,7 +208,7 @@ def test_an_own_training_loop_is_a_run_directory_the_leaderboard_verifies(board,
     assert [m["step"] for m in metrics] == list(range(1, 21))
     [entry] = submit(board, runs, verify=True)
     assert {run["verification"]["status"] for run in entry["runs"]} == {"verified"}
-    assert entry["method"]["source"]["script"] == __file__
+    assert entry["method"]["source"]["script"] == "tests/training/test_your_method.py"  # inside its repository
 
 
 def test_verify_catches_a_tampered_return(board, tmp_path):
@@ -275,3 +275,36 @@ def test_every_public_name_is_documented():
         if name != "__version__":
             value = getattr(offbench, name)
             assert (value.__doc__ or "").strip(), f"offbench.{name} has no docstring"
+
+
+def test_a_scripts_load_function_is_imported_from_its_file_dataclasses_and_all(tmp_path, monkeypatch):
+    """A training script run as __main__ is imported again from its file for a replay: registered as a module while
+    it runs (dataclasses with postponed annotations look their module up), its __main__ block not run, and found
+    under the current folder by its path in the repository when its recorded absolute path is gone."""
+    from offbench.tracking.provenance import import_loader
+
+    script = tmp_path / "repo" / "train.py"
+    script.parent.mkdir()
+    script.write_text("from __future__ import annotations\nfrom dataclasses import dataclass\n\n@dataclass\nclass Config:\n"
+                      "    lr: float = 1e-3\n\ndef build(state):\n    return Config(**state)\n\n"
+                      "if __name__ == '__main__':\n    raise SystemExit('the training must not run again')\n")
+    build = import_loader({"module": "__main__", "qualname": "build", "file": str(script), "repository_file": "train.py"})
+    assert build({"lr": 0.5}).lr == 0.5
+    monkeypatch.chdir(script.parent)
+    moved = import_loader({"module": "__main__", "qualname": "build", "file": str(tmp_path / "gone.py"), "repository_file": "train.py"})
+    assert moved({}).lr == 1e-3
+    with pytest.raises(OffbenchError, match="not on this machine"):
+        import_loader({"module": "__main__", "qualname": "build", "file": str(tmp_path / "gone.py"), "repository_file": "gone.py"})
+
+
+def test_a_replay_uses_the_runs_thread_count(cli, tmp_path, pendulum):
+    """Trained with one torch thread, replayed in a process that has two: a matrix product split over two threads
+    sums in another order, so the replay takes the run's count (run.json env.torch_threads) to match exactly."""
+    from offbench.leaderboard.verify import verify_run
+
+    code, _, err = cli("run", "baseline", "bc", "--dataset", "pendulum-scripted", "--out", tmp_path, "--name", "bc",
+                       "--steps", "200", "--set", "eval_every=200", "--set", "eval_episodes=10", "--set", "checkpoint_every=200")
+    assert code == 0, err
+    assert json.loads((tmp_path / "bc" / "run.json").read_text())["env"]["torch_threads"] == 1
+    torch.set_num_threads(2)
+    assert verify_run(read_run(tmp_path / "bc"))["status"] == "verified"
