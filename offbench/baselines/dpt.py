@@ -148,7 +148,7 @@ class DecisionPretrainedTransformer:
     def prefix_labels(self, batch: dict[str, torch.Tensor], prefixes: int) -> torch.Tensor:
         """(B, prefixes) labels: the optimal action for every prefix, so one pass trains every context length, or
         with `label = "posterior"` (B, prefixes, A) its distribution given each prefix. A label of -100 leaves its
-        prefix out (benchmarks/dpt_label_ablation.py trains other labels through this)."""
+        prefix out (benchmarks/studies/dpt_label_ablation.py trains other labels through this)."""
         if "optimal_action_probabilities" in batch:
             return batch["optimal_action_probabilities"][:, :prefixes]
         return batch["optimal_actions"][:, None].expand(-1, prefixes)

@@ -139,7 +139,7 @@ class Block(nn.Module):
             )
             weights = self.attention_dropout(torch.softmax(scores, dim=-1))
             attended = torch.bmm(weights, v.flatten(0, 1)).view(batch, self.num_heads, -1, dim // self.num_heads)
-        else:  # acting: the fused kernel (its effect on evaluation time: benchmarks/README.md, "Session 6")
+        else:  # acting: the fused kernel (its effect on evaluation time: benchmarks/studies/multitask-speed.md)
             attended = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
         x = x + self.drop(grouped_linear(attended.transpose(1, 2).reshape(batch, -1, dim), self.proj.weight, self.proj.bias))
         expand, activation, contract, drop = self.mlp

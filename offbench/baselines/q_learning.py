@@ -36,7 +36,7 @@ class EnsembleLinear(nn.Module):
         """x (E, M, in), or (M, in) shared by the members -> (E, M, out)."""
         if self.weight.shape[-1] == 1:
             # one output (a critic's Q): multiply and sum. On CPU, bmm with a single output column, and the outer
-            # and inner products of its backward, run ~7x slower than these elementwise ops (benchmarks/README.md)
+            # and inner products of its backward, run ~7x slower than these elementwise ops (benchmarks/speed/README.md, "Training")
             return torch.mul(x, self.weight.transpose(1, 2)).sum(-1, keepdim=True).add_(self.bias)
         if x.dim() == 2:  # the same input for every member. Not matmul(x, weight): it folds the members into one mm
             x = x.expand(self.weight.shape[0], -1, -1)  # and returns a transposed view: every op after it ~10x slower
