@@ -27,6 +27,21 @@ app = typer.Typer(
 console = Console()
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from offbench import __version__
+
+        typer.echo(f"offbench {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main_options(
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True, help="Print offbench's version and exit."),
+) -> None:
+    """Benchmark offline and in-context RL: datasets, generators, baselines, leaderboards."""
+
+
 @app.command("list")
 def list_datasets(
     kind: Optional[str] = typer.Option(None, help="Only cards of this kind (offline, learning-history, multi-task)."),

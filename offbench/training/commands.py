@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from offbench.baselines import BASELINES
 from offbench.errors import OffbenchError
 from offbench.utils import keep_freed_memory
 
@@ -18,7 +19,7 @@ console = Console()
 
 @run_app.command("baseline")
 def run_baseline(
-    name: str = typer.Argument(..., help="Baseline (see offbench/baselines/__init__.py): dt, bc, ..."),
+    name: str = typer.Argument(..., help=f"Baseline: {', '.join(BASELINES)}, or one a plugin registers (docs/plugins.md)."),
     dataset: Optional[str] = typer.Option(None, "--dataset", help="Dataset id or path."),
     config: Optional[Path] = typer.Option(None, "--config", help="TOML file overriding the standard config."),
     overrides: list[str] = typer.Option([], "--set", help="key=value overriding one config field (repeatable)."),
