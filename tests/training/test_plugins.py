@@ -18,10 +18,10 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from helpers import interrupt_then_resume, logged_metrics, make_store, offbench_command
+from helpers import interrupt_then_resume, logged_metrics, make_store
 from offbench.data.store import EpisodeStore
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 EXAMPLE_SOURCE = REPO / "examples" / "plugin" / "src" / "offbench_example_plugin"
 EXAMPLE_ORIGIN = {"kind": "plugin", "name": "linear-bc", "distribution": "offbench-example-plugin", "version": "0.1.0",
                   "entry_point": "offbench_example_plugin.linear_bc:LinearBC"}
@@ -72,46 +72,6 @@ def example(tmp_path, install) -> Path:
     site = plugin_site(tmp_path / "site", {"linear-bc": EXAMPLE_ORIGIN["entry_point"]})
     install(site)
     return site
-
-
-@pytest.fixture(scope="module")
-def pendulum_home(tmp_path_factory) -> Path:
-    home = tmp_path_factory.mktemp("plugins_home")
-    subprocess.run(offbench_command("download", "pendulum-scripted"), env={**os.environ, "OFFBENCH_HOME": str(home)}, check=True,
-                   capture_output=True, timeout=300)
-    return home
-
-
-@pytest.fixture
-def pendulum(pendulum_home, monkeypatch) -> None:
-    """pendulum-scripted, generated once for this file, for this test and its subprocesses."""
-    monkeypatch.setenv("OFFBENCH_HOME", str(pendulum_home))
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-
-
-@pytest.fixture
-def cli(capsys):
-    """`offbench ARGS` in this process (so a test can patch the plugin's class): (exit code, stdout, stderr). Torch's
-    deterministic-algorithms flag and thread count, which training sets, are put back afterwards."""
-    import torch
-
-    from offbench.cli import main
-
-    deterministic, threads = torch.are_deterministic_algorithms_enabled(), torch.get_num_threads()
-    torch.set_num_threads(1)
-
-    def run(*args) -> tuple[int, str, str]:
-        capsys.readouterr()
-        try:
-            main([str(a) for a in args])
-        except SystemExit as exc:
-            code = exc.code
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    yield run
-    torch.use_deterministic_algorithms(deterministic)
-    torch.set_num_threads(threads)
 
 
 def one_line(err: str) -> str:
