@@ -40,6 +40,11 @@ class FileServer:
         self.log: list[tuple[str, str | None]] = []  # (path, Range header) of every GET
         self.got_request = threading.Event()
         self.port = 0
+        self.no_length: set[str] = set()  # paths served without Content-Length: the body ends when the connection closes
+        self.streams: dict[str, tuple[int, int | None]] = {}  # path -> (bytes of junk to stream, Content-Length to announce or None)
+        self.trickle: dict[str, float] = {}  # path -> send the body one byte per this many seconds
+        self.sent: dict[str, int] = {}  # path -> body bytes written so far
+        self.stop = threading.Event()  # set at teardown: endless and trickling answers end
 
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.port}{path}"
@@ -60,6 +65,9 @@ class _Handler(BaseHTTPRequestHandler):
         fs.log.append((path, rng))
         fs.got_request.set()
         data = fs.files.get(path)
+        if path in fs.streams:
+            self._stream(fs, path, *fs.streams[path])
+            return
         if fs.errors.get(path):
             fs.errors[path] -= 1
             self.send_response(503)
@@ -82,8 +90,21 @@ class _Handler(BaseHTTPRequestHandler):
         if rng:
             self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
         body = data[start:]
-        self.send_header("Content-Length", str(len(body)))
+        if path in fs.no_length:
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        else:
+            self.send_header("Content-Length", str(len(body)))
         self.end_headers()
+        if path in fs.trickle:
+            for k in range(len(body)):
+                if fs.stop.is_set():
+                    return
+                self.wfile.write(body[k : k + 1])
+                self.wfile.flush()
+                fs.sent[path] = fs.sent.get(path, 0) + 1
+                time.sleep(fs.trickle[path])
+            return
         if path in fs.cut_after:
             self.wfile.write(body[: fs.cut_after.pop(path)])
             self.wfile.flush()
@@ -96,6 +117,21 @@ class _Handler(BaseHTTPRequestHandler):
             fs.gates[path].wait(60)
             body = body[half:]
         self.wfile.write(body)
+
+    def _stream(self, fs: FileServer, path: str, total: int, announce: int | None) -> None:
+        """`total` bytes of junk in 64 KiB writes, with `announce` as Content-Length (else none: ends by closing)."""
+        self.send_response(200)
+        if announce is None:
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        else:
+            self.send_header("Content-Length", str(announce))
+        self.end_headers()
+        block = b"\x5a" * (1 << 16)
+        while fs.sent.get(path, 0) < total and not fs.stop.is_set():
+            self.wfile.write(block)
+            fs.sent[path] = fs.sent.get(path, 0) + len(block)
+        self.close_connection = True
 
 
 class _QuietServer(ThreadingHTTPServer):
@@ -113,6 +149,7 @@ def server():
     thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     yield fs
+    fs.stop.set()
     for gate in fs.gates.values():
         gate.set()
     httpd.shutdown()
@@ -472,3 +509,108 @@ def test_processes_preparing_one_dataset_at_once_take_turns(isolated_home, monke
     second["thread"].join()
     assert calls == [3] and second["path"] == path
     assert_same_arrays(load_native(path), make_store(seed=3))
+
+
+# ------------------------------------------------------------------------------------------ bounds
+def test_a_body_longer_than_the_card_says_is_cut_off_as_soon_as_it_passes_the_size(server, isolated_home):
+    """200 MB for a 1,000-byte card: today it is written in full before "size mismatch"; now not one byte past
+    the card's size reaches the disk, and reading stops right there."""
+    url = server.url("/d/huge.h5")
+    server.streams["/d/huge.h5"] = (200_000_000, None)  # no Content-Length: only the bytes tell
+    add_card(isolated_home, "test/huge", [{"url": url, "size": 1000}])
+    started = time.monotonic()
+    with pytest.raises(OffbenchError) as info:
+        offbench.load("test/huge")
+    message = str(info.value)
+    assert re.fullmatch(rf"{re.escape(url)}: the server sent more than the card's size \(at least [\d,]+ bytes, card says 1,000\); download discarded",
+                        message), message
+    assert time.monotonic() - started < 5 and server.sent.get("/d/huge.h5", 0) < 32_000_000  # stopped, not read to the end
+    assert leftovers(isolated_home, "test/huge") == []
+
+
+def test_a_content_length_beyond_the_card_size_is_refused_before_the_body(server, isolated_home):
+    url = server.url("/d/announced.h5")
+    server.streams["/d/announced.h5"] = (200_000_000, 200_000_000)
+    add_card(isolated_home, "test/announced", [{"url": url, "size": 1000}])
+    with pytest.raises(OffbenchError, match=rf"^{re.escape(url)}: size mismatch \(the server says 200,000,000 bytes, card says 1,000\); download discarded$"):
+        offbench.load("test/announced")
+    assert server.sent.get("/d/announced.h5", 0) < 32_000_000 and leftovers(isolated_home, "test/announced") == []
+
+
+def test_an_endless_body_of_no_declared_size_stops_at_the_limit(server, isolated_home, monkeypatch):
+    monkeypatch.setattr(dl, "MAX_UNDECLARED_BYTES", 300_000)
+    url = server.url("/d/endless.h5")
+    server.streams["/d/endless.h5"] = (200_000_000, None)
+    add_card(isolated_home, "test/endless", [{"url": url}])
+    with pytest.raises(OffbenchError) as info:
+        offbench.load("test/endless")
+    message = str(info.value)
+    assert "\n" not in message and message.startswith(f"{url}: received at least ")
+    assert "more than the 300,000 read without a declared size" in message and "OFFBENCH_MAX_DOWNLOAD=" in message
+    assert server.sent.get("/d/endless.h5", 0) < 32_000_000
+    part = isolated_home / "data" / "test/endless" / "raw" / "endless.h5.part"
+    assert 0 < part.stat().st_size <= 300_000 and str(part) in message  # kept, for a run with a higher limit
+
+
+def test_a_file_past_the_limit_downloads_once_the_user_raises_it_resuming(tmp_path, server, isolated_home, monkeypatch):
+    data, store = payload(tmp_path)
+    limit = len(data) // 3
+    monkeypatch.setattr(dl, "MAX_UNDECLARED_BYTES", limit)
+    server.files["/d/big.h5"] = data
+    server.no_length.add("/d/big.h5")  # neither the card nor the server declares a size
+    add_card(isolated_home, "test/big", [entry(server.url("/d/big.h5"), None)])
+    with pytest.raises(OffbenchError, match=rf"more than the {limit:,} read without a declared size"):
+        offbench.load("test/big")
+    kept = (isolated_home / "data" / "test/big" / "raw" / "big.h5.part").stat().st_size
+    assert 0 < kept <= limit
+
+    monkeypatch.setenv("OFFBENCH_MAX_DOWNLOAD", "1M")
+    assert_same_arrays(offbench.load("test/big"), store)
+    assert server.gets("/d/big.h5") == [None, f"bytes={kept}-"]  # resumed from what the first run kept
+
+    monkeypatch.setenv("OFFBENCH_MAX_DOWNLOAD", "lots")
+    with pytest.raises(OffbenchError, match=r"OFFBENCH_MAX_DOWNLOAD='lots' is not a positive number of bytes"):
+        dl.undeclared_limit()
+    monkeypatch.setenv("OFFBENCH_MAX_DOWNLOAD", "2T")
+    assert dl.undeclared_limit() == 2 << 40
+
+
+def test_a_content_length_past_the_limit_is_refused_before_the_body(tmp_path, server, isolated_home, monkeypatch):
+    data, _ = payload(tmp_path)
+    monkeypatch.setattr(dl, "MAX_UNDECLARED_BYTES", 1000)
+    serve_url = server.url("/d/long.h5")
+    server.files["/d/long.h5"] = data
+    add_card(isolated_home, "test/long", [entry(serve_url, None)])
+    with pytest.raises(OffbenchError, match=rf"^{re.escape(serve_url)}: the server says {len(data):,} bytes, more than the 1,000 read without"):
+        offbench.load("test/long")
+    assert leftovers(isolated_home, "test/long") == []
+
+
+def test_a_trickling_server_is_given_up_on(tmp_path, server, isolated_home, monkeypatch):
+    """One byte every 20 ms never trips a read timeout; the rate over a window does. Today this runs to the end
+    of the file (40 s here; weeks for a real one at one byte every 5 s)."""
+    monkeypatch.setattr(dl, "RATE_WINDOW_SECONDS", 0.4)
+    monkeypatch.setattr(dl, "MIN_RATE_BYTES", 1000)
+    monkeypatch.setattr(dl, "MAX_ATTEMPTS", 2)
+    data = bytes(range(256)) * 8
+    server.files["/d/slow.h5"] = data
+    server.trickle["/d/slow.h5"] = 0.02
+    add_card(isolated_home, "test/slow", [entry(server.url("/d/slow.h5"), data)])
+    outcome: dict = {}
+
+    def attempt() -> None:
+        try:
+            offbench.load("test/slow")
+        except OffbenchError as exc:
+            outcome["error"] = str(exc)
+
+    worker = threading.Thread(target=attempt, daemon=True)
+    worker.start()
+    worker.join(15)
+    assert not worker.is_alive(), "still downloading a trickle"
+    assert re.fullmatch(rf"{re.escape(server.url('/d/slow.h5'))}: too slow \(\d+ bytes/s over [\d.]+ s, below the minimum of 1,000 bytes/s\) "
+                        r"\(gave up after 2 attempts\)", outcome["error"]), outcome
+    first, second = server.gets("/d/slow.h5")
+    assert first is None and second.startswith("bytes=")  # the slow attempt's bytes were kept and resumed from
+    part = isolated_home / "data" / "test/slow" / "raw" / "slow.h5.part"
+    assert 0 < part.stat().st_size < len(data)  # kept: the next run resumes

@@ -7,6 +7,15 @@ What `fetch_card` guarantees, whatever the network does:
   after a retry, and across calls, e.g. after Ctrl-C). A server that ignores `Range` gets a restart.
 * Connection errors, timeouts and HTTP 5xx/429 are retried with exponential back-off
   (`RETRY_BASE_SECONDS * 2**k`, `MAX_ATTEMPTS` in a row without progress).
+* Bounded: a body longer than the card's `size` is refused as soon as the server's Content-Length says so,
+  or else as soon as the bytes received pass it (one-line error naming the URL and both sizes; the part is
+  discarded: it is not the card's file). Without a card `size`, at most `$OFFBENCH_MAX_DOWNLOAD` bytes are
+  read (default `MAX_UNDECLARED_BYTES`, 512 GiB; bytes, or K / M / G / T, e.g. `OFFBENCH_MAX_DOWNLOAD=2T`):
+  a larger Content-Length is refused before the body, an endless body stops at the limit, in one line,
+  keeping the part, so a run with a higher limit resumes from it. A transfer slower than
+  `MIN_RATE_BYTES` (1 KiB/s) over `RATE_WINDOW_SECONDS` (60 s) is cut and retried like a timeout, and
+  counts towards `MAX_ATTEMPTS` even though it grew the part: a server trickling a byte every few seconds
+  is given up on after about `MAX_ATTEMPTS` windows (read timeouts alone never fire on it).
 * sha256 and size are checked *before* the file gets its final name (fsync, then atomic rename):
   no half or unverified file ever sits under the final name. A wrong checksum deletes the payload.
 * One lock per dataset id (`filelock`, taken by `resolve.ensure_local` around downloading and generating
@@ -62,6 +71,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import requests
+import urllib3
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
@@ -73,6 +83,10 @@ MAX_ATTEMPTS = 5  # attempts in a row that did not grow the .part file before gi
 RETRY_BASE_SECONDS = 0.5  # back-off: 0.5, 1, 2, 4 s
 CHUNK_BYTES = 1 << 16  # urllib3 drops a partly read chunk when the link breaks: keep the loss small
 TIMEOUT_SECONDS = (10, 60)  # (connect, read between bytes)
+MAX_UNDECLARED_BYTES = 512 << 30  # a file whose size nobody declares (XLand-100B, ~326 GB, has none); $OFFBENCH_MAX_DOWNLOAD
+MAX_DOWNLOAD_ENV = "OFFBENCH_MAX_DOWNLOAD"
+MIN_RATE_BYTES = 1024  # bytes per second, measured over RATE_WINDOW_SECONDS: slower is cut and retried
+RATE_WINDOW_SECONDS = 60.0
 MINARI_REMOTE = "https://huggingface.co/datasets/farama-minari"
 MINARI_FILES = ("metadata.json", "main_data.hdf5")
 SUMS_FILE = "SHA256SUMS"
@@ -92,6 +106,41 @@ class RemoteFile:
 
 class _Retryable(Exception):
     """A failure worth another attempt (network hiccup, 5xx); the message is the one-line reason."""
+
+
+class _TooSlow(_Retryable):
+    """A transfer below the minimum rate: retried, but counted as a failure even though the part grew."""
+
+
+_SIZE_SUFFIXES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def undeclared_limit() -> int:
+    """Bytes read at most from a file of no declared size: `$OFFBENCH_MAX_DOWNLOAD` (bytes, or with a K / M / G / T
+    suffix, powers of 1024), else MAX_UNDECLARED_BYTES."""
+    text = os.environ.get(MAX_DOWNLOAD_ENV, "").strip()
+    if not text:
+        return MAX_UNDECLARED_BYTES
+    found = re.fullmatch(r"(\d+)\s*([KMGT]?)(?:i?B)?", text, re.IGNORECASE)
+    if not found or int(found[1]) == 0:
+        raise OffbenchError(f"{MAX_DOWNLOAD_ENV}={text!r} is not a positive number of bytes (e.g. 800G, 2T, 1000000)")
+    return int(found[1]) * _SIZE_SUFFIXES[found[2].upper()]
+
+
+def _blocks(response: requests.Response):
+    """The body as it arrives, in blocks of at most CHUNK_BYTES: whatever one read returned, so a trickle is seen
+    byte by byte (requests' iter_content waits for a whole chunk). urllib3's errors become requests' ones."""
+    raw = response.raw
+    if not hasattr(raw, "read1"):  # urllib3 1.x: whole chunks only
+        yield from response.iter_content(CHUNK_BYTES)
+        return
+    try:
+        while block := raw.read1(CHUNK_BYTES, decode_content=True):
+            yield block
+    except urllib3.exceptions.ReadTimeoutError as exc:
+        raise requests.ConnectionError(exc) from exc
+    except urllib3.exceptions.HTTPError as exc:  # ProtocolError (cut short of Content-Length), DecodeError, SSLError
+        raise requests.ConnectionError(exc) from exc
 
 
 # ---------------------------------------------------------------------------------------- URLs
@@ -190,7 +239,8 @@ def _network_reason(exc: BaseException, url: str) -> str:
 
 # ---------------------------------------------------------------------------------------- one file
 def _attempt(session: requests.Session, url: str, part: Path, expected_size: int | None, progress: Progress, task) -> None:
-    """One GET of `url` into `part`, resuming from its current size. Raises _Retryable on hiccups."""
+    """One GET of `url` into `part`, resuming from its current size. Raises _Retryable on hiccups (_TooSlow on
+    a trickle), OffbenchError past the declared size or, with none, past `undeclared_limit()`."""
     offset = part.stat().st_size if part.is_file() else 0
     if expected_size is not None and offset > expected_size:
         part.unlink()
@@ -221,6 +271,13 @@ def _attempt(session: requests.Session, url: str, part: Path, expected_size: int
                 offset = 0  # no range support (or a fresh start): rewrite from the beginning
             length = response.headers.get("Content-Length")
             total = expected_size or (offset + int(length) if length and length.isdigit() else None)
+            limit = expected_size if expected_size is not None else undeclared_limit()
+            announced = offset + int(length) if length and length.isdigit() else None
+            if announced is not None and announced > limit:
+                if expected_size is None:
+                    raise _undeclared_too_large(url, part, announced, limit, "the server says")
+                part.unlink(missing_ok=True)
+                raise OffbenchError(f"{url}: size mismatch (the server says {announced:,} bytes, card says {expected_size:,}); download discarded")
             if total:
                 free = shutil.disk_usage(part.parent).free
                 if free < total - offset:
@@ -228,9 +285,21 @@ def _attempt(session: requests.Session, url: str, part: Path, expected_size: int
             progress.update(task, completed=offset, total=total)
             try:
                 with open(part, "ab" if offset else "wb") as handle:
-                    for block in response.iter_content(CHUNK_BYTES):
+                    received, window_start, window_bytes = offset, time.monotonic(), 0
+                    for block in _blocks(response):
+                        if received + len(block) > limit:  # not one byte past the limit reaches the disk
+                            handle.flush()
+                            raise _past_limit(url, part, received + len(block), expected_size, limit)
                         handle.write(block)
+                        received += len(block)
                         progress.advance(task, len(block))
+                        window_bytes += len(block)
+                        elapsed = time.monotonic() - window_start
+                        if elapsed >= RATE_WINDOW_SECONDS:
+                            if window_bytes < MIN_RATE_BYTES * elapsed:
+                                raise _TooSlow(f"{url}: too slow ({window_bytes / elapsed:,.0f} bytes/s over {elapsed:.3g} s, "
+                                               f"below the minimum of {MIN_RATE_BYTES:,} bytes/s)")
+                            window_start, window_bytes = time.monotonic(), 0
                     handle.flush()
                     os.fsync(handle.fileno())
             except OSError as exc:
@@ -240,6 +309,24 @@ def _attempt(session: requests.Session, url: str, part: Path, expected_size: int
                 raise
     except requests.RequestException as exc:
         raise _Retryable(f"{url}: {_network_reason(exc, url)}") from None
+
+
+def _undeclared_too_large(url: str, part: Path, total: int, limit: int, who: str) -> OffbenchError:
+    kept = f"; the {part.stat().st_size:,} bytes received are kept in {part}, and a run with a higher limit resumes from them" \
+        if part.is_file() and part.stat().st_size else ""
+    return OffbenchError(
+        f"{url}: {who} {total:,} bytes, more than the {limit:,} read without a declared size; if the file is really that large, "
+        f"raise the limit (e.g. {MAX_DOWNLOAD_ENV}={-(-max(total, 2 * limit) // (1 << 30))}G){kept}"
+    )
+
+
+def _past_limit(url: str, part: Path, received: int, expected_size: int | None, limit: int) -> OffbenchError:
+    """The error for a body that goes past the card's size (the part is not the card's file: discarded) or, with
+    no declared size, past the limit (the part is kept: a higher limit resumes from it)."""
+    if expected_size is None:
+        return _undeclared_too_large(url, part, received, limit, "received at least")
+    part.unlink(missing_ok=True)
+    return OffbenchError(f"{url}: the server sent more than the card's size (at least {received:,} bytes, card says {expected_size:,}); download discarded")
 
 
 def _download(session: requests.Session, url: str, part: Path, expected_size: int | None, progress: Progress, task) -> None:
@@ -256,7 +343,7 @@ def _download(session: requests.Session, url: str, part: Path, expected_size: in
             return
         except _Retryable as exc:
             grew = part.is_file() and part.stat().st_size > before
-            failures = 0 if grew else failures + 1
+            failures = 0 if grew and not isinstance(exc, _TooSlow) else failures + 1
             if failures >= MAX_ATTEMPTS:
                 raise OffbenchError(f"{exc} (gave up after {MAX_ATTEMPTS} attempts)") from None
             time.sleep(RETRY_BASE_SECONDS * 2 ** max(failures - 1, 0))
