@@ -3,13 +3,15 @@ one-line errors naming the file; the leaderboards' own reference sweeps load and
 
 from __future__ import annotations
 
+import re
+import time
 from pathlib import Path
 
 import pytest
 
 from offbench.baselines import BASELINES
 from offbench.errors import OffbenchError
-from offbench.sweep.spec import check_configs, load_sweep
+from offbench.sweep.spec import MAX_RUNS, check_configs, load_sweep
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -35,7 +37,7 @@ def test_grid_crosses_every_value_and_names_are_stable(tmp_path):
                               + "[set]\neval_episodes = 2\n[grid]\nbatch_size = [16, 32, 64]\nsteps = [10, 20, 30]\n", "bigger.toml"))
     assert {r.name for r in runs} < {r.name for r in bigger.expand()}
     one = next(r for r in runs if r.baseline == "bc" and r.seed == 1 and r.values["batch_size"] == 32 and r.values["steps"] == 20)
-    assert one.name.startswith("bc-pendulum-scripted-") and one.name.endswith("-s1") and len(one.variant) == 8
+    assert one.name.startswith("bc-pendulum-scripted-") and one.name.endswith("-s1") and len(one.variant) == 16
     assert sorted(one.overrides()) == ["batch_size=32", "eval_episodes=2", "steps=20"]
 
 
@@ -132,3 +134,67 @@ def test_per_baseline_protocol_pins_reach_each_baselines_runs():
     spec = load_sweep(REPO / "leaderboards" / "d4rl-locomotion" / "sweep.toml")
     episodes = {run.baseline: run.values["eval_episodes"] for run in spec.expand()}
     assert episodes == {"bc": 10, "cql": 10, "iql": 10, "dt": 100}  # CORL's DT evaluates on 100 episodes
+
+
+# ---------------------------------------------------------------------------------------------- bounds
+def test_variant_names_do_not_collide_where_8_hex_digits_did(tmp_path):
+    """hidden_dim 81 / batch_size 80 and hidden_dim 91 / batch_size 220 share their first 8 hex digits."""
+    spec = load_sweep(write(tmp_path, 'baselines = ["bc"]\ndatasets = ["pendulum-scripted"]\nseeds = [0]\n'
+                                      "[grid]\nhidden_dim = [81, 91]\nbatch_size = [80, 220]\n"))
+    runs = spec.expand()
+    assert len(runs) == 4 and len({run.name for run in runs}) == 4 and len({run.variant for run in runs}) == 4
+    assert all(len(run.variant) == 16 for run in runs)
+
+
+def test_a_spec_of_too_many_runs_is_refused_in_one_line_before_anything_is_planned(tmp_path):
+    grid = "".join(f"k{i} = [{', '.join(map(str, range(10)))}]\n" for i in range(12))  # 10**12 grid points
+    path = write(tmp_path, BASE + "[grid]\n" + grid)
+    started = time.monotonic()
+    with pytest.raises(OffbenchError) as info:
+        load_sweep(path)
+    message = str(info.value)
+    assert time.monotonic() - started < 2 and "\n" not in message
+    assert message == (f"{path}: expands to 4,000,000,000,000 runs (2 baselines x 1 dataset x 1,000,000,000,000 grid points x 2 seeds), "
+                       f"more than the limit of {MAX_RUNS:,}; sweep fewer values, or raise the limit (offbench sweep --max-runs 4000000000000)")
+
+
+def test_random_samples_past_the_limit_are_refused_before_any_draw(tmp_path):
+    path = write(tmp_path, BASE + "[random]\nsamples = 1000000000\nseed = 0\nlr = { uniform = [0.001, 0.002] }\n")
+    started = time.monotonic()
+    with pytest.raises(OffbenchError, match=rf"^{re.escape(str(path))}: \[random\] samples = 1,000,000,000 is more than the limit of {MAX_RUNS:,} runs"):
+        load_sweep(path)
+    assert time.monotonic() - started < 2
+    # within the limit for samples, but not once crossed with the rest: the run count says so
+    path = write(tmp_path, BASE + f"[random]\nsamples = {MAX_RUNS}\nseed = 0\nlr = {{ uniform = [0.001, 0.002] }}\n", "crossed.toml")
+    with pytest.raises(OffbenchError, match=rf"expands to {4 * MAX_RUNS:,} runs \(2 baselines x 1 dataset x {MAX_RUNS:,} random samples x 2 seeds\)"):
+        load_sweep(path)
+
+
+def test_the_limit_can_be_raised(tmp_path, run_cli):
+    path = write(tmp_path, BASE + "[grid]\nbatch_size = [16, 32, 64]\n")  # 12 runs
+    with pytest.raises(OffbenchError, match="more than the limit of 11"):
+        load_sweep(path, max_runs=11)
+    assert len(load_sweep(path, max_runs=12).expand()) == 12
+
+    refused = run_cli("sweep", "status", path, "--runs", tmp_path / "runs", "--max-runs", "11")
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr.strip() == (f"offbench: error: {path}: expands to 12 runs (2 baselines x 1 dataset x 3 grid points x 2 seeds), "
+                                      "more than the limit of 11; sweep fewer values, or raise the limit (offbench sweep --max-runs 12)")
+    shown = run_cli("sweep", "status", path, "--runs", tmp_path / "runs", "--max-runs", "12")
+    assert shown.returncode == 0 and "12 queued" in shown.stdout
+
+
+def test_repeated_names_are_found_in_linear_time(tmp_path):
+    values = ", ".join(map(str, [*range(40_000), 7]))  # one value twice among 40,001: found without comparing all pairs
+    path = write(tmp_path, 'baselines = ["bc"]\ndatasets = ["pendulum-scripted"]\nseeds = [0]\n' f"[grid]\nbatch_size = [{values}]\n")
+    spec = load_sweep(path, max_runs=50_000)
+    started = time.monotonic()
+    with pytest.raises(OffbenchError, match=r"several runs would be named bc-pendulum-scripted-[0-9a-f]{16}-s0 \(datasets or values repeated\?\)"):
+        spec.expand()
+    assert time.monotonic() - started < 3
+
+
+def test_a_run_name_too_long_for_a_run_directory_is_refused_before_anything_runs(tmp_path):
+    path = write(tmp_path, f'baselines = ["{"b" * 40}"]\ndatasets = ["{"d" * 80}.h5"]\nseeds = [0]\n[grid]\nlr = [0.1]\n')
+    with pytest.raises(OffbenchError, match=r"run name b+-d+-[0-9a-f]{16}-s0 is longer than 128 characters"):
+        load_sweep(path).expand()

@@ -24,10 +24,12 @@ def sweep(
     runs: Optional[Path] = typer.Option(None, "--runs", help="Folder of the sweep's run directories (default: the spec's `runs`, else runs/sweeps/<spec name>)."),
     retries: Optional[int] = typer.Option(None, "--retries", min=0, help="Attempts after a failure before a run is reported failed (default: the spec's, else 2)."),
     submit: Optional[str] = typer.Option(None, "--submit", help="Afterwards, submit the finished runs to this leaderboard."),
+    max_runs: Optional[int] = typer.Option(None, "--max-runs", min=1,
+                                           help="Refuse a spec of more runs (or random samples) than this (default 5,000)."),
 ) -> None:
     """Run a spec's baselines x datasets x configs x seeds (finished runs skipped, stopped ones resumed, failures retried)."""
     from offbench.sweep import runner
-    from offbench.sweep.spec import check_configs, load_sweep
+    from offbench.sweep.spec import MAX_RUNS, check_configs, load_sweep
 
     if spec_or_status == "status":
         if status_spec is None:
@@ -37,7 +39,7 @@ def sweep(
         raise OffbenchError(f"sweep: one spec at a time (got {spec_or_status} and {status_spec}); for a report use: sweep status SPEC")
     else:
         spec_path = Path(spec_or_status)
-    spec = load_sweep(spec_path)
+    spec = load_sweep(spec_path, max_runs=MAX_RUNS if max_runs is None else max_runs)
     planned = spec.expand()
     folder = runner.runs_folder(spec, runs)
     console = Console(stderr=True)

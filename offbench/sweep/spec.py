@@ -17,15 +17,21 @@
     seed = 0
     lr = { log_uniform = [1e-5, 1e-3] } # also uniform = [lo, hi], int_uniform = [lo, hi], choice = [...]
 
-A run is named `<baseline>-<dataset>-s<seed>`, with `-<8 hex digits>` before `-s<seed>` when the grid or
+A run is named `<baseline>-<dataset>-s<seed>`, with `-<16 hex digits>` before `-s<seed>` when the grid or
 the random draws give it values of its own (a digest of those values), so re-running a spec, or a spec
-with more seeds or grid points, finds the runs it already has.
+with more seeds or grid points, finds the runs it already has. (8 digits collided: 119 times in a 1000 x 1000
+grid, and already in the 2 x 2 grid hidden_dim = [81, 91], batch_size = [80, 220].)
+
+A spec that expands to more than `MAX_RUNS` runs (or draws more than `MAX_RUNS` random samples) is refused
+when it is read, before anything is drawn or planned; `load_sweep(path, max_runs=...)` (`offbench sweep
+--max-runs N`) raises the limit.
 """
 
 from __future__ import annotations
 
 import hashlib
 import itertools
+from collections import Counter
 import json
 import math
 import tomllib
@@ -44,6 +50,8 @@ from offbench.training.config import dataset_slug
 PROTOCOL_TO_CONFIG = {"episodes": "eval_episodes", "in_context_episodes": "eval_episodes", "every_steps": "eval_every", "steps": "steps"}
 DISTRIBUTIONS = ("choice", "uniform", "log_uniform", "int_uniform")
 TOP_KEYS = {"name", "runs", "benchmark", "baselines", "datasets", "seeds", "config", "retries", "set", "grid", "random"}
+MAX_RUNS = 5000  # runs a spec may expand to (and random samples it may draw) unless raised: `offbench sweep --max-runs`
+DIGEST_HEX = 16  # hex digits of a variant's digest in run names: 64 bits, ~3e-8 odds of any collision in 10^6 variants
 
 
 @dataclass(frozen=True)
@@ -79,6 +87,11 @@ class SweepSpec:
     grid: dict[str, list[Any]] = field(default_factory=dict)
     random: dict[str, Any] = field(default_factory=dict)
 
+    def run_count(self) -> int:
+        """How many runs `expand` gives, computed without expanding."""
+        return len(self.baselines) * len(self.datasets) * math.prod(len(v) for v in self.grid.values()) \
+            * (self.random["samples"] if self.random else 1) * len(self.seeds)
+
     def variants(self) -> list[dict[str, Any]]:
         """Every grid point crossed with every random draw (one empty variant when there are neither)."""
         keys = sorted(self.grid)
@@ -93,11 +106,12 @@ class SweepSpec:
             digest = variant_digest(variant)
             stem = f"{baseline}-{dataset_slug(str(dataset))}"
             name = f"{stem}-{digest}-s{seed}" if digest else f"{stem}-s{seed}"
+            if len(name) > 128:  # what `offbench run baseline --name` takes (safe_component): an error now, not in every run
+                raise OffbenchError(f"{self.path}: run name {name} is longer than 128 characters (shorten the dataset's name or path)")
             values = {**self.fixed, **self.protocol.get(baseline, {}), **variant}
             runs.append(PlannedRun(name, baseline, dataset, seed, values, digest, self.config_file))
-        names = [run.name for run in runs]
-        if len(set(names)) != len(names):
-            twice = sorted({n for n in names if names.count(n) > 1})
+        twice = sorted(name for name, count in Counter(run.name for run in runs).items() if count > 1)  # linear
+        if twice:
             raise OffbenchError(f"{self.path}: several runs would be named {twice[0]} (datasets or values repeated?)")
         return runs
 
@@ -109,7 +123,7 @@ def toml_value(value: Any) -> str:
 def variant_digest(values: dict[str, Any]) -> str:
     if not values:
         return ""
-    return hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()[:8]
+    return hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()[:DIGEST_HEX]
 
 
 def draw_random(table: dict[str, Any], path: Path) -> list[dict[str, Any]]:
@@ -149,7 +163,7 @@ def _string_list(data: dict[str, Any], key: str, path: Path) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _check_random(table: Any, path: Path) -> dict[str, Any]:
+def _check_random(table: Any, path: Path, max_runs: int) -> dict[str, Any]:
     if not isinstance(table, dict):
         raise _fail(path, "[random] must be a table")
     if not table:
@@ -157,6 +171,9 @@ def _check_random(table: Any, path: Path) -> dict[str, Any]:
     for key in ("samples", "seed"):
         if not isinstance(table.get(key), int) or isinstance(table.get(key), bool) or table[key] < (1 if key == "samples" else 0):
             raise _fail(path, f"[random] needs '{key}', an integer{' of at least 1' if key == 'samples' else ' of at least 0'}")
+    if table["samples"] > max_runs:
+        raise _fail(path, f"[random] samples = {table['samples']:,} is more than the limit of {max_runs:,} runs; "
+                          f"draw fewer, or raise the limit (offbench sweep --max-runs {table['samples']})")
     for key, spec in table.items():
         if key in ("samples", "seed"):
             continue
@@ -187,8 +204,28 @@ def _protocol_values(pins: dict[str, Any], fixed: dict[str, Any], where: str, pa
     return values
 
 
-def load_sweep(path: str | Path) -> SweepSpec:
-    """Read and check a sweep spec; every problem is a one-line error naming the file."""
+def _check_size(spec: SweepSpec, max_runs: int) -> None:
+    """Refuse a spec of more than `max_runs` runs in one line, counted without drawing or expanding anything."""
+    count = spec.run_count()
+    if count <= max_runs:
+        return
+
+    def many(n: int, what: str) -> str:
+        return f"{n:,} {what}{'' if n == 1 else 's'}"
+
+    factors = [many(len(spec.baselines), "baseline"), many(len(spec.datasets), "dataset")]
+    if spec.grid:
+        factors.append(many(math.prod(len(v) for v in spec.grid.values()), "grid point"))
+    if spec.random:
+        factors.append(many(spec.random["samples"], "random sample"))
+    factors.append(many(len(spec.seeds), "seed"))
+    raise _fail(spec.path, f"expands to {count:,} runs ({' x '.join(factors)}), more than the limit of {max_runs:,}; "
+                           f"sweep fewer values, or raise the limit (offbench sweep --max-runs {count})")
+
+
+def load_sweep(path: str | Path, max_runs: int = MAX_RUNS) -> SweepSpec:
+    """Read and check a sweep spec; every problem is a one-line error naming the file. A spec of more than
+    `max_runs` runs is refused here, before anything is drawn or planned."""
     path = Path(path)
     try:
         data = tomllib.loads(path.read_text())
@@ -233,7 +270,7 @@ def load_sweep(path: str | Path) -> SweepSpec:
     grid = data.get("grid", {})
     if not isinstance(grid, dict) or not all(isinstance(v, list) and v for v in grid.values()):
         raise _fail(path, "[grid] must map config keys to non-empty lists of values")
-    random = _check_random(data.get("random", {}), path)
+    random = _check_random(data.get("random", {}), path, max_runs)
     pinned = set(fixed).union(*protocol.values())
     clash = sorted((set(grid) & set(random)) | ((set(grid) | set(random)) & pinned))
     if clash:
@@ -251,10 +288,12 @@ def load_sweep(path: str | Path) -> SweepSpec:
         config_file = (path.parent / data["config"]).resolve()
         if not config_file.is_file():
             raise _fail(path, f"config file {config_file} does not exist")
-    return SweepSpec(
+    spec = SweepSpec(
         path=path, name=name, baselines=baselines, datasets=datasets, seeds=tuple(seeds), benchmark=benchmark,
         runs=Path(runs) if runs else None, config_file=config_file, retries=retries, fixed=dict(fixed), protocol=protocol, grid=dict(grid), random=random,
     )
+    _check_size(spec, max_runs)
+    return spec
 
 
 def check_configs(spec: SweepSpec, runs: list[PlannedRun]) -> None:
