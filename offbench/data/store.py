@@ -313,6 +313,50 @@ class EpisodeStore:
             bad = _first_row(self.actions, lambda block: (block != np.round(block)) | (block < low) | (block >= high))
             if bad is not None:
                 raise OffbenchError(f"{where}actions[{bad}] = {_show(self.actions[bad])} is outside the action space {space}")
+        bounds = _integer_bounds(self.observation_space)
+        if bounds is not None:
+            for name in ("observations", "final_observations"):
+                arr = getattr(self, name)
+                bad = _first_row(arr, _outside(arr.dtype, *bounds))
+                if bad is not None:
+                    raise OffbenchError(f"{where}{name}[{bad}] = {_show(arr[bad])} is outside the observation space {_short_space(self.observation_space)}")
+        self._check_labels(where)
+
+    def _check_labels(self, where: str) -> None:
+        """The id and label columns against what they index: `task_id` integers in [0, tasks) (tasks from the card,
+        `task_count`; present on a multi-task card) and `optimal_action` inside a discrete action space (integers
+        of its shape), finite in a continuous one."""
+        card = self.card if isinstance(self.card, dict) else {}
+        tasks, counted_by = task_count(card)
+        task_ids = self.columns.get("task_id")
+        if task_ids is None:
+            if card.get("kind") == "multi-task":
+                raise OffbenchError(f"{where}the card is multi-task but there is no column task_id (the task of every step)")
+        else:
+            if task_ids.dtype.kind not in "biu" or task_ids.ndim != 1:
+                raise OffbenchError(f"{where}columns/task_id must hold one integer per step, got dtype {task_ids.dtype}, shape {task_ids.shape}")
+            bad = _first_row(task_ids, _outside(task_ids.dtype, 0, np.iinfo(np.int64).max if tasks is None else tasks - 1))
+            if bad is not None:
+                known = "a task id is never negative" if tasks is None else f"the card's {counted_by} names {tasks} task(s): ids 0..{tasks - 1}"
+                raise OffbenchError(f"{where}columns/task_id[{bad}] = {task_ids[bad]} is out of range ({known})")
+        labels, space = self.columns.get("optimal_action"), self.action_space
+        if labels is None or space is None:
+            return
+        bounds = _integer_bounds(space)
+        if bounds is None:  # a continuous space: labels are numbers, finite (their shape and range are the baseline's affair)
+            if labels.dtype.kind not in "biuf":
+                raise OffbenchError(f"{where}columns/optimal_action must hold numbers, got dtype {labels.dtype}")
+            bad = _first_row(labels, (lambda block: ~np.isfinite(block)) if labels.dtype.kind == "f" else None)
+            if bad is not None:
+                raise OffbenchError(f"{where}columns/optimal_action[{bad}] = {_show(labels[bad])} is not finite")
+            return
+        if labels.shape[1:] != space.shape:
+            raise OffbenchError(f"{where}columns/optimal_action rows have shape {labels.shape[1:]}, but the action space is {_short_space(space)}")
+        if labels.dtype.kind not in "biu":
+            raise OffbenchError(f"{where}columns/optimal_action must hold integers in the discrete action space {_short_space(space)}, got dtype {labels.dtype}")
+        bad = _first_row(labels, _outside(labels.dtype, *bounds))
+        if bad is not None:
+            raise OffbenchError(f"{where}columns/optimal_action[{bad}] = {_show(labels[bad])} is outside the action space {_short_space(space)}")
 
     def content_sha256(self) -> str:
         """Checksum of the arrays (names, dtypes, shapes, bytes), independent of HDF5 layout and attrs."""
@@ -475,13 +519,83 @@ def _digest_parts(digest, name: str, parts: list[np.ndarray]) -> None:
 
 def _first_row(arr: np.ndarray, is_bad, block_rows: int = 1 << 16) -> int | None:
     """Index of the first row of `arr` where `is_bad` (elementwise) holds anywhere; read in blocks, so a
-    memory-mapped file is never loaded whole."""
+    memory-mapped file is never loaded whole. `is_bad` None: nothing can be bad, nothing is read; `is_bad(block)`
+    None: nothing in that block is."""
+    if is_bad is None:
+        return None
     for lo in range(0, len(arr), block_rows):
         block = np.asarray(arr[lo : lo + block_rows])
-        rows = is_bad(block).reshape(len(block), -1).any(axis=1)
+        mask = is_bad(block)
+        if mask is None:  # the block was cleared as a whole
+            continue
+        rows = mask.reshape(len(block), -1).any(axis=1)
         if rows.any():
             return lo + int(np.argmax(rows))
     return None
+
+
+def task_count(card: dict[str, Any]) -> tuple[int | None, str]:
+    """How many tasks a card's `task_id` column may index, and where the card says so: the multi-task task list
+    (env.kwargs.tasks), else a learning-history split (split.train, or the recipe's tasks - held_out); (None, "")
+    when the card does not say."""
+    env = card.get("env") if isinstance(card.get("env"), dict) else {}
+    listed = env.get("kwargs", {}).get("tasks") if isinstance(env.get("kwargs"), dict) else None
+    if isinstance(listed, list) and listed:
+        return len(listed), "env.kwargs.tasks"
+    split = card.get("split") if isinstance(card.get("split"), dict) else {}
+    if isinstance(split.get("train"), list) and split["train"]:
+        return len(split["train"]), "split.train"
+    source = card.get("source") if isinstance(card.get("source"), dict) else {}
+    recipe = source.get("recipe") if isinstance(source.get("recipe"), dict) else {}
+    params = recipe.get("params") if isinstance(recipe.get("params"), dict) else {}
+    tasks, held_out = params.get("tasks"), params.get("held_out", 0)
+    if all(isinstance(n, int) and not isinstance(n, bool) for n in (tasks, held_out)) and tasks > held_out >= 0:
+        return tasks - held_out, "recipe's tasks - held_out"
+    return None, ""
+
+
+def _integer_bounds(space: gym.Space | None) -> tuple[np.ndarray, np.ndarray] | None:
+    """(low, high), both inclusive, of a space of integers (Discrete, MultiDiscrete, MultiBinary, a Box of an
+    integer dtype); None for any other space (a float Box may be exceeded by data, e.g. Meta-World's)."""
+    if isinstance(space, gym.spaces.Discrete):
+        return np.asarray(space.start), np.asarray(space.start + space.n - 1)
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        start = np.asarray(getattr(space, "start", 0))
+        return np.broadcast_to(start, space.nvec.shape), start + space.nvec - 1
+    if isinstance(space, gym.spaces.MultiBinary):
+        return np.asarray(0), np.asarray(1)
+    if isinstance(space, gym.spaces.Box) and np.dtype(space.dtype).kind in "iu":
+        return np.asarray(space.low), np.asarray(space.high)
+    return None
+
+
+def _outside(dtype: np.dtype, low: Any, high: Any):
+    """`is_bad(block)` for `_first_row`: a value outside [low, high] or, in a float array, not an integer. None when
+    no value of an integer `dtype` can be outside (a uint8 array under Box(0, 255, uint8)). An integer block whose
+    minimum and maximum (two fast reductions) lie inside every bound is passed whole; the elementwise mask is built
+    only for the others (a block with a bad value, or bounds that differ by dimension and are not all met at once)."""
+    low, high = np.asarray(low), np.asarray(high)
+    if dtype.kind in "biu":
+        lowest, highest = (0, 1) if dtype.kind == "b" else (np.iinfo(dtype).min, np.iinfo(dtype).max)
+        if np.all(low <= lowest) and np.all(high >= highest):
+            return None
+        tightest_low, tightest_high = low.max(), high.min()
+        uniform = low.min() == tightest_low and high.max() == tightest_high
+
+        def is_bad(block: np.ndarray) -> np.ndarray | None:
+            if not block.size or (block.min() >= tightest_low and block.max() <= tightest_high):
+                return None
+            if not uniform and block.ndim > 1 and 1 < block[0].size <= 16:  # a few dimensions, each its own bounds:
+                flat = block.reshape(len(block), -1)  # column by column (a strided min / max beats the elementwise mask)
+                lows, highs = (np.broadcast_to(b, block.shape[1:]).reshape(-1) for b in (low, high))
+                if all(flat[:, j].min() >= lows[j] and flat[:, j].max() <= highs[j] for j in range(flat.shape[1])):
+                    return None
+            return (block < low) | (block > high)
+
+        return is_bad
+    if dtype.kind == "f":
+        return lambda block: (block != np.round(block)) | (block < low) | (block > high)
+    return lambda block: np.ones(block.shape, bool)  # not numbers: _check_kinds refuses those first
 
 
 def _show(value: np.ndarray) -> str:
