@@ -174,3 +174,161 @@ def test_a_uint8_image_under_box_0_255_is_not_read_for_the_bounds():
 
     assert _outside(np.dtype(np.uint8), np.asarray(0), np.asarray(255)) is None
     assert _outside(np.dtype(np.int64), np.asarray(0), np.asarray(255)) is not None
+
+
+# ---------------------------------------------------------------------------------------------- XLand files
+
+
+def reshape_xland(path, shape_of, fill=True) -> None:
+    """Replace every dataset of every group by one of shape `shape_of(old shape)` (chunks (1, 128, ...)); with
+    `fill`, the first 128 steps are written (the rest is declared only)."""
+    with h5py.File(path, "a") as f:
+        for task in f:
+            for name in LAYOUT:
+                old = f[task][name]
+                data, dtype, shape = old[()], old.dtype, shape_of(old.shape)
+                del f[task][name]
+                new = f[task].create_dataset(name, shape=shape, dtype=dtype, chunks=(1, 128, *shape[2:]), compression="gzip",
+                                             maxshape=(None, None, *shape[2:]))
+                if fill and shape[0] and shape[1]:
+                    new[:, :128] = data[: shape[0], :128]
+
+
+@pytest.mark.parametrize(("shape_of", "message"), [
+    (lambda s: (0, *s[1:]), r"group 0/rewards: shape \(0, 300\): no histories"),
+    (lambda s: (s[0], 0, *s[2:]), r"group 0/rewards: shape \(2, 0\): no steps"),
+    (lambda s: (s[0], 10**10, *s[2:]), r"datasets: declare 2 tasks x 2 histories x 10,000,000,000 steps, at least [\d,]+ bytes even at deflate's best ratio; the file has"),
+])
+def test_info_and_verify_refuse_an_empty_or_absurd_shape_in_one_line(tmp_path, capsys, shape_of, message):
+    path = write_xland_file(tmp_path / "x.hdf5", 2, 2, 300, chunk_steps=128)
+    reshape_xland(path, shape_of)
+    before = path.read_bytes()
+    for command in ("info", "verify"):
+        code, out, err = cli(capsys, command, path)
+        assert code == 2 and not out and err.count("\n") == 1, (command, err)
+        assert __import__("re").search(rf"{path}: {message}", err.replace("\n", "")), err
+    assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("abc", "attribute ruleset-id must be an integer, got 'abc'"),
+    (np.float64(1.5), "attribute ruleset-id must be an integer, got"),
+    (np.int64(-3), "attribute ruleset-id must be >= 0, got -3"),
+    (np.array([1, 2]), "attribute ruleset-id must be an integer, got array"),
+])
+def test_info_and_verify_agree_on_a_bad_ruleset_id(tmp_path, capsys, value, message):
+    path = write_xland_file(tmp_path / "x.hdf5", 2, 2, 300, chunk_steps=128)
+    with h5py.File(path, "a") as f:
+        f["1"].attrs["ruleset-id"] = value
+    errors = []
+    for command in ("info", "verify"):
+        code, out, err = cli(capsys, command, path)
+        assert code == 2 and not out and err.count("\n") == 1
+        errors.append(err)
+    assert errors[0] == errors[1] and f"{path}: group 1: {message}" in errors[0]
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda f: f["1"].attrs.__setitem__("env-id", 7), "group 1: attribute env-id must be text, got 7"),
+    (lambda f: f["0"].attrs.__setitem__("env-id", "MiniGrid-Empty"), "group 0: attribute env-id 'MiniGrid-Empty' is not an XLand-MiniGrid id"),
+    (lambda f: f["1"].attrs.__delitem__("benchmark-id"), "group 1: missing attribute 'benchmark-id'"),
+    (lambda f: (f["1"].__delitem__("dones"), f["1"].create_dataset("dones", (2, 300), bool, chunks=(1, 128), compression="gzip")),
+     "group 1/dones: never written (no data stored for it)"),
+    (lambda f: (f["1"].__delitem__("actions"), f["1"].create_dataset("actions", data=np.zeros((2, 300), np.uint8), chunks=(1, 64), compression="gzip")),
+     r"group 1/actions: chunks (1, 64), group 0 has (1, 128)"),
+    (lambda f: (f["0"].__delitem__("states"), f["0"].create_dataset("states", data=np.zeros((2, 300, 5, 5), np.uint8), chunks=(1, 128, 5, 1), compression="gzip")),
+     "group 0/states: chunks (1, 128, 5, 1) split the (5, 5) items"),
+    (lambda f: f.move("1", "x"), "task groups: must be named 0..1; found x"),
+])
+def test_opening_runs_the_metadata_check(tmp_path, edit, message):
+    path = write_xland_file(tmp_path / "x.hdf5", 2, 2, 300, chunk_steps=128)
+    with h5py.File(path, "a") as f:
+        edit(f)
+    with pytest.raises(OffbenchError) as error:
+        offbench.load(path)
+    assert str(error.value).startswith(f"{path}: {message}") and "\n" not in str(error.value)
+
+
+def test_a_passed_check_is_remembered_per_file_and_verify_runs_it_afresh(tmp_path, isolated_home):
+    path = write_xland_file(tmp_path / "x.hdf5", 2, 2, 300, chunk_steps=128)
+    XLandHistories(path)
+    assert (isolated_home / "xland" / "layout-checked.json").exists()
+    with h5py.File(path, "a") as f:  # an edit changes the modification time: checked again
+        f["1"].attrs["ruleset-id"] = np.int64(-1)
+    with pytest.raises(OffbenchError, match="ruleset-id must be >= 0"):
+        XLandHistories(path)
+    with h5py.File(path, "a") as f:
+        f["1"].attrs["ruleset-id"] = np.int64(1)
+    XLandHistories(path)
+    stat = path.stat()
+    with h5py.File(path, "a") as f:  # same size, modification time put back: the remembered verdict stands ...
+        f["1"].attrs["ruleset-id"] = np.int64(-1)
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert path.stat().st_size == stat.st_size
+    histories = XLandHistories(path)
+    with pytest.raises(OffbenchError, match="ruleset-id must be >= 0"):  # ... but verify looks again
+        histories.verify(None, "nothing")
+
+
+def corrupt(path, task, name, history, step, value) -> None:
+    with h5py.File(path, "a") as f:
+        f[f"{task}/{name}"][history, step] = value
+
+
+@pytest.mark.parametrize(("name", "value", "message"), [
+    ("actions", 6, "group 0/actions, history 0, step 700: action 6 is outside Discrete(6)"),
+    ("rewards", np.nan, "group 0/rewards, history 0, step 700: reward nan is not finite"),
+    ("rewards", -np.inf, "group 0/rewards, history 0, step 700: reward -inf is not finite"),
+    ("states", np.full((5, 5), 156, np.uint8), "group 0/states, history 0, step 700: state byte 156 decodes to tile 13 (XLand-MiniGrid has 13 tiles)"),
+])
+def test_the_ad_sampler_never_hands_over_a_bad_action_reward_or_tile(tmp_path, name, value, message):
+    path = write_xland_file(tmp_path / "x.hdf5", 1, 1, 1000, chunk_steps=256)
+    corrupt(path, 0, name, 0, 700, value)
+    sampler = make_sampler("ad_windows", offbench.load(path), batch_size=1, seed=0, window_length=1000)  # the whole history
+    with pytest.raises(OffbenchError) as error:
+        sampler.sample()
+    assert str(error.value) == f"{path}: {message}"
+
+
+def test_the_dpt_sampler_never_hands_over_a_bad_expert_action(tmp_path):
+    path = write_xland_file(tmp_path / "x.hdf5", 1, 1, 300, chunk_steps=128)
+    with h5py.File(path, "a") as f:
+        f["0/expert_actions"][...] = 9
+    sampler = make_sampler("dpt", offbench.load(path), batch_size=2, seed=0, context_size=8)
+    with pytest.raises(OffbenchError, match=r"group 0/expert_actions, history 0, step [\d,]+: expert action 9 is outside Discrete\(6\)"):
+        sampler.sample()
+
+
+def test_padding_past_the_last_step_of_an_edge_chunk_is_not_data(tmp_path):
+    """300 steps in chunks of 128: the last chunk's 84 steps past the end are never looked at."""
+    from offbench.data.xland import check_chunk
+
+    data = np.full((1, 128), 9, np.uint8)
+    data[0, :44] = 1
+    check_chunk(tmp_path, 0, "actions", data, (0, 256), (1, 300))
+    data[0, 43] = 9
+    with pytest.raises(OffbenchError, match="history 0, step 299: action 9"):
+        check_chunk(tmp_path, 0, "actions", data, (0, 256), (1, 300))
+
+
+def test_a_chunk_never_written_is_an_error_not_zeros(tmp_path):
+    path = write_xland_file(tmp_path / "x.hdf5", 1, 2, 300, chunk_steps=128)
+    with h5py.File(path, "a") as f:
+        del f["0/actions"]
+        ds = f["0"].create_dataset("actions", (2, 300), np.uint8, chunks=(1, 128), compression="gzip")
+        ds[:, :128] = 1  # the first chunk of each history only
+    reader = offbench.load(path).reader()
+    reader.chunk(0, "actions", 1, 0)
+    with pytest.raises(OffbenchError, match=r"group 0/actions: the chunk of history 1 from step 128 was never written"):
+        reader.chunk(0, "actions", 1, 1)
+
+
+def test_verify_full_reads_every_chunk_where_the_sampled_check_reads_a_few(tmp_path):
+    path = write_xland_file(tmp_path / "x.hdf5", 2, 2, 1000, chunk_steps=128)
+    histories = offbench.load(path)
+    assert "all 160 chunks decoded and checked" in histories.verify(None, "nothing", full=True)
+    corrupt(path, 1, "rewards", 1, 500, np.inf)  # a middle chunk: the sampled check reads first and last ones
+    histories = offbench.load(path)
+    assert histories.verify(None, "nothing").startswith("ok:")
+    with pytest.raises(OffbenchError, match=r"group 1/rewards, history 1, step 500: reward inf is not finite"):
+        histories.verify(None, "nothing", full=True)

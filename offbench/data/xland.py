@@ -24,6 +24,11 @@ in an LRU cache bounded in bytes, and opens the file once per process (a forked 
 sampler unpickled in another process opens its own handle: HDF5 handles must not cross a fork).
 Observations are decoded to (5, 5, 2) = (tile, colour), as `np.divmod(states, NUM_COLORS)` in the
 authors' loaders.
+
+Checks: opening a file runs `scan_layout` (metadata only; a pass is remembered per file path, size and
+modification time); `ChunkReader` runs `check_chunk` on every chunk it decompresses, so no sampler hands over an
+action outside Discrete(6), a non-finite reward or a state that decodes to no tile; `check_all_chunks` reads
+every chunk (`verify` with full=True).
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import re
+import sys
 import zlib
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -97,7 +104,223 @@ def detect_xland(path: Path) -> bool:
         return False
 
 
+# ----------------------------------------------------------------------------------------- layout check
+
+MAX_DEFLATE_RATIO = 1032  # deflate never stores more than 1,032 bytes of data in one byte (zlib's limit)
+ENV_ID = re.compile(r"XLand-MiniGrid-R\d+-\d+x\d+")
+
+
+@dataclass
+class Layout:
+    """What `scan_layout` found: the shape every task group shares, chunk shape and compression per dataset
+    (None: contiguous / uncompressed), and every group's attributes in group order."""
+
+    tasks: int
+    histories: int
+    steps: int
+    chunks: dict[str, tuple[int, ...] | None]
+    compression: dict[str, str | None]
+    attrs: list[dict[str, Any]]
+
+
+def _child(parent: Any, name: str) -> Any:
+    """The object `name` under a low-level group id, or None (missing, dangling link)."""
+    try:
+        return h5py.h5o.open(parent, name.encode())
+    except (KeyError, ValueError, RuntimeError):
+        return None
+
+
+def _attr_problem(key: str, value: Any) -> str | None:
+    """Why an attribute value is not what the published files hold (env-id, benchmark-id: text; ruleset-id:
+    an integer >= 0), or None."""
+    if key == "ruleset-id":
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            return f"attribute ruleset-id must be an integer, got {value!r:.60}"
+        if value < 0:
+            return f"attribute ruleset-id must be >= 0, got {value}"
+        return None
+    if not isinstance(value, str):
+        return f"attribute {key} must be text, got {value!r:.60}"
+    if key == "env-id" and not ENV_ID.fullmatch(value):
+        return f"attribute env-id {value!r:.60} is not an XLand-MiniGrid id (XLand-MiniGrid-R<k>-<H>x<W>)"
+    return None
+
+
+def scan_layout(path: Path, f: h5py.File) -> tuple[Layout, list[Problem]]:
+    """The metadata check every open runs (nothing decompressed): groups named 0..N-1, each with the three
+    attributes of the right types and the five datasets of the published dtypes, all of group 0's shape
+    (histories > 0, steps > 0), chunks that hold whole 5x5 views and are the same in every group, and data
+    stored (no dataset never written; no more declared bytes than the file could hold, deflate's ratio at
+    most). Low-level h5py calls: the high-level objects cost twice as much on a file of 28,876 groups."""
+    names = list(f.keys())
+    expected = {str(i) for i in range(len(names))}
+    if "0" not in names:
+        return Layout(0, 0, 0, {}, {}, []), [Problem("group 0", "missing (an XLand file has one group per task, '0'..'N-1')")]
+    if set(names) != expected:
+        odd = sorted(set(names) - expected)[:3]
+        return Layout(0, 0, 0, {}, {}, []), [Problem("task groups", f"must be named 0..{len(names) - 1}; found {', '.join(odd)}")]
+    reference = _child(f.id, "0/rewards")
+    if not isinstance(reference, h5py.h5d.DatasetID):
+        return Layout(0, 0, 0, {}, {}, []), [Problem("group 0", "missing dataset 'rewards'")]
+    if reference.rank != 2 or 0 in reference.shape:
+        what = "no histories" if reference.rank and reference.shape[0] == 0 else "no steps" if reference.rank == 2 else f"{reference.rank} dimensions"
+        return Layout(0, 0, 0, {}, {}, []), [Problem("group 0/rewards", f"shape {reference.shape}: {what} (expected (histories, steps), both > 0)")]
+    histories, steps = (int(n) for n in reference.shape)
+    found: list[Problem] = []
+    chunks: dict[str, tuple[int, ...] | None] = {}
+    compression: dict[str, str | None] = {}
+    attrs: list[dict[str, Any]] = []
+    needed_bytes = 0.0  # the fewest bytes the file must have to hold what the datasets declare
+    for task in range(len(names)):
+        where = f"group {task}"
+        group = _child(f.id, str(task))
+        if not isinstance(group, h5py.h5g.GroupID):
+            found.append(Problem(where, "is not a group"))
+            attrs.append({})
+            continue
+        values = {}
+        for key in ATTRS:
+            if not h5py.h5a.exists(group, key.encode()):
+                found.append(Problem(where, f"missing attribute '{key}'"))
+                continue
+            try:
+                values[key] = _plain(h5py.AttributeManager(h5py.Group(group))[key])
+            except (OSError, TypeError, ValueError, UnicodeDecodeError) as exc:
+                found.append(Problem(where, f"attribute {key} is unreadable ({exc})"))
+                continue
+            problem = _attr_problem(key, values[key])
+            if problem:
+                found.append(Problem(where, problem))
+        attrs.append(values)
+        for name, (dtype, item) in LAYOUT.items():
+            ds = _child(group, name)
+            if not isinstance(ds, h5py.h5d.DatasetID):
+                found.append(Problem(where, f"missing dataset '{name}'"))
+                continue
+            here = f"{where}/{name}"
+            if ds.dtype != dtype:
+                found.append(Problem(here, f"dtype {ds.dtype}, expected {dtype}"))
+                continue
+            if ds.shape != (histories, steps, *item):
+                found.append(Problem(here, f"shape {ds.shape}, expected {(histories, steps, *item)}"))
+                continue
+            plist = ds.get_create_plist()
+            chunked = plist.get_layout() == h5py.h5d.CHUNKED
+            chunk = tuple(plist.get_chunk()) if chunked else None
+            filters = {plist.get_filter(i)[0] for i in range(plist.get_nfilters())}
+            if task == 0:
+                chunks[name] = chunk
+                compression[name] = "gzip" if h5py.h5z.FILTER_DEFLATE in filters else "lzf" if 32000 in filters else "other" if filters else None
+            elif chunk != chunks.get(name, chunk):
+                found.append(Problem(here, f"chunks {chunk}, group 0 has {chunks[name]} (every group must be chunked alike)"))
+                continue
+            if chunk is not None and chunk[2:] != item:
+                found.append(Problem(here, f"chunks {chunk} split the {item} items (a chunk must hold whole ones)"))
+                continue
+            if chunk is not None:
+                written = ds.get_chunk_info_by_coord((0,) * len(chunk)).byte_offset is not None
+            else:
+                written = plist.get_layout() == h5py.h5d.COMPACT or ds.get_offset() is not None
+            if not written:
+                found.append(Problem(here, "never written (no data stored for it)"))
+                continue
+            declared = histories * steps * int(np.prod(item, dtype=np.int64)) * dtype.itemsize
+            if not filters - {h5py.h5z.FILTER_SHUFFLE, h5py.h5z.FILTER_FLETCHER32}:
+                needed_bytes += declared
+            elif not filters - {h5py.h5z.FILTER_DEFLATE, h5py.h5z.FILTER_SHUFFLE, h5py.h5z.FILTER_FLETCHER32}:
+                needed_bytes += declared / MAX_DEFLATE_RATIO
+    size = path.stat().st_size
+    if needed_bytes > size:
+        found.append(Problem(
+            "datasets", f"declare {len(names):,} tasks x {histories:,} histories x {steps:,} steps, at least "
+            f"{needed_bytes:,.0f} bytes even at deflate's best ratio; the file has {size:,} (a declared shape, not data)"))
+    return Layout(len(names), histories, steps, chunks, compression, attrs), found
+
+
+def group0_layout(f: h5py.File) -> Layout:
+    """The shape of a file that passed `scan_layout` before, from group 0 alone (attributes left out)."""
+    first = f["0"]
+    histories, steps = (int(n) for n in first["rewards"].shape)
+    return Layout(len(f), histories, steps, {"states": first["states"].chunks}, {"states": first["states"].compression}, [])
+
+
+LAYOUT_CHECKS = "layout-checked.json"  # under $OFFBENCH_HOME/xland, as sha256.json
+
+
+def _stat_key(path: Path) -> str:
+    stat = path.stat()
+    return f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
+
+
+def _remembered_layout(path: Path) -> bool | None:
+    """True if this file (path, size, modification time: git's stat-cache rule) passed `scan_layout` before,
+    else None. On XLand-100B's 28,876 groups the check reads some 150,000 HDF5 object headers (tens of
+    seconds): it is paid once per file, and `verify` always runs it afresh."""
+    import json
+
+    from offbench.paths import offbench_home
+
+    try:
+        known = json.loads((offbench_home() / "xland" / LAYOUT_CHECKS).read_text())
+        return True if isinstance(known, dict) and known.get(_stat_key(path)) == "ok" else None
+    except (OSError, ValueError):
+        return None
+
+
+def _remember_layout(path: Path) -> None:
+    import json
+
+    from offbench.paths import offbench_home
+    from offbench.utils import atomic_write_json
+
+    cache = offbench_home() / "xland" / LAYOUT_CHECKS
+    try:
+        known = json.loads(cache.read_text())
+    except (OSError, ValueError):
+        known = {}
+    key = _stat_key(path)
+    same_file = key.rsplit("|", 2)[0] + "|"
+    known = {k: v for k, v in known.items() if not k.startswith(same_file)} if isinstance(known, dict) else {}  # older versions of it
+    try:
+        atomic_write_json(cache, {**known, key: "ok"})
+    except (OSError, OffbenchError):
+        pass  # a read-only home only costs the check again next time
+
+
 # ----------------------------------------------------------------------------------------- chunk reading
+
+
+def check_chunk(path: Path, task: int, name: str, data: np.ndarray, offset: tuple[int, ...], shape: tuple[int, ...]) -> None:
+    """A one-line error if a decompressed chunk holds what no sampler may hand over: a state that decodes to no
+    tile, an action or expert action outside Discrete(6), a non-finite reward, a done that is not 0 or 1. Only
+    the rows and steps inside the dataset are looked at (an edge chunk's padding is not data). ChunkReader runs it
+    on every chunk it decompresses (a cache miss), never on a cached one."""
+    valid = data[: shape[0] - offset[0], : shape[1] - offset[1]]
+    if not valid.size:
+        return
+    if name in ("states", "actions", "expert_actions"):  # uint8: one max() says whether to look closer
+        limit = NUM_TILES * NUM_COLORS if name == "states" else NUM_ACTIONS
+        if valid.max() < limit:
+            return
+        bad = valid >= limit
+        if name == "states":
+            what = lambda v: f"state byte {int(v)} decodes to tile {int(v) // NUM_COLORS} (XLand-MiniGrid has {NUM_TILES} tiles)"  # noqa: E731
+        else:
+            what = lambda v: f"{name.replace('_', ' ')[:-1]} {int(v)} is outside Discrete({NUM_ACTIONS})"  # noqa: E731
+    elif name == "rewards":  # float16: all exponent bits set is inf or NaN (cheaper than np.isfinite on halves)
+        bad = (valid.view(np.uint16) & 0x7C00) == 0x7C00 if valid.dtype == np.float16 else ~np.isfinite(valid)
+        what = lambda v: f"reward {float(v)} is not finite"  # noqa: E731
+    elif name == "dones":
+        if valid.dtype.itemsize == 1 and valid.view(np.uint8).max() <= 1:
+            return
+        bad = valid.view(np.uint8) > 1 if valid.dtype.itemsize == 1 else (valid != 0) & (valid != 1)
+        what = lambda v: f"done byte {int(np.asarray(v).view(np.uint8))} is neither 0 nor 1"  # noqa: E731
+    else:
+        return
+    if bad.any():
+        where = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise OffbenchError(f"{path}: group {task}/{name}, history {offset[0] + where[0]}, step {offset[1] + where[1]:,}: {what(valid[where])}")
 
 
 class ChunkReader:
@@ -170,13 +393,17 @@ class ChunkReader:
             try:
                 mask, raw = ds.id.read_direct_chunk(offset)  # then inflate into one buffer of the final size
                 data = np.frombuffer(raw if mask & 1 else zlib.decompress(raw, bufsize=size), dtype=dtype).reshape(chunks)
-            except (KeyError, OSError, ValueError, zlib.error):
-                data = None  # chunk never written (fill value) or stored otherwise: let HDF5 read it
+            except (KeyError, OSError, RuntimeError, ValueError, zlib.error):
+                data = None  # chunk never written or stored otherwise: let HDF5 read it (or say it was never written)
         if data is None:
+            if ds.chunks is not None and ds.id.get_chunk_info_by_coord(offset).byte_offset is None:
+                raise OffbenchError(f"{self.path}: group {task}/{name}: the chunk of history {offset[0]} from step {offset[1]:,} was never "
+                                    "written (HDF5 would hand over zeros; the file is incomplete)")
             stop = min(offset[1] + chunks[1], ds.shape[1])
             data = np.zeros(chunks, dtype)
             rows = min(chunks[0], ds.shape[0] - offset[0])
             data[:rows, : stop - offset[1]] = ds[offset[0] : offset[0] + rows, offset[1] : stop]
+        check_chunk(self.path, task, name, data, offset, ds.shape)
         self._cache[key] = data
         self._cached_bytes += data.nbytes
         while self._cached_bytes > self.cache_bytes and len(self._cache) > 1:
@@ -238,25 +465,24 @@ class XLandHistories:
     def __init__(self, path: str | Path, card: dict[str, Any] | None = None):
         self.path = Path(path)
         self.card = dict(card or {})
+        checked = _remembered_layout(self.path)
         try:
             with h5py.File(self.path, "r") as f:
-                names = list(f.keys())
-                if "0" not in names:
-                    raise OffbenchError(f"{self.path}: no group '0' (an XLand file has one group per task, '0'..'N-1')")
-                first = f["0"]
-                missing = [name for name in LAYOUT if name not in first]
-                if missing:
-                    raise OffbenchError(f"{self.path}: group 0 lacks dataset(s) {', '.join(missing)}")
-                self.histories, self.steps = (int(n) for n in first["rewards"].shape)
-                self.chunk_steps = int((first["states"].chunks or first["states"].shape)[1])
-                self.compression = first["states"].compression
+                if checked is None:
+                    layout, problems = scan_layout(self.path, f)
+                else:  # this very file (path, size, mtime) passed before: group 0 gives the shape
+                    layout, problems = group0_layout(f), []
         except OSError as exc:
             raise OffbenchError(f"{self.path}: not a readable HDF5 file ({exc.__class__.__name__}: truncated or corrupt?)") from None
-        expected = {str(i) for i in range(len(names))}
-        if set(names) != expected:
-            odd = sorted(set(names) - expected)[:3]
-            raise OffbenchError(f"{self.path}: task groups must be named 0..{len(names) - 1}; found {', '.join(odd)}")
-        self.num_tasks = len(names)
+        if problems:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise OffbenchError(f"{self.path}: {problems[0].where}: {problems[0].what}{more}")
+        if checked is None:
+            _remember_layout(self.path)
+            self.__dict__["task_attrs"] = layout.attrs  # read by the check: the cached property needs no second pass
+        self.num_tasks, self.histories, self.steps = layout.tasks, layout.histories, layout.steps
+        self.chunk_steps = int((layout.chunks["states"] or (self.histories, self.steps))[1])
+        self.compression = layout.compression["states"]
 
     # -- sizes (cheap: from the shapes)
     @property
@@ -315,25 +541,13 @@ class XLandHistories:
 
     # -- checks
     def problems(self) -> list[Problem]:
-        """Every departure from the published layout, group by group (metadata only: nothing decompressed)."""
-        found: list[Problem] = []
-        with h5py.File(self.path, "r") as f:
-            for task in range(self.num_tasks):
-                group = f[str(task)]
-                where = f"group {task}"
-                for key in ATTRS:
-                    if key not in group.attrs:
-                        found.append(Problem(where, f"missing attribute '{key}'"))
-                for name, (dtype, item) in LAYOUT.items():
-                    if name not in group:
-                        found.append(Problem(where, f"missing dataset '{name}'"))
-                        continue
-                    ds = group[name]
-                    if ds.dtype != dtype:
-                        found.append(Problem(f"{where}/{name}", f"dtype {ds.dtype}, expected {dtype}"))
-                    if ds.shape != (self.histories, self.steps, *item):
-                        found.append(Problem(f"{where}/{name}", f"shape {ds.shape}, expected {(self.histories, self.steps, *item)}"))
-        return found
+        """Every departure from the published layout, group by group (metadata only: nothing decompressed;
+        the check every open runs, see `scan_layout`)."""
+        try:
+            with h5py.File(self.path, "r") as f:
+                return scan_layout(self.path, f)[1]
+        except OSError as exc:
+            raise OffbenchError(f"{self.path}: not a readable HDF5 file ({exc.__class__.__name__}: truncated or corrupt?)") from None
 
     def validate(self) -> None:
         problems = self.problems()
@@ -342,27 +556,41 @@ class XLandHistories:
             raise OffbenchError(f"{self.path}: {problems[0].where}: {problems[0].what}{more}")
 
     def check_content(self, tasks: int = 8, seed: int = 0) -> None:
-        """Decode a few histories' first and last chunks and check value ranges (a sampled content check)."""
+        """Decode a few histories' first and last chunks of every dataset (a sampled content check: the chunk
+        reader checks what it decompresses, `check_chunk`)."""
         rng = np.random.default_rng(seed)
         reader = self.reader(cache_bytes=64 << 20)
         picks = rng.choice(self.num_tasks, size=min(tasks, self.num_tasks), replace=False)
-        for task in picks:
-            history = int(rng.integers(self.histories))
-            for index in sorted({0, (self.steps - 1) // self.chunk_steps}):
-                valid = min(self.chunk_steps, self.steps - index * self.chunk_steps)
-                where = f"{self.path}: group {task}, history {history}, steps from {index * self.chunk_steps}"
-                states = reader.chunk(int(task), "states", history, index)[:valid]
-                tiles, colours = np.divmod(states, NUM_COLORS)
-                if tiles.max() >= NUM_TILES:
-                    raise OffbenchError(f"{where}: a state decodes to tile {int(tiles.max())} (XLand-MiniGrid has {NUM_TILES})")
-                for name in ("actions", "expert_actions"):
-                    values = reader.chunk(int(task), name, history, index)[:valid]
-                    if values.max() >= NUM_ACTIONS:
-                        raise OffbenchError(f"{where}: {name} holds {int(values.max())} (there are {NUM_ACTIONS} actions)")
-                rewards = reader.chunk(int(task), "rewards", history, index)[:valid]
-                if not np.isfinite(rewards).all():
-                    raise OffbenchError(f"{where}: rewards hold a non-finite value")
-        reader.close()
+        try:
+            for task in picks:
+                history = int(rng.integers(self.histories))
+                for name in LAYOUT:
+                    chunk_steps = int(reader.dataset(int(task), name)[1][1])
+                    for index in sorted({0, (self.steps - 1) // chunk_steps}):
+                        reader.chunk(int(task), name, history, index)
+        finally:
+            reader.close()
+
+    def check_all_chunks(self, progress: bool = False) -> int:
+        """Decompress and check every chunk of every dataset (`verify --full`: reads the whole file, about as
+        long as one epoch over it); returns the number of chunks read."""
+        from offbench.utils import progress_bar
+
+        reader = self.reader(cache_bytes=1)  # nothing kept: each chunk is read once
+        count = 0
+        try:
+            with progress_bar(not progress, f"checking {self.path.name}", self.num_tasks, unit="tasks") as advance:
+                for task in range(self.num_tasks):
+                    for name in LAYOUT:
+                        _, chunks, *_ = reader.dataset(task, name)
+                        for history in range(0, self.histories, chunks[0]):
+                            for index in range(-(-self.steps // chunks[1])):
+                                reader.chunk(task, name, history, index)
+                                count += 1
+                    advance(1)
+        finally:
+            reader.close()
+        return count
 
     def file_sha256(self) -> str:
         digest = hashlib.sha256()
@@ -399,18 +627,22 @@ class XLandHistories:
             pass  # a read-only home only costs hashing again next time
         return digest
 
-    def verify(self, expected_sha256: str | None, source: str) -> str:
-        """`offbench verify`: the layout of every group, a sampled content check, and the file's sha256
-        against `expected_sha256` (the card's, or the one recorded at the first download: `source` says)."""
+    def verify(self, expected_sha256: str | None, source: str, full: bool = False) -> str:
+        """`offbench verify`: the layout of every group, a sampled content check (`full`: every chunk), and the
+        file's sha256 against `expected_sha256` (the card's, or the one recorded at the first download: `source` says)."""
         self.validate()
-        self.check_content()
+        if full:
+            chunks = self.check_all_chunks(progress=True)
+        else:
+            self.check_content()
         digest = self.file_sha256()
         if expected_sha256 is not None and digest != expected_sha256:
             raise OffbenchError(f"{self.path}: sha256 {digest[:16]}... differs from {expected_sha256[:16]}... {source}")
         checked = f"matches {source}" if expected_sha256 else "nothing recorded to compare with"
+        content = f"all {chunks:,} chunks decoded and checked" if full else "sampled chunks decoded"
         return (
             f"ok: {self.path} (xland, {self.num_tasks:,} tasks, {self.num_transitions:,} transitions, "
-            f"layout of every group checked, sampled chunks decoded, sha256 {digest}: {checked})"
+            f"layout of every group checked, {content}, sha256 {digest}: {checked})"
         )
 
     def summary_rows(self) -> list[tuple[str, str]]:
