@@ -7,6 +7,13 @@ skips every job whose shard exists, so an interrupted collection resumes where i
 finding the folder is refused. The merge concatenates shards in (task, episode) order, so the content does not
 depend on the number of workers, and writes the native file atomically; only then is the work folder removed.
 
+Bounded: before any work, the dataset's size is put at its least (every episode `min_episode_steps` long,
+bytes per step from the spaces and the columns), and a collection whose shards and merged file cannot fit on
+the disk (`offbench.utils.check_space`, as the learning-history generators do), or whose merge (which holds
+the dataset in memory) cannot fit in the memory available, is refused in one line. Workers end with the
+collecting process: each watches a pipe only that process holds open, so a parent that is killed (even with
+SIGKILL) leaves no worker (nor the forkserver they keep alive) behind; the next run resumes from the shards.
+
 Per step the dataset holds `task_id` (index into the card's `env.kwargs.tasks`), `episode_seed` (the reset
 seed that rebuilds the episode's goal or layout), `behaviour` (index into `behaviour_profiles` of the card: which
 noise profile acted) and `infos/success`; suite-specific columns come from the reset info (e.g. `goal_id`).
@@ -16,9 +23,11 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import multiprocessing
 import os
 import shutil
+import threading
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -29,7 +38,7 @@ import numpy as np
 
 from offbench.envs.multitask import EnvPool, Lane, episode_seed, run_lanes, task_names
 from offbench.errors import OffbenchError
-from offbench.utils import atomic_write_bytes, progress_bar
+from offbench.utils import atomic_write_bytes, check_space, disk_full_error, progress_bar
 
 QUALITIES = ("near-optimal", "sub-optimal", "mixed")
 PROFILES = ("near-optimal", "sub-optimal")  # what `mixed` draws from, one coin flip per episode
@@ -120,6 +129,7 @@ class Collection:
     workers: int = 0  # 0: all cores; 1: in this process
     worker_init: Callable[..., None] | None = None
     worker_init_args: tuple = field(default_factory=tuple)
+    min_episode_steps: int = 1  # the fewest steps an episode can take (the size check's lower bound)
 
     def jobs(self) -> list[Job]:
         names = task_names(self.recipe.env)
@@ -139,6 +149,7 @@ def collect(collection: Collection, out: Path, quiet: bool = False) -> Path:
     if is_native(out) and _matches(load_native(out).card, recipe_card(recipe)):
         return out  # already collected with this very recipe
     work = out.parent / f"{out.name}.work"
+    check_size(collection, out, work)
     _claim_work_dir(work, recipe)
     todo = [job for job in collection.jobs() if not (work / job.shard_name).is_file()]
     total = recipe.episodes_per_task * len(task_names(recipe.env))
@@ -159,6 +170,49 @@ def collect(collection: Collection, out: Path, quiet: bool = False) -> Path:
     return out
 
 
+def least_bytes(collection: Collection) -> tuple[int, int]:
+    """(episodes, the fewest bytes the merged dataset can take): every episode `min_episode_steps` long, the
+    per-step and per-episode arrays that `run_job` writes, sized from the spaces."""
+    def nbytes(space: gym.Space) -> int:
+        return np.dtype(space.dtype).itemsize * math.prod(space.shape or ())
+
+    recipe = collection.recipe
+    episodes = recipe.episodes_per_task * len(task_names(recipe.env))
+    # observation, action, reward (float32), terminated, truncated, task_id, episode_seed, behaviour, success, reset columns
+    per_step = nbytes(collection.observation_space) + nbytes(collection.action_space) + 4 + 1 + 1 + 8 + 8 + 1 + 1 + 8 * len(recipe.reset_columns)
+    per_episode = nbytes(collection.observation_space) + 8 + 8  # final observation, length, episode start
+    return episodes, episodes * (collection.min_episode_steps * per_step + per_episode)
+
+
+def check_size(collection: Collection, out: Path, work: Path) -> None:
+    """Refuse, before any work, a collection that cannot fit: its shards and then the merged file beside them on
+    the disk (less the shards already there), the dataset in memory for the merge. One line each."""
+    recipe = collection.recipe
+    episodes, least = least_bytes(collection)
+    what = (f"{recipe.generator} {recipe.env['id']}: {episodes:,} episodes ({recipe.episodes_per_task:,} per task) take at least "
+            f"{least:,} bytes")
+    done = sum(entry.stat().st_size for entry in os.scandir(work) if entry.is_file()) if work.is_dir() else 0
+    need = max(least - done, 0) + least  # the shards still to write, then the merged file while they are there
+    folder = next(p for p in (out.parent, *out.parent.parents) if p.is_dir())
+    try:
+        check_space(folder / out.name, need)  # the free space where out will be, without making any folder yet
+    except OffbenchError:
+        raise OffbenchError(f"{what}, twice on disk while merging: {disk_full_error(out, need)}") from None
+    available = _available_memory()
+    if available is not None and least > available:
+        raise OffbenchError(f"{what}, which the merge holds in memory, and {available:,} bytes of memory are available; "
+                            f"collect fewer episodes per task")
+
+
+def _available_memory() -> int | None:
+    """Bytes of memory a process can still take (MemAvailable + SwapFree), None where /proc/meminfo is not."""
+    try:
+        fields = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+        return sum(int(fields[key].split()[0]) * 1024 for key in ("MemAvailable", "SwapFree"))
+    except (OSError, KeyError, ValueError):
+        return None
+
+
 def _usable_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
@@ -166,24 +220,47 @@ def _usable_cores() -> int:
 def _run_parallel(collection: Collection, todo: list[Job], work: Path, workers: int, advance) -> None:
     # forkserver/spawn: MuJoCo and OpenGL state must not be forked from a parent that may hold it.
     method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
-    with ProcessPoolExecutor(
-        workers,
-        mp_context=multiprocessing.get_context(method),
-        initializer=collection.worker_init,
-        initargs=collection.worker_init_args,
-    ) as pool:
-        pending = {pool.submit(run_job, collection.recipe, collection.behaviour, job, work): job for job in todo}
-        try:
-            while pending:
-                done, _ = wait(pending, return_when=FIRST_COMPLETED)
-                for future in done:
-                    job = pending.pop(future)
-                    future.result()
-                    advance(job.stop - job.start)
-        except BaseException:
-            for future in pending:
-                future.cancel()
-            raise
+    context = multiprocessing.get_context(method)
+    lifeline, keep_alive = context.Pipe(duplex=False)  # only this process holds keep_alive: its death closes it
+    try:
+        with ProcessPoolExecutor(
+            workers,
+            mp_context=context,
+            initializer=_start_worker,
+            initargs=(lifeline, collection.worker_init, collection.worker_init_args),
+        ) as pool:
+            pending = {pool.submit(run_job, collection.recipe, collection.behaviour, job, work): job for job in todo}
+            try:
+                while pending:
+                    done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                    for future in done:
+                        job = pending.pop(future)
+                        future.result()
+                        advance(job.stop - job.start)
+            except BaseException:
+                for future in pending:
+                    future.cancel()
+                raise
+    finally:
+        keep_alive.close()
+        lifeline.close()
+
+
+def _start_worker(lifeline, init: Callable[..., None] | None, init_args: tuple) -> None:
+    """In each worker: end this process once the collecting process is gone, then the collection's own set-up.
+    A worker whose parent was killed would otherwise wait on the task pipe for ever (it holds that pipe's write
+    end itself, so it never reads EOF), and keep the forkserver alive with it."""
+    threading.Thread(target=_exit_with_parent, args=(lifeline,), name="offbench-lifeline", daemon=True).start()
+    if init is not None:
+        init(*init_args)
+
+
+def _exit_with_parent(lifeline) -> None:
+    try:
+        lifeline.recv_bytes()  # nothing is ever sent: this returns only at EOF, when the parent's end closes
+    except (EOFError, OSError):
+        pass
+    os._exit(1)
 
 
 def _claim_work_dir(work: Path, recipe: Recipe) -> None:
