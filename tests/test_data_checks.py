@@ -332,3 +332,41 @@ def test_verify_full_reads_every_chunk_where_the_sampled_check_reads_a_few(tmp_p
     assert histories.verify(None, "nothing").startswith("ok:")
     with pytest.raises(OffbenchError, match=r"group 1/rewards, history 1, step 500: reward inf is not finite"):
         histories.verify(None, "nothing", full=True)
+
+
+# ---------------------------------------------------------------------------------------------- MTDiff folders
+
+
+def write_npz(path, steps=20, obs_dim=39, **arrays):
+    rng = np.random.default_rng(len(str(path)))
+    flags = np.zeros(steps, bool)
+    flags[-1] = True
+    data = {"observations": rng.normal(size=(steps, obs_dim)), "actions": rng.uniform(-1, 1, (steps, 4)),
+            "rewards": rng.uniform(0, 10, steps), "terminals": flags, **arrays}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(path, **data)
+
+
+@pytest.mark.parametrize(("layout", "message"), [
+    ({"reach-v2/0.npz": {}, "reach-v2/1.npz": {"obs_dim": 40}},
+     "reach-v2/1.npz: observations rows have shape (40,), but {root}/reach-v2/0.npz has (39,) (every episode of every task must agree)"),
+    ({"push-v2/0.npz": {}, "reach-v2/0.npz": {"actions": np.zeros((20, 3))}},
+     "reach-v2/0.npz: actions rows have shape (3,), but {root}/push-v2/0.npz has (4,)"),
+    ({"reach-v2/0.npz": {"next_observations": np.zeros((20, 38))}}, "reach-v2/0.npz: next_observations has shape (20, 38), observations (20, 39)"),
+    ({"reach-v2/0.npz": {"success": np.zeros(20)}, "reach-v2/1.npz": {"success": np.zeros((20, 2))}},
+     "reach-v2/1.npz: success rows have shape (2,), but {root}/reach-v2/0.npz has ()"),
+    ({"reach-v2/0.npz": {"terminals": np.zeros((20, 2), bool)}}, "reach-v2/0.npz: terminals has shape (20, 2), expected (20,): one value per step"),
+    ({"reach-v2/0.npz": {"rewards": np.zeros((20, 3))}}, "reach-v2/0.npz: rewards has shape (20, 3), expected (20,): one value per step"),
+    ({"reach-v2/0.npz": {"rewards": np.array(["1.5"] * 20)}}, "reach-v2/0.npz: rewards holds text, not real numbers"),
+    ({"reach-v2/0.npz": {"observations": np.array([b"x"] * 20)}}, "reach-v2/0.npz: observations holds bytes, not real numbers"),
+    ({"reach-v2/0.npz": {"actions": np.ones((20, 4)) + 1j}}, "reach-v2/0.npz: actions holds complex numbers (the imaginary part would be lost), not real numbers"),
+])
+def test_mtdiff_arrays_that_do_not_fit_together_are_one_line_errors(tmp_path, capsys, layout, message):
+    root = tmp_path / "MT"
+    for name, arrays in layout.items():
+        write_npz(root / name, **arrays)
+    out = tmp_path / "out"
+    code, printed, err = cli(capsys, "import", "mtdiff", root, "--out", out)
+    assert code == 2 and not printed and err.count("\n") == 1, err
+    assert f"{root}/{message.format(root=root)}" in err.replace("\n", ""), err
+    assert not out.exists()

@@ -22,7 +22,9 @@ How offbench reads it (the definition):
    last row is unknown, so that row is dropped and its observation becomes the episode's final
    observation (the D4RL rule for timeouts: offbench.data.d4rl_format). The card records how many rows.
 4. Observations and actions are stored as float32 (what offbench's Meta-World generator writes); other
-   per-step arrays of the right length are kept as `infos/<key>` columns (e.g. `success`).
+   per-step arrays of the right length are kept as `infos/<key>` columns (e.g. `success`). Text or complex
+   observations, actions, rewards or flags, rewards or flags of more than one value per step, and rows whose
+   shape differs between episodes or tasks are refused, naming the file and the array.
 5. `task_id` is the task's position in the card's `env.kwargs.tasks` (folders in sorted name order),
    `source_episode` the `{i}` of the file a step came from. Task names map v2 -> v3 (Meta-World 3.x has
    only v3 environments), which is what evaluation builds; the v2 names stay in the card.
@@ -91,18 +93,42 @@ def _read_episode(path: Path) -> dict[str, np.ndarray]:
     missing = [k for k in ("observations", "actions", "rewards") if k not in arrays] + ([] if flag in arrays else ["terminals (or dones)"])
     if missing:
         raise OffbenchError(f"{path}: missing {', '.join(missing)}")
-    n = len(arrays["observations"])
+    for key in ("observations", "actions", "rewards", flag, "next_observations"):
+        value = arrays.get(key)
+        if value is not None and value.dtype.kind not in "biuf":
+            kind = {"c": "complex numbers (the imaginary part would be lost)", "U": "text", "S": "bytes"}.get(value.dtype.kind, f"dtype {value.dtype}")
+            raise OffbenchError(f"{path}: {key} holds {kind}, not real numbers")
+    n = len(arrays["observations"]) if arrays["observations"].ndim else 0
     if n == 0:
         raise OffbenchError(f"{path}: an empty episode")
     for key, value in arrays.items():
         if key in ("observations", "actions", "rewards", flag, "next_observations") and (value.ndim == 0 or len(value) != n):
             raise OffbenchError(f"{path}: {key} has {len(value) if value.ndim else 0} rows, observations {n}")
+    for key in ("rewards", flag):  # one value per step: (n,) or (n, 1)
+        if arrays[key].shape not in ((n,), (n, 1)):
+            raise OffbenchError(f"{path}: {key} has shape {arrays[key].shape}, expected ({n},): one value per step")
+    if "next_observations" in arrays and arrays["next_observations"].shape != arrays["observations"].shape:
+        raise OffbenchError(f"{path}: next_observations has shape {arrays['next_observations'].shape}, observations {arrays['observations'].shape}")
+    arrays["rewards"] = arrays["rewards"].reshape(n)
     arrays["flags"] = arrays.pop(flag).reshape(n).astype(bool)
     return arrays
 
 
-def read_task(folder: Path, task_id: int, limit: int | None) -> tuple[EpisodeStore, dict[str, Any]]:
-    """One task's episodes as an EpisodeStore (rules 1-4 of the module docstring) and what the card records."""
+def _check_rows(path: Path, arrays: dict[str, np.ndarray], seen: dict[str, tuple[tuple[int, ...], Path]]) -> None:
+    """Every per-step array of every episode of every task must have rows of one shape (what `np.concatenate`
+    needs): `seen` holds the first shape met for each array and the file it came from."""
+    for key, value in arrays.items():
+        if key == "flags":
+            continue
+        first = seen.setdefault(key, (value.shape[1:], path))
+        if value.shape[1:] != first[0]:
+            raise OffbenchError(f"{path}: {key} rows have shape {value.shape[1:]}, but {first[1]} has {first[0]} (every episode of every task must agree)")
+
+
+def read_task(folder: Path, task_id: int, limit: int | None,
+              seen: dict[str, tuple[tuple[int, ...], Path]] | None = None) -> tuple[EpisodeStore, dict[str, Any]]:
+    """One task's episodes as an EpisodeStore (rules 1-4 of the module docstring) and what the card records.
+    `seen`: the row shapes of the tasks read before (see `_check_rows`), updated."""
     files = episode_files(folder, limit)
     episodes = [_read_episode(p) for p in files]
     has_next = all("next_observations" in e for e in episodes)
@@ -113,6 +139,10 @@ def read_task(folder: Path, task_id: int, limit: int | None) -> tuple[EpisodeSto
     timeouts[file_last] = True  # each file ends an episode
     info_keys = sorted(set.intersection(*(set(e) for e in episodes)) - {"observations", "actions", "rewards", "flags", "next_observations"})
     info_keys = [k for k in info_keys if all(e[k].ndim >= 1 and len(e[k]) == len(e["observations"]) for e in episodes)]
+    seen = {} if seen is None else seen
+    kept = ("observations", "actions", "rewards", *(["next_observations"] if has_next else []), *info_keys)
+    for path, episode in zip(files, episodes):
+        _check_rows(path, {key: episode[key] for key in kept}, seen)
     arrays = {
         "observations": np.concatenate([e["observations"] for e in episodes]).astype(np.float32),
         "actions": np.concatenate([e["actions"] for e in episodes]).astype(np.float32),
@@ -171,9 +201,9 @@ def import_folder(root: Path, episodes: int | None = None, tasks: list[str] | No
         folders = {t: folders[t] for t in sorted(tasks)}
     if episodes is not None and episodes < 1:
         raise OffbenchError(f"--episodes must be at least 1, got {episodes}")
-    stores, stats = [], {}
+    stores, stats, seen = [], {}, {}
     for task_id, (name, folder) in enumerate(folders.items()):
-        store, stats[name] = read_task(folder, task_id, episodes)
+        store, stats[name] = read_task(folder, task_id, episodes, seen)
         stores.append(store)
     names = [v3_name(name) for name in folders]
     store = concatenate(stores)
