@@ -115,7 +115,8 @@ def _print_rows(rows: list[tuple[str, object]]) -> None:
 
 
 @app.command()
-def verify(id_or_path: str = typer.Argument(..., help="Dataset id or path.")) -> None:
+def verify(id_or_path: str = typer.Argument(..., help="Dataset id or path."),
+           full: bool = typer.Option(False, "--full", help="XLand files: decompress and check every chunk (else a sample).")) -> None:
     """Recompute checksums and structural checks."""
     from offbench.data.store import is_native, stored_checksum
 
@@ -127,7 +128,7 @@ def verify(id_or_path: str = typer.Argument(..., help="Dataset id or path.")) ->
         expected, source = (entries[0].get("sha256") if len(entries) == 1 else None), "the card"
         if expected is None:
             expected, source = read_sums(store.path.parent).get(store.path.name), f"recorded in {store.path.parent / SUMS_FILE}"
-        console.print(store.verify(expected, source))
+        console.print(store.verify(expected, source, full=full))
         return
     store.validate()
     recomputed = store.content_sha256()

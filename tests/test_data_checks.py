@@ -323,7 +323,7 @@ def test_a_chunk_never_written_is_an_error_not_zeros(tmp_path):
         reader.chunk(0, "actions", 1, 1)
 
 
-def test_verify_full_reads_every_chunk_where_the_sampled_check_reads_a_few(tmp_path):
+def test_verify_full_reads_every_chunk_where_the_sampled_check_reads_a_few(tmp_path, capsys):
     path = write_xland_file(tmp_path / "x.hdf5", 2, 2, 1000, chunk_steps=128)
     histories = offbench.load(path)
     assert "all 160 chunks decoded and checked" in histories.verify(None, "nothing", full=True)
@@ -332,6 +332,8 @@ def test_verify_full_reads_every_chunk_where_the_sampled_check_reads_a_few(tmp_p
     assert histories.verify(None, "nothing").startswith("ok:")
     with pytest.raises(OffbenchError, match=r"group 1/rewards, history 1, step 500: reward inf is not finite"):
         histories.verify(None, "nothing", full=True)
+    code, _, err = cli(capsys, "verify", path, "--full")  # the command line's --full
+    assert code == 2 and "reward inf is not finite" in err
 
 
 # ---------------------------------------------------------------------------------------------- MTDiff folders
