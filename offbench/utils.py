@@ -99,7 +99,10 @@ def ensure_dir(path: str | Path) -> Path:
     """mkdir -p, with a one-line error where that is impossible (a file in the way, no permission, ...)."""
     path = check_writable(path)
     with user_fixable_write_errors(path):
-        path.mkdir(parents=True, exist_ok=True)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except FileNotFoundError:  # a parent that exists and looks writable but makes no folders (/proc)
+            raise OffbenchError(f"cannot make folder {path}: its file system does not allow it") from None
     return path
 
 

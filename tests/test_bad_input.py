@@ -129,7 +129,7 @@ def hostile_inputs(tmp_path_factory):
         (tmp_path / "runs" / name).mkdir(parents=True)
         (tmp_path / "runs" / name / "run.json").write_bytes((text or "").encode())
     full = {"schema": 1, "baseline": "bc", "seed": 0, "config": {}, "dataset": {"id": "x", "path": "/x", "content_sha256": "0" * 64},
-            "env": {"device": "cpu"}, "evaluation": {"target_returns": None}}
+            "env": {"device": "cpu"}, "evaluation": {"target_returns": None, "episodes": 1, "every_steps": 1}}
     (tmp_path / "runs" / "mistyped" / "run.json").write_text(json.dumps({**full, "seed": "zero"}))
     (tmp_path / "runs" / "resumes-text").mkdir()
     (tmp_path / "runs" / "resumes-text" / "run.json").write_text(json.dumps({**full, "resumes": "twice"}))

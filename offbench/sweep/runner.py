@@ -29,7 +29,7 @@ from offbench.errors import OffbenchError
 from offbench.sweep.executors import EXIT_BAD_INPUT, Executor, Job, Outcome, forwarded_env, offbench_argv
 from offbench.sweep.spec import PlannedRun, SweepSpec
 from offbench.tracking import run_dir as rd
-from offbench.utils import atomic_write_json
+from offbench.utils import atomic_write_json, ensure_dir
 
 QUEUED, RUNNING, DONE, FAILED, STOPPED = "queued", "running", "done", "failed", "stopped"
 TABLE_ROWS = 20  # running and failed runs shown in the live table; the rest are counted
@@ -46,13 +46,36 @@ def state_dir(runs: Path) -> Path:
 
 
 def read_state(runs: Path) -> dict[str, Any]:
+    """The sweep's record of failed runs: {"failed": {run: {"attempts": int, "error": str}}}; anything else is a
+    one-line error (delete the file to forget the failures)."""
     path = state_dir(runs) / "state.json"
     if not path.is_file():
         return {}
+    forget = "delete it to forget recorded failures"
     try:
-        return json.loads(path.read_text())
+        state = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise OffbenchError(f"{path}: not valid JSON ({exc}); delete it to forget recorded failures") from None
+        raise OffbenchError(f"{path}: not valid JSON ({exc}); {forget}") from None
+    failed = state.get("failed", {}) if isinstance(state, dict) else None
+    if not isinstance(failed, dict):
+        raise OffbenchError(f"{path}: must hold an object with a 'failed' object; {forget}")
+    for name, record in failed.items():
+        attempts = record.get("attempts") if isinstance(record, dict) else None
+        if not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 0 or not isinstance(record.get("error"), str):
+            raise OffbenchError(f"{path}: failed run {name!r:.80} needs a non-negative integer 'attempts' and an 'error' text; {forget}")
+    return state
+
+
+def read_summary_note(run_dir: Path) -> tuple[str, str]:
+    """(steps, 'metric value') of a finished run's summary.json for the status table; a broken one says so."""
+    try:
+        summary = json.loads((run_dir / rd.SUMMARY_FILE).read_text())
+        final, metric = summary.get("final"), summary.get("score_metric")
+        value = final.get(metric) if isinstance(final, dict) and isinstance(metric, str) else None
+        note = f"{metric} {value:.4g}" if rd.is_number(value) else ""
+        return str(summary.get("steps", "")), note
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+        return "", f"{rd.SUMMARY_FILE} is unreadable"
 
 
 # ---------------------------------------------------------------------------------------------- what is on disk
@@ -172,8 +195,7 @@ class Tracker:
 def execute(spec: SweepSpec, runs: list[PlannedRun], folder: Path, executor: Executor, console: Console,
             retries: int | None = None) -> Tracker:
     """Run every planned run not yet done; returns the tracker (raises KeyboardInterrupt after a clean stop)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    state_dir(folder).mkdir(exist_ok=True)
+    ensure_dir(state_dir(folder))  # a folder that cannot be made (under /proc, a file in the way) is one line
     lock = FileLock(str(state_dir(folder) / "lock"))
     try:
         lock.acquire(timeout=0)
@@ -239,7 +261,10 @@ def _settle(tracker: Tracker, run: PlannedRun, ended: Outcome, retries: int, que
 
 
 def print_summary(tracker: Tracker, console: Console) -> None:
-    """Counts, this invocation's throughput, then one line per failed run with its error."""
+    """Counts, this invocation's throughput, then one line per failed run with its error. Off a terminal the live
+    table's last frame ends without a newline, so the summary starts its own line."""
+    if not console.is_terminal:
+        console.print()
     rate = f", {3600 * len(tracker.finished) / tracker.wall_s:.0f} runs/hour" if tracker.finished and tracker.wall_s else ""
     counts = ", ".join(f"{tracker.count(s)} {s}" for s in (DONE, FAILED, STOPPED, QUEUED) if tracker.count(s) or s == DONE)
     console.print(f"[bold]summary[/]: {counts} ({len(tracker.finished)} finished in this sweep's {tracker.wall_s:.0f} s{rate}); "
@@ -258,10 +283,7 @@ def status_rows(runs: list[PlannedRun], folder: Path) -> list[tuple[str, str, st
     for run in runs:
         run_dir = folder / run.name
         if is_done(run_dir):
-            summary = json.loads((run_dir / rd.SUMMARY_FILE).read_text())
-            final, metric = summary.get("final"), summary.get("score_metric")
-            note = f"{metric} {final[metric]:.4g}" if final and metric and final.get(metric) is not None else ""
-            rows.append((run.name, DONE, str(summary.get("steps", "")), note))
+            rows.append((run.name, DONE, *read_summary_note(run_dir)))
         elif run.name in failed:
             rows.append((run.name, FAILED, "", f"{failed[run.name]['attempts']} attempt(s): {failed[run.name]['error']}"))
         elif (run_dir / rd.RUN_FILE).is_file():

@@ -43,6 +43,7 @@ import numpy as np
 import tomli_w
 
 from offbench.errors import OffbenchError
+from offbench.utils import read_text
 from offbench.training.config import dataset_slug
 
 # Protocol keys of a benchmark.toml [evaluation] table -> the trainer's config fields (TrainConfig); an
@@ -228,9 +229,7 @@ def load_sweep(path: str | Path, max_runs: int = MAX_RUNS) -> SweepSpec:
     `max_runs` runs is refused here, before anything is drawn or planned."""
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text())
-    except OSError as exc:
-        raise OffbenchError(f"{path}: cannot read sweep spec ({exc.strerror})") from None
+        data = tomllib.loads(read_text(path, "sweep spec"))
     except tomllib.TOMLDecodeError as exc:
         raise OffbenchError(f"{path}: malformed TOML ({exc})") from None
     unknown = sorted(set(data) - TOP_KEYS)

@@ -167,7 +167,7 @@ def write_summary(run_dir: Path, steps: int, elapsed: float, headline_target: fl
 _RUN_FIELDS: dict[str, tuple[type, ...]] = {
     "baseline": (str,), "seed": (int,), "config": (dict,), "dataset": (dict,), "dataset.id": (str,), "dataset.path": (str,),
     "dataset.content_sha256": (str,), "env": (dict,), "env.device": (str,), "evaluation": (dict,),
-    "evaluation.target_returns": (list, type(None)),
+    "evaluation.target_returns": (list, type(None)), "evaluation.episodes": (int,), "evaluation.every_steps": (int,),
 }
 _OPTIONAL_RUN_FIELDS: dict[str, tuple[type, ...]] = {"code": (dict,), "loggers": (list,), "resumes": (list,)}
 
@@ -194,8 +194,11 @@ def read_run_json(run_dir: Path) -> dict[str, Any]:
         if value is ... or not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
             problem = "missing" if value is ... else f"must be {' or '.join(t.__name__ for t in types)}, got {value!r}"[:200]
             raise OffbenchError(f"{path}: field '{name}' {problem}")
-    if record["seed"] < 0:
-        raise OffbenchError(f"{path}: field 'seed' must be non-negative, got {record['seed']}")
+    if not 0 <= record["seed"] < 2**32:  # numpy's global seed and the evaluation episode seeds need it
+        raise OffbenchError(f"{path}: field 'seed' must be between 0 and 2**32 - 1, got {record['seed']}")
+    targets = record["evaluation"]["target_returns"]
+    if targets is not None and not all(is_finite(t) for t in targets):
+        raise OffbenchError(f"{path}: field 'evaluation.target_returns' must hold finite numbers, got {targets!r:.120}")
     return record
 
 

@@ -115,10 +115,7 @@ def _open(name, dataset, config, overrides, seed, steps, device, out, run_name, 
     from offbench.training.trainer import resume_run, start_run
 
     if resume is not None:
-        run, checkpoint = resume_run(resume, device)
-        if run.record["baseline"] != name:
-            raise OffbenchError(f"{resume}: is a '{run.record['baseline']}' run, not '{name}'")
-        return run, checkpoint
+        return resume_run(resume, device, baseline=name)
     return start_run(
         name, dataset, config, overrides, seed=seed or 0, steps=steps, device=device or "cpu", out=out, name=run_name, loggers=logger
     ), None

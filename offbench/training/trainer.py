@@ -336,9 +336,23 @@ def load_checkpoint(run_dir: Path, device: torch.device) -> dict[str, Any] | Non
     if not path.exists():
         return None
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)  # RNG states must stay CPU tensors
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)  # RNG states must stay CPU tensors
     except Exception as exc:  # noqa: BLE001 - any unreadable checkpoint is the same user-facing problem
         raise OffbenchError(f"{path}: unreadable checkpoint ({exc.__class__.__name__}: {str(exc).splitlines()[0][:200]})") from None
+    if not isinstance(checkpoint, dict):
+        raise OffbenchError(f"{path}: not a checkpoint (holds a {type(checkpoint).__name__}, not the trainer's dict)")
+    step = checkpoint.get("step")
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        raise OffbenchError(f"{path}: field 'step' must be a non-negative integer, got {step!r:.80}")
+    for key, kinds in CHECKPOINT_FIELDS.items():
+        value = checkpoint.get(key)
+        if not isinstance(value, kinds) or isinstance(value, bool):
+            raise OffbenchError(f"{path}: field '{key}' is missing or not {' or '.join(k.__name__ for k in kinds)}")
+    return checkpoint
+
+
+CHECKPOINT_FIELDS = {"baseline": (dict,), "sampler": (dict,), "rng": (dict,), "loss_sums": (dict,), "files": (dict,),
+                     "loss_count": (int,), "time_s": (int, float)}  # besides `step`
 
 
 # ---------------------------------------------------------------------------------------------- entry points
@@ -417,9 +431,12 @@ def open_run(run_dir: Path, device: str | None = None) -> Run:
     return Run(run_dir, record, baseline_cls, config, data, DatasetSpec.from_store(data.store), torch_device, list(record.get("loggers", [])))
 
 
-def resume_run(run_dir: Path, device: str | None = None) -> tuple[Run, dict[str, Any] | None]:
-    """Continue a run from `checkpoints/last.pt` (from the start if it died before its first checkpoint)."""
+def resume_run(run_dir: Path, device: str | None = None, baseline: str | None = None) -> tuple[Run, dict[str, Any] | None]:
+    """Continue a run from `checkpoints/last.pt` (from the start if it died before its first checkpoint). Every
+    check (the baseline asked for, the checkpoint's fields and fit) runs before run.json records the resume."""
     run = open_run(run_dir, device)
+    if baseline is not None and run.record["baseline"] != baseline:
+        raise OffbenchError(f"{run_dir}: is a '{run.record['baseline']}' run, not '{baseline}'")
     run.lock = rd.TrainingLock(run.run_dir)  # before anything is checked or written
     try:
         if (run.run_dir / rd.SUMMARY_FILE).exists():
