@@ -138,3 +138,33 @@ def test_killing_the_parent_leaves_no_worker_and_the_rerun_leaves_nothing_but_th
     rerun = subprocess.run(offbench_command(*args), capture_output=True, text=True, timeout=120)
     assert rerun.returncode == 0, rerun.stderr
     assert sorted(p.name for p in out.iterdir()) == ["card.toml", "data.h5"]  # no work folder, no temporaries
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process tree from /proc")
+def test_killing_a_learning_history_generation_leaves_no_worker_and_no_parts_folder(tmp_path, isolated_home):
+    out = tmp_path / "out"
+    args = ["generate", "darkroom", "--tasks", "8", "--held-out", "2", "--histories-per-task", "4", "--episodes", "4000",
+            "--workers", "2", "--seed", "0", "--out", str(out), "--quiet"]
+    parent = subprocess.Popen(offbench_command(*args), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    workers: set[int] = set()
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and parent.poll() is None and (
+                len(_descendants(parent.pid)) < 2 or not list(out.glob(".*.tmp"))):
+            time.sleep(0.05)
+        workers = _descendants(parent.pid)
+        assert parent.poll() is None and len(workers) >= 2, "the generation ended before it could be killed"
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(10)
+        deadline = time.monotonic() + 10
+        while any(_running(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        left = sorted(pid for pid in workers if _running(pid))
+        assert not left, f"workers left behind by the killed generation: {left}"
+    finally:
+        for pid in workers:
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)
+    rerun = subprocess.run(offbench_command(*args), capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == []  # the killed run's parts folder is gone

@@ -38,7 +38,7 @@ from rich.console import Console
 from offbench.data.store import EpisodeStore, Region, allocate_native, finish_native, load_native
 from offbench.envs.benchmarks import BENCHMARKS, Benchmark, get_benchmark, split_tasks
 from offbench.errors import OffbenchError
-from offbench.utils import atomic_path, progress_bar, reserve_space, user_fixable_write_errors
+from offbench.utils import atomic_path, die_with_parent, progress_bar, reserve_space, temp_prefix, user_fixable_write_errors
 from offbench.generators import register_generator
 from offbench.generators.compiled import compile_loop, selected_loop
 from offbench.generators.rollout import STEP_ARRAYS, LaidOut, Staged, StepTables, as_words, lay_out_staged, lockstep, run_group, staging_arrays
@@ -256,13 +256,14 @@ _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc mallopt parameters
 
 
 def _start_worker(count) -> None:
-    """In each worker process: the shared count of episodes done, and a malloc that keeps the memory it
+    """In each worker process: death with the parent, the shared count of episodes done, and a malloc that keeps the memory it
     frees. Each block of steps allocates and frees a few MB of arrays, thousands of times; by default glibc
     returns that memory to the system after every block and faults it in again for the next, which
     doubled the lay-out time on the machine this was measured on (a VM where first touching memory is
     slow). The worker ends with its group, so the memory it keeps is given back then."""
     global _shared_count
     _shared_count = count
+    die_with_parent()  # a killed `offbench generate` leaves no worker blocked on the task pipe
     try:
         libc = ctypes.CDLL("libc.so.6")
     except OSError:  # not glibc: keep its defaults
@@ -336,7 +337,8 @@ def write_histories(recipe: HistoryRecipe, seed: int, out: Path, quiet: bool = T
     out.parent.mkdir(parents=True, exist_ok=True)
     layout = lambda steps: _dataset_arrays(one, histories, episodes, steps)  # noqa: E731
     need = sum(int(np.prod(shape)) * dtype.itemsize for shape, dtype in layout(histories * plan.capacity).values()) if plan.in_lockstep else None
-    with user_fixable_write_errors(out), tempfile.TemporaryDirectory(prefix=f".{out.name}.parts-", dir=out.parent) as folder, \
+    # named as every temporary is (utils.temp_prefix), so a run after a kill -9 removes this one's leftovers
+    with user_fixable_write_errors(out), tempfile.TemporaryDirectory(prefix=temp_prefix(out), suffix=".tmp", dir=out.parent) as folder, \
             atomic_path(out, need=need) as tmp, _Workers(plan.num_groups, quiet, f"{recipe.benchmark} {recipe.algo}", histories * episodes) as pool:
         staging = Path(folder)
         allocate = lambda steps: allocate_native(tmp, layout(steps), one.single_observation_space, one.single_action_space)  # noqa: E731
