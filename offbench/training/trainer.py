@@ -32,6 +32,7 @@ from offbench.evaluation.policy import PolicyOptions
 from offbench.evaluation.protocols import EvaluationProtocol, EvaluationSetup, build_protocol, protocol_name, with_overrides
 from offbench.training.distributed import SingleProcess
 from offbench.training.config import ResolvedConfig, config_from_dict, dataset_slug, resolve_config
+from offbench.training.memory import check_update_memory
 from offbench.tracking import run_dir as rd
 from offbench.tracking.loggers import LocalFiles, Logger, open_loggers, parse_logger_names
 from offbench.utils import atomic_write_bytes, safe_component
@@ -398,6 +399,7 @@ def start_run(
         check_action_mode(probe, setup)
     # data the baseline's sampler cannot use (DPT without optimal-action labels) is refused before the run dir exists
     sampler = baseline_sampler(probe, data.store, config.train.batch_size, seed, str(torch_device))
+    check_update_memory(baseline_cls, config, spec, torch_device, data.id)  # an update that cannot fit: one line, nothing written
     run_dir = rd.create_run_dir(Path(out) / (name or default_run_name(baseline_name, data.id, seed)))
     lock = rd.TrainingLock(run_dir)
     record = rd.new_run_record(run_dir, baseline=baseline_name, method=baseline_origin(baseline_name), dataset=data, seed=seed,
