@@ -109,30 +109,36 @@ def _running(pid: int) -> bool:
         return False
 
 
-@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process tree from /proc")
-def test_killing_the_parent_leaves_no_worker_and_the_rerun_leaves_nothing_but_the_dataset(tmp_path, isolated_home):
-    out = tmp_path / "out"
-    args = ["generate", "minigrid", "--suite", "MT3", "--tasks", "MiniGrid-LavaGapS7-v0", "--episodes", "600", "--workers", "2",
-            "--out", str(out), "--quiet"]
+def kill_when(args: list[str], ready, least_workers: int) -> None:
+    """Start `offbench ARGS`, SIGKILL it once `ready()` holds and it has `least_workers` descendants, and check that
+    none of them outlives it."""
     parent = subprocess.Popen(offbench_command(*args), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     workers: set[int] = set()
     try:
         deadline = time.monotonic() + 60
-        while not list((out / "data.h5.work").glob("*.npz")) and time.monotonic() < deadline and parent.poll() is None:
+        while time.monotonic() < deadline and parent.poll() is None and (len(_descendants(parent.pid)) < least_workers or not ready()):
             time.sleep(0.05)
-        workers = _descendants(parent.pid)  # the resource tracker, the forkserver and the two workers
-        assert parent.poll() is None and len(workers) >= 3, "the collection ended before it could be killed"
+        workers = _descendants(parent.pid)
+        assert parent.poll() is None and len(workers) >= least_workers, "the work ended before it could be killed"
         parent.send_signal(signal.SIGKILL)
         parent.wait(10)
         deadline = time.monotonic() + 10
         while any(_running(pid) for pid in workers) and time.monotonic() < deadline:
             time.sleep(0.05)
         left = sorted(pid for pid in workers if _running(pid))
-        assert not left, f"processes left behind by the killed collection: {left}"
+        assert not left, f"processes left behind by the killed parent: {left}"
     finally:
         for pid in workers:  # never leave them to the next test
             if _running(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process tree from /proc")
+def test_killing_the_parent_leaves_no_worker_and_the_rerun_leaves_nothing_but_the_dataset(tmp_path, isolated_home):
+    out = tmp_path / "out"
+    args = ["generate", "minigrid", "--suite", "MT3", "--tasks", "MiniGrid-LavaGapS7-v0", "--episodes", "600", "--workers", "2",
+            "--out", str(out), "--quiet"]
+    kill_when(args, lambda: bool(list((out / "data.h5.work").glob("*.npz"))), 3)  # the resource tracker, the forkserver, 2 workers
     assert list((out / "data.h5.work").glob("*.npz"))  # what was finished stays for the next run
 
     rerun = subprocess.run(offbench_command(*args), capture_output=True, text=True, timeout=120)
@@ -145,26 +151,7 @@ def test_killing_a_learning_history_generation_leaves_no_worker_and_no_parts_fol
     out = tmp_path / "out"
     args = ["generate", "darkroom", "--tasks", "8", "--held-out", "2", "--histories-per-task", "4", "--episodes", "4000",
             "--workers", "2", "--seed", "0", "--out", str(out), "--quiet"]
-    parent = subprocess.Popen(offbench_command(*args), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    workers: set[int] = set()
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and parent.poll() is None and (
-                len(_descendants(parent.pid)) < 2 or not list(out.glob(".*.tmp"))):
-            time.sleep(0.05)
-        workers = _descendants(parent.pid)
-        assert parent.poll() is None and len(workers) >= 2, "the generation ended before it could be killed"
-        parent.send_signal(signal.SIGKILL)
-        parent.wait(10)
-        deadline = time.monotonic() + 10
-        while any(_running(pid) for pid in workers) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        left = sorted(pid for pid in workers if _running(pid))
-        assert not left, f"workers left behind by the killed generation: {left}"
-    finally:
-        for pid in workers:
-            if _running(pid):
-                os.kill(pid, signal.SIGKILL)
+    kill_when(args, lambda: bool(list(out.glob(".*.tmp"))), 2)
     rerun = subprocess.run(offbench_command(*args), capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr
     assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == []  # the killed run's parts folder is gone
