@@ -301,10 +301,55 @@ def progress_bar(
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+    console = Console(stderr=True)
+    if not (console.is_terminal or console.is_jupyter):  # a log file or pipe (SLURM, `> log`): plain lines
+        yield from _plain_progress(label, total, unit, completed, fields)
+        return
     columns = (
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn(unit), TimeElapsedColumn(), TimeRemainingColumn(),
         *(TextColumn(f"{{task.fields[{name}]}}") for name in fields),
     )
-    with Progress(*columns, console=Console(stderr=True)) as bar:
+    with Progress(*columns, console=console) as bar:
         task = bar.add_task(label, total=total, completed=completed, **{name: "" for name in fields})
         yield lambda n, **values: bar.update(task, advance=n, **values)
+
+
+PLAIN_PROGRESS_EVERY_S = 30.0
+"""Off a terminal, `progress_bar` writes one plain line this often (and one when it ends)."""
+
+
+def _plain_progress(label: str, total: int, unit: str, completed: int, fields: tuple[str, ...]) -> Iterator[Callable[..., None]]:
+    """`progress_bar` off a terminal: every PLAIN_PROGRESS_EVERY_S seconds one line on stderr with the count, the
+    rate, the time left and the extra columns' text (the trainer's losses and last evaluation)."""
+    import sys
+    import time
+
+    start = time.monotonic()
+    state = {"done": completed, "last": start, "printed": completed}
+    values = {name: "" for name in fields}
+
+    def line(now: float) -> None:
+        done, elapsed = state["done"], now - start
+        rate = (done - completed) / elapsed if elapsed > 0 else 0.0
+        eta = f"ETA {_clock((total - done) / rate)}" if rate > 0 and done < total else ""
+        percent = f"{100 * done / total:.0f}%" if total else ""
+        extra = " ".join(str(values[name]) for name in fields if name != "rate" and values[name])
+        parts = [f"{label}:", f"{done}/{total} {unit}", percent, f"{rate:.3g} it/s", f"elapsed {_clock(elapsed)}", eta, extra]
+        print(" ".join(part for part in parts if part), file=sys.stderr, flush=True)
+        state["last"], state["printed"] = now, done
+
+    def advance(n: int, **new_values: Any) -> None:
+        state["done"] += n
+        values.update(new_values)
+        now = time.monotonic()
+        if now - state["last"] >= PLAIN_PROGRESS_EVERY_S:
+            line(now)
+
+    yield advance
+    if state["printed"] != state["done"]:
+        line(time.monotonic())
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
