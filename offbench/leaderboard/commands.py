@@ -88,13 +88,26 @@ def _require_out_for_preview(runs: Optional[list[Path]], out: Optional[Path]) ->
 
 @leaderboard_app.command("show")
 def show(benchmark: str = typer.Argument(..., help="Benchmark name."), runs: Optional[list[Path]] = RUNS_OPTION,
-         root: Optional[Path] = ROOT_OPTION) -> None:
+         root: Optional[Path] = ROOT_OPTION,
+         format: str = typer.Option("table", "--format", "-f", help="table (the terminal's, default), or markdown, csv, latex: "
+                                    "the main table and the per-task tables as text to paste or redirect.")) -> None:
     """The table in the terminal: mean [95% interval] (n seeds) per baseline and dataset, then the aggregates."""
     from offbench.leaderboard.spec import load_spec
     from offbench.leaderboard.table import compute_results, improvement_table, main_table, per_task_tables, reported_table
 
+    format = format.lower()
+    if format not in SHOW_FORMATS:
+        raise typer.BadParameter(f"{format!r} is not one of {', '.join(SHOW_FORMATS)}", param_hint="--format")
     spec = load_spec(benchmark, root)
     board = _board(spec, runs)
+    if format != "table":
+        if board.scores.empty:
+            raise OffbenchError(f"{benchmark}: no accepted entries yet, no table to export")
+        results = compute_results(board)
+        tables = [("", main_table(board, results)),
+                  *((f"per task: {dataset}", frame) for dataset, frame in per_task_tables(board, results).items())]
+        print(_export_tables([(title, frame) for title, frame in tables if not frame.empty], format), end="")
+        return
     console.print(f"[bold]{escape(spec.title)}[/bold]: {escape(spec.score_label)}; cells are mean \\[95% bootstrap interval] (n = seeds)")
     frames = [("published numbers (reported, not run here; not in any statistic)", reported_table(board))]
     if board.scores.empty:
@@ -113,6 +126,38 @@ def show(benchmark: str = typer.Argument(..., help="Benchmark name."), runs: Opt
         for row in frame.itertuples(index=False):
             table.add_row(*(escape(str(value)) for value in row))
         console.print(table)
+
+
+SHOW_FORMATS = ("table", "markdown", "csv", "latex")
+
+
+def _export_tables(tables: list[tuple[str, Any]], format: str) -> str:
+    """`leaderboard show --format`: each table as Markdown, CSV or LaTeX, titled tables after the first under
+    a heading (Markdown), a `#` line (CSV; `pandas.read_csv(comment="#")` skips it) or a `%` comment (LaTeX)."""
+    parts = []
+    for title, frame in tables:
+        header, rows = [str(c) for c in frame.columns], [[str(v) for v in row] for row in frame.itertuples(index=False)]
+        if format == "csv":
+            parts.append((f"# {title}\n" if title else "") + frame.to_csv(index=False))
+        elif format == "markdown":
+            cell = lambda text: text.replace("|", "\\|").replace("\n", " ")  # noqa: E731
+            lines = ["| " + " | ".join(map(cell, header)) + " |", "|" + "|".join("---" for _ in header) + "|",
+                     *("| " + " | ".join(map(cell, row)) + " |" for row in rows)]
+            parts.append((f"### {title}\n\n" if title else "") + "\n".join(lines) + "\n")
+        else:  # latex, without pandas' Styler (it needs jinja2)
+            lines = [*([f"% {title}"] if title else []), "\\begin{tabular}{" + "l" * len(header) + "}", "\\toprule",
+                     " & ".join(map(_latex, header)) + " \\\\", "\\midrule",
+                     *(" & ".join(map(_latex, row)) + " \\\\" for row in rows), "\\bottomrule", "\\end{tabular}"]
+            parts.append("\n".join(lines) + "\n")
+    return "\n".join(parts)
+
+
+_LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
+                  "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "—": "---"}
+
+
+def _latex(text: str) -> str:
+    return "".join(_LATEX_SPECIAL.get(char, char) for char in text)
 
 
 @leaderboard_app.command("build")
