@@ -31,10 +31,14 @@ def run_baseline(
     logger: Optional[str] = typer.Option(None, "--logger", help="Extra back-ends, comma-separated: tensorboard,wandb,mlflow."),
     resume: Optional[Path] = typer.Option(None, "--resume", help="Continue this run directory from its last checkpoint."),
     nproc: int = typer.Option(1, "--nproc", min=1, help="Data-parallel processes on this machine (torchrun; gloo on CPU, NCCL on CUDA)."),
+    print_config: bool = typer.Option(False, "--print-config", help="Print the resolved config (TOML, usable as --config) with "
+                                      "the files and overrides it came from, and exit: nothing is trained or written."),
 ) -> None:
     """Train a baseline on a dataset, evaluate it on a schedule and track the run."""
     from offbench.training import distributed
 
+    if print_config and resume is not None:
+        raise OffbenchError(f"--print-config shows a new run's config; a resumed run's is in {resume}/run.json")
     if resume is not None:
         given = [flag for flag, value in (("--dataset", dataset), ("--config", config), ("--set", overrides), ("--seed", seed),
                                           ("--steps", steps), ("--name", run_name), ("--logger", logger)) if value]
@@ -42,6 +46,23 @@ def run_baseline(
             raise OffbenchError(f"--resume continues {resume} with its own settings; drop {', '.join(given)}")
     elif dataset is None:
         raise OffbenchError("--dataset is required (a dataset id or path)")
+    if print_config:  # the layers start_run applies, without opening (fetching, generating) a registered dataset
+        import tomli_w
+
+        from offbench.baselines import get_baseline
+        from offbench.data.cards import get_card
+        from offbench.data.resolve import open_dataset
+        from offbench.training.config import resolve_config
+
+        baseline_cls = get_baseline(name)
+        dataset_id = open_dataset(dataset).id if Path(dataset).exists() else get_card(dataset).id
+        resolved = resolve_config(baseline_cls, dataset_id, config, [*overrides, *([f"steps={steps}"] if steps is not None else [])])
+        values = resolved.as_dict()
+        lines = [f"# offbench run baseline {name} --dataset {dataset_id} (seed {seed or 0}): the resolved config",
+                 "# sources, later ones overriding earlier ones:", *(f"#   {source}" for source in resolved.sources),
+                 *(f"# {key} is unset (None)" for key, value in values.items() if value is None)]
+        print("\n".join(lines) + "\n" + tomli_w.dumps({key: value for key, value in values.items() if value is not None}), end="")
+        return
     launch = distributed.launched()
     processes = launch.world_size if launch else nproc
     if launch is not None and nproc not in (1, launch.world_size):
