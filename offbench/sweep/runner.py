@@ -297,9 +297,18 @@ def status_rows(runs: list[PlannedRun], folder: Path) -> list[tuple[str, str, st
 # ---------------------------------------------------------------------------------------------- submit
 def submit_finished(runs: list[PlannedRun], folder: Path, benchmark: str, console: Console) -> list[str]:
     """Submit each (baseline, variant) group whose runs all finished, each run replayed from its checkpoint first
-    (`offbench submit --verify`); returns what could not be submitted."""
+    (`offbench submit --verify`); returns what could not be submitted, each with the reason the leaderboard gave.
+    A run counts as already on the leaderboard by what it is (its evaluations and final checkpoint, as the
+    duplicate rule finds it), not by its name: another sweep's runs share the names."""
     from offbench.leaderboard.spec import load_spec
     from offbench.leaderboard.submit import load_entries, submit
+    from offbench.tracking.run_dir import read_run
+
+    def identity_key(identity: dict[str, Any] | None) -> tuple[Any, Any] | None:
+        """(evaluations sha256, final checkpoint sha256) of a run or an entry's run record; None when it has none."""
+        if not identity or identity.get("evaluations_sha256") is None:
+            return None
+        return identity["evaluations_sha256"], identity.get("checkpoint_sha256")
 
     spec = load_spec(benchmark)
     problems = []
@@ -313,8 +322,15 @@ def submit_finished(runs: list[PlannedRun], folder: Path, benchmark: str, consol
         if unfinished:
             problems.append(f"{what}: not submitted, {len(unfinished)} run(s) unfinished ({unfinished[0]}, ...)")
             continue
-        accepted = {run["run_id"] for _, entry in load_entries(spec) for run in entry["runs"]}
-        dirs = [folder / run.name for run in members if run.name not in accepted]
+        accepted = {identity_key(record.get("identity")) for _, entry in load_entries(spec) for record in entry["runs"]}
+        dirs = []
+        for run in members:
+            try:
+                on_board = identity_key(read_run(folder / run.name).identity) in accepted
+            except OffbenchError:  # a run that cannot be read: submit() below refuses it with the reason
+                on_board = False
+            if not on_board:
+                dirs.append(folder / run.name)
         if not dirs:
             console.print(f"{what}: already on leaderboard {benchmark}", highlight=False)
             continue
