@@ -92,7 +92,7 @@ def submit_and_render(out: Path, run_dirs: list[Path]) -> None:
     spec = load_spec(BENCHMARK, root)
     for entry in submit(spec, run_dirs):
         console.print(f"  accepted: {entry}", highlight=False)
-    show(BENCHMARK, runs=None, root=root)
+    show(BENCHMARK, runs=None, root=root, format="table")
     figures = sorted((spec.folder / "figures").glob("*"))
     console.print(f"  rendered: {spec.folder / 'README.md'}, {spec.folder / 'index.html'}", highlight=False)
     for figure in figures:
