@@ -35,6 +35,7 @@ def temporary_board(tmp_path, monkeypatch, name: str, **changes):
     from offbench.leaderboard.spec import load_spec
 
     spec = tomllib.loads((REPO_ROOT / "leaderboards" / name / "benchmark.toml").read_text())
+    spec.pop("dataset_checksums", None)  # checked against the data generated here (run_dirs.pendulum_board says why)
     spec.update(min_seeds=2, bootstrap_reps=100, **changes)
     root = tmp_path / "leaderboards"
     (root / name).mkdir(parents=True)

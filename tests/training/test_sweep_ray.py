@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 import pytest
 
 from helpers import TRAINING_CONFIGS as CONFIGS, require_extra
+from run_dirs import pendulum_board
 from offbench.sweep.spec import load_sweep
 
 ray = require_extra("ray", "ray")
@@ -36,10 +36,7 @@ def ray_cluster(tmp_path_factory):
 
 
 def test_ray_executor_runs_the_spec_skips_finished_runs_and_submits(ray_cluster, pendulum, cli, tmp_path, monkeypatch):
-    board = tmp_path / "leaderboards" / "pendulum-scripted"
-    board.mkdir(parents=True)
-    shutil.copy(REPO / "leaderboards" / "pendulum-scripted" / "benchmark.toml", board)
-    monkeypatch.setenv("OFFBENCH_LEADERBOARDS", str(board.parent))
+    board = pendulum_board(tmp_path, monkeypatch) / "pendulum-scripted"
     spec = tmp_path / "spec.toml"
     spec.write_text(f'name = "t"\nbenchmark = "pendulum-scripted"\nbaselines = ["bc"]\nseeds = [0, 1, 2]\nconfig = "{CONFIGS / "bc-tiny.toml"}"\n')
     args = ["sweep", spec, "--executor", "ray", "--runs", tmp_path / "runs", "--submit", "pendulum-scripted"]
