@@ -122,23 +122,18 @@ def replay(run: RunRecord, method: dict[str, Any], device: str, step: int) -> li
     """The evaluation lines the run's final checkpoint gives now, under the run's own protocol."""
     import torch
 
-    from offbench.training.trainer import load_checkpoint, open_run, setup_from_record
+    from offbench.training.trainer import load_checkpoint, open_run
 
     torch.use_deterministic_algorithms(device == "cpu")
     if method["kind"] == "own-code":
-        from offbench.evaluation.external import ExternalMethod
-        from offbench.evaluation.protocols import build_protocol
         from offbench.tracking.provenance import import_loader
-        from offbench.tracking.track import open_for_evaluation
+        from offbench.tracking.track import Evaluator
 
-        data = open_for_evaluation(run.info["dataset"]["id"])
-        _same_dataset(run, data.store.content_sha256())
+        evaluator = Evaluator.of_run(run.info)
+        _same_dataset(run, evaluator.data.store.content_sha256())
         checkpoint = torch.load(run.path / CHECKPOINT, map_location="cpu", weights_only=True)
         policy = import_loader(method["load"])(checkpoint["baseline"])
-        protocol = build_protocol(setup_from_record(run.info, data.card, None))
-        from offbench.data.spec import DatasetSpec
-
-        return protocol.evaluate(ExternalMethod(policy, DatasetSpec.from_store(data.store).action_space, protocol.name, run.baseline), step)
+        return list(evaluator.evaluate(policy, step, run.baseline).records)
     opened = open_run(run.path, device)
     checkpoint = load_checkpoint(opened.run_dir, opened.device)
     return opened.protocol().evaluate(opened.restored_baseline(checkpoint), step)

@@ -42,21 +42,34 @@ def open_for_evaluation(dataset: Any):
 class Evaluator:
     """A dataset card's protocol, set up once for one seed, playing any policy `ExternalMethod` accepts."""
 
-    def __init__(self, dataset: Any, seed: int, episodes: int | None, tasks: str, every_steps: int):
+    def __init__(self, data: Any, setup: EvaluationSetup):
         from offbench.data.spec import DatasetSpec
 
+        self.data, self.setup = data, setup
+        self.spec = DatasetSpec.from_store(data.store)
+        self.protocol = build_protocol(setup)
+        self.protocol.check(self.spec)
+
+    @classmethod
+    def new(cls, dataset: Any, seed: int, episodes: int | None, tasks: str, every_steps: int) -> Evaluator:
+        """The evaluator of a new run or evaluation, its arguments checked (one-line errors)."""
         if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**32:
             raise OffbenchError(f"seed must be an integer between 0 and 2**32 - 1, got {seed!r}")
         episodes = DEFAULT_EPISODES if episodes is None else episodes
         if not isinstance(episodes, int) or isinstance(episodes, bool) or not 1 <= episodes <= 1000:
             raise OffbenchError(f"episodes must be an integer between 1 and 1000, got {episodes!r}")
-        self.data = open_for_evaluation(dataset)
-        if tasks != "held-out" and protocol_name(self.data.card) != "in-context":
-            raise OffbenchError(f"tasks={tasks!r} applies to in-context evaluation; {self.data.id} is evaluated {protocol_name(self.data.card)}")
-        self.spec = DatasetSpec.from_store(self.data.store)
-        self.setup = EvaluationSetup(card=self.data.card, seed=seed, episodes=episodes, every_steps=every_steps, tasks=tasks)
-        self.protocol = build_protocol(self.setup)
-        self.protocol.check(self.spec)
+        data = open_for_evaluation(dataset)
+        if tasks != "held-out" and protocol_name(data.card) != "in-context":
+            raise OffbenchError(f"tasks={tasks!r} applies to in-context evaluation; {data.id} is evaluated {protocol_name(data.card)}")
+        return cls(data, EvaluationSetup(card=data.card, seed=seed, episodes=episodes, every_steps=every_steps, tasks=tasks))
+
+    @classmethod
+    def of_run(cls, record: dict[str, Any]) -> Evaluator:
+        """The evaluator a run recorded in its run.json (what a leaderboard replays it with)."""
+        from offbench.training.trainer import setup_from_record
+
+        data = open_for_evaluation(record["dataset"]["id"])
+        return cls(data, setup_from_record(record, data.card, None))
 
     def evaluate(self, policy: Any, step: int, name: str | None = None) -> EvaluationResult:
         method = ExternalMethod(policy, self.spec.action_space, self.protocol.name, name)
@@ -75,7 +88,7 @@ def evaluate(policy: Any, dataset: Any, *, seed: int = 0, episodes: int | None =
     With `out`, writes a run directory there (it must not exist) that `offbench submit` accepts, as a black-box
     entry (no code to replay it: shown unverified); `method` names it (default: the policy's name)."""
     frame = caller_frame(1)
-    evaluator = Evaluator(dataset, seed, episodes, tasks, every_steps=0)
+    evaluator = Evaluator.new(dataset, seed, episodes, tasks, every_steps=0)
     name = method or _default_name(policy)
     started, clock = rd.utc_now(), time.perf_counter()
     result = evaluator.evaluate(policy, step=0, name=name)
@@ -126,11 +139,11 @@ class TrackedRun:
                  episodes: int | None, tasks: str, eval_every: int, device: str, frame: Any):
         safe_component(method, "method")
         config = _json_config(config or {}, seed)
-        self.evaluator = Evaluator(dataset, seed, episodes, tasks, every_steps=eval_every)
+        self.evaluator = Evaluator.new(dataset, seed, episodes, tasks, every_steps=eval_every)
         data = self.evaluator.data
-        from offbench.training.config import dataset_slug
+        from offbench.training.trainer import default_run_name
 
-        self.run_dir = rd.create_run_dir(Path(out) / (name or f"{method}-{dataset_slug(data.id)}-s{seed}-{time.strftime('%Y%m%d-%H%M%S')}"))
+        self.run_dir = rd.create_run_dir(Path(out) / (name or default_run_name(method, data.id, seed)))
         self.lock = rd.TrainingLock(self.run_dir)
         self.method = {"kind": "own-code", "name": method, "source": source_of(frame)}
         self.record = rd.new_run_record(self.run_dir, baseline=method, method=self.method, dataset=data, seed=seed,
