@@ -157,14 +157,14 @@ def test_forged_runs_are_refused(bench, forge, rule):
 def test_scores_come_from_the_returns_and_the_benchmarks_own_card(bench, tmp_path, monkeypatch):
     """A user card shadowing the benchmark's card with another ref_max: the run's recorded normalised scores
     (made with the shadow) disagree with the benchmark card's and are refused; recomputed, they are accepted."""
-    from offbench.data.cards import card_from_dict, write_card
+    from offbench.data.cards import card_from_dict, read_card, write_card
     from offbench.leaderboard import scoring
 
     builtin = tmp_path / "builtin" / "datasets"
     write_card(card_from_dict({"id": "test/a", "description": "the benchmark's own card", "format": "offbench",
                                "source": {"recipe": {"generator": "test"}}, "env": {"id": "Pendulum-v1", "suite": "gymnasium", "kwargs": {}},
                                "scores": {"ref_min": -1000.0, "ref_max": 1000.0}}), builtin / "test-a.toml")
-    monkeypatch.setattr(scoring, "builtin_dir", lambda name: tmp_path / "builtin" / name)
+    monkeypatch.setattr(scoring, "builtin_cards", lambda: {"test/a": read_card(builtin / "test-a.toml")})  # as if it shipped
     assert scoring.benchmark_card("test/a").ref_max_score == 1000.0  # not the registered user card's 0.0
     runs = runs_of(bench, "iql")
     refused(bench, runs, "consistency")

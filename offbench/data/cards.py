@@ -25,6 +25,7 @@ it by id (its `id`, or its path under the folder without `.toml`) still gives it
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 import tomllib
@@ -189,23 +190,26 @@ _warned: set[str] = set()  # broken user cards already reported in this process 
 def _read_cards() -> tuple[dict[str, DatasetCard], dict[str, OffbenchError]]:
     """(valid cards by id, errors of broken user cards by every id they may stand for). A broken built-in
     card is a bug of this checkout and stays an error."""
-    cards: dict[str, DatasetCard] = {}
+    cards: dict[str, DatasetCard] = dict(builtin_cards())
     broken: dict[str, OffbenchError] = {}
-    builtin, user = card_dirs()
-    for folder in (builtin, user):
-        if not folder.is_dir():
+    user = card_dirs()[1]
+    for path in sorted(user.rglob("*.toml")) if user.is_dir() else []:
+        try:
+            card = read_card(path)
+        except OffbenchError as exc:
+            for dataset_id in _claimed_ids(path, user):
+                broken[dataset_id] = exc
             continue
-        for path in sorted(folder.rglob("*.toml")):
-            try:
-                card = read_card(path)
-            except OffbenchError as exc:
-                if folder == builtin:
-                    raise
-                for dataset_id in _claimed_ids(path, folder):
-                    broken[dataset_id] = exc
-                continue
-            cards[card.id] = card
+        cards[card.id] = card
     return dict(sorted(cards.items())), broken
+
+
+@functools.cache
+def builtin_cards() -> dict[str, DatasetCard]:
+    """The checkout's own cards by id, read once per process: they ship with the code (user cards, which may change
+    between calls, are read afresh each time)."""
+    folder = card_dirs()[0]
+    return {card.id: card for card in map(read_card, sorted(folder.rglob("*.toml")))} if folder.is_dir() else {}
 
 
 def _claimed_ids(path: Path, folder: Path) -> set[str]:

@@ -13,9 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from offbench.data.cards import DatasetCard, get_card, read_card
+from offbench.data.cards import DatasetCard, builtin_cards, get_card
 from offbench.leaderboard.spec import BenchmarkSpec
-from offbench.paths import builtin_dir
 from offbench.tracking.run_dir import Refused, RunRecord, check_evaluations, same_number
 
 PER_TASK_FIELDS = {"success_rate": "success_rate", "mean_return": "mean_return"}  # metric -> per_task field
@@ -23,12 +22,7 @@ PER_TASK_FIELDS = {"success_rate": "success_rate", "mean_return": "mean_return"}
 
 def benchmark_card(dataset_id: str) -> DatasetCard:
     """The card a leaderboard scores `dataset_id` with: the built-in one where it exists, else the registered one."""
-    folder = builtin_dir("datasets")
-    for path in sorted(folder.rglob("*.toml")) if folder.is_dir() else []:
-        card = read_card(path)
-        if card.id == dataset_id:
-            return card
-    return get_card(dataset_id)
+    return builtin_cards().get(dataset_id) or get_card(dataset_id)
 
 
 def expected_checksum(spec: BenchmarkSpec, card: DatasetCard) -> tuple[str | None, str]:
