@@ -3,7 +3,6 @@ can fix, JSON that never holds pickles, a progress bar."""
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import json
 import os
@@ -279,14 +278,6 @@ def read_text(path: str | Path, what: str) -> str:
         raise OffbenchError(f"{path}: {what} is not UTF-8 text (byte {exc.start})") from None
     except OSError as exc:
         raise OffbenchError(f"{path}: cannot read {what} ({exc.strerror})") from None
-
-
-def ranged(default: Any, *, ge: float | None = None, gt: float | None = None, le: float | None = None,
-           lt: float | None = None, choices: tuple[str, ...] | None = None) -> Any:
-    """A config dataclass field with its allowed values declared next to it (bounds apply to every item of
-    a tuple), checked when a config is resolved: a bad value is refused before a run creates anything."""
-    limits = {key: value for key, value in (("ge", ge), ("gt", gt), ("le", le), ("lt", lt), ("choices", choices)) if value is not None}
-    return dataclasses.field(default=default, metadata={"allowed": limits})
 
 
 @contextmanager

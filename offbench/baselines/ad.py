@@ -34,7 +34,7 @@ from offbench.data.spec import DatasetSpec
 from offbench.evaluation.policy import PolicyOptions
 from offbench.baselines.incontext import CausalTransformer, ObservationEmbedding, autocast, init_gpt_weights, warmup_cosine
 from offbench.baselines.nets import fused_adam, load_part_states, part_states
-from offbench.utils import ranged
+from offbench.records import ranged
 
 TOKEN_LAYOUTS = ("sar", "step")
 

@@ -20,7 +20,7 @@ from offbench.baselines import pcgrad
 from offbench.baselines.base import SINGLE_AND_MULTI_TASK, DatasetSpec
 from offbench.baselines.nets import BoundedActions, ObservationNormalizer, flat_observation_dim, mlp, task_input_dim, with_task_onehot
 from offbench.errors import OffbenchError
-from offbench.utils import ranged
+from offbench.records import ranged
 from offbench.evaluation.policy import MarkovPolicy, PolicyOptions
 
 

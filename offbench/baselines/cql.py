@@ -47,7 +47,7 @@ from offbench.baselines.q_learning import (
     target_copy,
 )
 from offbench.errors import OffbenchError
-from offbench.utils import ranged
+from offbench.records import ranged
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # CORL's TanhGaussianPolicy clamp
 CRITIC_BLOCK_ROWS = 768  # rows per block of the critics' pass: within 2 % of the best for 2 x 128 and 3 x 256 (CPU)

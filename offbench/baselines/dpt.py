@@ -41,7 +41,7 @@ from offbench.baselines.incontext import (
 )
 from offbench.errors import OffbenchError
 from offbench.baselines.nets import flat_observation_dim, fused_adam, load_part_states, part_states
-from offbench.utils import ranged
+from offbench.records import ranged
 
 
 @dataclass

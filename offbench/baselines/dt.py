@@ -35,7 +35,7 @@ from offbench.baselines import pcgrad
 from offbench.baselines.base import SINGLE_AND_MULTI_TASK, DatasetSpec
 from offbench.baselines.nets import BoundedActions, ObservationNormalizer, flat_observation_dim, fused_adam, load_part_states, part_states
 from offbench.errors import OffbenchError
-from offbench.utils import ranged
+from offbench.records import ranged
 from offbench.evaluation.policy import PolicyOptions, actions_to_numpy
 
 

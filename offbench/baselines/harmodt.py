@@ -49,7 +49,7 @@ import torch
 from offbench.baselines.base import DatasetSpec
 from offbench.baselines.prompt_dt import PromptDT, PromptDTConfig, PromptStates
 from offbench.errors import OffbenchError
-from offbench.utils import ranged
+from offbench.records import ranged
 
 
 @dataclass

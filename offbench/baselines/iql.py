@@ -37,7 +37,7 @@ from offbench.baselines.q_learning import (
     target_copy,
 )
 from offbench.errors import OffbenchError
-from offbench.utils import ranged
+from offbench.records import ranged
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # CORL
 SCHEDULES = ("cosine", "linear", "constant")

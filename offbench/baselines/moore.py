@@ -43,7 +43,7 @@ from offbench.baselines.pcgrad import GRADIENT_MODES
 from offbench.baselines.bc import BC
 from offbench.baselines.q_learning import DataTransform, EnsembleMLP, action_kind, polyak_update, reward_scale, target_copy
 from offbench.errors import OffbenchError
-from offbench.utils import ranged
+from offbench.records import ranged
 from offbench.evaluation.policy import MarkovPolicy, PolicyOptions
 
 

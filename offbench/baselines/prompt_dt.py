@@ -31,7 +31,7 @@ from offbench.baselines.nets import BoundedActions, ObservationNormalizer, flat_
 from offbench.baselines.pcgrad import check_gradient_mode, pcgrad_backward, per_task_losses
 from offbench.errors import OffbenchError
 from offbench.evaluation.policy import PolicyOptions
-from offbench.utils import ranged
+from offbench.records import ranged
 
 PROMPT_KEYS = ("observations", "actions", "returns_to_go", "timesteps", "mask")
 PromptStates = list[tuple[torch.Tensor, torch.Tensor]]  # per block: keys and values of the prompt's tokens

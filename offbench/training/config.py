@@ -10,7 +10,7 @@ package (docs/plugins.md), and may be missing or hold no `default.toml`: its `Co
 run's config sources say so. Config files are flat TOML tables whose keys are
 fields of the training config (`TrainConfig`) or of the baseline's `Config`, plus a `source` string
 saying where the numbers come from. Every value is checked against its field's type and against the
-values its field allows (`offbench.utils.ranged`: bounds, choices; floats always finite), so an unknown
+values its field allows (`offbench.records.ranged`: bounds, choices; floats always finite), so an unknown
 key, a wrong type or a value out of range is a one-line error naming the file or option, before a run
 directory exists.
 """
@@ -19,18 +19,16 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import math
 import re
 import tomllib
-import types
-import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from offbench.errors import OffbenchError
 from offbench.paths import builtin_dir
-from offbench.utils import ranged, read_text
+from offbench.records import check_allowed, coerce, field_limits, field_types, ranged
+from offbench.utils import read_text
 
 from offbench.evaluation.rollout import EPISODES_PER_SEED as MAX_EVAL_EPISODES  # evaluation seeds stay per training seed
 
@@ -116,96 +114,6 @@ def parse_override(text: str) -> tuple[str, Any]:
     except tomllib.TOMLDecodeError:
         value = raw.strip()
     return key, value
-
-
-def describe(annotation: Any) -> str:
-    """A field type in words, for error messages: 'a number', 'a list of numbers', ..."""
-    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
-    if origin in (typing.Union, types.UnionType):
-        return " or ".join(describe(a) for a in args if a is not type(None))
-    if origin in (tuple, list):
-        item = describe(args[0]) if args else "values"
-        plural = {"a number": "numbers", "an integer": "integers", "a string": "strings", "true or false": "booleans"}.get(item, item)
-        if origin is tuple and args and args[-1] is not Ellipsis:
-            return f"a list of {len(args)} {plural}"
-        return f"a list of {plural}"
-    return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(annotation, str(annotation))
-
-
-def coerce(value: Any, annotation: Any, where: str) -> Any:
-    """`value` as the field type `annotation` wants, or OffbenchError naming `where` (file and key)."""
-    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
-    if origin in (typing.Union, types.UnionType):
-        options = [a for a in args if a is not type(None)]
-        if value is None and len(options) < len(args):
-            return None
-        for option in options:
-            try:
-                return coerce(value, option, where)
-            except OffbenchError:
-                continue
-        raise OffbenchError(f"{where} must be {describe(annotation)}, got {value!r}")
-    if origin in (tuple, list):
-        if not isinstance(value, (list, tuple)):
-            raise OffbenchError(f"{where} must be {describe(annotation)}, got {value!r}")
-        if origin is tuple and args and args[-1] is not Ellipsis:
-            if len(value) != len(args):
-                raise OffbenchError(f"{where} must be {describe(annotation)}, got {value!r}")
-            return tuple(coerce(v, a, f"{where}[{i}]") for i, (v, a) in enumerate(zip(value, args)))
-        item = args[0] if args else Any
-        items = [coerce(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
-        return tuple(items) if origin is tuple else items
-    if annotation is Any:
-        return value
-    if annotation is bool:
-        if isinstance(value, bool):
-            return value
-        raise OffbenchError(f"{where} must be true or false, got {value!r}")
-    if annotation is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise OffbenchError(f"{where} must be an integer, got {value!r}")
-    if annotation is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-            return float(value)
-        raise OffbenchError(f"{where} must be a finite number, got {value!r}")
-    if annotation is str:
-        if isinstance(value, str):
-            return value
-        raise OffbenchError(f"{where} must be a string, got {value!r}")
-    raise TypeError(f"config field type {annotation!r} is not supported")
-
-
-_BOUNDS = {
-    "ge": ("at least", lambda v, b: v >= b),
-    "gt": ("greater than", lambda v, b: v > b),
-    "le": ("at most", lambda v, b: v <= b),
-    "lt": ("less than", lambda v, b: v < b),
-}
-
-
-def check_allowed(value: Any, allowed: dict[str, Any], where: str) -> Any:
-    """`value` if it (every item of it, for a list) is within the field's declared `ranged` limits."""
-    items = value if isinstance(value, (list, tuple)) else (value,)
-    for item in items:
-        if "choices" in allowed and item not in allowed["choices"]:
-            raise OffbenchError(f"{where} must be one of {', '.join(map(str, allowed['choices']))}, got {item!r}")
-        bounds = [(symbol, bound, test) for key, (symbol, test) in _BOUNDS.items() if (bound := allowed.get(key)) is not None]
-        if item is not None and not all(test(item, bound) for _, bound, test in bounds):
-            wanted = " and ".join(f"{symbol} {bound:g}" for symbol, bound, _ in bounds)
-            raise OffbenchError(f"{where} must be {wanted}, got {value!r}")
-    return value
-
-
-def field_limits(config: Any) -> dict[str, dict[str, Any]]:
-    """Field name -> the limits its `ranged` declaration allows (empty for a plain field)."""
-    return {f.name: dict(f.metadata.get("allowed", {})) for f in dataclasses.fields(config)}
-
-
-def field_types(config: Any) -> dict[str, Any]:
-    """Field name -> resolved type annotation of a config dataclass."""
-    hints = typing.get_type_hints(type(config))
-    return {f.name: hints[f.name] for f in dataclasses.fields(config)}
 
 
 def resolve_config(

@@ -10,11 +10,10 @@ import pytest
 from offbench.baselines import BASELINES, get_baseline
 from offbench.errors import OffbenchError
 from offbench.paths import builtin_dir
+from offbench.records import check_allowed, field_limits
 from offbench.training.config import (
     TrainConfig,
-    check_allowed,
     config_from_dict,
-    field_limits,
     parse_override,
     read_config_file,
     resolve_config,

@@ -24,7 +24,7 @@ from torch import nn
 from offbench.baselines.base import SINGLE_AND_MULTI_TASK, DatasetSpec
 from offbench.errors import OffbenchError
 from offbench.evaluation.policy import MarkovPolicy, PolicyOptions
-from offbench.utils import ranged
+from offbench.records import ranged
 
 
 @dataclass

@@ -1,0 +1,96 @@
+"""The typed record layer every file kind is read through (offbench/records.py): one line per problem, naming the
+file and the field, and writers round-trip through the same classes."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+import pytest
+
+from offbench.errors import OffbenchError
+from offbench.records import Invalid, field_table, from_dict, ranged, read_json, read_toml, to_dict
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    generator: str
+    seed: int = ranged(0, ge=0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Card:
+    id: str = ranged(doc="the dataset id")
+    recipe: Recipe | None = None
+    kind: Literal["offline", "learning-histories"] = "offline"
+    sizes: tuple[int, ...] = ranged((), ge=1)
+    scores: dict[str, float] = dataclasses.field(default_factory=dict)
+    low: float | None = None
+    high: float | None = None
+
+    def check(self) -> None:
+        if self.low is not None and self.high is not None and self.low >= self.high:
+            raise Invalid(f"'low' must be below 'high', got {self.low} and {self.high}")
+
+
+def test_a_valid_record_round_trips_through_to_dict():
+    data = {"id": "a/b", "recipe": {"generator": "ad", "seed": 3}, "sizes": [1, 2], "scores": {"x": 1}, "low": 0, "high": 1.5}
+    card = from_dict(Card, data, "card.toml")
+    assert card == Card(id="a/b", recipe=Recipe("ad", 3), sizes=(1, 2), scores={"x": 1.0}, low=0.0, high=1.5)
+    assert from_dict(Card, to_dict(card), "again") == card
+    assert "low" not in to_dict(Card(id="x"))  # None fields are left out (TOML has no null)
+
+
+@pytest.mark.parametrize("data, message", [
+    ({}, "card.toml: missing required key 'id'"),
+    ({"id": 1}, "card.toml: 'id' must be a string, got 1"),
+    ({"id": "x", "colour": 1}, "card.toml: 'colour' is not a known key (known: "),
+    ({"id": "x", "recipe": {"seed": 1}}, "card.toml: missing required key 'recipe.generator'"),
+    ({"id": "x", "recipe": {"generator": "g", "seed": -1}}, "card.toml: 'recipe.seed' must be at least 0, got -1"),
+    ({"id": "x", "recipe": {"generator": "g", "seed": True}}, "card.toml: 'recipe.seed' must be an integer, got True"),
+    ({"id": "x", "recipe": []}, "card.toml: 'recipe' must be a table, got []"),
+    ({"id": "x", "kind": "online"}, "card.toml: 'kind' must be one of offline, learning-histories, got 'online'"),
+    ({"id": "x", "sizes": [1, 0]}, "card.toml: 'sizes' must be at least 1"),
+    ({"id": "x", "sizes": [1, "2"]}, "card.toml: 'sizes[1]' must be an integer"),
+    ({"id": "x", "scores": {"a": float("nan")}}, "card.toml: 'scores.a' must be a finite number, got nan"),
+    ({"id": "x", "low": 2, "high": 1}, "card.toml: 'low' must be below 'high', got 2.0 and 1.0"),
+    ([1], "card.toml must be a table, got [1]"),
+])
+def test_every_bad_field_is_one_line_naming_the_file_and_field(data, message):
+    with pytest.raises(OffbenchError) as caught:
+        from_dict(Card, data, "card.toml")
+    assert str(caught.value).startswith(message)
+    assert "\n" not in str(caught.value)
+
+
+def test_extra_keys_are_kept_only_when_the_record_asks():
+    @dataclasses.dataclass(frozen=True)
+    class Open:
+        name: str
+        extra: dict = dataclasses.field(default_factory=dict)
+
+    record = from_dict(Open, {"name": "n", "note": "kept"}, "x", extra=True)
+    assert record.extra == {"note": "kept"} and to_dict(record) == {"name": "n", "note": "kept"}
+    with pytest.raises(OffbenchError, match="'note' is not a known key"):
+        from_dict(Open, {"name": "n", "note": "kept"}, "x")
+
+
+def test_files_name_themselves_in_parse_errors(tmp_path):
+    (tmp_path / "a.toml").write_text("id = ")
+    (tmp_path / "a.json").write_text("{")
+    (tmp_path / "b.json").write_bytes(b"\xff")
+    with pytest.raises(OffbenchError, match=r"a\.toml: malformed TOML"):
+        read_toml(tmp_path / "a.toml", Card, "card")
+    with pytest.raises(OffbenchError, match=r"a\.json: card is not valid JSON"):
+        read_json(tmp_path / "a.json", Card, "card")
+    with pytest.raises(OffbenchError, match=r"b\.json: card is not UTF-8"):
+        read_json(tmp_path / "b.json", Card, "card")
+    with pytest.raises(OffbenchError, match=r"missing\.json: cannot read card"):
+        read_json(tmp_path / "missing.json", Card, "card")
+
+
+def test_field_table_lists_every_field_with_its_type_default_and_meaning():
+    table = field_table(Card)
+    assert "| `id` | a string | required | the dataset id |" in table
+    assert "| `sizes` | a list of integers (ge 1) | `()` |" in table
+    assert table.count("\n") == 1 + len(dataclasses.fields(Card))
