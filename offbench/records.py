@@ -5,8 +5,9 @@ A record declares its fields with types (`bool`, `int`, `float`, `str`, optional
 `from_dict(Record, data, where)` checks every key against them and builds the record, or raises one
 `OffbenchError` line naming the file and the field (`cards/x.toml: 'source.recipe.seed' must be at least 0, got -1`),
 which the CLI prints and exits 2 on. A record may add checks that span fields in a `check()` method that raises
-`Invalid("'field' problem")`; `from_dict` prefixes it with `where`. Writers build the same classes and call
-`to_dict`, so what is written is what is read.
+`Invalid("'field' problem")`; `from_dict` puts it on the field's dotted path. Writers build the same classes and
+call `to_dict`, so what is written is what is read. A key that is a Python keyword (`import`, `from`) is declared
+as a field with a trailing underscore (`import_`), as PEP 8 names such attributes.
 
 Why not pydantic (installed here as a dependency of ray): its errors are several lines per field and its import
 costs about 60 ms on every CLI call; the rules our files need are the few above, which fit in this module.
@@ -17,7 +18,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import keyword
 import math
+import re
 import tomllib
 import types
 import typing
@@ -54,7 +57,8 @@ def describe(annotation: Any) -> str:
         return "one of " + ", ".join(map(str, args))
     if origin in (tuple, list):
         item = describe(args[0]) if args else "values"
-        plural = {"a number": "numbers", "an integer": "integers", "a string": "strings", "true or false": "booleans"}.get(item, item)
+        plural = {"a number": "numbers", "an integer": "integers", "a string": "strings", "true or false": "booleans",
+                  "a table": "tables"}.get(item, item)
         if origin is tuple and args and args[-1] is not Ellipsis:
             return f"a list of {len(args)} {plural}"
         return f"a list of {plural}"
@@ -191,8 +195,22 @@ def _missing(where: str, key: str) -> str:
     return f"{where}: missing required key '{key}'"
 
 
+def _located(where: str, message: str) -> str:
+    """A record's own `check()` message placed in its file: `file: 'a'` + `'b' is bad` -> `file: 'a.b' is bad`;
+    a message that names no field is about the record itself (`file: 'a' needs ...`, `file: needs ...`)."""
+    if message.startswith("'") and "'" in message[1:]:
+        field, rest = message[1:].split("'", 1)
+        return _nested(where, field) + rest
+    return f"{where} {message}" if where.endswith("'") and ": '" in where else f"{where}: {message}"
+
+
 def _required(f: dataclasses.Field) -> bool:
     return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+
+
+def _key(f: dataclasses.Field) -> str:
+    """The key a field is read from and written to: its name, less the trailing underscore of a keyword (`import_`)."""
+    return f.name[:-1] if f.name.endswith("_") and keyword.iskeyword(f.name[:-1]) else f.name
 
 
 def from_dict(cls: type[R], data: Any, where: str, *, extra: bool = False) -> R:
@@ -202,20 +220,21 @@ def from_dict(cls: type[R], data: Any, where: str, *, extra: bool = False) -> R:
     if not isinstance(data, Mapping):
         raise OffbenchError(f"{where} must be a table, got {_shown(data)}")
     types_, limits = field_types(cls), field_limits(cls)
-    unknown = [key for key in data if key not in types_ or (key == "extra" and extra)]
+    fields = {_key(f): f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
+    unknown = [key for key in data if key not in fields or (key == "extra" and extra)]
     if unknown and not extra:
-        known = ", ".join(sorted(k for k in types_ if k != "extra"))
+        known = ", ".join(sorted(k for k in fields if k != "extra"))
         raise OffbenchError(f"{_nested(where, unknown[0])} is not a known key (known: {known})")
     values: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-        if not f.init or (extra and f.name == "extra"):
+    for key, f in fields.items():
+        if extra and f.name == "extra":
             continue
-        if f.name not in data:
+        if key not in data:
             if _required(f):
-                raise OffbenchError(_missing(where, f.name))
+                raise OffbenchError(_missing(where, key))
             continue
-        at = _nested(where, f.name)
-        values[f.name] = check_allowed(coerce(data[f.name], types_[f.name], at), limits[f.name], at)
+        at = _nested(where, key)
+        values[f.name] = check_allowed(coerce(data[key], types_[f.name], at), limits[f.name], at)
     if extra:
         values["extra"] = {key: data[key] for key in unknown}
     record = cls(**values)
@@ -224,7 +243,7 @@ def from_dict(cls: type[R], data: Any, where: str, *, extra: bool = False) -> R:
         try:
             check()
         except Invalid as exc:
-            raise OffbenchError(f"{where}: {exc}") from None
+            raise OffbenchError(_located(where, str(exc))) from None
     return record
 
 
@@ -240,7 +259,7 @@ def to_dict(record: Any) -> dict[str, Any]:
             return {k: plain(v) for k, v in value.items()}
         return value
 
-    out = {f.name: plain(getattr(record, f.name)) for f in dataclasses.fields(record) if f.init and f.name != "extra"}
+    out = {_key(f): plain(getattr(record, f.name)) for f in dataclasses.fields(record) if f.init and f.name != "extra"}
     out = {k: v for k, v in out.items() if v is not None}
     out.update(getattr(record, "extra", None) or {})
     return out
@@ -282,5 +301,19 @@ def field_table(cls: type) -> str:
         kind = describe(types_[f.name])
         if limits:
             kind += " (" + ", ".join(f"{k} {v}" if k != "choices" else "one of " + ", ".join(map(str, v)) for k, v in limits.items()) + ")"
-        rows.append(f"| `{f.name}` | {kind} | {default} | {f.metadata.get('doc', '')} |")
+        rows.append(f"| `{_key(f)}` | {kind} | {default} | {f.metadata.get('doc', '')} |")
     return "\n".join(rows)
+
+
+def fill_field_tables(text: str, *classes: type) -> str:
+    """`text` (a markdown page) with the block between `<!-- fields:Name -->` and `<!-- /fields:Name -->` made
+    afresh by `field_table` for each record class given. A page without a class's block is an error, so a
+    renamed record cannot leave its documented fields behind unnoticed."""
+    for cls in classes:
+        name = cls.__name__
+        block = re.compile(rf"(<!-- fields:{name} -->\n).*?(<!-- /fields:{name} -->)", re.DOTALL)
+        if not block.search(text):
+            raise OffbenchError(f"no <!-- fields:{name} --> ... <!-- /fields:{name} --> block to fill")
+        table = field_table(cls)
+        text = block.sub(lambda match, table=table: f"{match[1]}{table}\n{match[2]}", text)
+    return text

@@ -9,7 +9,16 @@ from typing import Literal
 import pytest
 
 from offbench.errors import OffbenchError
-from offbench.records import Invalid, field_table, from_dict, ranged, read_json, read_toml, to_dict
+from offbench.records import (
+    Invalid,
+    field_table,
+    fill_field_tables,
+    from_dict,
+    ranged,
+    read_json,
+    read_toml,
+    to_dict,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,3 +103,48 @@ def test_field_table_lists_every_field_with_its_type_default_and_meaning():
     assert "| `id` | a string | required | the dataset id |" in table
     assert "| `sizes` | a list of integers (ge 1) | `()` |" in table
     assert table.count("\n") == 1 + len(dataclasses.fields(Card))
+
+
+@dataclasses.dataclass(frozen=True)
+class Imported:
+    from_: str = ranged(doc="where it came from")
+    span: tuple[int, int] | None = None
+
+    def check(self) -> None:
+        if self.span is not None and self.span[0] > self.span[1]:
+            raise Invalid(f"'span' must be in increasing order, got {list(self.span)}")
+        if self.from_ == "nowhere":
+            raise Invalid("needs a real origin")
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    import_: Imported | None = None
+    parts: list[Imported] = dataclasses.field(default_factory=list)
+
+
+def test_keyword_keys_are_fields_with_a_trailing_underscore():
+    source = from_dict(Source, {"import": {"from": "/data"}}, "s.toml")
+    assert source.import_ == Imported(from_="/data") and to_dict(source) == {"import": {"from": "/data"}, "parts": []}
+    with pytest.raises(OffbenchError, match=r"^s\.toml: 'import\.from_' is not a known key \(known: from, span\)$"):
+        from_dict(Source, {"import": {"from_": "/data"}}, "s.toml")
+    assert "| `from` | a string | required | where it came from |" in field_table(Imported)
+    assert "| `parts` | a list of tables | empty |" in field_table(Source)
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"import": {"from": "x", "span": [2, 1]}}, "s.toml: 'import.span' must be in increasing order, got [2, 1]"),
+    ({"parts": [{"from": "x"}, {"from": "x", "span": [2, 1]}]}, "s.toml: 'parts[1].span' must be in increasing order"),
+    ({"import": {"from": "nowhere"}}, "s.toml: 'import' needs a real origin"),
+])
+def test_a_nested_records_own_check_names_the_dotted_field(data, message):
+    with pytest.raises(OffbenchError) as caught:
+        from_dict(Source, data, "s.toml")
+    assert str(caught.value).startswith(message)
+
+
+def test_field_table_blocks_in_a_page_are_regenerated_and_must_exist():
+    page = "intro\n<!-- fields:Imported -->\nstale\n<!-- /fields:Imported -->\nafter\n"
+    assert fill_field_tables(page, Imported) == f"intro\n<!-- fields:Imported -->\n{field_table(Imported)}\n<!-- /fields:Imported -->\nafter\n"
+    with pytest.raises(OffbenchError, match="no <!-- fields:Source -->"):
+        fill_field_tables(page, Source)
