@@ -58,7 +58,7 @@ def describe(annotation: Any) -> str:
     if origin in (tuple, list):
         item = describe(args[0]) if args else "values"
         plural = {"a number": "numbers", "an integer": "integers", "a string": "strings", "true or false": "booleans",
-                  "a table": "tables"}.get(item, item)
+                  "a table": "tables", "any value": "values"}.get(item, item)
         if origin is tuple and args and args[-1] is not Ellipsis:
             return f"a list of {len(args)} {plural}"
         return f"a list of {plural}"
@@ -66,7 +66,7 @@ def describe(annotation: Any) -> str:
         return "a table"
     if dataclasses.is_dataclass(annotation):
         return "a table"
-    return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(annotation, str(annotation))
+    return {bool: "true or false", int: "an integer", float: "a number", str: "a string", Any: "any value"}.get(annotation, str(annotation))
 
 
 def coerce(value: Any, annotation: Any, where: str) -> Any:
@@ -154,8 +154,8 @@ def check_allowed(value: Any, allowed: Mapping[str, Any], where: str) -> Any:
             raise OffbenchError(f"{where} must be one of {', '.join(map(str, allowed['choices']))}, got {_shown(item)}")
         bounds = [(symbol, bound, test) for key, (symbol, test) in _BOUNDS.items() if (bound := allowed.get(key)) is not None]
         if not all(test(item, bound) for _, bound, test in bounds):
-            wanted = " and ".join(f"{symbol} {bound:g}" for symbol, bound, _ in bounds)
-            raise OffbenchError(f"{where} must be {wanted}, got {_shown(value)}")
+            wanted = " and ".join(f"{symbol} {bound if isinstance(bound, int) else format(bound, 'g')}" for symbol, bound, _ in bounds)
+            raise OffbenchError(f"{where} must be {wanted}, got {_shown(item)}")
     return value
 
 
@@ -215,8 +215,10 @@ def _key(f: dataclasses.Field) -> str:
 
 def from_dict(cls: type[R], data: Any, where: str, *, extra: bool = False) -> R:
     """Build record `cls` from parsed TOML / JSON data, checking every field; `where` names the file (and the
-    table, for a nested record) in errors. Unknown keys are refused, unless `extra` (the record then keeps them
-    in its `extra` field)."""
+    table, for a nested record) in errors. Unknown keys are refused, unless `extra` or the class's `open_keys`
+    (which holds wherever the record is read, nested too): the record then keeps them in its `extra` field, each
+    checked as X when that field is typed `dict[str, X]`."""
+    extra = extra or getattr(cls, "open_keys", False)
     if not isinstance(data, Mapping):
         raise OffbenchError(f"{where} must be a table, got {_shown(data)}")
     types_, limits = field_types(cls), field_limits(cls)
@@ -236,7 +238,8 @@ def from_dict(cls: type[R], data: Any, where: str, *, extra: bool = False) -> R:
         at = _nested(where, key)
         values[f.name] = check_allowed(coerce(data[key], types_[f.name], at), limits[f.name], at)
     if extra:
-        values["extra"] = {key: data[key] for key in unknown}
+        kept = {key: data[key] for key in unknown}
+        values["extra"] = coerce(kept, types_["extra"], where) if typing.get_args(types_["extra"]) else kept
     record = cls(**values)
     check = getattr(record, "check", None)
     if callable(check):
@@ -261,7 +264,7 @@ def to_dict(record: Any) -> dict[str, Any]:
 
     out = {_key(f): plain(getattr(record, f.name)) for f in dataclasses.fields(record) if f.init and f.name != "extra"}
     out = {k: v for k, v in out.items() if v is not None}
-    out.update(getattr(record, "extra", None) or {})
+    out.update(plain(getattr(record, "extra", None) or {}))
     return out
 
 

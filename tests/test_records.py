@@ -4,7 +4,7 @@ file and the field, and writers round-trip through the same classes."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 import pytest
 
@@ -82,6 +82,41 @@ def test_extra_keys_are_kept_only_when_the_record_asks():
     assert record.extra == {"note": "kept"} and to_dict(record) == {"name": "n", "note": "kept"}
     with pytest.raises(OffbenchError, match="'note' is not a known key"):
         from_dict(Open, {"name": "n", "note": "kept"}, "x")
+
+
+@dataclasses.dataclass(frozen=True)
+class Draws:
+    """A table of fixed keys beside open ones (like a sweep's [random]), each open key an Imported."""
+
+    open_keys: ClassVar[bool] = True
+    samples: int = ranged(ge=1)
+    extra: dict[str, Imported] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Sweep:
+    draws: Draws | None = None
+    seeds: tuple[int, ...] = ranged((), ge=0, lt=2**32)
+    values: list[Any] = dataclasses.field(default_factory=list)
+
+
+def test_a_nested_record_with_open_keys_keeps_and_checks_them():
+    sweep = from_dict(Sweep, {"draws": {"samples": 2, "lr": {"from": "a", "span": [1, 2]}}}, "s.toml")
+    assert sweep.draws == Draws(samples=2, extra={"lr": Imported(from_="a", span=(1, 2))})
+    assert to_dict(sweep) == {"draws": {"samples": 2, "lr": {"from": "a", "span": [1, 2]}}, "seeds": [], "values": []}
+    with pytest.raises(OffbenchError, match=r"^s\.toml: 'draws\.lr\.span' must be in increasing order, got \[2, 1\]$"):
+        from_dict(Sweep, {"draws": {"samples": 2, "lr": {"from": "a", "span": [2, 1]}}}, "s.toml")
+    with pytest.raises(OffbenchError, match=r"^s\.toml: 'draws\.lr' must be a table, got 3$"):
+        from_dict(Sweep, {"draws": {"samples": 2, "lr": 3}}, "s.toml")
+    with pytest.raises(OffbenchError, match=r"^s\.toml: missing required key 'draws\.samples'$"):
+        from_dict(Sweep, {"draws": {"lr": {"from": "a"}}}, "s.toml")
+
+
+def test_integer_bounds_read_as_integers_and_the_offending_item_is_shown():
+    with pytest.raises(OffbenchError, match=r"^s\.toml: 'seeds' must be at least 0 and less than 4294967296, got 4294967296$"):
+        from_dict(Sweep, {"seeds": [0, 2**32]}, "s.toml")
+    assert "| `seeds` | a list of integers (ge 0, lt 4294967296) |" in field_table(Sweep)
+    assert "| `values` | a list of values |" in field_table(Sweep)
 
 
 def test_files_name_themselves_in_parse_errors(tmp_path):
