@@ -51,126 +51,162 @@ def run_group(env, algo: SourceAlgorithm, num_episodes: int, env_streams: RowStr
     rewards None where they are the table's. progress(n): n more episodes done. `loop`: "numba" runs the
     compiled loop where the source has one (`compiled.py`; same bytes). A source with `start_states()` (a roll-in)
     gives each episode's first state itself. Returns the steps each history took."""
-    rows, states, actions, horizon = env.num_envs, env.num_states, env.num_actions, env.horizon
-    next_table, reward_table, terminal_table = env.tables()
-    offsets = np.arange(rows, dtype=np.int64) * states
-    next_flat = (next_table + offsets[:, None, None]).reshape(-1)  # flat next state of every flat (state, action)
-    rewards_flat, terminal_flat = reward_table.reshape(-1), terminal_table.reshape(-1)
-    terminates = bool(terminal_flat.any())
-    if in_lockstep and horizon > 1 and terminates:
-        raise ValueError("episodes of these rows can end early: they cannot run in lockstep")
-    noise = env_streams.per_step(env.reward_noise) if hasattr(env, "noisy_rewards") else None
+    group = Group(env, algo, num_episodes, env_streams, sink, in_lockstep, loop)
+    if in_lockstep:
+        return run_lockstep(group, progress)
+    return StagedRun(group, progress).run()
 
-    capacity = num_episodes * horizon  # the most steps a history can take
-    block = block_steps(rows, horizon)
-    sa_log = np.empty((block, rows), dtype=np.int64)
-    ended_log = None if in_lockstep else np.empty((block, rows), dtype=bool)
-    reward_log = np.empty((block, rows), dtype=np.float32) if noise is not None else None
-    start = offsets + env.start_state
-    start_states = getattr(algo, "start_states", None)  # a roll-in that draws each episode's first state
-    if start_states is not None and not in_lockstep:
-        raise ValueError("a source that draws its episodes' start states runs in lockstep only")
 
-    def episode_start() -> np.ndarray:
-        return start if start_states is None else offsets + start_states()
+class Group:
+    """One group of histories being stepped: its environment as flat tables, its source, the block of log the
+    steps go to and the rows' positions (state, step within the episode, episode). The lockstep and the staged
+    runners drive it."""
 
-    def one_step(state: np.ndarray, i: int, nominal) -> tuple[np.ndarray, np.ndarray | None]:
-        """Act, move, learn, logging the step in row i of the block; returns the next states and (if any can) terminations."""
-        action = algo.act(state, nominal)
-        sa = np.multiply(state, actions, out=sa_log[i])
+    def __init__(self, env, algo: SourceAlgorithm, num_episodes: int, env_streams: RowStreams, sink, in_lockstep: bool, loop: str):
+        self.env, self.algo, self.num_episodes, self.sink = env, algo, num_episodes, sink
+        self.rows, states, self.actions, self.horizon = env.num_envs, env.num_states, env.num_actions, env.horizon
+        next_table, reward_table, terminal_table = env.tables()
+        self.offsets = np.arange(self.rows, dtype=np.int64) * states
+        self.next_flat = (next_table + self.offsets[:, None, None]).reshape(-1)  # flat next state of every flat (state, action)
+        self.rewards_flat, self.terminal_flat = reward_table.reshape(-1), terminal_table.reshape(-1)
+        self.terminates = bool(self.terminal_flat.any())
+        if in_lockstep and self.horizon > 1 and self.terminates:
+            raise ValueError("episodes of these rows can end early: they cannot run in lockstep")
+        self.noise = env_streams.per_step(env.reward_noise) if hasattr(env, "noisy_rewards") else None
+
+        self.capacity = num_episodes * self.horizon  # the most steps a history can take
+        self.block = block_steps(self.rows, self.horizon)
+        self.reward_log = np.empty((self.block, self.rows), dtype=np.float32) if self.noise is not None else None
+        self.start = self.offsets + env.start_state
+        self.start_states = getattr(algo, "start_states", None)  # a roll-in that draws each episode's first state
+        if self.start_states is not None and not in_lockstep:
+            raise ValueError("a source that draws its episodes' start states runs in lockstep only")
+
+        self.compiled = compiled_source(env, algo, loop)
+        if self.compiled:  # the compiled loop logs rows first; the sinks get the same (steps, rows) arrays, as transposed views
+            self.compiled_tables = self.compiled.tables(self.next_flat, self.rewards_flat, self.terminal_flat)
+            self.sa_rows, self.ended_rows = np.empty((self.rows, self.block), dtype=np.int64), np.empty((self.rows, self.block), dtype=bool)
+            self.sa_log, self.ended_log = self.sa_rows.T, None if in_lockstep else self.ended_rows.T
+        else:
+            self.sa_log = np.empty((self.block, self.rows), dtype=np.int64)
+            self.ended_log = None if in_lockstep else np.empty((self.block, self.rows), dtype=bool)
+        self.draws: list[np.ndarray] = []  # the compiled loop's current block of draws (uniforms, random actions)
+
+        self.state = self.episode_start().copy()
+        self.length = np.full(self.rows, self.capacity, dtype=np.int64)  # logged steps per row
+        self.t, self.episode = np.zeros(self.rows, dtype=np.int64), np.zeros(self.rows, dtype=np.int64)
+        self.finished_at = np.zeros(self.rows, dtype=np.int64)  # the compiled loop: the step after each row's last episode ended
+
+    def episode_start(self) -> np.ndarray:
+        return self.start if self.start_states is None else self.offsets + self.start_states()
+
+    def one_step(self, i: int, nominal) -> tuple[np.ndarray, np.ndarray | None]:
+        """Act from the rows' states, move, learn, logging the step in row i of the block; returns the next states
+        and (if any can) terminations."""
+        action = self.algo.act(self.state, nominal)
+        sa = np.multiply(self.state, self.actions, out=self.sa_log[i])
         sa += action
-        next_state = next_flat.take(sa)
-        reward = rewards_flat.take(sa)
-        if noise is not None:
-            reward = reward_log[i] = env.noisy_rewards(reward, noise())
-        terminated = terminal_flat.take(sa) if terminates else None
-        algo.update(sa, reward, next_state, terminated)
+        next_state = self.next_flat.take(sa)
+        reward = self.rewards_flat.take(sa)
+        if self.noise is not None:
+            reward = self.reward_log[i] = self.env.noisy_rewards(reward, self.noise())
+        terminated = self.terminal_flat.take(sa) if self.terminates else None
+        self.algo.update(sa, reward, next_state, terminated)
         return next_state, terminated
 
-    def flush(step: int) -> None:
-        """Hand the logged steps (up to `step`) to the sink."""
-        n = (step - 1) % block + 1
-        sink(step - n, sa_log[:n], None if ended_log is None else ended_log[:n], None if reward_log is None else reward_log[:n])
-
-    compiled = compiled_source(env, algo, loop)
-    if compiled:  # the compiled loop logs rows first; the sinks get the same (steps, rows) arrays, as transposed views
-        tables = compiled.tables(next_flat, rewards_flat, terminal_flat)
-        sa_rows, ended_rows = np.empty((rows, block), dtype=np.int64), np.empty((rows, block), dtype=bool)
-        sa_log, ended_log = sa_rows.T, None if in_lockstep else ended_rows.T
-    draws: list[np.ndarray] = []  # the compiled loop's current block of draws (uniforms, random actions)
-
-    def compiled_span(step: int) -> int:
+    def compiled_span(self, step: int) -> int:
         """Run the compiled loop from `step` over one span (within one block of log and one block of draws, a new
         block drawn when one starts); returns the step after it."""
         per_block = RowStreams.BLOCK_STEPS
         if step % per_block == 0:
-            draws[:] = compiled.draws()
-        n = min(per_block - step % per_block, block - step % block, capacity - step)
-        run_span(n, horizon, num_episodes, step, state, start, t, episode, finished_at, sa_rows, ended_rows, step % block, draws[0], draws[1],
-                 step % per_block, tables)
+            self.draws[:] = self.compiled.draws()
+        n = min(per_block - step % per_block, self.block - step % self.block, self.capacity - step)
+        run_span(n, self.horizon, self.num_episodes, step, self.state, self.start, self.t, self.episode, self.finished_at,
+                 self.sa_rows, self.ended_rows, step % self.block, self.draws[0], self.draws[1], step % per_block, self.compiled_tables)
         return step + n
 
-    step, state = 0, episode_start().copy()
-    length = np.full(rows, capacity, dtype=np.int64)  # logged steps per row
-    t, episode = np.zeros(rows, dtype=np.int64), np.zeros(rows, dtype=np.int64)
-    finished_at = np.zeros(rows, dtype=np.int64)  # the compiled loop: the step after each row's last episode ended
-    if in_lockstep:  # the nominal step is the step, for every row
-        while step < capacity:
-            if compiled:
-                step = compiled_span(step)
-            else:
-                next_state, _ = one_step(state, step % block, step)
-                step += 1
-                state = next_state if step % horizon else episode_start()
-            if step % block == 0 or step == capacity:
-                flush(step)
-                progress(rows * ((step - 1) % block + 1) // horizon)
-        return length
+    def flush(self, step: int) -> int:
+        """Hand the logged steps (up to `step`) to the sink; returns how many there were."""
+        n = (step - 1) % self.block + 1
+        self.sink(step - n, self.sa_log[:n], None if self.ended_log is None else self.ended_log[:n],
+                  None if self.reward_log is None else self.reward_log[:n])
+        return n
 
-    episode_base = np.zeros(rows, dtype=np.int64)  # nominal step of the current episode's first step
-    flushed_episodes = np.zeros(rows, dtype=np.int64)  # episodes each row had ended at the last flush
-    flushed_step = 0
 
-    def flush_and_count(step: int) -> None:
-        """flush(step), then the length of each history that ended its last episode in the flushed block (the
-        step after that episode's end in the block), and progress."""
-        flush(step)
-        n = (step - 1) % block + 1
-        finishing = np.flatnonzero((flushed_episodes < num_episodes) & (episode >= num_episodes))
+def run_lockstep(group: Group, progress: Callable[[int], None]) -> np.ndarray:
+    """Every row's episodes last `horizon` steps: the nominal step is the step, for every row."""
+    step = 0
+    while step < group.capacity:
+        if group.compiled:
+            step = group.compiled_span(step)
+        else:
+            next_state, _ = group.one_step(step % group.block, step)
+            step += 1
+            group.state = next_state if step % group.horizon else group.episode_start()
+        if step % group.block == 0 or step == group.capacity:
+            progress(group.rows * group.flush(step) // group.horizon)
+    return group.length
+
+
+class StagedRun:
+    """A group whose episodes can end early: each row runs until its last episode ends, and its length is known
+    once the block it ended in is flushed."""
+
+    def __init__(self, group: Group, progress: Callable[[int], None]):
+        self.group, self.progress = group, progress
+        self.flushed_episodes = np.zeros(group.rows, dtype=np.int64)  # episodes each row had ended at the last flush
+        self.flushed_step = 0
+
+    def run(self) -> np.ndarray:
+        step = self.run_compiled() if self.group.compiled else self.run_numpy()
+        if step > self.flushed_step:
+            self.flush_and_count(step)
+        return self.group.length
+
+    def run_compiled(self) -> int:
+        group, step = self.group, 0
+        while step < group.capacity:
+            step = group.compiled_span(step)
+            if group.episode.min() >= group.num_episodes:
+                return int(group.finished_at.max())
+            if step % group.block == 0:
+                self.flush_and_count(step)
+        return step
+
+    def run_numpy(self) -> int:
+        group, step = self.group, 0
+        episode_base = np.zeros(group.rows, dtype=np.int64)  # nominal step of the current episode's first step
+        while step < group.capacity:
+            next_state, terminated = group.one_step(step % group.block, episode_base + group.t)  # past its history, a row's nominal steps run on
+            group.t += 1
+            step += 1
+            ended = np.equal(group.t, group.horizon, out=group.ended_log[(step - 1) % group.block])
+            if terminated is not None:
+                ended |= terminated
+            if ended.any():
+                next_state = np.where(ended, group.start, next_state)
+                group.t[ended] = 0
+                group.episode += ended
+                np.multiply(group.episode, group.horizon, out=episode_base)
+                if group.episode.min() >= group.num_episodes:
+                    return step
+            if step % group.block == 0:
+                self.flush_and_count(step)
+            group.state = next_state
+        return step
+
+    def flush_and_count(self, step: int) -> None:
+        """Flush the block up to `step`, then set the length of each history that ended its last episode in it (the
+        step after that episode's end), and report progress."""
+        group = self.group
+        n = group.flush(step)
+        episode, num_episodes = group.episode, group.num_episodes
+        finishing = np.flatnonzero((self.flushed_episodes < num_episodes) & (episode >= num_episodes))
         if len(finishing):
-            ends_so_far = flushed_episodes[finishing] + np.cumsum(ended_log[:n, finishing], axis=0)
-            length[finishing] = step - n + (ends_so_far < num_episodes).sum(axis=0) + 1
-        progress(int(np.minimum(episode, num_episodes).sum() - np.minimum(flushed_episodes, num_episodes).sum()))
-        nonlocal flushed_step
-        flushed_episodes[:], flushed_step = episode, step
-
-    while compiled and step < capacity:
-        step = compiled_span(step)
-        if episode.min() >= num_episodes:
-            step = int(finished_at.max())
-            break
-        if step % block == 0:
-            flush_and_count(step)
-    while not compiled and step < capacity:
-        next_state, terminated = one_step(state, step % block, episode_base + t)  # past its history, a row's nominal steps run on
-        t += 1
-        step += 1
-        ended = np.equal(t, horizon, out=ended_log[(step - 1) % block])
-        if terminated is not None:
-            ended |= terminated
-        if ended.any():
-            next_state = np.where(ended, start, next_state)
-            t[ended] = 0
-            episode += ended
-            np.multiply(episode, horizon, out=episode_base)
-            if episode.min() >= num_episodes:
-                break
-        if step % block == 0:
-            flush_and_count(step)
-        state = next_state
-    if step > flushed_step:
-        flush_and_count(step)
-    return length
+            ends_so_far = self.flushed_episodes[finishing] + np.cumsum(group.ended_log[:n, finishing], axis=0)
+            group.length[finishing] = step - n + (ends_so_far < num_episodes).sum(axis=0) + 1
+        self.progress(int(np.minimum(episode, num_episodes).sum() - np.minimum(self.flushed_episodes, num_episodes).sum()))
+        self.flushed_episodes[:], self.flushed_step = episode, step
 
 
 def as_words(table: np.ndarray) -> np.ndarray:
