@@ -10,8 +10,9 @@ import pytest
 from helpers import require_extra
 from offbench.data.cards import read_card
 from offbench.data.store import load_native
-from offbench.envs.multitask import episode_seed, evaluate_tasks, summarise
+from offbench.envs.multitask import episode_seed
 from offbench.errors import OffbenchError
+from offbench.evaluation.lanes import evaluate_tasks, summarise
 
 require_extra("metaworld", "metaworld")
 require_extra("minigrid", "minigrid")

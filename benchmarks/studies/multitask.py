@@ -186,7 +186,7 @@ def command_evaluation_cost(args: argparse.Namespace) -> None:
     import offbench
     from offbench.baselines.base import DatasetSpec
     from offbench.data.cards import get_card
-    from offbench.envs.multitask import evaluate_tasks
+    from offbench.evaluation.lanes import evaluate_tasks
     from offbench.evaluation.policy import PolicyOptions
 
     from offbench.utils import keep_freed_memory

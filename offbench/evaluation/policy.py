@@ -31,7 +31,7 @@ class Policy(Protocol):
     `observe(rewards, dones)`; `dones[i]` is True when row i's episode ended at that step (the next `act` sees
     the first observation of its next episode).
 
-    Optional: `drop(keep)`, for evaluators whose rows end for good (`offbench.envs.live_rows.LiveRows`): the
+    Optional: `drop(keep)`, for evaluators whose rows end for good (`offbench.evaluation.live_rows.LiveRows`): the
     rows where `keep` is False are gone, and later calls carry only the kept rows, in order. A policy without it
     gets every row to the end."""
 

@@ -205,7 +205,7 @@ class MultiTask:
         }
 
     def evaluate(self, baseline: Any, step: int) -> list[dict[str, Any]]:
-        from offbench.envs.multitask import evaluate_tasks
+        from offbench.evaluation.lanes import evaluate_tasks
 
         setup = self.setup
         records = []

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import gymnasium as gym
 import numpy as np
 
-from offbench.envs.live_rows import LiveRows
+from offbench.evaluation.live_rows import LiveRows
 
 if TYPE_CHECKING:  # the protocol only: importing it would pull in torch, which seeds and configs do not need
     from offbench.evaluation.policy import Policy

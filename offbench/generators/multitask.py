@@ -1,7 +1,7 @@
 """Collect a multi-task offline dataset in parallel processes, resumably, then merge it into one native file.
 
 The work is cut into jobs of (task, a chunk of episodes). Each job plays its episodes through the same
-lock-step loop the evaluator uses (`offbench.envs.multitask.run_lanes`) and writes a shard (`.npz`, plain arrays,
+lock-step loop the evaluator uses (`offbench.evaluation.lanes.run_lanes`) and writes a shard (`.npz`, plain arrays,
 loaded with `allow_pickle=False`) into a work folder next to the output, atomically. A rerun of the same recipe
 skips every job whose shard exists, so an interrupted collection resumes where it stopped; a different recipe
 finding the folder is refused. The merge concatenates shards in (task, episode) order, so the content does not
@@ -36,8 +36,9 @@ from typing import Any, Callable, Sequence
 import gymnasium as gym
 import numpy as np
 
-from offbench.envs.multitask import EnvPool, Lane, episode_seed, run_lanes, task_names
+from offbench.envs.multitask import EnvPool, Lane, episode_seed, task_names
 from offbench.errors import OffbenchError
+from offbench.evaluation.lanes import run_lanes
 from offbench.utils import atomic_write_bytes, check_space, disk_full_error, progress_bar
 
 QUALITIES = ("near-optimal", "sub-optimal", "mixed")
