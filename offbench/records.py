@@ -24,7 +24,7 @@ import re
 import tomllib
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -40,12 +40,14 @@ class Invalid(ValueError):
 
 def ranged(default: Any = dataclasses.MISSING, *, ge: float | None = None, gt: float | None = None, le: float | None = None,
            lt: float | None = None, choices: tuple[Any, ...] | None = None, default_factory: Any = dataclasses.MISSING,
-           doc: str = "") -> Any:
+           doc: str = "", null: bool | Callable[[Any], bool] = False) -> Any:
     """A record field with its allowed values declared next to it (bounds and choices apply to every item of a
     list), checked whenever the record is read: a bad value is refused before anything is made from it. `doc`
-    is the field's one-line meaning, for the generated field tables in docs/."""
+    is the field's one-line meaning, for the generated field tables in docs/. `null` (JSON files): `to_dict`
+    writes the field as null when it is None instead of leaving it out, so a reader sees it was measured and
+    has no value; a function of the record says when (`null=lambda line: line.in_context_returns is not None`)."""
     limits = {key: value for key, value in (("ge", ge), ("gt", gt), ("le", le), ("lt", lt), ("choices", choices)) if value is not None}
-    return dataclasses.field(default=default, default_factory=default_factory, metadata={"allowed": limits, "doc": doc})
+    return dataclasses.field(default=default, default_factory=default_factory, metadata={"allowed": limits, "doc": doc, "null": null})
 
 
 def describe(annotation: Any) -> str:
@@ -252,7 +254,7 @@ def from_dict(cls: type[R], data: Any, where: str, *, extra: bool = False) -> R:
 
 def to_dict(record: Any) -> dict[str, Any]:
     """A record as TOML / JSON-ready data: nested records as tables, tuples as lists, None fields left out (TOML
-    has no null; a missing optional key reads back as its default None)."""
+    has no null; a missing optional key reads back as its default None) unless declared `ranged(null=...)`."""
     def plain(value: Any) -> Any:
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
             return to_dict(value)
@@ -262,10 +264,15 @@ def to_dict(record: Any) -> dict[str, Any]:
             return {k: plain(v) for k, v in value.items()}
         return value
 
-    out = {_key(f): plain(getattr(record, f.name)) for f in dataclasses.fields(record) if f.init and f.name != "extra"}
-    out = {k: v for k, v in out.items() if v is not None}
+    out = {_key(f): plain(getattr(record, f.name)) for f in dataclasses.fields(record)
+           if f.init and f.name != "extra" and (getattr(record, f.name) is not None or _written_null(f, record))}
     out.update(plain(getattr(record, "extra", None) or {}))
     return out
+
+
+def _written_null(f: dataclasses.Field, record: Any) -> bool:
+    null = f.metadata.get("null", False)
+    return bool(null(record) if callable(null) else null)
 
 
 def read_toml(path: str | Path, cls: type[R], what: str, **options: Any) -> R:

@@ -183,3 +183,17 @@ def test_field_table_blocks_in_a_page_are_regenerated_and_must_exist():
     assert fill_field_tables(page, Imported) == f"intro\n<!-- fields:Imported -->\n{field_table(Imported)}\n<!-- /fields:Imported -->\nafter\n"
     with pytest.raises(OffbenchError, match="no <!-- fields:Source -->"):
         fill_field_tables(page, Source)
+
+
+@dataclasses.dataclass(frozen=True)
+class Line:
+    mean: float
+    score: float | None = ranged(None, null=True)
+    curve: list[float] | None = None
+    regret: float | None = ranged(None, null=lambda line: line.curve is not None)
+
+
+def test_fields_declared_null_are_written_as_null_always_or_when_their_rule_says():
+    assert to_dict(Line(1.0)) == {"mean": 1.0, "score": None}
+    assert to_dict(Line(1.0, curve=[1.0])) == {"mean": 1.0, "score": None, "curve": [1.0], "regret": None}
+    assert from_dict(Line, to_dict(Line(1.0, curve=[1.0])), "l.json") == Line(1.0, curve=[1.0])
