@@ -86,3 +86,17 @@ def test_statistics_run_reading_and_figures_do_not_import_the_leaderboard(low):
     """Issue 10: stats and the run-directory reader sit below both the leaderboard and the figures."""
     modules = [name for name in MODULES if name == low or name.startswith(f"{low}.")]
     assert modules and not {(m, name) for m in modules for name in GRAPH[m] if name.startswith("offbench.leaderboard")}
+
+
+@pytest.mark.parametrize("module", [m for m in sorted(MODULES) if m.startswith("offbench.envs")])
+def test_environments_import_neither_evaluation_nor_generators(module):
+    """Environments only step: playing a policy in lanes is evaluation's (offbench.evaluation.lanes), and the
+    generators' source algorithms sit above the environments they run on."""
+    assert not {name for name in GRAPH[module] if name.startswith(("offbench.evaluation", "offbench.generators"))}
+
+
+@pytest.mark.parametrize("module", [m for m in sorted(MODULES) if m.startswith("offbench.data")])
+def test_data_imports_no_environment(module):
+    """The data layer sits below the environments (offbench.envs.xland reads its rulesets from a data file); DPT's
+    posterior labels, which step the card's tasks, come from offbench.generators.task_posterior."""
+    assert not {name for name in GRAPH[module] if name.startswith("offbench.envs")}

@@ -60,7 +60,7 @@ class DPTConfig:
     grad_clip: float = ranged(0.0, ge=0)  # max gradient norm; 0 turns clipping off (DPT does not clip)
     label: str = ranged("optimal", choices=DPT_LABELS)  # "optimal": the query's optimal action (DPT's); "posterior": its
     #                     distribution given each prefix under the card's training tasks (same minimiser, less variance;
-    #                     roll-in cards of tabular tasks only, offbench.envs.task_posterior)
+    #                     roll-in cards of tabular tasks only, offbench.generators.task_posterior)
     state_table: bool = False  # also a learned vector per state for s, s' and the query, added to the transition's
     #                     Linear embedding, where states are a small integer grid (Dark Room's (x, y)): which cells a
     #                     context visited becomes a sum of separable vectors, not a mean of coordinates

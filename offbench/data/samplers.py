@@ -496,7 +496,7 @@ class DPTSampler(_StoreSampler):
 
     `label="posterior"` adds `optimal_action_probabilities` (B, C + 1, A): for every prefix of the context, the
     distribution of the label given the query and that prefix under the card's training tasks
-    (offbench.envs.task_posterior), for a roll-in card whose contexts ignore the task.
+    (offbench.generators.task_posterior), for a roll-in card whose contexts ignore the task.
     """
 
     kind = "dpt"
@@ -527,7 +527,7 @@ class DPTSampler(_StoreSampler):
         self.context_size, self.context = int(context_size), context
         self.posterior = None
         if label == "posterior":
-            from offbench.envs.task_posterior import OptimalActionPosterior
+            from offbench.generators.task_posterior import OptimalActionPosterior
 
             self.posterior = OptimalActionPosterior.for_card(store.card or {}, self.where)
         self.optimal_actions = np.asarray(store.columns["optimal_action"])

@@ -289,7 +289,7 @@ class UniformStates:
     is the cell that step led to."""
 
     learns = False  # a roll-in for DPT's contexts, not a learner: the generator's learning check does not apply
-    ignores_task = True  # states and actions are drawn without looking at the task (offbench.envs.task_posterior)
+    ignores_task = True  # states and actions are drawn without looking at the task (offbench.generators.task_posterior)
     episode_horizon = 1  # the generator runs the task with one-step episodes, each from `start_states()`
 
     @dataclass(frozen=True)

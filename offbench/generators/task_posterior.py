@@ -10,7 +10,8 @@ way) with less variance: a context without the reward now says, in its target, w
 
 Exact only when the roll-in's states and actions ignore the task (DPT's uniform roll-in): a learning history's
 actions come from a learner that knows its goal, so its steps carry evidence about the task that a reward-only
-likelihood leaves out. `for_card` refuses such cards.
+likelihood leaves out. `for_card` refuses such cards. It lives with the generators because whether the posterior
+is exact depends on the algorithm that made the card's data (`ignores_task` in `offbench.generators.sources`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import numpy as np
 
 from offbench.envs.benchmarks import card_tasks, make_batch_env
 from offbench.errors import OffbenchError
+from offbench.generators.sources import ALGORITHMS
 
 
 class OptimalActionPosterior:
@@ -41,8 +43,6 @@ class OptimalActionPosterior:
     def for_card(cls, card: dict[str, Any], where: str = "") -> OptimalActionPosterior:
         """The posterior over the card's training tasks; one line naming the problem where it would not be exact."""
         algo = card.get("source", {}).get("recipe", {}).get("params", {}).get("algo")
-        from offbench.generators.sources import ALGORITHMS
-
         if not getattr(ALGORITHMS.get(algo), "ignores_task", False):
             blind = sorted(name for name, cls_ in ALGORITHMS.items() if getattr(cls_, "ignores_task", False))
             raise OffbenchError(
