@@ -77,7 +77,7 @@ def _describe(id_or_path: str) -> tuple[object, str, object]:
 def info(id_or_path: str = typer.Argument(..., help="Dataset id or path.")) -> None:
     """Card, format found, episodes, transitions, spaces, checksum."""
     store, fmt, card = _describe(id_or_path)
-    if getattr(store, "read_in_place", False):
+    if store.read_in_place:
         _print_rows([("id", card.id if card else "-"), ("format found", fmt), *store.summary_rows()])
         return
     lengths = store.episode_lengths
@@ -121,7 +121,7 @@ def verify(id_or_path: str = typer.Argument(..., help="Dataset id or path."),
     from offbench.data.store import is_native, stored_checksum
 
     store, fmt, card = _describe(id_or_path)
-    if getattr(store, "read_in_place", False):  # the file's sha256: the card's, else the first download's record
+    if store.read_in_place:  # the file's sha256: the card's, else the first download's record
         from offbench.data.download import SUMS_FILE, read_sums
 
         entries = card.source.get("files", []) if card else []

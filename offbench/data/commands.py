@@ -22,7 +22,7 @@ def export(
     if format not in FORMATS:
         raise OffbenchError(f"unknown format '{format}' (known: {', '.join(FORMATS)})")
     store = resolve(id_or_path)
-    if getattr(store, "read_in_place", False):
+    if store.read_in_place:
         raise OffbenchError(f"{store.path}: {store.num_transitions:,} transitions read in place; offbench does not convert such a dataset to another format")
     target = FORMATS[format].export(store, out)
     typer.echo(f"wrote {format}: {target} ({store.num_episodes:,} episodes, {store.num_transitions:,} transitions)")

@@ -426,7 +426,7 @@ def fetch_card(card: DatasetCard, target: Path, mirror: str | None = None, quiet
         raise OffbenchError(
             f"{exc}; this first download was not recorded and has been deleted: check {hint}, then run `offbench download {card.id}` again"
         ) from None
-    in_place = getattr(FORMATS[card.format], "read_in_place", False)  # too large to convert (XLand): the download is the dataset
+    in_place = FORMATS[card.format].read_in_place  # too large to convert (XLand): the download is the dataset
     if not in_place:
         store.card = {**card.to_dict(), "import": store.card}
         store.save(target)

@@ -11,17 +11,19 @@ from typing import Callable, Protocol
 import h5py
 
 from offbench.data import d4rl_format, minari_format
-from offbench.data.store import EpisodeStore, is_native, load_native, open_hdf5
+from offbench.data.store import EpisodeStore, Store, is_native, load_native, open_hdf5
 from offbench.errors import OffbenchError
 from offbench.registry import lookup, register
 
 
 class Format(Protocol):
     name: str
+    read_in_place: bool  # the loaded store's `Store.read_in_place`: never converted to the native format on download
+    writes: bool  # False: a published layout offbench reads but does not write (export says so)
 
     def detect(self, path: Path) -> bool: ...
 
-    def load(self, path: Path) -> EpisodeStore: ...
+    def load(self, path: Path) -> Store: ...
 
     def export(self, store: EpisodeStore, out: Path) -> Path: ...
 
@@ -34,7 +36,8 @@ class FunctionFormat:
     detect: Callable[[Path], bool]
     load: Callable[[Path], EpisodeStore]
     export: Callable[[EpisodeStore, Path], Path]
-    writes: bool = True  # False: a published layout offbench reads but does not write (export says so)
+    writes: bool = True
+    read_in_place: bool = False
 
 
 def _export_native(store: EpisodeStore, out: Path) -> Path:
@@ -55,7 +58,7 @@ for _format in (
 
 def reads_in_place(name: str) -> bool:
     """Whether a format's files are opened where they lie (never converted to the native format on download)."""
-    return bool(getattr(FORMATS.get(name), "read_in_place", False))
+    return name in FORMATS and FORMATS[name].read_in_place
 
 
 class LazyFormat:
@@ -103,7 +106,7 @@ def detect_format(path: Path) -> str:
     raise OffbenchError(f"{path}: not a dataset in any known format ({', '.join(FORMATS)})")
 
 
-def load_path(path: str | Path, format: str | None = None) -> EpisodeStore:
+def load_path(path: str | Path, format: str | None = None) -> Store:
     path = Path(path)
     name = format or detect_format(path)
     return lookup(FORMATS, name, "format").load(path)

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import gymnasium as gym
 import numpy as np
 
+if TYPE_CHECKING:
+    from offbench.data.store import Store
 
 
 @dataclass(frozen=True)
@@ -28,8 +31,8 @@ class DatasetSpec:
     return_range: tuple[float, float] | None = None
 
     @classmethod
-    def from_store(cls, store) -> DatasetSpec:
-        if getattr(store, "read_in_place", False):  # too large for a pass over the data (XLand): the store says
+    def from_store(cls, store: Store) -> DatasetSpec:
+        if store.read_in_place:  # too large for a pass over the data (XLand): the store says
             return store.dataset_spec()
         space = store.action_space
         discrete = isinstance(space, gym.spaces.Discrete)

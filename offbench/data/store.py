@@ -32,7 +32,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 import gymnasium as gym
 import h5py
@@ -58,6 +58,47 @@ CORE_ARRAYS = (
 )
 
 
+@runtime_checkable
+class Store(Protocol):
+    """What every caller may ask of a dataset offbench opens, whatever its format: an `EpisodeStore` (episodes as
+    arrays) or a published file opened where it lies (`offbench.data.xland.XLandHistories`)."""
+
+    read_in_place: ClassVar[bool]
+    """True: the published file is the dataset, opened where it lies and too large to convert or to pass over
+    whole, so callers describe, check, specify and plot it through its own methods (`summary_rows`, `verify`,
+    `dataset_spec`, `history_episode_returns`) instead of from episode arrays; the format it was loaded by says the
+    same (`offbench.data.formats.Format.read_in_place`). False: an `EpisodeStore`."""
+    path: Path | None
+    card: dict[str, Any]
+
+    @property
+    def id(self) -> str | None:
+        """The card's id, else the file's stem (as `offbench.data.resolve.open_dataset` names a path)."""
+
+    @property
+    def observation_space(self) -> gym.Space | None: ...
+
+    @property
+    def action_space(self) -> gym.Space | None: ...
+
+    @property
+    def num_transitions(self) -> int: ...
+
+    def __len__(self) -> int:
+        """The units the dataset is made of: episodes (learning histories for an XLand file)."""
+
+    def validate(self) -> None:
+        """Check the structure against the format (a one-line OffbenchError naming the file and the problem)."""
+
+    def content_sha256(self) -> str:
+        """The data's identity, what a run records and a replay compares."""
+
+
+def dataset_id(card: dict[str, Any] | None, path: Path | None) -> str | None:
+    """`Store.id`: the card's id, else the file's stem."""
+    return (card or {}).get("id") or (Path(path).stem if path else None)
+
+
 @dataclass
 class EpisodeStore:
     """A dataset of whole episodes held as contiguous arrays (in memory or memory-mapped).
@@ -79,6 +120,7 @@ class EpisodeStore:
     action_space: gym.Space | None = None
     card: dict[str, Any] = field(default_factory=dict)
     path: Path | None = None
+    read_in_place: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         self.episode_starts = np.asarray(self.episode_starts, dtype=np.int64)
@@ -122,6 +164,10 @@ class EpisodeStore:
         return cls(**core, episode_starts=starts, columns=steps, **kwargs)
 
     # ------------------------------------------------------------------ sizes and indices
+    @property
+    def id(self) -> str | None:
+        return dataset_id(self.card, self.path)
+
     @property
     def num_transitions(self) -> int:
         return int(self.episode_starts[-1])
@@ -388,14 +434,11 @@ def _one_column_per_dimension(name: str, values: np.ndarray) -> dict[str, np.nda
     return {f"{name}_{k}": flat[:, k] for k in range(flat.shape[1])}
 
 
-def dataset_repr(dataset: Any, **counts: int) -> str:
-    """`Type(id=.., format=.., <counts>, observation_space=.., action_space=..)` for any dataset with a card, a
-    path and spaces: what it is in one line, never its arrays or its card. The id is the card's, else the
-    file's stem (as `offbench.data.resolve.open_dataset` names a path); the format is the card's, the layout
-    the data was published in (a registered dataset converted on download reads from its native copy)."""
-    card = dataset.card or {}
-    dataset_id = card.get("id") or (Path(dataset.path).stem if dataset.path else None)
-    fields = [f"id={dataset_id!r}", f"format={card.get('format')!r}", *(f"{key}={value}" for key, value in counts.items())]
+def dataset_repr(dataset: Store, **counts: int) -> str:
+    """`Type(id=.., format=.., <counts>, observation_space=.., action_space=..)`: what a dataset is in one line,
+    never its arrays or its card. The format is the card's, the layout the data was published in (a registered
+    dataset converted on download reads from its native copy)."""
+    fields = [f"id={dataset.id!r}", f"format={(dataset.card or {}).get('format')!r}", *(f"{key}={value}" for key, value in counts.items())]
     fields += [f"observation_space={_short_space(dataset.observation_space)}", f"action_space={_short_space(dataset.action_space)}"]
     return f"{type(dataset).__name__}({', '.join(fields)})"
 

@@ -21,7 +21,7 @@ def learning_curve(store) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
 
     The interval is the normal approximation 1.96 x standard error of the mean over histories. An XLand file
     (read in place) gives the histories of `HISTORY_SAMPLE_TASKS` tasks drawn with seed 0 (`history_sample`)."""
-    if getattr(store, "read_in_place", False):
+    if store.read_in_place:
         episode_index, returns = store.history_episode_returns(history_sample(store))
     elif "episode_in_history" not in store.columns:
         raise OffbenchError(f"{store.path or 'dataset'}: no episode_in_history column; not a learning-history dataset")
@@ -70,7 +70,7 @@ def plot_learning_histories(store, out_path: str | Path, card: Any = None) -> Pa
     if optimal is not None:
         ax.axhline(optimal, color="black", linestyle="--", linewidth=1.2, label=f"optimal return ({optimal:.3g})")
     algo = card.get("source", {}).get("recipe", {}).get("params", {}).get("algo", "")
-    sampled = f"{len(history_sample(store))} of {store.num_tasks:,} tasks" if getattr(store, "read_in_place", False) else ""
+    sampled = f"{len(history_sample(store))} of {store.num_tasks:,} tasks" if store.read_in_place else ""
     detail = ", ".join(part for part in (algo, sampled) if part)
     ax.set_title(f"{card.get('id', store.path)}{f' ({detail})' if detail else ''}", fontsize=10)
     ax.set_xlabel("episode in learning history")

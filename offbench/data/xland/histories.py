@@ -6,13 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import h5py
 import numpy as np
 
-from offbench.data.store import dataset_repr
+from offbench.data.store import dataset_id, dataset_repr
 from offbench.data.xland import file_facts
 from offbench.data.xland.codec import NUM_ACTIONS, NUM_COLORS, NUM_TILES, VIEW, max_episode_steps
 from offbench.data.xland.layout import ATTRS, LAYOUT, checked_layout, detect_xland, plain_attr
@@ -27,7 +27,7 @@ class XLandHistories:
     `len()` is the number of learning histories (tasks x histories per task): episodes are not counted, which
     would decompress every `dones` array."""
 
-    read_in_place = True
+    read_in_place: ClassVar[bool] = True
 
     def __init__(self, path: str | Path, card: dict[str, Any] | None = None):
         self.path = Path(path)
@@ -38,6 +38,10 @@ class XLandHistories:
         self.num_tasks, self.histories, self.steps = layout.tasks, layout.histories, layout.steps
         self.chunk_steps = int((layout.chunks["states"] or (self.histories, self.steps))[1])
         self.compression = layout.compression["states"]
+
+    @property
+    def id(self) -> str | None:
+        return dataset_id(self.card, self.path)
 
     # -- sizes (cheap: from the shapes)
     @property
