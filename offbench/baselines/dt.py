@@ -33,7 +33,9 @@ from torch import nn
 
 from offbench.baselines import pcgrad
 from offbench.baselines.base import SINGLE_AND_MULTI_TASK, DatasetSpec
-from offbench.baselines.nets import BoundedActions, ObservationNormalizer, flat_observation_dim, fused_adam, load_part_states, part_states
+from offbench.baselines.nets import (
+    Block, BoundedActions, Dropout, ObservationNormalizer, flat_observation_dim, fused_adam, load_part_states, part_states,
+)
 from offbench.errors import OffbenchError
 from offbench.records import ranged
 from offbench.evaluation.policy import PolicyOptions, actions_to_numpy
@@ -58,95 +60,6 @@ class DTConfig:
     gradient: str = "mean"  # multi-task data: "pcgrad" for gradient surgery over the tasks of each batch
 
 
-class Dropout(nn.Module):
-    """nn.Dropout's maths (keep each element with probability 1 - p, scale kept ones by 1 / (1 - p)), with the
-    keep mask drawn by `torch.rand`: on CPU that is about twice as fast as the `bernoulli_` nn.Dropout uses."""
-
-    def __init__(self, p: float):
-        super().__init__()
-        self.p = p
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.training or self.p == 0:
-            return x
-        return x * torch.rand_like(x).ge_(self.p).mul_(1.0 / (1.0 - self.p))
-
-
-def grouped_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    """F.linear, or, with weights stacked over G groups (G, out, in) and x's rows in G equal consecutive blocks,
-    each block through its own weights in one batched product (HarmoDT acting: every task under its masked weights)."""
-    if weight.dim() == 2:
-        return F.linear(x, weight, bias)
-    groups = weight.shape[0]
-    out = torch.baddbmm(bias.unsqueeze(1), x.reshape(groups, -1, x.shape[-1]), weight.transpose(1, 2))
-    return out.view(*x.shape[:-1], weight.shape[1])
-
-
-def grouped_layer_norm(x: torch.Tensor, norm: nn.LayerNorm) -> torch.Tensor:
-    """`norm(x)`, or with its weight and bias stacked over G groups (G, dim), as `grouped_linear`."""
-    if norm.weight.dim() == 1:
-        return norm(x)
-    groups = norm.weight.shape[0]
-    h = F.layer_norm(x, norm.normalized_shape, eps=norm.eps).reshape(groups, -1, x.shape[-1])
-    return torch.addcmul(norm.bias.unsqueeze(1), h, norm.weight.unsqueeze(1)).view(x.shape)
-
-
-class Block(nn.Module):
-    """Pre-LayerNorm transformer block. `bias` (B, 1, L, L) is added to the attention scores (0 where a query
-    may see a key, -inf where not); `queries` picks the tokens whose outputs are wanted (all by default).
-    Its parameters may be swapped (`torch.func.functional_call`) for ones stacked over groups of rows: see
-    `grouped_linear`."""
-
-    def __init__(self, config: DTConfig):
-        super().__init__()
-        dim = config.embedding_dim
-        self.num_heads = config.num_heads
-        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
-        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
-        self.attention_dropout, self.drop = Dropout(config.attention_dropout), Dropout(config.residual_dropout)
-        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim), Dropout(config.residual_dropout))
-
-    def keys_values(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The attention keys and values (B, L, dim) this block makes of its input tokens x."""
-        return self._keys_values(grouped_layer_norm(x, self.norm1))
-
-    def _keys_values(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        dim = h.shape[-1]
-        k, v = grouped_linear(h, self.qkv.weight[..., dim:, :], self.qkv.bias[..., dim:]).split(dim, dim=-1)
-        return k, v
-
-    def forward(
-        self, x: torch.Tensor, bias: torch.Tensor, queries: slice | None = None, past: tuple[torch.Tensor, torch.Tensor] | None = None
-    ) -> torch.Tensor:
-        """`past`: keys and values (B, P, dim) of P earlier tokens that x's tokens attend to besides themselves (they
-        come first: `bias` has P + L key columns)."""
-        batch, _, dim = x.shape
-        h = grouped_layer_norm(x, self.norm1)
-        if queries is None:
-            q, k, v = grouped_linear(h, self.qkv.weight, self.qkv.bias).split(dim, dim=-1)
-        else:  # keys and values of every token, queries (and everything after attention) of the wanted ones only
-            k, v = self._keys_values(h)
-            q = grouped_linear(h[:, queries], self.qkv.weight[..., :dim, :], self.qkv.bias[..., :dim])
-            x, bias = x[:, queries], bias[:, :, queries]
-        if past is not None:
-            k, v = torch.cat([past[0], k], dim=1), torch.cat([past[1], v], dim=1)
-        heads = lambda t: t.view(batch, -1, self.num_heads, dim // self.num_heads).transpose(1, 2)  # noqa: E731
-        q, k, v = heads(q), heads(k), heads(v)
-        if self.training:  # written out: attention dropout with our Dropout's draws (SDPA's would differ)
-            scores = torch.baddbmm(
-                bias.expand(batch, self.num_heads, -1, -1).flatten(0, 1), q.flatten(0, 1), k.flatten(0, 1).transpose(1, 2),
-                alpha=(dim // self.num_heads) ** -0.5,
-            )
-            weights = self.attention_dropout(torch.softmax(scores, dim=-1))
-            attended = torch.bmm(weights, v.flatten(0, 1)).view(batch, self.num_heads, -1, dim // self.num_heads)
-        else:  # acting: the fused kernel (its effect on evaluation time: benchmarks/studies/multitask-speed.md)
-            attended = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
-        x = x + self.drop(grouped_linear(attended.transpose(1, 2).reshape(batch, -1, dim), self.proj.weight, self.proj.bias))
-        expand, activation, contract, drop = self.mlp
-        hidden = activation(grouped_linear(grouped_layer_norm(x, self.norm2), expand.weight, expand.bias))
-        return x + drop(grouped_linear(hidden, contract.weight, contract.bias))
-
-
 class DecisionTransformerModel(nn.Module):
     def __init__(self, config: DTConfig, spec: DatasetSpec):
         super().__init__()
@@ -162,7 +75,7 @@ class DecisionTransformerModel(nn.Module):
         self.task_embedding = nn.Embedding(spec.num_tasks, dim) if spec.num_tasks > 1 else None
         self.embedding_norm, self.output_norm = nn.LayerNorm(dim), nn.LayerNorm(dim)
         self.embedding_dropout = Dropout(config.embedding_dropout)
-        self.blocks = nn.ModuleList(Block(config) for _ in range(config.num_layers))
+        self.blocks = dt_blocks(config)
         self.action_head = nn.Linear(dim, spec.action_dim)
         self.bound = nn.Identity() if spec.discrete else BoundedActions(spec)
         self.apply(self._init_weights)
@@ -197,6 +110,13 @@ class DecisionTransformerModel(nn.Module):
     def attention_bias(self, mask: torch.Tensor) -> torch.Tensor:
         """(B, 1, L, L) for the interleaved tokens of steps `mask` (B, K) (see `causal_bias`)."""
         return causal_bias(mask.repeat_interleave(3, dim=1)[:, :-1])
+
+
+def dt_blocks(config: DTConfig) -> nn.ModuleList:
+    """The transformer blocks of a DT-family model (DT, Prompt-DT, HarmoDT)."""
+    return nn.ModuleList(
+        Block(config.embedding_dim, config.num_heads, config.attention_dropout, config.residual_dropout) for _ in range(config.num_layers)
+    )
 
 
 def causal_bias(real: torch.Tensor) -> torch.Tensor:

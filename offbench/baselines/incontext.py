@@ -21,11 +21,10 @@ from contextlib import nullcontext
 import gymnasium as gym
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from offbench.data.spec import DatasetSpec
-from offbench.baselines.nets import ObservationNormalizer, flat_observation_dim
+from offbench.baselines.nets import Block, KVCache, ObservationNormalizer, flat_observation_dim
 
 MAX_TABLE_STATES = 4096  # an integer observation space with at most this many values gets an embedding table
 MAX_CHANNEL_CODES = 256  # a grid channel with at most this many codes is embedded as categories (GridCodeEmbedding)
@@ -132,55 +131,6 @@ class ObservationEmbedding(nn.Module):
         return self.table(((flat - self.low) * self.strides).sum(-1))
 
 
-class KVCache:
-    """Every layer's keys and values for `batch` sequences of up to `max_tokens` tokens; `length` are filled."""
-
-    def __init__(self, num_layers: int, batch: int, num_heads: int, max_tokens: int, head_dim: int, device, dtype):
-        shape = (num_layers, batch, num_heads, max_tokens, head_dim)
-        self.keys = torch.zeros(shape, device=device, dtype=dtype)
-        self.values = torch.zeros(shape, device=device, dtype=dtype)
-        self.length = 0
-
-    @property
-    def max_tokens(self) -> int:
-        return self.keys.shape[3]
-
-    def clear(self) -> None:
-        self.length = 0
-
-
-class Block(nn.Module):
-    """Pre-LayerNorm block: x + attn(LN(x)), then x + MLP(LN(x)); dropout on attention weights and residuals."""
-
-    def __init__(self, dim: int, num_heads: int, attention_dropout: float, residual_dropout: float):
-        super().__init__()
-        if dim % num_heads:
-            raise ValueError(f"hidden size {dim} must be divisible by num_heads {num_heads}")
-        self.num_heads, self.attention_dropout = num_heads, attention_dropout
-        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
-        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
-        self.drop = nn.Dropout(residual_dropout)
-        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim), nn.Dropout(residual_dropout))
-
-    def forward(self, x: torch.Tensor, layer: int = 0, cache: KVCache | None = None) -> torch.Tensor:
-        batch, length, dim = x.shape
-        q, k, v = self.qkv(self.norm1(x)).view(batch, length, 3, self.num_heads, dim // self.num_heads).permute(2, 0, 3, 1, 4)
-        start = 0
-        if cache is not None:  # append this call's keys and values, attend to everything cached
-            start = cache.length
-            cache.keys[layer, :, :, start : start + length] = k
-            cache.values[layer, :, :, start : start + length] = v
-            k, v = cache.keys[layer, :, :, : start + length], cache.values[layer, :, :, : start + length]
-        mask, causal = None, start == 0 and length > 1
-        if start > 0 and length > 1:  # new query i sees the cache and new tokens up to itself
-            mask = torch.arange(start + length, device=x.device) <= torch.arange(start, start + length, device=x.device)[:, None]
-        attended = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, is_causal=causal, dropout_p=self.attention_dropout if self.training else 0.0
-        )
-        x = x + self.drop(self.proj(attended.transpose(1, 2).reshape(batch, length, dim)))
-        return x + self.mlp(self.norm2(x))
-
-
 class CausalTransformer(nn.Module):
     """Learned positions + embedding dropout + blocks + final LayerNorm over already-embedded tokens (B, L, dim)."""
 
@@ -190,7 +140,7 @@ class CausalTransformer(nn.Module):
         self.dim, self.num_heads, self.max_tokens = dim, num_heads, max_tokens
         self.positions = nn.Embedding(max_tokens, dim)
         self.embedding_dropout = nn.Dropout(embedding_dropout)
-        self.blocks = nn.ModuleList(Block(dim, num_heads, attention_dropout, residual_dropout) for _ in range(num_layers))
+        self.blocks = nn.ModuleList(Block(dim, num_heads, attention_dropout, residual_dropout, nn.Dropout) for _ in range(num_layers))
         self.norm = nn.LayerNorm(dim)
 
     def new_cache(self, batch: int, max_tokens: int | None = None) -> KVCache:
@@ -205,7 +155,7 @@ class CausalTransformer(nn.Module):
             raise ValueError(f"context of {start + length} tokens is longer than the model's {self.max_tokens}")
         x = self.embedding_dropout(tokens + self.positions(torch.arange(start, start + length, device=tokens.device)))
         for layer, block in enumerate(self.blocks):
-            x = block(x, layer, cache)
+            x = block(x, cache=cache, layer=layer)
         if cache is not None:
             cache.length += length
         return self.norm(x)

@@ -9,6 +9,7 @@ from typing import Callable
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from offbench.baselines.base import DatasetSpec
@@ -115,3 +116,139 @@ def load_part_states(state: dict, **parts) -> None:
     """The inverse of `part_states`: each named part loads its own entry."""
     for name, part in parts.items():
         part.load_state_dict(state[name])
+
+
+class Dropout(nn.Module):
+    """nn.Dropout's maths (keep each element with probability 1 - p, scale kept ones by 1 / (1 - p)), with the
+    keep mask drawn by `torch.rand`: on CPU that is about twice as fast as the `bernoulli_` nn.Dropout uses."""
+
+    def __init__(self, p: float):
+        super().__init__()
+        self.p = p
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0:
+            return x
+        return x * torch.rand_like(x).ge_(self.p).mul_(1.0 / (1.0 - self.p))
+
+
+def grouped_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """F.linear, or, with weights stacked over G groups (G, out, in) and x's rows in G equal consecutive blocks,
+    each block through its own weights in one batched product (HarmoDT acting: every task under its masked weights)."""
+    if weight.dim() == 2:
+        return F.linear(x, weight, bias)
+    groups = weight.shape[0]
+    out = torch.baddbmm(bias.unsqueeze(1), x.reshape(groups, -1, x.shape[-1]), weight.transpose(1, 2))
+    return out.view(*x.shape[:-1], weight.shape[1])
+
+
+def grouped_layer_norm(x: torch.Tensor, norm: nn.LayerNorm) -> torch.Tensor:
+    """`norm(x)`, or with its weight and bias stacked over G groups (G, dim), as `grouped_linear`."""
+    if norm.weight.dim() == 1:
+        return norm(x)
+    groups = norm.weight.shape[0]
+    h = F.layer_norm(x, norm.normalized_shape, eps=norm.eps).reshape(groups, -1, x.shape[-1])
+    return torch.addcmul(norm.bias.unsqueeze(1), h, norm.weight.unsqueeze(1)).view(x.shape)
+
+
+class KVCache:
+    """Every layer's keys and values for `batch` sequences of up to `max_tokens` tokens; `length` are filled."""
+
+    def __init__(self, num_layers: int, batch: int, num_heads: int, max_tokens: int, head_dim: int, device, dtype):
+        shape = (num_layers, batch, num_heads, max_tokens, head_dim)
+        self.keys = torch.zeros(shape, device=device, dtype=dtype)
+        self.values = torch.zeros(shape, device=device, dtype=dtype)
+        self.length = 0
+
+    @property
+    def max_tokens(self) -> int:
+        return self.keys.shape[3]
+
+    def clear(self) -> None:
+        self.length = 0
+
+
+class Block(nn.Module):
+    """Pre-LayerNorm transformer block: x + attention(LN(x)), then x + MLP(LN(x)), with dropout on the attention
+    weights and on both residual branches. Every transformer baseline stacks these; attention is masked one of two
+    ways:
+
+    - `bias` (B, 1, L, L) added to the scores (0 where a query may see a key, -inf where not: DT, Prompt-DT,
+      HarmoDT), with `queries` picking the tokens whose outputs are wanted (all by default) and `past` the keys
+      and values (B, P, dim) of P earlier tokens attended to first (`bias` then has P + L key columns). Training
+      writes the attention out, so that its dropout draws are `dropout`'s (SDPA's would differ); acting uses the
+      fused kernel. The parameters may be swapped (`torch.func.functional_call`) for ones stacked over groups of
+      rows: see `grouped_linear`.
+    - causal, without `bias` (AD, DPT): the fused kernel throughout (attention dropout its own draws), appending
+      this call's keys and values to `cache` (layer `layer`) and attending to everything cached when one is given.
+
+    `dropout` makes the dropout modules: `Dropout`, or nn.Dropout for the models trained with its draws (AD, DPT)."""
+
+    def __init__(self, dim: int, num_heads: int, attention_dropout: float, residual_dropout: float,
+                 dropout: Callable[[float], nn.Module] = Dropout):
+        super().__init__()
+        if dim % num_heads:
+            raise ValueError(f"hidden size {dim} must be divisible by num_heads {num_heads}")
+        self.num_heads = num_heads
+        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.attention_dropout, self.drop = dropout(attention_dropout), dropout(residual_dropout)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim), dropout(residual_dropout))
+
+    def keys_values(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The attention keys and values (B, L, dim) this block makes of its input tokens x."""
+        return self._keys_values(grouped_layer_norm(x, self.norm1))
+
+    def _keys_values(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        dim = h.shape[-1]
+        k, v = grouped_linear(h, self.qkv.weight[..., dim:, :], self.qkv.bias[..., dim:]).split(dim, dim=-1)
+        return k, v
+
+    def forward(
+        self, x: torch.Tensor, bias: torch.Tensor | None = None, queries: slice | None = None,
+        past: tuple[torch.Tensor, torch.Tensor] | None = None, cache: KVCache | None = None, layer: int = 0,
+    ) -> torch.Tensor:
+        batch, _, dim = x.shape
+        h = grouped_layer_norm(x, self.norm1)
+        if queries is None:
+            q, k, v = grouped_linear(h, self.qkv.weight, self.qkv.bias).split(dim, dim=-1)
+        else:  # keys and values of every token, queries (and everything after attention) of the wanted ones only
+            k, v = self._keys_values(h)
+            q = grouped_linear(h[:, queries], self.qkv.weight[..., :dim, :], self.qkv.bias[..., :dim])
+            x, bias = x[:, queries], bias[:, :, queries]
+        if past is not None:
+            k, v = torch.cat([past[0], k], dim=1), torch.cat([past[1], v], dim=1)
+        heads = lambda t: t.view(batch, -1, self.num_heads, dim // self.num_heads).transpose(1, 2)  # noqa: E731
+        q, k, v = heads(q), heads(k), heads(v)
+        attended = self.causal_attention(q, k, v, cache, layer) if bias is None else self.biased_attention(q, k, v, bias)
+        x = x + self.drop(grouped_linear(attended.transpose(1, 2).reshape(batch, -1, dim), self.proj.weight, self.proj.bias))
+        expand, activation, contract, drop = self.mlp
+        hidden = activation(grouped_linear(grouped_layer_norm(x, self.norm2), expand.weight, expand.bias))
+        return x + drop(grouped_linear(hidden, contract.weight, contract.bias))
+
+    def biased_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        """Attention of (B, heads, L, head_dim) queries, keys and values with `bias` added to the scores."""
+        if not self.training:  # acting: the fused kernel (its effect on evaluation time: benchmarks/studies/multitask-speed.md)
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+        batch, heads, _, head_dim = q.shape  # written out: attention dropout with this block's dropout draws
+        scores = torch.baddbmm(
+            bias.expand(batch, heads, -1, -1).flatten(0, 1), q.flatten(0, 1), k.flatten(0, 1).transpose(1, 2), alpha=head_dim**-0.5,
+        )
+        weights = self.attention_dropout(torch.softmax(scores, dim=-1))
+        return torch.bmm(weights, v.flatten(0, 1)).view(batch, heads, -1, head_dim)
+
+    def causal_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: KVCache | None, layer: int) -> torch.Tensor:
+        """Causal attention of (B, heads, L, head_dim) queries, keys and values, after `cache`'s tokens if given."""
+        start, length = 0, q.shape[2]
+        if cache is not None:  # append this call's keys and values, attend to everything cached
+            start = cache.length
+            cache.keys[layer, :, :, start : start + length] = k
+            cache.values[layer, :, :, start : start + length] = v
+            k, v = cache.keys[layer, :, :, : start + length], cache.values[layer, :, :, : start + length]
+        mask, causal = None, start == 0 and length > 1
+        if start > 0 and length > 1:  # new query i sees the cache and new tokens up to itself
+            mask = torch.arange(start + length, device=q.device) <= torch.arange(start, start + length, device=q.device)[:, None]
+        dropout = self.attention_dropout.p if self.training else 0.0
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, dropout_p=dropout)
+
+

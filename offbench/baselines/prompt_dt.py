@@ -25,9 +25,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from offbench.baselines.base import DatasetSpec
-from offbench.baselines.dt import Block, Dropout, DTConfig, DTPolicy, causal_bias, grouped_layer_norm
+from offbench.baselines.dt import DTConfig, DTPolicy, causal_bias, dt_blocks
 from offbench.baselines.moore import multi_task_spec
-from offbench.baselines.nets import BoundedActions, ObservationNormalizer, flat_observation_dim, fused_adam, load_part_states, part_states
+from offbench.baselines.nets import BoundedActions, Dropout, ObservationNormalizer, grouped_layer_norm, flat_observation_dim, fused_adam, load_part_states, part_states
 from offbench.baselines.pcgrad import check_gradient_mode, pcgrad_backward, per_task_losses
 from offbench.errors import OffbenchError
 from offbench.evaluation.policy import PolicyOptions
@@ -77,7 +77,7 @@ class PromptDTModel(nn.Module):
         self.embed, self.prompt_embed = TokenEmbedding(dim, spec), TokenEmbedding(dim, spec)
         self.embedding_norm, self.output_norm = nn.LayerNorm(dim), nn.LayerNorm(dim)
         self.embedding_dropout = Dropout(config.embedding_dropout)
-        self.blocks = nn.ModuleList(Block(config) for _ in range(config.num_layers))
+        self.blocks = dt_blocks(config)
         self.action_head = nn.Linear(dim, spec.action_dim)
         self.bound = nn.Identity() if spec.discrete else BoundedActions(spec)
         for module in self.modules():  # GPT-2 initialisation, as DT

@@ -147,10 +147,11 @@ def test_dt_last_block_on_state_queries_matches_the_full_block(pendulum):
 def test_dt_block_acts_with_the_same_attention_it_trains_with():
     """Acting uses the fused attention kernel, training the written-out one (for its dropout draws): without dropout
     the two give the same outputs, padding and causality included, over several heads."""
-    from offbench.baselines.dt import Block, DTConfig, causal_bias
+    from offbench.baselines.dt import causal_bias
+    from offbench.baselines.nets import Block
 
     torch.manual_seed(0)
-    block = Block(DTConfig(embedding_dim=16, num_heads=4, attention_dropout=0.0, residual_dropout=0.0))
+    block = Block(16, num_heads=4, attention_dropout=0.0, residual_dropout=0.0)
     real = torch.ones(3, 14, dtype=torch.bool)
     real[0, :6] = False  # left padding in one row
     bias = causal_bias(real)
@@ -220,3 +221,24 @@ def test_dt_evaluation_drops_finished_rows_and_acts_the_same(pendulum):
     assert full.lengths == compact.lengths == [3, 4, 5, 6, 3, 4]
     np.testing.assert_allclose(compact.returns, full.returns, rtol=1e-6)
     assert every.batch_sizes == [6] * 6 and dropping.batch_sizes == [6, 6, 6, 4, 2, 1]
+
+
+def test_block_masks_causally_alike_by_bias_by_kernel_and_through_a_cache():
+    """One block serves both families: DT's additive causal bias, AD/DPT's causal kernel, and the key-value cache
+    fed a token at a time all give the same outputs."""
+    from offbench.baselines.dt import causal_bias
+    from offbench.baselines.nets import Block, KVCache
+
+    torch.manual_seed(0)
+    block = Block(16, num_heads=4, attention_dropout=0.0, residual_dropout=0.0).eval()
+    x = torch.randn(2, 7, 16)
+    cache = KVCache(1, 2, 4, 7, 4, x.device, x.dtype)
+    with torch.no_grad():
+        by_bias = block(x, causal_bias(torch.ones(2, 7, dtype=torch.bool)))
+        by_kernel = block(x)
+        token_by_token = []
+        for t in range(7):
+            token_by_token.append(block(x[:, t : t + 1], cache=cache))
+            cache.length += 1
+    torch.testing.assert_close(by_kernel, by_bias)
+    torch.testing.assert_close(torch.cat(token_by_token, dim=1), by_kernel)
