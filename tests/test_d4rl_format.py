@@ -115,7 +115,7 @@ def test_export_round_trip_is_lossless(tmp_path):
     store.episode_columns = {"seed": np.array([1, 2, 3], np.uint64)}
     store.card = {"id": "test/hand-built-v0", "scores": {"ref_min": 0.0, "ref_max": 1.0}}
     path = export_d4rl(store, tmp_path)
-    assert path == tmp_path / "hand-built-v0.hdf5"
+    assert path == tmp_path / "test-hand-built-v0.hdf5"  # the id's namespace is kept in the name
     with h5py.File(path) as f:
         np.testing.assert_array_equal(f["next_observations"][()], store.next_observations())
         assert f["timeouts"][()].tolist() == store.truncations.tolist()
@@ -125,6 +125,16 @@ def test_export_round_trip_is_lossless(tmp_path):
     assert back.card == store.card and back.action_space == store.action_space
     with pytest.raises(Exception, match="already exists"):
         export_d4rl(store, tmp_path)
+
+
+def test_one_name_in_two_namespaces_exports_to_two_files(tmp_path):
+    paths = []
+    for namespace in ("minigrid", "metaworld"):
+        store = make_store(seed=len(paths))
+        store.card = {"id": f"{namespace}/tiny-near-optimal"}
+        paths.append(export_d4rl(store, tmp_path))
+    assert [p.name for p in paths] == ["minigrid-tiny-near-optimal.hdf5", "metaworld-tiny-near-optimal.hdf5"]
+    assert [load_d4rl(p).card["id"] for p in paths] == ["minigrid/tiny-near-optimal", "metaworld/tiny-near-optimal"]
 
 
 def test_episode_end_without_flag_is_exported_as_timeout(tmp_path):

@@ -33,9 +33,10 @@ def test_export_each_format_and_info_names_it(tmp_path, run_cli):
     run_cli("export", native, "--format", "minari", "--out", tmp_path / "minari", check=True)
     minari_dir = tmp_path / "minari" / "test" / "cli-v0"
     out = run_cli("export", minari_dir, "--format", "d4rl", "--out", tmp_path / "d4rl", check=True)
-    assert "cli-v0.hdf5" in out.stdout
-    run_cli("export", tmp_path / "d4rl" / "cli-v0.hdf5", "--format", "offbench", "--out", tmp_path / "native", check=True)
-    for path, name in ((minari_dir, "minari"), (tmp_path / "d4rl" / "cli-v0.hdf5", "d4rl"), (tmp_path / "native" / "data.h5", "offbench")):
+    d4rl_file = tmp_path / "d4rl" / "test-cli-v0.hdf5"
+    assert str(d4rl_file) in out.stdout
+    run_cli("export", d4rl_file, "--format", "offbench", "--out", tmp_path / "native", check=True)
+    for path, name in ((minari_dir, "minari"), (d4rl_file, "d4rl"), (tmp_path / "native" / "data.h5", "offbench")):
         info = run_cli("info", path, check=True)
         assert re.search(rf"format found\s+{name}\b", info.stdout), info.stdout
         assert store.content_sha256()[:32] in info.stdout  # the same arrays after three conversions
@@ -83,3 +84,25 @@ def test_export_refuses_to_replace_and_unknown_format(tmp_path, run_cli):
     assert_one_line_error(run_cli("export", native, "--format", "d4rl", "--out", tmp_path / "out"), "already exists")
     assert_one_line_error(run_cli("export", native, "--format", "rlds", "--out", tmp_path / "out"), "unknown format 'rlds'")
     assert snapshot(tmp_path) == before
+
+
+def test_generated_multitask_data_exports_under_its_own_id(tmp_path, run_cli):
+    """A dataset made by `offbench generate` carries its id, so each export is named from it (not dataset-v0 or
+    dataset.hdf5), and each loads back with the same arrays and card id."""
+    from helpers import require_extra
+    from offbench.data.cards import read_card
+    from offbench.data.formats import load_path
+    from offbench.data.store import load_native
+
+    require_extra("minigrid", "minigrid")
+    run_cli("generate", "minigrid", "--suite", "MT3", "--episodes", "2", "--seed", "1", "--workers", "1", "--out", tmp_path / "gen",
+            "--quiet", check=True)  # fmt: skip
+    dataset_id = "generated/minigrid-mt3-near-optimal-e2-s1"
+    assert read_card(tmp_path / "gen" / "card.toml").id == dataset_id
+    native = load_native(tmp_path / "gen" / "data.h5")
+    assert native.card["id"] == dataset_id
+    for fmt, written in (("minari", tmp_path / "minari" / f"{dataset_id}-v0"), ("d4rl", tmp_path / "d4rl" / "generated-minigrid-mt3-near-optimal-e2-s1.hdf5")):
+        out = run_cli("export", tmp_path / "gen" / "data.h5", "--format", fmt, "--out", tmp_path / fmt, check=True)
+        assert str(written) in out.stdout
+        back = load_path(written)
+        assert back.content_sha256() == native.content_sha256() and back.card["id"] == dataset_id

@@ -84,6 +84,8 @@ def test_datacollector_dataset_loads_identical(env_id, tmp_path):
     export_minari(store, tmp_path / "minari_home")
     assert_same_episodes(store, minari.load_dataset("test/again-v0"))
     again = minari.load_dataset("test/again-v0")
+    assert again.storage.metadata["algorithm_name"] == "random"  # the source's own provenance is carried over
+    assert again.env_spec.id == env_id  # a gymnasium env keeps its registered spec
     for a, b in zip(theirs.iterate_episodes(), again.iterate_episodes()):
         assert json.dumps(_flat(a.infos), default=str) == json.dumps(_flat(b.infos), default=str)
 
@@ -172,3 +174,39 @@ def test_damaged_minari_folders_get_one_line_errors(tmp_path):
     assert detect_format(dataset) == "minari"  # by its HDF5 content
     with pytest.raises(OffbenchError, match="metadata.json: missing"):
         load_path(dataset)
+
+
+MINIGRID_ENV = {"suite": "minigrid", "id": "MT3", "kwargs": {"tasks": ["MiniGrid-LavaGapS7-v0", "MiniGrid-MemoryS11-v0"], "observation": "flat"}}
+
+
+@pytest.mark.parametrize("env, recipe, task, algorithm", [
+    (MINIGRID_ENV, {"generator": "minigrid", "seed": 0, "params": {"suite": "MT3"}}, 1, "planner"),
+    ({"suite": "offbench", "id": "offbench/DarkRoom-v0"},
+     {"generator": "darkroom", "seed": 0, "params": {"algo": "q-learning", "tasks": 4, "held_out": 1}}, {"goal": [3, 5]}, "q-learning"),
+])  # fmt: skip
+def test_generated_data_recovers_its_environment_and_names_its_maker(env, recipe, task, algorithm, tmp_path):
+    if env["suite"] == "minigrid":
+        require_extra("minigrid", "minigrid")
+    store = make_store()
+    store.card = {"id": "generated/tiny", "env": env, "source": {"recipe": recipe}}
+    export_minari(store, tmp_path / "minari_home")
+    theirs = minari.load_dataset("generated/tiny-v0")
+    meta = theirs.storage.metadata
+    assert meta["author"] == {"offbench"} and meta["algorithm_name"] == algorithm
+    from offbench.errors import OffbenchError
+
+    with pytest.raises(OffbenchError, match="task"):  # the data spans tasks: the user says which
+        theirs.recover_environment()
+    recovered = theirs.recover_environment(task=task)
+    from offbench.envs.factory import make_env
+
+    rebuilt = make_env(env, task)
+    assert recovered.observation_space == rebuilt.observation_space and recovered.action_space == rebuilt.action_space
+    assert np.array_equal(recovered.reset(seed=3)[0], rebuilt.reset(seed=3)[0])  # the same task, the same layout
+
+
+def test_hand_built_data_has_no_maker_and_no_environment(tmp_path):
+    store = make_store()
+    store.card = {"id": "test/plain"}
+    meta = json.loads((export_minari(store, tmp_path) / "data" / "metadata.json").read_text())
+    assert not {"env_spec", "author", "algorithm_name"} & set(meta)

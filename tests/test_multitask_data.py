@@ -262,6 +262,7 @@ def test_cli_generates_and_registers_a_dataset(run_cli, isolated_home):
     card = read_card(isolated_home / "datasets" / "mine" / "mt3.toml")
     assert card.kind == "multi-task" and card.extra["task_stats"]["MiniGrid-LavaGapS7-v0"]["episodes"] == 2
     assert run_cli("info", "mine/mt3").returncode == 0
+    assert load_native(isolated_home / "data" / "mine" / "mt3" / "data.h5").card["id"] == "mine/mt3"  # the file names its dataset
 
     # a registered card's recipe fills that card's dataset, and the user card adds the data's statistics
     proc = run_cli("generate", "minigrid", "--suite", "MT3", "--episodes", "5", "--workers", "1", "--quiet")

@@ -253,9 +253,11 @@ def _stored_metadata(metadata: dict[str, np.ndarray], where: str) -> dict[str, A
 
 # ---------------------------------------------------------------------------------------- export
 def export_d4rl(store: EpisodeStore, out: Path) -> Path:
-    """Write `store` as one D4RL-layout file (`out` itself if it ends in .hdf5/.h5, else out/<name>.hdf5)."""
+    """Write `store` as one D4RL-layout file: `out` itself if it ends in .hdf5/.h5, else out/<id>.hdf5 with the
+    card id's namespace joined by '-' (`minigrid/tiny-near-optimal` -> minigrid-tiny-near-optimal.hdf5), so that
+    datasets of two namespaces with one name do not collide."""
     out = Path(out)
-    name = safe_component(str(store.card.get("id") or "dataset").rsplit("/", 1)[-1], f"{store.path or 'dataset'}: the last part of the card id")
+    name = safe_component(str(store.card.get("id") or "dataset").replace("/", "-"), f"{store.path or 'dataset'}: the card id")
     target = out if out.suffix in (".hdf5", ".h5") else out / f"{name}.hdf5"
     if target.exists():
         raise OffbenchError(f"{target}: already exists; remove it or choose another --out")

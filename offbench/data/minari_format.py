@@ -29,11 +29,15 @@ Minari's DataCollector wrote as float64 stay float64 and compare bit-identical):
 - JPEG-encoded image observations (Minari 0.5.4 encodes uint8 image spaces by default) are decoded with
   Pillow, as Minari does. Export writes raw arrays and `jpeg_encoding: false`, so nothing is lossy.
 
-Export writes `<out>/<namespace>/<name>-v<N>/data/` (the dataset id comes from the card id, `-v0` added
-when it has no version), claims `minari_version` "0.5.0" (the first release with this layout, so every
-0.5.x reader accepts it), and stores offbench's own card and the names of non-info columns in extra
-metadata keys (`offbench_card`, `offbench_columns`), so that a round trip restores them. Non-info
-columns (task_id, ...) are written as infos, where Minari users can see them.
+Export writes `<out>/<namespace>/<name>-v<N>/data/` (the dataset id is the card id with its namespace,
+`-v0` added when it has no version: `minigrid/mt3-near-optimal` -> `minigrid/mt3-near-optimal-v0`),
+claims `minari_version` "0.5.0" (the first release with this layout, so every 0.5.x reader accepts it),
+and stores offbench's own card and the names of non-info columns in extra metadata keys
+(`offbench_card`, `offbench_columns`), so that a round trip restores them. Non-info columns (task_id,
+...) are written as infos, where Minari users can see them. `env_spec` is the gymnasium spec for a
+gymnasium env, and for offbench's own, MiniGrid and Meta-World envs a spec that rebuilds them through
+offbench's env factory (`recover_environment(task=...)`); `author` and `algorithm_name` name offbench and
+the generator's behaviour for generated data; data that came from Minari carries its own back.
 """
 
 from __future__ import annotations
@@ -329,22 +333,55 @@ def _card_from_metadata(meta: dict[str, Any], obs_space: gym.Space, act_space: g
 
 # ---------------------------------------------------------------------------------------- export
 def minari_dataset_id(card_id: str | None) -> str:
-    """A valid Minari id ((namespace/)name-v<N>) from an offbench card id."""
+    """A valid Minari id ((namespace/)name-v<N>, namespaces may nest) from an offbench card id, which keeps its namespace."""
     name = re.sub(r"[^-_\w/]", "-", card_id or "offbench/dataset").strip("/") or "offbench/dataset"
     return name if re.search(r"-v\d+$", name) else f"{name}-v0"
 
 
+FACTORY_ENTRY_POINT = "offbench.envs.factory:make_env"
+CARRIED_METADATA = ("algorithm_name", "author", "author_email", "code_permalink", "env_spec", "eval_env_spec", "requirements")
+GENERATED_BEHAVIOUR = {"metaworld": "scripted expert", "minigrid": "planner", "pendulum-scripted": "scripted controller"}
+
+
 def _env_spec_json(card: dict[str, Any]) -> str | None:
-    """The gymnasium EnvSpec of the card's env as JSON (Minari's recover_environment uses it), if it has one."""
+    """The gymnasium EnvSpec of the card's env as JSON (Minari's recover_environment uses it), if it has one.
+
+    A gymnasium env gives its registered spec. Other suites (offbench's own, MiniGrid, Meta-World) give a spec
+    whose entry point is offbench's env factory with the card's [env] table, so `gym.make(spec, task=...)` (in
+    Minari: `dataset.recover_environment(task=...)`) rebuilds one task's environment, as evaluation does; no
+    task is chosen for the user, since the data spans many.
+    """
     env = card.get("env") or {}
-    if not env.get("id") or env.get("suite", "gymnasium") != "gymnasium":
+    if not env.get("id"):
         return None
+    suite = env.get("suite", "gymnasium")
     try:
-        text = gym.spec(env["id"]).to_json()
+        if suite == "gymnasium":
+            text = gym.spec(env["id"]).to_json()
+        else:
+            env_id = env["id"] if "/" in env["id"] else f"{suite}/{env['id']}"
+            spec = gym.envs.registration.EnvSpec(
+                env_id, FACTORY_ENTRY_POINT, kwargs={"env_spec": env}, order_enforce=False, disable_env_checker=True
+            )
+            text = spec.to_json()
         gym.envs.registration.EnvSpec.from_json(text)
         return text
     except Exception:  # not registered here, or not JSON-serialisable: Minari then uses the stored spaces
         return None
+
+
+def _provenance(card: dict[str, Any]) -> dict[str, Any]:
+    """Who made the data and how: for a dataset that came from Minari, its own metadata (author, algorithm,
+    env spec, ...); for generated data, offbench and the recipe's behaviour (a learning history's source
+    algorithm, the multi-task expert or planner)."""
+    original = card.get("minari") or {}
+    if original:
+        return {key: original[key] for key in CARRIED_METADATA if key in original}
+    recipe = (card.get("source") or {}).get("recipe")
+    if not recipe:
+        return {}
+    algorithm = (recipe.get("params") or {}).get("algo") or GENERATED_BEHAVIOUR.get(recipe.get("generator"))
+    return {"author": ["offbench"], **({"algorithm_name": str(algorithm)} if algorithm else {})}
 
 
 def export_minari(store: EpisodeStore, out: Path) -> Path:
@@ -379,6 +416,7 @@ def export_minari(store: EpisodeStore, out: Path) -> Path:
     env_spec = _env_spec_json(store.card)
     if env_spec:
         meta["env_spec"] = env_spec
+    meta.update(_provenance(store.card))
     with atomic_dir(target, need=store.nbytes + store.final_observations.nbytes) as tmp:  # observations gain a row per episode
         (tmp / "data").mkdir()
         with h5py.File(tmp / "data" / MAIN_FILE, "w", track_order=True) as f:

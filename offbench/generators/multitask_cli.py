@@ -62,14 +62,20 @@ def _task_list(text: str) -> list[str]:
 
 
 def default_id(generator: str, params: dict[str, Any], seed: int) -> str:
-    """A readable id that differs whenever the data would: generator, suite, quality, size, seed, options."""
+    """A readable id that differs whenever the data would, in the learning histories' style (names, then
+    letter-prefixed sizes, the seed last): generator, suite, quality, observation, episodes per task, horizon,
+    a task subset (its count and a hash of its names)."""
     import zlib
 
-    parts = [params["suite"].lower(), params["quality"], f"{params['episodes_per_task']}ep", f"seed{seed}"]
+    parts = [generator, params["suite"].lower(), params["quality"]]
+    if "observation" in params:
+        parts.append(params["observation"])
+    parts.append(f"e{params['episodes_per_task']}")
+    if "max_episode_steps" in params:
+        parts.append(f"steps{params['max_episode_steps']}")
     if "tasks" in params:
-        parts.append(f"tasks{len(params['tasks'])}-{zlib.crc32(','.join(params['tasks']).encode()):08x}")
-    parts += [f"{key}{value}" for key, value in sorted(params.items()) if key in ("max_episode_steps", "observation")]
-    return f"generated/{generator}-{'-'.join(parts)}"
+        parts += [f"t{len(params['tasks'])}", f"{zlib.crc32(','.join(params['tasks']).encode()):08x}"]
+    return "generated/" + "-".join(parts) + f"-s{seed}"
 
 
 def _generate(
@@ -80,7 +86,7 @@ def _generate(
 
     from offbench.data.cards import all_cards, card_from_dict, write_card
     from offbench.data.resolve import native_path
-    from offbench.data.store import load_native
+    from offbench.data.store import load_native, replace_card
     from offbench.generators import get_generator
     from offbench.paths import user_cards_dir
     from offbench.utils import check_writable
@@ -107,6 +113,7 @@ def _generate(
     store = load_native(path)
     recorded = ("env", "quality", "behaviour", "behaviour_profiles", "task_stats")
     card = card_from_dict({**card_data, **{key: store.card[key] for key in recorded}})
+    replace_card(path, {**store.card, **card.to_dict()})  # the file names its dataset (exports are named from it)
     card_path = write_card(card, Path(out) / "card.toml" if out else user_cards_dir() / f"{card.id}.toml")
 
     console = Console()
