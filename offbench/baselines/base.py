@@ -30,11 +30,18 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 
 from offbench.data.spec import DatasetSpec
+from offbench.errors import OffbenchError
 from offbench.evaluation.policy import Policy, PolicyOptions
 
-__all__ = ["Baseline", "DatasetSpec", "Policy", "PolicyOptions", "SINGLE_AND_MULTI_TASK"]
+__all__ = ["Baseline", "DatasetSpec", "Policy", "PolicyOptions", "SINGLE_AND_MULTI_TASK", "multi_task_spec"]
 
 SINGLE_AND_MULTI_TASK = ("single-task", "multi-task")
+
+
+def multi_task_spec(spec: DatasetSpec, baseline: str) -> None:
+    """Refuse one-task data for a baseline that only makes sense across tasks (MOORE, Prompt-DT, HarmoDT)."""
+    if spec.num_tasks < 2:
+        raise OffbenchError(f"{baseline} is a multi-task baseline: the dataset has one task (use a multi-task card, or bc/dt/cql/iql)")
 
 
 @runtime_checkable

@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from offbench.baselines.base import DatasetSpec
+from offbench.baselines.base import DatasetSpec, multi_task_spec
 from offbench.baselines.iql import LOG_STD_MAX, LOG_STD_MIN, SCHEDULES
 from offbench.baselines.nets import BoundedActions, ObservationNormalizer, flat_observation_dim
 from offbench.baselines import pcgrad
@@ -88,11 +88,6 @@ class MooreNetwork(nn.Module):
             rows = task_ids == task
             out[rows] = self.heads[task](z[rows])
         return out
-
-
-def multi_task_spec(spec: DatasetSpec, baseline: str) -> None:
-    if spec.num_tasks < 2:
-        raise OffbenchError(f"{baseline} is a multi-task baseline: the dataset has one task (use a multi-task card, or bc/dt/cql/iql)")
 
 
 def task_policy(baseline, options: PolicyOptions) -> MarkovPolicy:

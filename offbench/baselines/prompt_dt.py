@@ -24,9 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from offbench.baselines.base import DatasetSpec
+from offbench.baselines.base import DatasetSpec, multi_task_spec
 from offbench.baselines.dt import DTConfig, DTPolicy, causal_bias, dt_blocks
-from offbench.baselines.moore import multi_task_spec
 from offbench.baselines.nets import BoundedActions, Dropout, ObservationNormalizer, grouped_layer_norm, flat_observation_dim, fused_adam, load_part_states, part_states
 from offbench.baselines.pcgrad import check_gradient_mode, pcgrad_backward, per_task_losses
 from offbench.errors import OffbenchError
