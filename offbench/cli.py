@@ -157,6 +157,9 @@ from offbench.data.commands import export, import_app  # noqa: E402
 
 app.command("export")(export)
 app.add_typer(import_app, name="import")
+from offbench.data.cache import cache_app  # noqa: E402
+
+app.add_typer(cache_app, name="cache")
 
 generate_app = typer.Typer(help="Make a dataset (learning histories, multi-task data) and register it.", no_args_is_help=True)
 app.add_typer(generate_app, name="generate")

@@ -1,0 +1,186 @@
+"""`offbench cache list|delete`: the datasets on this machine, under `$OFFBENCH_HOME/data/<id>/`.
+
+A dataset's folder holds its native file `data.h5` once it is complete, and while it is being prepared the
+download's `raw/` files (`*.part` until verified), a generator's staging file or work folder, and the lock
+`resolve.ensure_local` takes. A folder is listed as `complete` when the registered card finds it ready to open
+(`resolve.is_local`; without a card, when `data.h5` is a native file), else as `partial`.
+
+Deleting never touches anything outside `$OFFBENCH_HOME/data`: an id is cut into safe path components, must
+name a listed dataset folder (not a namespace holding others, not a link out), and is refused while another
+process holds its lock (a download or generation in progress). The folder is first renamed to a hidden
+`.<name>.deleting` beside it, in one step, and only then removed: a delete cut short leaves that folder,
+which no id resolves to (so nothing half-deleted looks complete); `cache list` shows it as `interrupted
+delete` and `cache delete ID` finishes it. Cards stay registered: the data is fetched or generated again on
+next use.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import typer
+
+from offbench.errors import OffbenchError
+from offbench.paths import offbench_home
+from offbench.utils import safe_component
+
+DELETING_SUFFIX = ".deleting"
+PREPARE_LOCK = ".prepare.lock"  # the lock resolve.ensure_local holds while it downloads or generates a dataset
+INTERNAL_DIRS = ("raw",)  # a dataset folder's own sub-folders (besides hidden ones and generators' *.work)
+
+
+@dataclass(frozen=True)
+class CachedDataset:
+    id: str
+    path: Path
+    size: int  # bytes on disk (allocated blocks, as du counts them)
+    status: str  # complete | partial | interrupted delete
+
+
+def data_root() -> Path:
+    return offbench_home() / "data"
+
+
+def _is_internal(entry: os.DirEntry) -> bool:
+    return entry.name.startswith(".") or entry.name in INTERNAL_DIRS or entry.name.endswith(".work")
+
+
+def _disk_usage(path: Path) -> int:
+    """Bytes allocated to everything under `path`, links not followed."""
+    total = 0
+    for folder, dirs, files in os.walk(path):
+        for name in (*dirs, *files):
+            stat = os.lstat(os.path.join(folder, name))
+            total += getattr(stat, "st_blocks", 0) * 512 or stat.st_size
+    return total
+
+
+def _status(dataset_id: str, path: Path) -> str:
+    from offbench.data.cards import get_card
+    from offbench.data.resolve import is_local
+    from offbench.data.store import is_native
+
+    try:
+        card = get_card(dataset_id)
+    except OffbenchError:  # no card (any more): the native file alone says whether the data is whole
+        return "complete" if is_native(path / "data.h5") else "partial"
+    return "complete" if is_local(card) else "partial"
+
+
+def cached_datasets() -> list[CachedDataset]:
+    """Every dataset folder and interrupted delete under the data root, by id."""
+    found: list[CachedDataset] = []
+
+    def walk(folder: Path, prefix: str) -> None:
+        with os.scandir(folder) as scan:
+            entries = sorted(scan, key=lambda entry: entry.name)
+        for entry in entries:
+            if not entry.is_dir(follow_symlinks=False):
+                continue
+            path = Path(entry.path)
+            if entry.name.startswith(".") and entry.name.endswith(DELETING_SUFFIX):
+                dataset_id = prefix + entry.name[1 : -len(DELETING_SUFFIX)]
+                found.append(CachedDataset(dataset_id, path, _disk_usage(path), "interrupted delete"))
+            elif not _is_internal(entry):
+                with os.scandir(path) as scan:
+                    if any(not child.is_dir(follow_symlinks=False) or _is_internal(child) for child in scan):
+                        dataset_id = prefix + entry.name
+                        found.append(CachedDataset(dataset_id, path, _disk_usage(path), _status(dataset_id, path)))
+                walk(path, f"{prefix}{entry.name}/")  # ids may nest: minigrid/tiny-near-optimal
+
+    root = data_root()
+    if root.is_dir():
+        walk(root, "")
+    return sorted(found, key=lambda dataset: (dataset.id, dataset.status))
+
+
+def _targets(dataset_ids: list[str]) -> list[CachedDataset]:
+    """What deleting these ids removes, after every check (so either all are deleted or none)."""
+    root = data_root()
+    on_disk = cached_datasets()
+    targets = []
+    for dataset_id in dict.fromkeys(dataset_ids):
+        parts = dataset_id.strip("/").split("/")
+        for part in parts:
+            safe_component(part, f"{dataset_id}: id part")
+        path = root.joinpath(*parts)
+        if path.is_symlink():
+            raise OffbenchError(f"{path}: a link (to {os.readlink(path)}); offbench deletes only what lies under {root}, remove the link yourself")
+        mine = [dataset for dataset in on_disk if dataset.id == "/".join(parts)]
+        if not mine:
+            raise OffbenchError(f"{dataset_id}: not on disk under {root} (see `offbench cache list`)")
+        nested = [dataset.id for dataset in on_disk if dataset.id.startswith(f"{'/'.join(parts)}/")]
+        if nested and any(dataset.path == path for dataset in mine):
+            raise OffbenchError(f"{path}: also holds the datasets {', '.join(nested)}; delete those first")
+        targets += sorted(mine, key=lambda dataset: dataset.status != "interrupted delete")  # its leftover first: the rename needs its place
+    return targets
+
+
+def _remove(dataset: CachedDataset) -> None:
+    """Rename the folder aside in one step (holding its lock, so no download or generation is under way), then
+    remove it; then the namespace folders it leaves empty."""
+    from filelock import FileLock, Timeout
+
+    graveyard = dataset.path
+    if dataset.status != "interrupted delete":
+        graveyard = dataset.path.with_name(f".{dataset.path.name}{DELETING_SUFFIX}")
+        lock = FileLock(str(dataset.path / PREPARE_LOCK))
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            raise OffbenchError(f"{dataset.id}: another process is downloading or generating it ({lock.lock_file}); delete it once that is done") from None
+        try:
+            if graveyard.exists():  # left by an earlier delete that was cut short
+                shutil.rmtree(graveyard)
+            os.rename(dataset.path, graveyard)
+        finally:
+            lock.release()
+    shutil.rmtree(graveyard)
+    root, folder = data_root(), graveyard.parent
+    while folder != root and folder.is_relative_to(root) and not any(folder.iterdir()):
+        folder.rmdir()
+        folder = folder.parent
+
+
+# ---------------------------------------------------------------------------------------- commands
+cache_app = typer.Typer(help="Datasets on this machine (under $OFFBENCH_HOME/data): list them, delete them.", no_args_is_help=True)
+
+
+def _size(n: int) -> str:
+    from rich.filesize import decimal
+
+    return decimal(n)
+
+
+@cache_app.command("list")
+def list_command() -> None:
+    """Every local dataset: id, size on disk, whether it is complete or a partial download, its folder."""
+    datasets = cached_datasets()
+    if not datasets:
+        typer.echo(f"no datasets under {data_root()}")
+        return
+    width = max(len(dataset.id) for dataset in datasets)
+    typer.echo(f"{'id':<{width}}  {'size':>9}  {'status':<18}  path")
+    for dataset in datasets:
+        typer.echo(f"{dataset.id:<{width}}  {_size(dataset.size):>9}  {dataset.status:<18}  {dataset.path}")
+    typer.echo(f"{len(datasets)} dataset(s), {_size(sum(dataset.size for dataset in datasets))} under {data_root()}")
+
+
+@cache_app.command("delete")
+def delete_command(
+    dataset_ids: list[str] = typer.Argument(..., metavar="ID...", help="Dataset ids as `offbench cache list` shows them."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
+) -> None:
+    """Delete local datasets (their cards stay registered: the data is fetched or generated again on next use)."""
+    targets = _targets(dataset_ids)
+    total = _size(sum(dataset.size for dataset in targets))
+    if not yes:
+        for dataset in targets:
+            typer.echo(f"  {dataset.id}  {_size(dataset.size)}  {dataset.path}")
+        typer.confirm(f"Delete {len(targets)} folder(s), {total}?", abort=True)
+    for dataset in targets:
+        _remove(dataset)
+        typer.echo(f"deleted {dataset.id} ({_size(dataset.size)}, {dataset.path})")
