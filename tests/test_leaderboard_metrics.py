@@ -1,4 +1,4 @@
-"""Leaderboards beyond one task and one direction (issue 10): per-task tables for multi-task benchmarks, and
+"""Leaderboards beyond one task and one direction: per-task tables for multi-task benchmarks, and
 lower-is-better metrics (regret) end to end: best evaluation, ranking, probability of improvement, profiles."""
 
 from __future__ import annotations

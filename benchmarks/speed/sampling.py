@@ -98,7 +98,7 @@ def synthetic_store(episodes: int, steps: int, seed: int = 0) -> EpisodeStore:
 
 
 def write_minari(store: EpisodeStore, root: Path, dataset_id: str) -> None:
-    """Minari 0.5's HDF5 layout (DESIGN.md): one group per episode, observations with the final row."""
+    """Minari 0.5's HDF5 layout (described in offbench/data/minari_format.py): one group per episode, observations with the final row."""
     from minari.serialization import serialize_space
 
     data = root / f"{dataset_id}" / "data"
