@@ -210,3 +210,11 @@ def test_hand_built_data_has_no_maker_and_no_environment(tmp_path):
     store.card = {"id": "test/plain"}
     meta = json.loads((export_minari(store, tmp_path) / "data" / "metadata.json").read_text())
     assert not {"env_spec", "author", "algorithm_name"} & set(meta)
+
+
+def test_data_downloaded_from_minari_exports_its_own_provenance(tmp_path):
+    store = make_store()
+    original = {"author": ["Farama"], "algorithm_name": "SAC", "code_permalink": "https://example.org/code"}
+    store.card = {"id": "mujoco/hopper/medium-v0", "import": {"id": "mujoco/hopper/medium-v0", "minari": original}}  # as fetch_card stores it
+    meta = json.loads((export_minari(store, tmp_path) / "data" / "metadata.json").read_text())
+    assert {key: meta[key] for key in original} == original

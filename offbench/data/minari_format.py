@@ -374,7 +374,7 @@ def _provenance(card: dict[str, Any]) -> dict[str, Any]:
     """Who made the data and how: for a dataset that came from Minari, its own metadata (author, algorithm,
     env spec, ...); for generated data, offbench and the recipe's behaviour (a learning history's source
     algorithm, the multi-task expert or planner)."""
-    original = card.get("minari") or {}
+    original = card.get("minari") or (card.get("import") or {}).get("minari") or {}  # read from Minari, or downloaded from it
     if original:
         return {key: original[key] for key in CARRIED_METADATA if key in original}
     recipe = (card.get("source") or {}).get("recipe")
