@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from offbench.data.store import EpisodeStore
+from offbench.data.store import EpisodeStore, Store
 from offbench.errors import OffbenchError
 from offbench.registry import lookup, register
 
@@ -118,13 +118,13 @@ def sampler(dataset: Any, kind: str, *, batch_size: int, seed: int = 0, device: 
 # ----------------------------------------------------------------------------- shared machinery
 
 
-class _StoreSampler(torch.utils.data.IterableDataset):
-    """RNG, tensor conversion and s' lookup shared by every kind. Observations come in dataset units:
-    baselines normalise them in their networks (offbench.baselines.nets.ObservationNormalizer)."""
+class _SeededSampler(torch.utils.data.IterableDataset):
+    """What every sampler shares, whatever its dataset: the seeded RNG, resume, endless iteration (DataLoader
+    workers included) and tensor conversion."""
 
     kind: str
 
-    def __init__(self, store: EpisodeStore, batch_size: int, seed: int, device: str | torch.device):
+    def __init__(self, store: Store, batch_size: int, seed: int, device: str | torch.device):
         if int(batch_size) < 1:
             raise OffbenchError(f"batch_size must be at least 1, got {batch_size}")
         self.store = store
@@ -132,15 +132,6 @@ class _StoreSampler(torch.utils.data.IterableDataset):
         self.device = torch.device(device)
         self.rng = np.random.default_rng(seed)
         self.where = f"{store.path}: " if store.path else ""
-        # np.asarray turns an np.memmap into a plain ndarray view of the same mapping: still lazy, but
-        # indexing skips np.memmap's Python-level __getitem__/__array_finalize__.
-        self.observations = np.asarray(store.observations)
-        self.actions = np.asarray(store.actions)
-        self.rewards = np.asarray(store.rewards)
-        self.final_observations = np.asarray(store.final_observations)
-        self.starts = store.episode_starts
-        self.task_ids = np.asarray(store.columns["task_id"]) if "task_id" in store.columns else None
-        self.action_dtype = np.int64 if self.actions.dtype.kind in "iub" else np.float32
 
     # -- resume
     def state_dict(self) -> dict[str, Any]:
@@ -168,6 +159,29 @@ class _StoreSampler(torch.utils.data.IterableDataset):
         while True:
             yield self.sample()
 
+    # -- for subclasses
+    def tensor(self, array: np.ndarray, dtype: Any = None) -> torch.Tensor:
+        """Zero-copy from NumPy (the gathered arrays are fresh and contiguous), then to the device."""
+        array = np.ascontiguousarray(array if dtype is None else array.astype(dtype, copy=False))
+        return torch.from_numpy(array).to(self.device)
+
+
+class _StoreSampler(_SeededSampler):
+    """The arrays of an EpisodeStore and the s' lookup shared by every kind that samples one. Observations come in
+    dataset units: baselines normalise them in their networks (offbench.baselines.nets.ObservationNormalizer)."""
+
+    def __init__(self, store: EpisodeStore, batch_size: int, seed: int, device: str | torch.device):
+        super().__init__(store, batch_size, seed, device)
+        # np.asarray turns an np.memmap into a plain ndarray view of the same mapping: still lazy, but
+        # indexing skips np.memmap's Python-level __getitem__/__array_finalize__.
+        self.observations = np.asarray(store.observations)
+        self.actions = np.asarray(store.actions)
+        self.rewards = np.asarray(store.rewards)
+        self.final_observations = np.asarray(store.final_observations)
+        self.starts = store.episode_starts
+        self.task_ids = np.asarray(store.columns["task_id"]) if "task_id" in store.columns else None
+        self.action_dtype = np.int64 if self.actions.dtype.kind in "iub" else np.float32
+
     # -- helpers for subclasses
     def episode_of(self, index: np.ndarray) -> np.ndarray:
         """Episode of each step index (binary search over the E + 1 offsets; no per-step table)."""
@@ -192,11 +206,6 @@ class _StoreSampler(torch.utils.data.IterableDataset):
 
     def observation_tensor(self, obs: np.ndarray) -> torch.Tensor:
         return self.tensor(self.observation_array(obs))
-
-    def tensor(self, array: np.ndarray, dtype: Any = None) -> torch.Tensor:
-        """Zero-copy from NumPy (the gathered arrays are fresh and contiguous), then to the device."""
-        array = np.ascontiguousarray(array if dtype is None else array.astype(dtype, copy=False))
-        return torch.from_numpy(array).to(self.device)
 
     def step_tensors(self, index: np.ndarray, prefix: str = "", next_observations: bool = False) -> dict[str, torch.Tensor]:
         """Observations, actions, rewards (and s' if asked) of the steps at `index` (any shape), keys prefixed."""

@@ -8,41 +8,31 @@ import functools
 import numpy as np
 import torch
 
-from offbench.data.samplers import _StoreSampler, register_store_sampler
+from offbench.data.samplers import _SeededSampler, register_store_sampler
 from offbench.data.xland.codec import decode_states_as
 from offbench.data.xland.histories import XLandHistories
 from offbench.data.xland.reader import DEFAULT_CACHE_MB
 from offbench.errors import OffbenchError
 
 
-class _XLandSampler(_StoreSampler):
-    """The chunk reader and observation decoding shared by the XLand samplers (same keys as the native ones).
-
-    Resume (`state_dict`) and tensor conversion come from the native samplers' base; its constructor,
-    which takes the store's arrays, is replaced: nothing of an XLand file is read up front.
+class _XLandSampler(_SeededSampler):
+    """The chunk reader and observation decoding shared by the XLand samplers (same keys as the native ones;
+    nothing of the file is read up front).
 
     Observations are float32 (the batch contract of every sampler) unless `observation_dtype="uint8"`, which
     gives the (tile, colour) codes as bytes, a quarter of the memory, for models that embed them (the XLand
     AD and DPT baselines do)."""
 
-    kind: str
-
     def __init__(
         self, store: XLandHistories, batch_size: int, seed: int, device: str | torch.device,
         cache_mb: int, observation_dtype: str,
-    ):  # the base constructor is not called (see the class docstring)
+    ):
         if observation_dtype not in ("float32", "uint8"):
             raise OffbenchError(f"observation_dtype must be 'float32' or 'uint8', got '{observation_dtype}'")
-        self.observation_dtype = observation_dtype
-        if int(batch_size) < 1:
-            raise OffbenchError(f"batch_size must be at least 1, got {batch_size}")
+        super().__init__(store, batch_size, seed, device)
         if int(cache_mb) < 1:
             raise OffbenchError(f"cache_mb must be at least 1, got {cache_mb}")
-        self.store = store
-        self.batch_size = int(batch_size)
-        self.device = torch.device(device)
-        self.rng = np.random.default_rng(seed)
-        self.where = f"{store.path}: "
+        self.observation_dtype = observation_dtype
         self.reader = store.reader(int(cache_mb) << 20)
 
     def observations(self, tasks: np.ndarray, histories: np.ndarray, steps: np.ndarray) -> torch.Tensor:
