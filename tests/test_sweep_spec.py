@@ -70,33 +70,91 @@ def test_benchmark_gives_datasets_and_protocol(tmp_path):
     assert run.dataset == "pendulum-scripted" and run.values == {"eval_episodes": 10, "eval_every": 1000}
 
 
+RANDOM = BASE + "[random]\nsamples = 2\nseed = 0\n"
+ONE_DATASET = 'baselines = ["bc"]\ndatasets = ["x"]\n'
+ON_BENCHMARK = 'benchmark = "pendulum-scripted"\nbaselines = ["bc"]\nseeds = [0]\n'
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
+        # the file, unknown and missing keys
         ("baselines = [\n", "malformed TOML"),
-        (BASE + "colour = 1\n", "unknown key 'colour'"),
-        ('baselines = []\ndatasets = ["x"]\nseeds = [0]\n', "'baselines' must be a non-empty list of strings"),
-        ('baselines = ["bc"]\nseeds = [0]\n', "'datasets' must be a non-empty list of strings"),
-        ('baselines = ["bc"]\ndatasets = ["x"]\nseeds = [-1]\n', "'seeds' must be a non-empty list of integers"),
-        ('baselines = ["bc"]\ndatasets = ["x"]\nseeds = [0, 0]\n', "lists a seed twice"),
-        (BASE + "[grid]\nlr = []\n", "[grid] must map config keys to non-empty lists"),
-        (BASE + "[set]\nlr = 1\n[grid]\nlr = [1, 2]\n", "config key 'lr' is given in more than one"),
-        (BASE + "[random]\nseed = 0\nlr = { uniform = [0, 1] }\n", "[random] needs 'samples'"),
-        (BASE + "[random]\nsamples = 2\nseed = 0\nlr = { normal = [0, 1] }\n", "[random] 'lr' must be one of"),
-        (BASE + "[random]\nsamples = 2\nseed = 0\nlr = { log_uniform = [0, 1] }\n", "log_uniform needs [low, high]"),
-        (BASE + 'config = "missing.toml"\n', "does not exist"),
-        ('benchmark = "pendulum-scripted"\nbaselines = ["bc"]\nseeds = [0]\n[set]\neval_episodes = 3\n', "contradicts benchmark"),
-        ('benchmark = "pendulum-scripted"\nbaselines = ["bc"]\ndatasets = ["darkroom"]\nseeds = [0]\n', "not one of benchmark"),
-        ('benchmark = "nope"\nbaselines = ["bc"]\nseeds = [0]\n', "unknown benchmark 'nope'"),
+        (BASE + "colour = 1\n", "'colour' is not a known key (known: baselines, benchmark, config, datasets, grid, name, random, retries, runs, seeds, set)"),
+        ('datasets = ["x"]\nseeds = [0]\n', "missing required key 'baselines'"),
+        (ONE_DATASET, "missing required key 'seeds'"),
+        (RANDOM.replace("samples = 2\n", ""), "missing required key 'random.samples'"),
+        (BASE + "[random]\n", "missing required key 'random.samples'"),
+        (RANDOM + "lr = { normal = [0, 1] }\n", "'random.lr.normal' is not a known key (known: choice, int_uniform, log_uniform, uniform)"),
+        # wrong types
+        ('baselines = "bc"\ndatasets = ["x"]\nseeds = [0]\n', "'baselines' must be a list of strings, got 'bc'"),
+        (ONE_DATASET + "seeds = [0.5]\n", "'seeds[0]' must be an integer, got 0.5"),
+        (BASE + "name = 3\n", "'name' must be a string, got 3"),
+        (BASE + "retries = true\n", "'retries' must be an integer, got True"),
+        (BASE + "config = 3\n", "'config' must be a string, got 3"),
+        (BASE + "set = 1\n", "'set' must be a table, got 1"),
+        (BASE + "[grid]\nlr = 0.1\n", "'grid.lr' must be a list of values, got 0.1"),
+        (RANDOM.replace("samples = 2", "samples = 2.5"), "'random.samples' must be an integer, got 2.5"),
+        (RANDOM + "lr = 0.1\n", "'random.lr' must be a table, got 0.1"),
+        (RANDOM + "lr = { uniform = [0, 1, 2] }\n", "'random.lr.uniform' must be a list of 2 numbers, got [0, 1, 2]"),
+        (RANDOM + 'lr = { uniform = ["a", 1] }\n', "'random.lr.uniform[0]' must be a finite number, got 'a'"),
+        (RANDOM + "lr = { int_uniform = [1, 2.5] }\n", "'random.lr.int_uniform[1]' must be an integer, got 2.5"),
+        # out of range
+        (ONE_DATASET + "seeds = [-1]\n", "'seeds' must be at least 0 and less than 4294967296, got -1"),
+        (ONE_DATASET + "seeds = [0, 4294967296]\n", "'seeds' must be at least 0 and less than 4294967296, got 4294967296"),
+        (BASE + "retries = -1\n", "'retries' must be at least 0, got -1"),
+        (RANDOM.replace("samples = 2", "samples = 0"), "'random.samples' must be at least 1, got 0"),
+        (RANDOM.replace("seed = 0", "seed = -1"), "'random.seed' must be at least 0, got -1"),
+        (RANDOM + "lr = { log_uniform = [0, 1] }\n", "'random.lr.log_uniform' must be greater than 0, got 0.0"),
+        # the records' own rules
+        (BASE + 'name = "a/b"\n', "'name' must be a plain folder name (no '/', not empty or starting with '.'), got 'a/b'"),
+        (BASE + 'name = ".hidden"\n', "'name' must be a plain folder name (no '/', not empty or starting with '.'), got '.hidden'"),
+        (BASE + 'runs = ""\n', "'runs' must be a folder path, got ''"),
+        ('baselines = ["bc"]\nseeds = [0]\n', "needs 'datasets' (or a 'benchmark', whose datasets it then runs)"),
+        ('baselines = []\ndatasets = ["x"]\nseeds = [0]\n', "'baselines' must be a non-empty list, got []"),
+        ('baselines = ["bc", ""]\ndatasets = ["x"]\nseeds = [0]\n', "'baselines[1]' must be a non-empty string"),
+        ('baselines = ["bc", "bc"]\ndatasets = ["x"]\nseeds = [0]\n', "'baselines' lists 'bc' twice"),
+        ('baselines = ["bc"]\ndatasets = []\nseeds = [0]\n', "'datasets' must be a non-empty list, got []"),
+        (ONE_DATASET + "seeds = []\n", "'seeds' must be a non-empty list, got []"),
+        (ONE_DATASET + "seeds = [0, 0]\n", "'seeds' lists 0 twice"),
+        (BASE + "[grid]\nlr = []\n", "'grid.lr' must be a non-empty list of values"),
+        (BASE + "[set]\nlr = 1\n[grid]\nlr = [1, 2]\n", "config key 'lr' is given in more than one of [set], [grid], [random]"),
+        (BASE + "[set]\nlr = 1\n[random]\nsamples = 2\nseed = 0\nlr = { uniform = [0, 1] }\n",
+         "config key 'lr' is given in more than one of [set], [grid], [random]"),
+        (BASE + "[grid]\nlr = [1, 2]\n[random]\nsamples = 2\nseed = 0\nlr = { uniform = [0, 1] }\n",
+         "config key 'lr' is given in more than one of [set], [grid], [random]"),
+        (RANDOM + "lr = {}\n", "'random.lr' needs exactly one of choice, uniform, log_uniform, int_uniform, got none"),
+        (RANDOM + "lr = { uniform = [0, 1], choice = [1] }\n",
+         "'random.lr' needs exactly one of choice, uniform, log_uniform, int_uniform, got choice and uniform"),
+        (RANDOM + "lr = { uniform = [1, 0] }\n", "'random.lr.uniform' must be [low, high] with low <= high, got [1.0, 0.0]"),
+        (RANDOM + "lr = { choice = [] }\n", "'random.lr.choice' must be a non-empty list"),
+        # what comes from outside the file: the config file and the benchmark
+        (BASE + 'config = "missing.toml"\n', "config file {dir}/missing.toml does not exist"),
+        (ON_BENCHMARK + "[set]\neval_episodes = 3\n",
+         "[set] eval_episodes = 3 contradicts benchmark pendulum-scripted's protocol for bc (episodes = 10)"),
+        (ON_BENCHMARK + "[grid]\neval_every = [10, 20]\n",
+         "config key 'eval_every' is pinned by benchmark pendulum-scripted's protocol, so it cannot be in [grid] or [random]"),
+        (ON_BENCHMARK + 'datasets = ["darkroom"]\n', "dataset 'darkroom' is not one of benchmark pendulum-scripted's (pendulum-scripted)"),
     ],
 )
-def test_bad_specs_are_one_line_errors_naming_the_file(tmp_path, text, message):
+def test_bad_specs_are_one_line_errors_naming_the_file_and_field(tmp_path, text, message):
     path = write(tmp_path, text)
     with pytest.raises(OffbenchError) as info:
-        load_sweep(path).expand()
-    assert message in str(info.value) and "\n" not in str(info.value)
-    if "benchmark 'nope'" not in message:
-        assert str(path) in str(info.value)
+        load_sweep(path)
+    assert str(info.value).startswith(f"{path}: {message.format(dir=tmp_path.resolve())}")
+    assert "\n" not in str(info.value)
+
+
+def test_an_unknown_benchmark_is_named(tmp_path):
+    with pytest.raises(OffbenchError, match="unknown benchmark 'nope'"):
+        load_sweep(write(tmp_path, 'benchmark = "nope"\nbaselines = ["bc"]\nseeds = [0]\n'))
+
+
+def test_the_default_name_is_checked_as_a_given_one(tmp_path):
+    """A spec's name defaults to its file's stem; `..toml` would put its runs in runs/sweeps itself."""
+    assert load_sweep(write(tmp_path, BASE, "widths.toml")).name == "widths"
+    with pytest.raises(OffbenchError, match=r"'name' must be a plain folder name .*, got '\.'$"):
+        load_sweep(write(tmp_path, BASE, "..toml"))
 
 
 @pytest.mark.parametrize(
@@ -119,15 +177,15 @@ def test_configs_are_checked_before_anything_runs(tmp_path, text, message):
 def test_leaderboard_reference_sweeps_cover_their_benchmark(path):
     from offbench.leaderboard.spec import load_spec
 
-    spec = load_sweep(path)
-    assert spec.benchmark == path.parent.name and spec.name == path.parent.name
-    bench = load_spec(spec.benchmark)
-    runs = spec.expand()
-    assert {r.dataset for r in runs} == set(bench.datasets) and len(spec.seeds) >= bench.min_seeds
-    missing = [b for b in spec.baselines if b not in BASELINES]
+    sweep = load_sweep(path)
+    assert sweep.spec.benchmark == path.parent.name and sweep.name == path.parent.name
+    bench = load_spec(sweep.spec.benchmark)
+    runs = sweep.expand()
+    assert {r.dataset for r in runs} == set(bench.datasets) and len(sweep.spec.seeds) >= bench.min_seeds
+    missing = [b for b in sweep.spec.baselines if b not in BASELINES]
     if missing:
         pytest.skip(f"baselines {missing} are not registered on this branch")
-    check_configs(spec, runs)
+    check_configs(sweep, runs)
 
 
 def test_per_baseline_protocol_pins_reach_each_baselines_runs():

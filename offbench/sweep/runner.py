@@ -27,7 +27,7 @@ from rich.table import Table
 
 from offbench.errors import OffbenchError
 from offbench.sweep.executors import EXIT_BAD_INPUT, Executor, Job, Outcome, forwarded_env, offbench_argv
-from offbench.sweep.spec import PlannedRun, SweepSpec
+from offbench.sweep.spec import PlannedRun, Sweep
 from offbench.tracking import run_dir as rd
 from offbench.utils import atomic_write_json, ensure_dir
 
@@ -35,7 +35,7 @@ QUEUED, RUNNING, DONE, FAILED, STOPPED = "queued", "running", "done", "failed", 
 TABLE_ROWS = 20  # running and failed runs shown in the live table; the rest are counted
 
 
-def runs_folder(spec: SweepSpec, given: Path | None) -> Path:
+def runs_folder(spec: Sweep, given: Path | None) -> Path:
     """--runs, else the spec's `runs`, else runs/sweeps/<name> (relative paths stay relative, so the paths
     a leaderboard entry records are portable)."""
     return given or spec.runs or Path("runs") / "sweeps" / spec.name
@@ -192,7 +192,7 @@ class Tracker:
         return Group(header, table) if shown else Group(header)
 
 
-def execute(spec: SweepSpec, runs: list[PlannedRun], folder: Path, executor: Executor, console: Console,
+def execute(spec: Sweep, runs: list[PlannedRun], folder: Path, executor: Executor, console: Console,
             retries: int | None = None) -> Tracker:
     """Run every planned run not yet done; returns the tracker (raises KeyboardInterrupt after a clean stop)."""
     ensure_dir(state_dir(folder))  # a folder that cannot be made (under /proc, a file in the way) is one line
