@@ -1,10 +1,13 @@
-"""Every built-in card in datasets/ parses, has a unique id, and names a format and environment that exist."""
+"""Every built-in card in datasets/ parses, has a unique id, names a format and environment that exist, and is
+written back as it reads."""
+
+import tomllib
 
 import gymnasium as gym
 import pytest
 
 from helpers import require_extra
-from offbench.data.cards import all_cards, read_card
+from offbench.data.cards import all_cards, read_card, write_card
 from offbench.data.formats import FORMATS
 from offbench.paths import builtin_dir
 
@@ -81,3 +84,9 @@ def test_d4rl_card_environment_matches_the_model_the_data_was_collected_on(card)
     _, reward, terminated, _, info = env.step(np.zeros(env.action_space.shape))
     assert terminated
     assert reward - info["x_velocity"] == pytest.approx(GYM_V3_HEALTHY_REWARD_ON_FALLING), card.id
+
+
+@pytest.mark.parametrize("path", CARD_FILES, ids=lambda p: p.stem)
+def test_card_is_written_back_as_it_reads(path, tmp_path):
+    card = read_card(path)
+    assert read_card(write_card(card, tmp_path / path.name)).to_dict() == card.to_dict() == tomllib.loads(path.read_text())

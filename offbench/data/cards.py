@@ -17,6 +17,11 @@ A card (see datasets/README.md for every field):
     ref_min = -20.272305                 # normalised score = 100 * (R - ref_min) / (ref_max - ref_min)
     ref_max = 3234.3
 
+The card is the record `DatasetCard` (nested records for [source], its files / recipe / import, [env], [scores]),
+read by `offbench.records`: each rule a card can break is one error line naming the file and the dotted field.
+Its tables also read as the plain tables of the file (`card.env["id"]`, `dict(card.source)`) for the code that
+passes them on as data.
+
 Built-in cards live in the repository's `datasets/`; users add theirs in `$OFFBENCH_HOME/datasets/`
 (a user card with the same id overrides the built-in one). A user card that does not read or validate
 is skipped with one warning per process naming the file, so it cannot stop every command; asking for
@@ -29,42 +34,144 @@ import functools
 import re
 import sys
 import tomllib
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from offbench import records
 from offbench.errors import OffbenchError
 from offbench.paths import builtin_dir, user_cards_dir
-from offbench.utils import read_text, safe_component
+from offbench.records import Invalid, ranged
+from offbench.utils import atomic_write_text, read_text, safe_component
 
 SOURCE_KINDS = ("files", "minari_id", "recipe", "import")  # import: {format, from}, written by `offbench import`
 
 
+class TableView(Mapping[str, Any]):
+    """A card table also read as the plain table its file holds (`card.env["id"]`, `dict(card.env)`, `**card.env`,
+    `card.env == {...}`): environment factories, run records and stored cards take tables as data."""
+
+    def __getitem__(self, key: str) -> Any:
+        return records.to_dict(self)[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(records.to_dict(self))
+
+    def __len__(self) -> int:
+        return len(records.to_dict(self))
+
+
 @dataclass(frozen=True)
+class SourceFile:
+    url: str = ranged(doc="Where to download it, http(s); a `--mirror` / `OFFBENCH_MIRROR` replaces its host. The last part "
+                          "of the URL path, percent-decoded, is the local file name and must be a safe file name (as for `id`).")
+    sha256: str | None = ranged(None, doc="Its checksum, 64 hex characters. Without it the downloader records the checksum of the "
+                                          "first download once it has opened in its format (trust on first use) and checks it afterwards.")
+    size: int | None = ranged(None, ge=1, doc="Its size in bytes: a server that sends more is cut off as soon as it does (one-line error, nothing kept).")
+    checksum_source: str | None = ranged(None, doc="Where `sha256` and `size` were taken from.")
+    link_source: str | None = ranged(None, doc="Where the URL was taken from.")
+
+    def check(self) -> None:
+        if not self.url.startswith(("http://", "https://")):
+            raise Invalid(f"'url' must be an http(s) URL, got {self.url!r}")
+        if self.sha256 is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", self.sha256):
+            raise Invalid(f"'sha256' must be 64 hex characters, got {self.sha256!r}")
+
+
+@dataclass(frozen=True)
+class SourceRecipe:
+    generator: str = ranged(doc="A name in offbench's generator registry; the data is generated on first use.")
+    seed: int = ranged(0, ge=0, doc="The generator's seed.")
+    params: dict[str, Any] = ranged(default_factory=dict, doc="The generator's own options.")
+
+
+@dataclass(frozen=True)
+class SourceImport:
+    format: str = ranged(doc="The format imported, a name in `offbench.data.formats.FORMATS`.")
+    from_: str = ranged(doc="The folder or URL imported. Nothing is fetched: when the data file is gone, offbench says which "
+                            "import command brings it back.")
+
+
+@dataclass(frozen=True, eq=False)
+class CardSource(TableView):
+    files: list[SourceFile] | None = ranged(None, doc="Files to download (`[[source.files]]` tables, below).")
+    minari_id: str | None = ranged(None, doc="A Minari remote dataset id, e.g. `mujoco/hopper/medium-v0` (every part a safe file name).")
+    revision: str | None = ranged(None, doc="With `minari_id`: the revision of Minari's remote to fetch; `main` when left out.")
+    recipe: SourceRecipe | None = ranged(None, doc="A generator recipe (`[source.recipe]`, below).")
+    import_: SourceImport | None = ranged(None, doc="Written by `offbench import FORMAT SRC` (`[source.import]`, below).")
+
+    @property
+    def kind(self) -> str:
+        """Which of SOURCE_KINDS this source is (`check` makes it exactly one)."""
+        return next(key for key in SOURCE_KINDS if key in self)
+
+    def check(self) -> None:
+        kinds = [key for key in SOURCE_KINDS if key in self]
+        if len(kinds) != 1:
+            raise Invalid(f"needs exactly one of {', '.join(SOURCE_KINDS)}, found {', '.join(kinds) or 'none'}")
+        if self.files == []:
+            raise Invalid("'files' must list at least one file")
+        if self.revision is not None and self.minari_id is None:
+            raise Invalid("'revision' applies to a minari_id source only")
+
+
+@dataclass(frozen=True, eq=False)
+class CardEnv(TableView):
+    id: str | None = ranged(None, doc="The environment id, with its version (e.g. `Hopper-v4`).")
+    suite: str | None = ranged(None, doc="The environment suite that makes it: `gymnasium` (when left out), `offbench`, `metaworld`, "
+                                         "`minigrid`, `xland`, or one registered with `offbench.envs.factory.register_suite`.")
+    kwargs: dict[str, Any] | None = ranged(None, doc="Keyword arguments for making it.")
+    note: str | None = ranged(None, doc="Free text, e.g. how the data's environment differs from this one.")
+
+
+@dataclass(frozen=True, eq=False)
+class CardScores(TableView):
+    ref_min: float | None = ranged(None, doc="The return that scores 0 (D4RL: a random policy's).")
+    ref_max: float | None = ranged(None, doc="The return that scores 100 (D4RL: an expert's).")
+    source: str | None = ranged(None, doc="Where the numbers come from.")
+    measured: str | None = ranged(None, doc="How they were measured, for numbers offbench measured itself.")
+
+    def check(self) -> None:
+        if (self.ref_min is None) != (self.ref_max is None):
+            given, missing = ("ref_min", "ref_max") if self.ref_max is None else ("ref_max", "ref_min")
+            raise Invalid(f"'{missing}' is missing: the normalised score needs both {given} and {missing}")
+        if self.ref_min is not None and self.ref_max == self.ref_min:
+            raise Invalid(f"'ref_max' must differ from ref_min, both are {self.ref_min} (the normalised score divides by their difference)")
+
+
+@dataclass(frozen=True, kw_only=True)
 class DatasetCard:
-    id: str
-    description: str
-    format: str
-    source: dict[str, Any]
-    env: dict[str, Any] = field(default_factory=dict)
-    scores: dict[str, Any] = field(default_factory=dict)
-    license: str = ""
-    citation: str = ""
-    kind: str = "offline"
-    extra: dict[str, Any] = field(default_factory=dict)
-    card_path: Path | None = None
+    id: str = ranged(doc="The dataset id users type, e.g. `d4rl/hopper-medium-v2`. May contain `/` (it becomes sub-folders under "
+                         "`$OFFBENCH_HOME/data/`); every part between slashes is a safe file name: 1-128 of `A-Z a-z 0-9 . _ + -`, "
+                         "starting with a letter or digit.")
+    description: str = ranged(doc="One or more sentences; `offbench list` shows the first line. Say how the data was made.")
+    format: str = ranged(doc="How the downloaded payload is laid out: `offbench` (native HDF5), `d4rl` (flat HDF5), `minari` (Minari "
+                             "folder), `mtdiff` (MTDiff's folder of `{i}.npz` episodes, as an archive), `xland` (XLand-100B layout); a name "
+                             "in `offbench.data.formats.FORMATS`. Converted to the native format on first use, except formats read in "
+                             "place (`xland`: the verified download is the dataset, opened lazily).")
+    kind: str = ranged("offline", doc="`offline`, `learning-history` (whole learning runs for in-context RL) or `multi-task`; it picks "
+                                      "the evaluation protocol, and `offbench list --kind` filters on it.")
+    license: str | None = ranged(None, doc="The data licence as the publisher states it (e.g. `CC BY 4.0`). Left out when the publisher "
+                                           "does not state one that we could check.")
+    citation: str | None = ranged(None, doc="What to cite when using the data.")
+    source: CardSource = ranged(doc="Where the data comes from: exactly one of `files`, `minari_id`, `recipe`, `import` (`[source]`, below).")
+    env: CardEnv = ranged(default_factory=CardEnv, doc="What evaluation recreates (`[env]`, below).")
+    scores: CardScores = ranged(default_factory=CardScores, doc="Reference returns for the normalised score (`[scores]`, below).")
+    extra: dict[str, Any] = field(default_factory=dict)  # any other top-level key, kept and written back unchanged
+    card_path: Path | None = field(default=None, init=False)  # the file it was read from: not a key of the card
 
     @property
     def source_kind(self) -> str:
-        return next(k for k in SOURCE_KINDS if k in self.source)
+        return self.source.kind
 
     @property
     def ref_min_score(self) -> float | None:
-        return self.scores.get("ref_min")
+        return self.scores.ref_min
 
     @property
     def ref_max_score(self) -> float | None:
-        return self.scores.get("ref_max")
+        return self.scores.ref_max
 
     def normalise(self, returns: Any) -> Any:
         """D4RL's normalised score, 100 * (R - random) / (expert - random); None without reference scores."""
@@ -73,108 +180,45 @@ class DatasetCard:
         return 100.0 * (returns - self.ref_min_score) / (self.ref_max_score - self.ref_min_score)
 
     def to_dict(self) -> dict[str, Any]:
-        """The card as TOML-ready data (what `card_path` holds)."""
-        out: dict[str, Any] = {"id": self.id, "description": self.description, "format": self.format, "kind": self.kind}
-        if self.license:
-            out["license"] = self.license
-        if self.citation:
-            out["citation"] = self.citation
-        out["source"] = self.source
-        if self.env:
-            out["env"] = self.env
-        if self.scores:
-            out["scores"] = self.scores
-        out.update(self.extra)
-        return out
+        """The card as TOML-ready data (what `card_path` holds); an empty [env] or [scores] is left out, as the card
+        without one that it was read from."""
+        return {key: value for key, value in records.to_dict(self).items() if value or key not in ("env", "scores")}
+
+    def check(self) -> None:
+        for part in self.id.split("/"):  # the id names the dataset's folder under $OFFBENCH_HOME/data
+            try:
+                safe_component(part, "'id' part")
+            except OffbenchError as exc:
+                raise Invalid(str(exc)) from None
 
 
-_KNOWN_KEYS = {"id", "description", "format", "source", "env", "scores", "license", "citation", "kind"}
+CARD_RECORDS = (DatasetCard, CardSource, SourceFile, SourceRecipe, SourceImport, CardEnv, CardScores)  # documented in datasets/README.md
+
+
+def _read_from(card: DatasetCard, path: Path | None) -> DatasetCard:
+    object.__setattr__(card, "card_path", path)  # frozen, and not a key of the card: set once, right after reading
+    return card
 
 
 def card_from_dict(data: dict[str, Any], card_path: Path | None = None) -> DatasetCard:
-    """Validate card data; errors name the card file and the problem."""
-    where = str(card_path) if card_path else "card"
-    for key in ("id", "description", "format", "source"):
-        if key not in data:
-            raise OffbenchError(f"{where}: missing required key '{key}'")
-    if not isinstance(data["id"], str):
-        raise OffbenchError(f"{where}: 'id' must be a string, got {data['id']!r}")
-    for part in data["id"].split("/"):  # the id names the dataset's folder under $OFFBENCH_HOME/data
-        safe_component(part, f"{where}: 'id' part")
-    source = data["source"]
-    if not isinstance(source, dict):
-        raise OffbenchError(f"{where}: [source] must be a table")
-    kinds = [k for k in SOURCE_KINDS if k in source]
-    if len(kinds) != 1:
-        raise OffbenchError(f"{where}: [source] needs exactly one of {', '.join(SOURCE_KINDS)}, found {kinds or 'none'}")
-    if "files" in source:
-        files = source["files"]
-        if not isinstance(files, list) or not files:
-            raise OffbenchError(f"{where}: source.files must be a non-empty list")
-        for entry in files:
-            if not isinstance(entry, dict) or not str(entry.get("url", "")).startswith(("http://", "https://")):
-                raise OffbenchError(f"{where}: every source.files entry needs an http(s) 'url'")
-            sha = entry.get("sha256")
-            if sha is not None and (not isinstance(sha, str) or not re.fullmatch(r"[0-9a-fA-F]{64}", sha)):
-                raise OffbenchError(f"{where}: sha256 of {entry['url']} must be 64 hex characters")
-            size = entry.get("size")
-            if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
-                raise OffbenchError(f"{where}: size of {entry['url']} must be a positive number of bytes, got {size!r}")
-    if "recipe" in source:
-        recipe = source["recipe"]
-        if not isinstance(recipe, dict) or not isinstance(recipe.get("generator"), str):
-            raise OffbenchError(f"{where}: source.recipe needs a 'generator' name")
-        seed = recipe.get("seed", 0)
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise OffbenchError(f"{where}: source.recipe.seed must be a non-negative integer, got {seed!r}")
-        if not isinstance(recipe.get("params", {}), dict):
-            raise OffbenchError(f"{where}: source.recipe.params must be a table")
-    if "import" in source:
-        imported = source["import"]
-        if not isinstance(imported, dict) or not isinstance(imported.get("format"), str) or not isinstance(imported.get("from"), str):
-            raise OffbenchError(f"{where}: source.import needs the 'format' and the 'from' (folder or URL) it was imported from")
-    for key in ("env", "scores"):
-        if key in data and not isinstance(data[key], dict):
-            raise OffbenchError(f"{where}: [{key}] must be a table")
-    env = data.get("env", {})
-    if "id" in env and not isinstance(env["id"], str):
-        raise OffbenchError(f"{where}: env.id must be a string")
-    if not isinstance(env.get("kwargs", {}), dict):
-        raise OffbenchError(f"{where}: env.kwargs must be a table")
-    scores = data.get("scores", {})
-    for key in ("ref_min", "ref_max"):
-        if key in scores and (isinstance(scores[key], bool) or not isinstance(scores[key], (int, float))):
-            raise OffbenchError(f"{where}: scores.{key} must be a number")
-    if "ref_min" in scores and "ref_max" in scores and scores["ref_max"] == scores["ref_min"]:
-        raise OffbenchError(f"{where}: scores.ref_max equals scores.ref_min")
-    return DatasetCard(
-        id=data["id"],
-        description=str(data["description"]),
-        format=str(data["format"]),
-        source=source,
-        env=data.get("env", {}),
-        scores=scores,
-        license=str(data.get("license", "")),
-        citation=str(data.get("citation", "")),
-        kind=str(data.get("kind", "offline")),
-        extra={k: v for k, v in data.items() if k not in _KNOWN_KEYS},
-        card_path=card_path,
-    )
+    """Validate card data; errors name the card file and the dotted field."""
+    return _read_from(records.from_dict(DatasetCard, data, str(card_path) if card_path else "card", extra=True), card_path)
 
 
 def read_card(path: Path) -> DatasetCard:
-    try:
-        data = tomllib.loads(read_text(path, "card"))
-    except tomllib.TOMLDecodeError as exc:
-        raise OffbenchError(f"{path}: malformed TOML ({exc})") from None
-    return card_from_dict(data, path)
+    return _read_from(records.read_toml(path, DatasetCard, "card", extra=True), path)
+
+
+def write_field_docs(page: Path | None = None) -> Path:
+    """Regenerate the field tables of datasets/README.md from the card records' `doc=`s (tests/test_card_records.py
+    fails while they differ)."""
+    page = page or builtin_dir("datasets") / "README.md"
+    return atomic_write_text(page, records.fill_field_tables(read_text(page, "page"), *CARD_RECORDS))
 
 
 def write_card(card: DatasetCard, path: Path) -> Path:
     """Write a card atomically as TOML."""
     import tomli_w
-
-    from offbench.utils import atomic_write_text
 
     return atomic_write_text(path, tomli_w.dumps(card.to_dict()))
 
