@@ -100,3 +100,13 @@ def test_data_imports_no_environment(module):
     """The data layer sits below the environments (offbench.envs.xland reads its rulesets from a data file); DPT's
     posterior labels, which step the card's tasks, come from offbench.generators.task_posterior."""
     assert not {name for name in GRAPH[module] if name.startswith("offbench.envs")}
+
+
+@pytest.mark.parametrize("module", [m for m in sorted(MODULES) if m.startswith("offbench.plotting")])
+def test_figures_build_no_environment(module):
+    """Figures only draw: reference curves come from where the generators are (offbench.generators.references,
+    called by the plot command) or from what the generator recorded in the card, never from an environment built
+    in offbench.plotting."""
+    assert not {name for name in GRAPH[module] if name.startswith("offbench.envs")}
+    if module != "offbench.plotting.commands":
+        assert not {name for name in GRAPH[module] if name.startswith("offbench.generators")}

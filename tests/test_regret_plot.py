@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from offbench.plotting.regret import plot_regret, reference_regret
+from offbench.generators.references import reference_regret
+from offbench.plotting.regret import plot_regret, regret_figure
 
 ENV = {"suite": "offbench", "id": "offbench/BernoulliBandit-v0"}
 
@@ -27,3 +28,24 @@ def test_regret_figure_is_written(tmp_path):
                           for label, scale in (("ad", 2.0), ("dpt", 3.0)) for seed in range(3) for p in pulls])
     out = plot_regret(frame, tmp_path / "regret.png", references={"bandit-x": {"random": 0.4 * pulls, "Thompson sampling": np.log1p(pulls)}})
     assert out.exists() and out.stat().st_size > 10_000
+
+
+def test_regret_panels_share_one_legend_with_the_references():
+    """Five bandit datasets, two methods and two references: one figure legend listing each once, none per panel, and
+    the suptitle clear of every panel's title and y-label."""
+    pulls = np.arange(1, 11)
+    datasets = [f"bandit-{i}" for i in range(5)]
+    frame = pd.DataFrame([{"label": label, "dataset": d, "seed": seed, "pull": p, "score": np.log1p(p) + seed}
+                          for d in datasets for label in ("ad", "dpt") for seed in range(3) for p in pulls])
+    references = {d: {"random": 0.4 * pulls, "Thompson sampling": np.log1p(pulls)} for d in datasets}
+    fig = regret_figure(frame, references, reps=50)
+    axes = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(axes) == 5 and all(ax.get_legend() is None for ax in axes)
+    [legend] = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == ["ad (n=3)", "dpt (n=3)", "Thompson sampling", "random"]
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    top = fig._suptitle.get_window_extent(renderer)
+    for ax in axes:
+        for text in (ax.title, ax.yaxis.label):
+            assert not top.overlaps(text.get_window_extent(renderer))

@@ -36,7 +36,7 @@ from scipy import stats
 
 from offbench.envs.benchmarks import card_tasks
 from offbench.errors import OffbenchError
-from offbench.plotting.regret import reference_pulls
+from offbench.generators.references import reference_pulls
 from offbench.training.trainer import load_checkpoint, open_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout, for benchmarks.*

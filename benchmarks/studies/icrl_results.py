@@ -8,7 +8,7 @@ the leaderboard rows.
 
 Bandits: cumulative regret after the last pull of each run's latest evaluation (held-out tasks), mean over seeds
 with a 95% interval (Student t over seeds), against Thompson sampling, UCB1 and random on the same tasks
-(`offbench.plotting.regret.reference_regret`); the target is AD's and DPT's regret <= 1.1 x Thompson sampling's.
+(`offbench.generators.references.reference_regret`); the target is AD's and DPT's regret <= 1.1 x Thompson sampling's.
 `--resample`: also re-evaluate each run's last checkpoint with sampled actions (`deterministic = false`) under the
 run's own in-context protocol (same tasks, same environment seed), for runs recorded with greedy actions: AD
 imitates Thompson sampling, a stochastic algorithm, and its greedy mode is not what it learnt.
@@ -30,7 +30,7 @@ from scipy import stats
 
 from offbench.data.cards import get_card
 from offbench.envs.benchmarks import card_tasks
-from offbench.plotting.regret import reference_regret
+from offbench.generators.references import reference_regret
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout, for benchmarks.*
 from benchmarks.common import cli_help  # noqa: E402

@@ -18,19 +18,34 @@ def _plot_utils():
     return plot_utils
 
 
-def plot_aggregate_intervals(matrices: dict[str, np.ndarray], x_label: str, out: str | Path, reps: int = stats.BOOTSTRAP_REPS) -> Path:
-    """Mean, median and IQM across datasets and seeds per row, with 95% stratified-bootstrap intervals."""
+def aggregate_intervals_figure(matrices: dict[str, np.ndarray], x_label: str, reps: int = stats.BOOTSTRAP_REPS,
+                               lower_is_better: bool = False):
+    """Mean, median and IQM across datasets and seeds per row, with 95% stratified-bootstrap intervals.
+
+    Rows run best first from the top, by the mean, as the leaderboard table ranks them. Aggregates that are the same
+    numbers for every row share one panel titled with both names instead of drawing identical panels (one dataset:
+    the median is the mean over seeds, and so is the IQM of fewer than four seeds)."""
     if not matrices:
         raise OffbenchError("no row has scores on every dataset: nothing to aggregate")
     estimates = stats.aggregate_intervals(matrices, reps)
-    labels = sorted(matrices)
+    sign = 1 if lower_is_better else -1
+    labels = sorted(matrices, key=lambda label: (sign * estimates[label]["mean"][0], label))  # best first
+    groups: list[list[str]] = []  # aggregates whose estimates and intervals agree for every row share a panel
+    for name in stats.AGGREGATES:
+        same = next((group for group in groups if all(np.allclose(estimates[label][group[0]], estimates[label][name], rtol=1e-9)
+                                                      for label in labels)), None)
+        if same is None:
+            groups.append([name])
+        else:
+            same.append(name)
+    names, panels = [group[0] for group in groups], [" = ".join(group) for group in groups]
     shown = {label: plain_text(label) for label in labels}  # rliable writes the keys as tick labels
-    points = {shown[label]: np.array([estimates[label][name][0] for name in stats.AGGREGATES]) for label in labels}
-    intervals = {shown[label]: np.array([[estimates[label][name][i] for name in stats.AGGREGATES] for i in (1, 2)]) for label in labels}
+    points = {shown[label]: np.array([estimates[label][name][0] for name in names]) for label in labels}
+    intervals = {shown[label]: np.array([[estimates[label][name][i] for name in names] for i in (1, 2)]) for label in labels}
     colours = {shown[label]: colour for label, colour in label_colours(labels).items()}
     height = max(1.8, 0.45 * len(labels))
-    fig, _ = _plot_utils().plot_interval_estimates(
-        points, intervals, metric_names=list(stats.AGGREGATES), algorithms=[shown[label] for label in labels], colors=colours,
+    fig, _ = _plot_utils().plot_interval_estimates(  # rliable draws its first row at the bottom
+        points, intervals, metric_names=panels, algorithms=[shown[label] for label in reversed(labels)], colors=colours,
         xlabel=plain_text(x_label), row_height=height / len(labels), subfigure_width=3.6, xlabel_y_coordinate=-0.45 / height,
     )
     n_seeds = {m.shape[0] for m in matrices.values()}
@@ -39,7 +54,12 @@ def plot_aggregate_intervals(matrices: dict[str, np.ndarray], x_label: str, out:
         f"Aggregates over {n_datasets} dataset(s) and {'/'.join(map(str, sorted(n_seeds)))} seeds "
         "(bar: 95% stratified-bootstrap interval, tick: point estimate)", fontsize=10, y=1 + 0.6 / height,
     )
-    return save_figure(fig, out)
+    return fig
+
+
+def plot_aggregate_intervals(matrices: dict[str, np.ndarray], x_label: str, out: str | Path, reps: int = stats.BOOTSTRAP_REPS,
+                             lower_is_better: bool = False) -> Path:
+    return save_figure(aggregate_intervals_figure(matrices, x_label, reps, lower_is_better), out)
 
 
 def plot_performance_profiles(matrices: dict[str, np.ndarray], x_label: str, out: str | Path, reps: int = stats.BOOTSTRAP_REPS,

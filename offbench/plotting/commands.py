@@ -1,4 +1,4 @@
-"""`offbench plot`: figures from run directories, or a generated dataset's learning histories."""
+"""`offbench plot`: figures from run directories, or of one dataset (its learning histories, or its episodes)."""
 
 from __future__ import annotations
 
@@ -19,18 +19,25 @@ def _is_runs_argument(path: Path) -> bool:
     return is_run_dir(path) or (path.is_dir() and any(is_run_dir(child) for child in path.iterdir()))
 
 
-def _plot_histories(dataset: str, out: Path) -> Path:
-    """A learning-history dataset's source-algorithm curve (offbench.plotting.histories, from the ICRL work)."""
+def _plot_dataset(dataset: str, out: Path) -> Path:
+    """A learning-history dataset's source-algorithm curve (offbench.plotting.histories, from the ICRL work); any
+    other dataset's distribution of episode returns and lengths."""
+    from offbench.data.cards import get_card
+    from offbench.data.resolve import resolve
+
+    card = None if Path(dataset).exists() else get_card(dataset)
+    store = resolve(dataset)
+    card_table = {**dict(store.card or {}), **(card.to_dict() if card is not None else {})}
+    if card_table.get("kind") != "learning-history":
+        from offbench.plotting.episodes import plot_episodes
+
+        return plot_episodes(store, out, card_table)
     try:
         from offbench.plotting.histories import plot_learning_histories
     except ImportError:
         raise OffbenchError(f"{dataset}: plotting a dataset's learning histories needs offbench.plotting.histories, "
                             "which this installation lacks") from None
-    from offbench.data.cards import get_card
-    from offbench.data.resolve import resolve
-
-    card = None if Path(dataset).exists() else get_card(dataset)
-    return plot_learning_histories(resolve(dataset), out, card=card)
+    return plot_learning_histories(store, out, card=card)
 
 
 def _summary_row_field(run: RunRecord, which: str, field: str):
@@ -73,22 +80,16 @@ def _frames(runs: list[RunRecord], field: str, which: str):
 
 
 def _regret_references(runs: list[RunRecord], regret, which: str) -> dict:
-    """UCB1, Thompson sampling and random on the tasks each dataset's runs were evaluated on."""
+    """UCB1, Thompson sampling and random on the tasks each dataset's runs were evaluated on (computed by the
+    generators' module; the figure only draws them)."""
     from offbench.data.cards import get_card
-    from offbench.envs import bandits
-    from offbench.envs.benchmarks import benchmark_for_env, card_tasks
-    from offbench.plotting.regret import reference_regret
+    from offbench.generators.references import card_reference_regret
 
     references = {}
     for dataset in regret["dataset"].unique():
         run = next(r for r in runs if r.dataset_id == dataset)
-        card = get_card(dataset)
-        if card.env.get("suite") != "offbench" or benchmark_for_env(card.env.get("id")).family is not bandits:
-            raise OffbenchError(f"regret curves are for bandit runs; '{dataset}' is not a bandit dataset (use --kind in-context)")
-        train, held_out = card_tasks(card)
-        tasks = train if _summary_row_field(run, which, "tasks") == "train" else held_out
         pulls = int(regret[regret.dataset == dataset]["pull"].max())
-        references[dataset] = reference_regret(dict(card.env), tasks, pulls)
+        references[dataset] = card_reference_regret(get_card(dataset), _summary_row_field(run, which, "tasks"), pulls)
     return references
 
 
@@ -104,7 +105,7 @@ def _metric_of(runs: list[RunRecord], metric: Optional[str]) -> str:
 
 
 def plot(
-    sources: list[str] = typer.Argument(..., help="Run directories (or folders of runs); or one dataset id/path of learning histories."),
+    sources: list[str] = typer.Argument(..., help="Run directories (or folders of runs); or one dataset id/path: its learning histories, or its episodes' returns and lengths."),
     out: Path = typer.Option(..., "--out", "-o", help="Figure file: .png, .svg or .pdf."),
     kind: str = typer.Option("auto", help=f"One of {', '.join(KINDS)}; auto = regret curves (bandits) or in-context curves if the runs have them, else learning curves."),
     metric: Optional[str] = typer.Option(None, help=f"{' | '.join(METRICS)} (default: the runs' headline metric)."),
@@ -122,8 +123,8 @@ def plot(
     paths = [Path(s) for s in sources]
     if not any(_is_runs_argument(p) for p in paths):
         if len(sources) != 1:
-            raise OffbenchError("give run directories, or exactly one dataset id/path to plot its learning histories")
-        Console().print(f"wrote {_plot_histories(sources[0], out)}", highlight=False, markup=False, soft_wrap=True)
+            raise OffbenchError("give run directories, or exactly one dataset id/path to plot its episodes")
+        Console().print(f"wrote {_plot_dataset(sources[0], out)}", highlight=False, markup=False, soft_wrap=True)
         return
     runs = [read_run(path) for path in expand_run_dirs(paths)]
     chosen = METRICS[_metric_of(runs, metric)]
@@ -151,7 +152,7 @@ def plot(
         matrices = score_matrices(scores, sorted(scores["dataset"].unique()))
         x_label = f"{score} {chosen.label}"
         if kind == "aggregate":
-            written = plot_aggregate_intervals(matrices, x_label, out, reps=reps)
+            written = plot_aggregate_intervals(matrices, x_label, out, reps=reps, lower_is_better=chosen.lower_is_better)
         else:
             written = plot_performance_profiles(matrices, x_label, out, reps=reps, bounded=chosen.name == "success_rate",
                                                 lower_is_better=chosen.lower_is_better)

@@ -16,7 +16,7 @@ from matplotlib.ticker import MaxNLocator
 
 from offbench.errors import OffbenchError
 from offbench import stats
-from offbench.plotting.figures import label_colours, plain_text, plt, save_figure
+from offbench.plotting.figures import curve_caption, label_colours, plain_text, plt, save_figure, shared_legend
 
 
 def _wrapped(label: str) -> str:
@@ -37,36 +37,59 @@ def _seed_matrix(rows: pd.DataFrame, x: str, where: str) -> tuple[np.ndarray, np
     return wide.columns.to_numpy(), wide.to_numpy()
 
 
-def _draw_mean_band(ax, xs, matrix, colour, label, reps) -> None:
+def _draw_mean_band(ax, xs, matrix, colour, label, reps) -> tuple[int, int]:
+    """The mean over seeds with its bootstrap band (none for one seed); a curve of one evaluation is a marker with the
+    interval as an error bar, since a line through one point draws nothing. Returns (seeds, points) for the caption."""
     mean, low, high = stats.curve_intervals(matrix, reps)
     n = matrix.shape[0]
-    ax.plot(xs, mean, color=colour, label=f"{plain_text(label)} (n={n})", linewidth=1.8)
-    if n > 1:
-        ax.fill_between(xs, low, high, color=colour, alpha=0.2, linewidth=0)
+    text = f"{plain_text(label)} (n={n})"
+    if len(xs) == 1:
+        error = [[mean[0] - low[0]], [high[0] - mean[0]]] if n > 1 else None
+        ax.errorbar(xs, mean, yerr=error, fmt="o", color=colour, capsize=3, label=text)
+    else:
+        ax.plot(xs, mean, color=colour, label=text, linewidth=1.8)
+        if n > 1:
+            ax.fill_between(xs, low, high, color=colour, alpha=0.2, linewidth=0)
+    return n, len(xs)
 
 
-def plot_learning_curves(curves: pd.DataFrame, y_label: str, out: str | Path, title: str = "", reps: int = stats.BOOTSTRAP_REPS) -> Path:
+def _suptitle(fig, caption: str, width: int) -> None:
+    fig.suptitle("\n".join(textwrap.fill(plain_text(line), width) for line in caption.split("\n")), fontsize=11)
+
+
+def _panels(count: int, width: float, height: float):
+    """A grid of `count` panels (unused ones hidden) in a constrained layout, which keeps the suptitle, the axis labels
+    and the figure legend clear of one another."""
+    nrows, ncols = _grid(count)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows + 0.6), squeeze=False, layout="constrained")
+    for ax in list(axes.flat)[count:]:
+        ax.set_visible(False)
+    return fig, list(axes.flat)[:count], ncols
+
+
+def learning_curves_figure(curves: pd.DataFrame, y_label: str, title: str = "", reps: int = stats.BOOTSTRAP_REPS):
     """One panel per dataset, one line per label: evaluation score against gradient update step."""
     if curves.empty:
         raise OffbenchError("no evaluations to plot")
     datasets = list(dict.fromkeys(curves["dataset"]))
     colours = label_colours(list(curves["label"].unique()))
-    nrows, ncols = _grid(len(datasets))
-    fig, axes = plt.subplots(nrows, ncols, figsize=(4.6 * ncols, 3.4 * nrows), squeeze=False)
-    for ax, dataset in zip(axes.flat, datasets):
+    fig, axes, ncols = _panels(len(datasets), 4.6, 3.4)
+    drawn = []
+    for ax, dataset in zip(axes, datasets):
         for label, rows in curves[curves.dataset == dataset].groupby("label", sort=True):
             xs, matrix = _seed_matrix(rows, "step", f"{label} on {dataset}")
-            _draw_mean_band(ax, xs, matrix, colours[label], label, reps)
+            drawn.append(_draw_mean_band(ax, xs, matrix, colours[label], label, reps))
         ax.set_title(plain_text(dataset), fontsize=10)
         ax.set_xlabel("update step (gradient updates)")
         ax.set_ylabel(_wrapped(y_label), fontsize=8)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    for ax in list(axes.flat)[len(datasets):]:
-        ax.set_visible(False)
-    fig.suptitle(textwrap.fill(plain_text(title or "Learning curves: mean over seeds, shaded 95% bootstrap interval"), 55 * ncols), fontsize=11)
-    fig.tight_layout()
-    return save_figure(fig, out)
+    shared_legend(fig, axes)
+    _suptitle(fig, curve_caption("Learning curves", drawn, title), 55 * ncols)
+    return fig
+
+
+def plot_learning_curves(curves: pd.DataFrame, y_label: str, out: str | Path, title: str = "", reps: int = stats.BOOTSTRAP_REPS) -> Path:
+    return save_figure(learning_curves_figure(curves, y_label, title, reps), out)
 
 
 def source_curves(dataset_ids: list[str]) -> dict[str, np.ndarray]:
@@ -86,14 +109,13 @@ def source_curves(dataset_ids: list[str]) -> dict[str, np.ndarray]:
     return out
 
 
-def plot_in_context(
+def in_context_figure(
     in_context: pd.DataFrame,
-    out: str | Path,
     optimum: dict[str, float] | None = None,
     sources: dict[str, np.ndarray] | None = None,
     title: str = "",
     reps: int = stats.BOOTSTRAP_REPS,
-) -> Path:
+):
     """Return per in-context episode (held-out tasks), with the optimum and the source algorithm as references.
 
     The source algorithm's curve is its learning history over the same number of episodes, and a
@@ -104,14 +126,14 @@ def plot_in_context(
     optimum, sources = optimum or {}, sources or {}
     datasets = list(dict.fromkeys(in_context["dataset"]))
     colours = label_colours(list(in_context["label"].unique()))
-    nrows, ncols = _grid(len(datasets))
-    fig, axes = plt.subplots(nrows, ncols, figsize=(5.6 * ncols, 4.4 * nrows), squeeze=False)
-    for ax, dataset in zip(axes.flat, datasets):
+    fig, axes, ncols = _panels(len(datasets), 5.6, 4.0)
+    drawn = []
+    for ax, dataset in zip(axes, datasets):
         rows_for_dataset = in_context[in_context.dataset == dataset]
         horizon = int(rows_for_dataset["episode"].max())
         for label, rows in rows_for_dataset.groupby("label", sort=True):
             xs, matrix = _seed_matrix(rows, "episode", f"{label} on {dataset}")
-            _draw_mean_band(ax, xs, matrix, colours[label], label, reps)
+            drawn.append(_draw_mean_band(ax, xs, matrix, colours[label], label, reps))
         references = []
         source = sources.get(dataset)
         if source is not None and len(source):
@@ -132,9 +154,17 @@ def plot_in_context(
         ax.set_ylabel(_wrapped("return (sum of rewards per episode)"), fontsize=8)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
-    for ax in list(axes.flat)[len(datasets):]:
-        ax.set_visible(False)
-    fig.suptitle(textwrap.fill(plain_text(title or "In-context improvement: mean over seeds, shaded 95% bootstrap interval"), 65 * ncols), fontsize=11)
-    fig.tight_layout()
-    return save_figure(fig, out)
+    shared_legend(fig, axes)
+    _suptitle(fig, curve_caption("In-context improvement", drawn, title), 65 * ncols)
+    return fig
+
+
+def plot_in_context(
+    in_context: pd.DataFrame,
+    out: str | Path,
+    optimum: dict[str, float] | None = None,
+    sources: dict[str, np.ndarray] | None = None,
+    title: str = "",
+    reps: int = stats.BOOTSTRAP_REPS,
+) -> Path:
+    return save_figure(in_context_figure(in_context, optimum, sources, title, reps), out)

@@ -1,4 +1,5 @@
-"""Shared figure plumbing: headless backend, one colour per row label, reproducible atomic saving."""
+"""Shared figure plumbing: headless backend, one colour per row label, one legend per figure, captions that say
+what is drawn, reproducible atomic saving."""
 
 from __future__ import annotations
 
@@ -36,6 +37,33 @@ def label_colours(labels: list[str]) -> dict[str, tuple]:
     """The same label gets the same colour in every figure of a leaderboard."""
     palette = plt.get_cmap("tab10").colors
     return {label: palette[i % len(palette)] for i, label in enumerate(sorted(labels))}
+
+
+def shared_legend(fig, axes, columns: int = 3) -> None:
+    """One legend below all panels: a label has the same colour in every panel, so one key covers them (a legend per
+    panel covered the data of small panels). Entries in first-seen order, each label once."""
+    entries: dict[str, object] = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            entries.setdefault(label, handle)
+    if entries:
+        fig.legend(list(entries.values()), list(entries), loc="outside lower center", ncol=min(columns, len(entries)),
+                   fontsize=8, frameon=False)
+
+
+def curve_caption(subject: str, drawn: list[tuple[int, int]], title: str = "") -> str:
+    """The suptitle of a figure of mean curves, true to what was drawn: `drawn` holds (seeds, points) per curve. A band
+    is claimed only where there are seeds to bootstrap, and a curve of one evaluation is named as the point it is. A
+    given `title` is kept, with those facts added below it where they differ from a band over full curves."""
+    seeds = {n for n, _ in drawn}
+    if seeds == {1}:
+        band = "one seed, no band"
+    else:
+        band = "mean over seeds, shaded 95% bootstrap interval" + (" (none for rows of one seed)" if 1 in seeds else "")
+    points = "; a run with one evaluation is drawn as a point" if any(n_points == 1 for _, n_points in drawn) else ""
+    if not title:
+        return f"{subject}: {band}{points}"
+    return title if 1 not in seeds and not points else f"{title}\n({band}{points})"
 
 
 def save_figure(fig, path: str | Path) -> Path:

@@ -42,25 +42,20 @@ def history_sample(store) -> np.ndarray:
     return np.arange(tasks) if tasks <= HISTORY_SAMPLE_TASKS else np.sort(np.random.default_rng(0).choice(tasks, HISTORY_SAMPLE_TASKS, replace=False))
 
 
-def mean_optimal_return(store, card: dict[str, Any]) -> float | None:
-    """Mean over histories of their task's exact optimal return (None for a non-offbench environment)."""
-    from offbench.envs.benchmarks import card_tasks, make_batch_env
-
-    env = card.get("env", {})
-    if env.get("suite") != "offbench" or "task_id" not in getattr(store, "columns", {}):
-        return None
-    train, _ = card_tasks(card)
-    history_task = np.asarray(store.columns["task_id"])[store.episode_starts[:-1]]
-    optimal = make_batch_env(env, train).optimal_returns
-    return float(optimal[history_task].mean())
+def recorded_optimal_return(card: dict[str, Any]) -> float | None:
+    """The mean optimal return of the histories' tasks, as the generator recorded it in the card's [learning] table
+    when it made them (None where the card has none: an XLand file, a dataset from elsewhere)."""
+    value = card.get("learning", {}).get("optimal_return")
+    return None if value is None else float(value)
 
 
-def plot_learning_histories(store, out_path: str | Path, card: Any = None) -> Path:
-    """Mean return per episode of the learning histories with a 95% interval, and the optimal return."""
-    card = store.card if card is None else card
-    card = card.to_dict() if hasattr(card, "to_dict") else dict(card)
+def learning_histories_figure(store, card: Any = None) -> Figure:
+    """Mean return per episode of the learning histories with a 95% interval, and the optimal return the generator
+    recorded. `card` (default: the file's own) names the dataset; the file's [learning] table is read either way."""
+    stored = dict(store.card or {})
+    card = stored if card is None else {**stored, **(card.to_dict() if hasattr(card, "to_dict") else dict(card))}
     episodes, mean, half_width, histories = learning_curve(store)
-    optimal = mean_optimal_return(store, card)
+    optimal = recorded_optimal_return(card)
 
     fig = Figure(figsize=(6.4, 4.0), layout="constrained")
     ax = fig.add_subplot()
@@ -77,7 +72,11 @@ def plot_learning_histories(store, out_path: str | Path, card: Any = None) -> Pa
     ax.set_ylabel("episode return")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
-    buffer = io.BytesIO()
+    return fig
+
+
+def plot_learning_histories(store, out_path: str | Path, card: Any = None) -> Path:
     out_path = Path(out_path)
-    fig.savefig(buffer, format=out_path.suffix.lstrip(".") or "png", dpi=120)
+    buffer = io.BytesIO()
+    learning_histories_figure(store, card).savefig(buffer, format=out_path.suffix.lstrip(".") or "png", dpi=120)
     return atomic_write_bytes(out_path, buffer.getvalue())
