@@ -4,14 +4,14 @@ A card (see datasets/README.md for every field):
 
     id = "d4rl/hopper-medium-v2"
     description = "..."
-    format = "d4rl"                      # how the downloaded file is laid out: offbench | d4rl | minari
+    format = "d4rl"                      # how the downloaded file is laid out: offbench | d4rl | minari | mtdiff | xland
     license = "CC BY 4.0"
     citation = "..."
     [source]                             # exactly one of: files, minari_id, recipe, import
     files = [{ url = "https://...", sha256 = "...", size = 123 }]
     [env]
     id = "Hopper-v4"                     # what evaluation recreates
-    suite = "gymnasium"                  # gymnasium | offbench | metaworld | minigrid
+    suite = "gymnasium"                  # gymnasium | offbench | metaworld | minigrid | xland
     kwargs = {}
     [scores]
     ref_min = -20.272305                 # normalised score = 100 * (R - ref_min) / (ref_max - ref_min)
@@ -104,10 +104,13 @@ class CardSource(TableView):
     @property
     def kind(self) -> str:
         """Which of SOURCE_KINDS this source is (`check` makes it exactly one)."""
-        return next(key for key in SOURCE_KINDS if key in self)
+        return self._given()[0]
+
+    def _given(self) -> list[str]:
+        return [key for key, value in zip(SOURCE_KINDS, (self.files, self.minari_id, self.recipe, self.import_)) if value is not None]
 
     def check(self) -> None:
-        kinds = [key for key in SOURCE_KINDS if key in self]
+        kinds = self._given()
         if len(kinds) != 1:
             raise Invalid(f"needs exactly one of {', '.join(SOURCE_KINDS)}, found {', '.join(kinds) or 'none'}")
         if self.files == []:
