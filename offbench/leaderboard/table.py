@@ -253,6 +253,41 @@ def reported_table(board: Board) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["baseline", "source", *spec.datasets])
 
 
+def terminal_tables(title: str, frame: pd.DataFrame, width: int) -> list[Any]:
+    """`frame` as rich tables no wider than `width` terminal columns: where all its columns do not fit, they are cut
+    into consecutive groups that each repeat the first column (the row's name), so every cell keeps its one line
+    instead of being folded letter by letter into a narrow column. Cells are escaped, never read as markup."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.measure import Measurement
+    from rich.table import Table
+
+    console = Console(width=10_000)  # a measuring console: a table's natural width, not one clamped to a terminal
+
+    def table(columns: list[str], heading: str, no_wrap: bool = True) -> Table:
+        shown = Table(header_style="bold", title=escape(heading) or None)
+        for column in columns:
+            shown.add_column(escape(str(column)), no_wrap=no_wrap, overflow="ellipsis" if no_wrap else "fold")
+        for row in frame[columns].itertuples(index=False):
+            shown.add_row(*(escape(str(value)) for value in row))
+        return shown
+
+    def fits(columns: list[str]) -> bool:
+        return Measurement.get(console, console.options, table(columns, "")).maximum <= width
+
+    key, *rest = list(frame.columns)
+    groups: list[list[str]] = []
+    for column in rest:
+        if groups and fits([key, *groups[-1], column]):
+            groups[-1].append(column)
+        else:
+            groups.append([column])
+    parts = [[key, *group] for group in groups] or [[key]]  # a part too wide even alone (one long column) folds its cells
+    if len(parts) == 1:
+        return [table(parts[0], title, fits(parts[0]))]
+    return [table(part, f"{title} ({number} of {len(parts)})".strip(), fits(part)) for number, part in enumerate(parts, 1)]
+
+
 def results_json(board: Board, results: Results) -> dict[str, Any]:
     """Machine-readable roll-up (what `build` writes): the spec, the cells, the aggregates, the entries."""
     spec = board.spec
