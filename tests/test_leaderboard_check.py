@@ -46,7 +46,7 @@ EDITS = {
     "score of 1e6 alone": (lambda e: e["runs"][0].update(score=1e6), "metric-range"),
     "score raised alone, within range": (lambda e: e["runs"][0].update(score=99.0), "consistency"),
     "score, final block and curve raised together": (lambda e: score_and_final(e["runs"][0], 1e6), "metric-range"),
-    "score of 1e308": (lambda e: score_and_final(e["runs"][0], 1e308), "metric-range"),
+    "score of 1e308, its final mean_return overflowing to infinity": (lambda e: score_and_final(e["runs"][0], 1e308), "schema"),
     "score differing from the recorded final value": (lambda e: e["runs"][1].update(score=e["runs"][1]["score"] + 0.5), "consistency"),
     "one run listed three times": (lambda e: e.update(runs=[e["runs"][0]] * 3), "duplicate"),
     "n=1 under min_seeds 3": (lambda e: e.update(runs=e["runs"][:1]), "seed-count"),

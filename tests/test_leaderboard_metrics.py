@@ -170,11 +170,12 @@ def test_reported_rows_are_shown_apart_and_never_in_our_statistics(tmp_path, mon
 
 
 @pytest.mark.parametrize("change, problem", [
-    (lambda row: row["source"].pop("version"), "source needs paper, table, version"),
-    (lambda row: row["scores"].update({"test/zzz": 1.0}), "not one of the benchmark's datasets"),
-    (lambda row: row["scores"].update({"test/a": {"mean": float("nan")}}), "finite mean"),
-    (lambda row: row.update(label="two\nlines"), "one line"),
-    (lambda row: row["source"].update(url="javascript:alert(1)"), "https://"),
+    (lambda row: row["source"].pop("version"), r"missing required key 'reported\[0\]\.source\.version'"),
+    (lambda row: row["scores"].update({"test/zzz": {"mean": 1.0}}), r"'reported\[0\]\.scores' names 'test/zzz', which is not one of the benchmark's datasets"),
+    (lambda row: row["scores"].update({"test/a": {"mean": float("nan")}}), r"'reported\[0\]\.scores\.test/a\.mean' must be a finite number"),
+    (lambda row: row["scores"].update({"test/a": {"mean": 1.0, "std": -0.5}}), r"'reported\[0\]\.scores\.test/a\.std' must be at least 0"),
+    (lambda row: row.update(label="two\nlines"), r"'reported\[0\]\.label' must be one line of 1-64 characters"),
+    (lambda row: row["source"].update(url="javascript:alert(1)"), r"'reported\[0\]\.source\.url' must start with https://"),
 ])
 def test_malformed_reported_rows_are_one_line_errors(tmp_path, change, problem):
     from offbench.errors import OffbenchError

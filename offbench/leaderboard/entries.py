@@ -4,39 +4,195 @@ Entries are files anyone can edit in a pull request, so `load_entries` (what sho
 runs every rule on every entry file, alone (`check_entry`) and against the others (`check_board`): a broken one is
 a one-line `Refused` naming its file and the rule. `offbench leaderboard check` runs the same over every board.
 
-Per entry: schema and types; the benchmark, metric and score kind; a known method (a built-in baseline must be one
-offbench registers); the dataset one of the benchmark's, with the checksum the benchmark pins (else its card's, else
-the local copy's); the protocol the benchmark requires; `config_sha256` the digest of `config`; at least `min_seeds`
-distinct seeds and no run listed twice; each run's `score` the benchmark's metric of its `final` / `best` block
-(normalised scores recomputed from the card's reference scores), the last point of its curve for final scores, and
-within `METRIC_BOUNDS`; a `verification` record of a known status. Across entries: no run in two entries (found by
-what it is: `same_run`), and a row (label) holds one baseline and, per dataset, one config and distinct seeds.
-Submissions write entries (offbench.leaderboard.submit).
+Per entry: every key, type and range of the `LeaderboardEntry` record (rule `schema`: an unknown key, a missing one
+or a wrong type is one line naming the file and the field; a verified run records its replay); the benchmark,
+metric and score kind; a known method named as the baseline (a built-in baseline must be one offbench registers);
+the dataset one of the benchmark's, with the checksum the benchmark pins (else its card's, else the local copy's);
+the protocol the benchmark requires; `config_sha256` the digest of `config`; at least `min_seeds` distinct seeds
+and no run listed twice; each run's `score` the benchmark's metric of its `final` / `best` block (normalised scores
+recomputed from the card's reference scores), the last point of its curve for final scores, and within the
+metric's bounds (`_within_bounds`). Across entries: no run in two entries (found by what it is: `same_run`), and a
+row (label) holds one baseline and, per dataset, one config and distinct seeds.
+Submissions write entries (offbench.leaderboard.submit) by building the same record.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from offbench.errors import OffbenchError
-from offbench.leaderboard.spec import BenchmarkSpec
+from offbench.leaderboard.spec import SHA256, BenchmarkFile, BenchmarkSpec, Evaluation, Reported, ReportedSource
+from offbench.records import Invalid, fill_field_tables, from_dict, ranged
+from offbench.stats import Metric
 from offbench.tracking.provenance import METHOD_KINDS
-from offbench.tracking.run_dir import Refused, is_finite, is_number, same_number
-from offbench.utils import safe_component
+from offbench.tracking.run_dir import Refused, is_finite, same_number
+from offbench.utils import atomic_write_text, read_text, safe_component
 
 ENTRY_SCHEMA = 1
 VERIFICATION_STATUSES = ("verified", "unverified")
 MAX_MAGNITUDE = 1e9  # no metric offbench computes comes near it: a bigger score is an edit (and overflows statistics)
 MAX_NORMALISED = 1000.0  # ten times the expert-random span either way: D4RL-style scores stay within a few hundred
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+DOCS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "leaderboards.md"
+
+
+# ------------------------------------------------------------------------------ the entry file, as written
+@dataclass(frozen=True)
+class EntryMethod:
+    """run.json `method` (offbench/tracking/provenance.py): where the entry's method comes from."""
+
+    kind: str = ranged(choices=METHOD_KINDS, doc="built-in, plugin, own-code or black-box")
+    name: str = ranged(doc="the method's name: the entry's baseline")
+    distribution: str | None = ranged(None, null=lambda method: method.kind == "plugin", doc="plugin: the distribution that provides it")
+    version: str | None = ranged(None, null=lambda method: method.kind == "plugin", doc="plugin: that distribution's version")
+    entry_point: str | None = ranged(None, doc="plugin: `module:Class`")
+    source: dict[str, Any] | None = ranged(None, doc="own code and black boxes: the calling script's origin (repository, commit, script, sha256)")
+    load: dict[str, Any] | None = ranged(None, doc="own code: the function that rebuilds the policy from a checkpoint")
+
+
+@dataclass(frozen=True)
+class EntryDataset:
+    id: str = ranged(doc="the dataset id, one of the benchmark's")
+    content_sha256: str = ranged(doc="the content sha256 of the copy the runs trained on")
+    format: str | None = ranged(None, null=True, doc="the dataset's storage format")
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    """What a run is, whatever its name: the leaderboard tells runs apart by it (`same_run`)."""
+
+    evaluations_sha256: str = ranged(doc="sha256 of the run's evaluations.jsonl")
+    checkpoint_sha256: str | None = ranged(None, null=True, doc="sha256 of its final checkpoint (none for a black box)")
+    weights: list[tuple[str, int]] | None = ranged(None, null=True, doc="[sha256 prefix, elements] of the checkpoint's largest tensors (`verify.weights_fingerprint`)")
+
+    def check(self) -> None:
+        if not SHA256.match(self.evaluations_sha256):
+            raise Invalid("'evaluations_sha256' must be a sha256 hex digest")
+
+
+@dataclass(frozen=True)
+class Verification:
+    """Whether the run was replayed from its checkpoint to the same returns (`offbench leaderboard verify`)."""
+
+    status: str = ranged(choices=VERIFICATION_STATUSES, doc="verified or unverified")
+    reason: str | None = ranged(None, doc="unverified: why it was not replayed")
+    replayed_on: str | None = ranged(None, doc="verified: the device it was replayed on")
+    at: str | None = ranged(None, doc="verified: when (UTC, ISO 8601)")
+    by: dict[str, Any] | None = ranged(None, doc="verified: the offbench version that replayed it")
+    step: int | None = ranged(None, ge=0, doc="verified: the evaluation step replayed")
+    episodes: int | None = ranged(None, ge=1, doc="verified: the episodes replayed")
+
+    def check(self) -> None:
+        if self.status == "verified" and not (self.replayed_on and self.at and self.by):
+            raise Invalid("'status' is verified, but where, when and by which offbench it was replayed is not recorded")
+
+
+@dataclass(frozen=True)
+class EvaluationPoint:
+    """summary.json `final` or `best`: one evaluation's headline fields (docs/run-directory.md)."""
+
+    step: int = ranged(ge=0, doc="training updates at the evaluation")
+    mean_return: float | None = ranged(None, null=True, doc="mean episode return")
+    normalized_score: float | None = ranged(None, null=True, doc="normalised score, where the card has reference scores")
+    success_rate: float | None = ranged(None, null=True, doc="fraction of successful episodes, where the environment reports success")
+    target_return: float | None = ranged(None, null=True, doc="the target return of a return-conditioned run")
+    regret: float | None = ranged(None, doc="cumulative pseudo-regret (bandit evaluations)")
+
+
+@dataclass(frozen=True)
+class Curve:
+    step: list[int] = ranged(doc="evaluation steps, at most 64 of them")
+    score: list[float] = ranged(doc="the run's score at each of those steps")
+
+    def check(self) -> None:
+        if not self.step or len(self.step) != len(self.score):
+            raise Invalid("needs equally long, non-empty lists of finite steps and scores")
+
+
+@dataclass(frozen=True)
+class TaskScore:
+    task: str = ranged(doc="the task's name")
+    score: float = ranged(doc="the run's score on it")
+
+
+@dataclass(frozen=True, kw_only=True)
+class EntryRun:
+    """One seed's run, as an entry records it."""
+
+    run_id: str = ranged(doc="the run's name (run.json `run_id`)")
+    seed: int = ranged(ge=0, doc="its seed")
+    path: str = ranged(doc="its run directory when it was submitted")
+    identity: RunIdentity | None = ranged(None, doc="what the run is (table below); entries from before it was recorded have none")
+    verification: Verification | None = ranged(None, doc="its replay (table below); none reads unverified")
+    code: dict[str, Any] = ranged(doc="run.json `code`: the code version that trained it")
+    env: dict[str, Any] | None = ranged(None, null=True, doc="run.json `env`: the machine and libraries")
+    started_at: str | None = ranged(None, null=True, doc="run.json `started_at`")
+    steps: int = ranged(ge=0, doc="training updates (summary.json `steps`)")
+    wall_time_s: float | None = ranged(None, null=True, doc="training wall time in seconds")
+    final: EvaluationPoint = ranged(doc="summary.json `final`: the last evaluation")
+    best: EvaluationPoint = ranged(doc="summary.json `best`: the best headline score")
+    score: float = ranged(doc="the run's score, the benchmark's metric of its `final` (or `best`) evaluation")
+    curve: Curve = ranged(doc="the learning curve, `{ step, score }`")
+    in_context_returns: list[float] | None = ranged(None, doc="in-context benchmarks: the return of each in-context episode")
+    optimal_return: float | None = ranged(None, doc="the optimal return of the evaluation tasks, where the run recorded one")
+    per_task: list[TaskScore] | None = ranged(None, doc="multi-task benchmarks: `{ task, score }` per task")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LeaderboardEntry:
+    """`leaderboards/<name>/entries/*.json`: one row's runs of one baseline and config on one dataset."""
+
+    schema: int = ranged(choices=(ENTRY_SCHEMA,), doc="the entry format's version")
+    benchmark: str = ranged(doc="the benchmark it belongs to")
+    label: str = ranged(doc="the row it is shown in")
+    baseline: str = ranged(doc="the method's name")
+    method: EntryMethod | None = ranged(None, doc="where the method comes from (table below); none: a built-in baseline")
+    dataset: EntryDataset = ranged(doc="`{ id, content_sha256, format }`: the dataset the runs trained on")
+    metric: str = ranged(doc="the benchmark's metric")
+    score: str = ranged(doc="the benchmark's score kind, final or best")
+    evaluation: dict[str, Any] = ranged(doc="run.json `evaluation` of the runs: their protocol")
+    config: dict[str, Any] = ranged(doc="the runs' config, seed aside")
+    config_sha256: str = ranged(doc="sha256 of `config` (sorted-key JSON)")
+    submitted_at: str = ranged(doc="when it was accepted (UTC, ISO 8601)")
+    runs: list[EntryRun] = ranged(doc="one record per seed (table below)")
+
+    def check(self) -> None:
+        if not self.runs:
+            raise Invalid("'runs' must be a non-empty list")
+        targets = self.evaluation.get("target_returns")
+        if targets is not None and (not isinstance(targets, list) or not all(is_finite(t) for t in targets)):
+            raise Invalid("'evaluation.target_returns' must be null or a list of finite numbers")
+
+    def method_or_builtin(self) -> EntryMethod:
+        """The entry's method; entries from before methods were recorded hold built-in baselines."""
+        return self.method or EntryMethod(kind="built-in", name=self.baseline)
+
+
+LEADERBOARD_RECORDS = (BenchmarkFile, Evaluation, Reported, ReportedSource, LeaderboardEntry, EntryRun, EntryMethod,
+                       RunIdentity, Verification)  # their field tables are in docs/leaderboards.md
+
+
+def write_field_docs(page: Path = DOCS_PAGE) -> Path:
+    """Regenerate the field tables of docs/leaderboards.md from the records' `doc=`s (tests/test_leaderboard_records.py
+    fails while they differ)."""
+    return atomic_write_text(page, fill_field_tables(read_text(page, "page"), *LEADERBOARD_RECORDS))
+
+
+def entry_record(data: Any, where: Path) -> LeaderboardEntry:
+    """`data` as a LeaderboardEntry, or Refused (schema) naming `where` and the field: what every reader and the
+    writer of entries go through."""
+    try:
+        return from_dict(LeaderboardEntry, data, str(where))
+    except OffbenchError as exc:
+        raise Refused(where, "schema", str(exc).removeprefix(f"{where}: ")) from None
 
 
 def load_entries(spec: BenchmarkSpec) -> list[tuple[Path, dict[str, Any]]]:
-    """Accepted entries, oldest file name first, each checked by every rule (module docstring)."""
+    """Accepted entries, oldest file name first, each checked by every rule (module docstring); as the files hold
+    them (what `leaderboard verify --write` writes back with only `verification` changed)."""
     out = []
     for path in sorted(spec.entries_dir.glob("*.json")):
         try:
@@ -53,143 +209,104 @@ def entry_config_sha256(config: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
 
 
-def check_entry(path: Path, entry: Any, spec: BenchmarkSpec) -> None:
+def check_entry(path: Path, data: Any, spec: BenchmarkSpec) -> LeaderboardEntry:
     """Every rule one entry file must meet on its own (module docstring); Refused naming the file and the rule."""
     def refuse(rule: str, detail: str) -> Refused:
         return Refused(path, rule, detail)
 
-    if not isinstance(entry, dict) or entry.get("schema") != ENTRY_SCHEMA or entry.get("benchmark") != spec.name:
+    entry = entry_record(data, path)
+    if entry.benchmark != spec.name:
         raise refuse("schema", f"not an entry of benchmark {spec.name} (schema {ENTRY_SCHEMA})")
     for key in ("label", "baseline"):
         try:
-            safe_component(entry.get(key), f"entry {key}")
+            safe_component(getattr(entry, key), f"entry {key}")
         except OffbenchError as exc:
             raise refuse("label", str(exc)) from None
     _check_method(entry, refuse)
-    dataset = entry.get("dataset")
-    if not isinstance(dataset, dict) or dataset.get("id") not in spec.datasets:
+    if entry.dataset.id not in spec.datasets:
         raise refuse("benchmark-dataset", f"dataset is not one of {spec.name}'s: {', '.join(spec.datasets)}")
-    if entry.get("metric") != spec.metric.name or entry.get("score") != spec.score:
-        raise refuse("metric", f"scored as {entry.get('score')!r} {entry.get('metric')!r}; the benchmark scores {spec.score} {spec.metric.name}")
-    if not isinstance(entry.get("config"), dict) or not isinstance(entry.get("evaluation"), dict) or not isinstance(entry.get("submitted_at"), str):
-        raise refuse("schema", "'config' and 'evaluation' must be objects and 'submitted_at' a string")
-    if entry.get("config_sha256") != entry_config_sha256(entry["config"]):
+    if entry.metric != spec.metric.name or entry.score != spec.score:
+        raise refuse("metric", f"scored as {entry.score!r} {entry.metric!r}; the benchmark scores {spec.score} {spec.metric.name}")
+    if entry.config_sha256 != entry_config_sha256(entry.config):
         raise refuse("config-consistency", "config_sha256 is not the sha256 of 'config' (the config was edited after submission)")
-    runs = entry.get("runs")
-    if not isinstance(runs, list) or not runs:
-        raise refuse("schema", "'runs' must be a non-empty list")
-    for number, run in enumerate(runs, 1):
-        _check_run_record(number, run, refuse)
-    _check_checksum(spec, dataset, refuse)
+    _check_checksum(spec, entry.dataset, refuse)
     _check_protocol(spec, entry, refuse)
     _check_scores(spec, entry, refuse)
     _check_seeds(spec, entry, refuse)
+    return entry
 
 
-def _check_method(entry: dict[str, Any], refuse) -> None:
+def _check_method(entry: LeaderboardEntry, refuse) -> None:
     from offbench.baselines import BASELINES
 
-    method = entry.get("method", {"kind": "built-in", "name": entry["baseline"]})  # entries from before methods were recorded
-    if not isinstance(method, dict) or method.get("kind") not in METHOD_KINDS or method.get("name") != entry["baseline"]:
+    method = entry.method_or_builtin()
+    if method.name != entry.baseline:
         raise refuse("method", f"'method' must be an object with a kind among {', '.join(METHOD_KINDS)} and the entry's baseline as its name")
-    if method["kind"] == "built-in" and entry["baseline"] not in BASELINES:
-        raise refuse("baseline", f"baseline {entry['baseline']!r} is not a registered baseline (known: {', '.join(sorted(BASELINES))})")
+    if method.kind == "built-in" and entry.baseline not in BASELINES:
+        raise refuse("baseline", f"baseline {entry.baseline!r} is not a registered baseline (known: {', '.join(sorted(BASELINES))})")
 
 
-def _check_run_record(number: int, run: Any, refuse) -> None:
-    if not isinstance(run, dict):
-        raise refuse("schema", f"run {number} is not an object")
-    seed, curve, code, identity = run.get("seed"), run.get("curve"), run.get("code"), run.get("identity")
-    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-        raise refuse("schema", f"run {number}: seed {seed!r} is not a non-negative integer")
-    if not isinstance(run.get("run_id"), str) or not isinstance(code, dict):
-        raise refuse("schema", f"run {number}: needs a 'run_id' and a 'code' object")
-    if not is_finite(run.get("score")):
-        raise refuse("metric-finite", f"run {number}: score {run.get('score')!r} is not a finite number")
-    if not isinstance(run.get("steps"), int) or isinstance(run.get("steps"), bool) or run["steps"] < 0:
-        raise refuse("schema", f"run {number}: 'steps' is not a non-negative integer")
-    for which in ("final", "best"):
-        if not isinstance(run.get(which), dict) or not isinstance(run[which].get("step"), int):
-            raise refuse("schema", f"run {number}: '{which}' needs at least a 'step'")
-    if identity is not None and (not isinstance(identity, dict) or not _SHA256.match(str(identity.get("evaluations_sha256")))):
-        raise refuse("schema", f"run {number}: 'identity' needs an evaluations_sha256 digest")
-    if (not isinstance(curve, dict) or not isinstance(curve.get("step"), list) or not isinstance(curve.get("score"), list)
-            or len(curve["step"]) != len(curve["score"]) or not curve["step"]
-            or not all(is_finite(v) for v in curve["score"] + curve["step"])):
-        raise refuse("schema", f"run {number}: 'curve' needs equally long, non-empty lists of finite steps and scores")
-    if "per_task" in run and (not isinstance(run["per_task"], list) or not all(
-            isinstance(t, dict) and isinstance(t.get("task"), str) and is_finite(t.get("score")) for t in run["per_task"])):
-        raise refuse("schema", f"run {number}: 'per_task' must list {{task, score}} objects with finite scores")
-    if "in_context_returns" in run and (not isinstance(run["in_context_returns"], list)
-                                        or not all(is_finite(v) for v in run["in_context_returns"])):
-        raise refuse("schema", f"run {number}: 'in_context_returns' must be a list of finite numbers")
-    verification = run.get("verification", {"status": "unverified"})
-    if not isinstance(verification, dict) or verification.get("status") not in VERIFICATION_STATUSES:
-        raise refuse("schema", f"run {number}: 'verification' must be an object with a status among {', '.join(VERIFICATION_STATUSES)}")
-    if verification["status"] == "verified" and not all(verification.get(key) for key in ("replayed_on", "at", "by")):
-        raise refuse("schema", f"run {number}: a verified run records where, when and by which offbench it was replayed")
-
-
-def _check_checksum(spec: BenchmarkSpec, dataset: dict[str, Any], refuse) -> None:
+def _check_checksum(spec: BenchmarkSpec, dataset: EntryDataset, refuse) -> None:
     from offbench.leaderboard.scoring import benchmark_card, expected_checksum
 
-    got = dataset.get("content_sha256")
-    if not isinstance(got, str) or not _SHA256.match(got):
+    got = dataset.content_sha256
+    if not SHA256.match(got):
         raise refuse("dataset-checksum", f"dataset content_sha256 {got!r:.80} is not a sha256 hex digest")
     try:
-        expected, source = expected_checksum(spec, benchmark_card(dataset["id"]))
+        expected, source = expected_checksum(spec, benchmark_card(dataset.id))
     except OffbenchError as exc:
-        raise refuse("dataset-checksum", f"cannot check dataset '{dataset['id']}': {exc}") from None
+        raise refuse("dataset-checksum", f"cannot check dataset '{dataset.id}': {exc}") from None
     if expected is None:
-        raise refuse("dataset-checksum", f"cannot check dataset '{dataset['id']}': {source}")
+        raise refuse("dataset-checksum", f"cannot check dataset '{dataset.id}': {source}")
     if got != expected:
-        raise refuse("dataset-checksum", f"dataset '{dataset['id']}' content sha256 {got[:12]}... differs from {expected[:12]}... ({source})")
+        raise refuse("dataset-checksum", f"dataset '{dataset.id}' content sha256 {got[:12]}... differs from {expected[:12]}... ({source})")
 
 
-def _check_protocol(spec: BenchmarkSpec, entry: dict[str, Any], refuse) -> None:
+def _check_protocol(spec: BenchmarkSpec, entry: LeaderboardEntry, refuse) -> None:
     from offbench.leaderboard.scoring import protocol_problem
 
-    evaluation = entry["evaluation"]
-    targets = evaluation.get("target_returns")
-    if targets is not None and (not isinstance(targets, list) or not all(is_finite(t) for t in targets)):
-        raise refuse("schema", "evaluation.target_returns must be null or a list of finite numbers")
-    black_box = entry.get("method", {}).get("kind") == "black-box"
-    for run in entry["runs"]:
-        problem = protocol_problem(spec, entry["baseline"], evaluation, run["steps"], black_box)
+    black_box = entry.method_or_builtin().kind == "black-box"
+    for run in entry.runs:
+        problem = protocol_problem(spec, entry.baseline, entry.evaluation, run.steps, black_box)
         if problem is not None:
-            raise refuse("protocol", problem.replace("summary.json steps", f"run {run['run_id']!r:.80} steps").replace("run.json evaluation", "evaluation"))
+            raise refuse("protocol", problem.replace("summary.json steps", f"run {run.run_id!r:.80} steps").replace("run.json evaluation", "evaluation"))
 
 
-def _check_scores(spec: BenchmarkSpec, entry: dict[str, Any], refuse) -> None:
+def _check_scores(spec: BenchmarkSpec, entry: LeaderboardEntry, refuse) -> None:
     """A final score is the benchmark's metric of the run's `final` block (normalised scores recomputed from the
     card) and the last point of its curve; a best score is not beaten by any point of its curve; both are within
     the metric's bounds."""
     from offbench.leaderboard.scoring import benchmark_card
 
     metric = spec.metric
-    card = benchmark_card(entry["dataset"]["id"]) if metric.name == "normalized_score" else None
-    for run in entry["runs"]:
-        where = f"run {run['run_id']!r:.80} (seed {run['seed']})"
-        score, curve = run["score"], run["curve"]["score"]
-        if not _within_bounds(metric.name, score, run.get("optimal_return")):
+    card = benchmark_card(entry.dataset.id) if metric.name == "normalized_score" else None
+    for run in entry.runs:
+        where = f"run {run.run_id!r:.80} (seed {run.seed})"
+        score, curve = run.score, run.curve.score
+        if not _within_bounds(metric.name, score, run.optimal_return):
             raise refuse("metric-range", f"{where}: score {score!r} is outside what a {metric.name} can be")
         if spec.score == "final":
-            block = run["final"]
-            if metric.name == "normalized_score":
-                if not is_finite(block.get("mean_return")) or card.normalise(1.0) is None:
-                    raise refuse("metric", f"{where}: no final mean_return (or no reference scores) to normalise")
-                expected = float(card.normalise(block["mean_return"]))
-                if not is_number(block.get("normalized_score")) or not same_number(block["normalized_score"], expected):
-                    raise refuse("consistency", f"{where}: final.normalized_score {block.get('normalized_score')!r} is not "
-                                                f"{expected} from its mean_return and the card's reference scores")
-            else:
-                expected = block.get(metric.field)
-            if not is_finite(expected) or not same_number(score, expected):
+            expected = _final_score(run.final, metric, card, where, refuse)
+            if expected is None or not same_number(score, expected):
                 raise refuse("consistency", f"{where}: score {score!r} is not its final {metric.field} ({expected!r})")
             if not same_number(curve[-1], score):
                 raise refuse("consistency", f"{where}: score {score!r} is not the last point of its learning curve ({curve[-1]!r})")
         elif any(metric.sign * point > metric.sign * score and not same_number(point, score) for point in curve):
             raise refuse("consistency", f"{where}: best score {score!r} is beaten by a point of its own learning curve")
+
+
+def _final_score(block: EvaluationPoint, metric: Metric, card: Any, where: str, refuse) -> float | None:
+    """The benchmark's metric of a run's final evaluation; a normalised score must be the one the card's reference
+    scores give its mean_return."""
+    if metric.name != "normalized_score":
+        return getattr(block, metric.field)
+    if block.mean_return is None or card.normalise(1.0) is None:
+        raise refuse("metric", f"{where}: no final mean_return (or no reference scores) to normalise")
+    expected = float(card.normalise(block.mean_return))
+    if block.normalized_score is None or not same_number(block.normalized_score, expected):
+        raise refuse("consistency", f"{where}: final.normalized_score {block.normalized_score!r} is not "
+                                    f"{expected} from its mean_return and the card's reference scores")
+    return expected
 
 
 def _within_bounds(metric: str, score: float, optimal_return: Any) -> bool:
@@ -206,17 +323,17 @@ def _within_bounds(metric: str, score: float, optimal_return: Any) -> bool:
     return not is_finite(optimal_return) or score <= optimal_return + 1e-9 * max(1.0, abs(optimal_return))
 
 
-def _check_seeds(spec: BenchmarkSpec, entry: dict[str, Any], refuse) -> None:
+def _check_seeds(spec: BenchmarkSpec, entry: LeaderboardEntry, refuse) -> None:
     seen_ids, seen_seeds = set(), set()
-    for run in entry["runs"]:
-        identity = run.get("identity") or {}
-        key = identity.get("checkpoint_sha256") or identity.get("evaluations_sha256") or run["run_id"]
-        if run["run_id"] in seen_ids or key in seen_ids:
-            raise refuse("duplicate", f"run {run['run_id']!r:.80} is listed more than once")
-        if run["seed"] in seen_seeds:
-            raise refuse("duplicate", f"seed {run['seed']} is listed more than once")
-        seen_ids.update({run["run_id"], key})
-        seen_seeds.add(run["seed"])
+    for run in entry.runs:
+        identity = run.identity
+        key = (identity and (identity.checkpoint_sha256 or identity.evaluations_sha256)) or run.run_id
+        if run.run_id in seen_ids or key in seen_ids:
+            raise refuse("duplicate", f"run {run.run_id!r:.80} is listed more than once")
+        if run.seed in seen_seeds:
+            raise refuse("duplicate", f"seed {run.seed} is listed more than once")
+        seen_ids.update({run.run_id, key})
+        seen_seeds.add(run.seed)
     if len(seen_seeds) < spec.min_seeds:
         raise refuse("seed-count", f"{len(seen_seeds)} seed(s); benchmark {spec.name} needs at least {spec.min_seeds}")
 

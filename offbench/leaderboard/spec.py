@@ -22,14 +22,16 @@
     source = { paper = "...", table = "...", version = "...", url = "https://..." }   # url optional
     note = "..."                          # optional: what differs from our protocol
     scores = { "pendulum-scripted" = { mean = 47.0, std = 0.2 } }   # std optional; in the benchmark metric's units
+
+The file is read through the `BenchmarkFile` record (every key, type and rule in one place, and the field table
+in docs/leaderboards.md generated from it); `load_spec` resolves it into the `BenchmarkSpec` the rest of
+offbench uses.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,15 +40,148 @@ from filelock import FileLock
 
 from offbench.errors import OffbenchError
 from offbench.paths import builtin_dir
+from offbench.records import Invalid, ranged, read_toml, to_dict
 from offbench.stats import BOOTSTRAP_REPS, METRICS, Metric
 
 REPORTED_TEXT = 300  # characters of any one field of a reported row's source or note
-SOURCE_KEYS = ("paper", "table", "version")  # what every reported row must say about where its numbers come from
+REPORTED_LABEL = 64  # characters of a reported row's label
 SCORE_KINDS = ("final", "best")
 PROTOCOL_KEYS = ("episodes", "every_steps", "steps", "target_returns", "in_context_episodes")
+IN_CONTEXT_METRICS = ("in_context_return", "regret")  # scored from in-context episodes, whose number the protocol must fix
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
+def one_line(value: str, what: str, limit: int = REPORTED_TEXT) -> None:
+    """Invalid unless `value` is one line of 1-`limit` characters: reported text lands in table cells and captions."""
+    if not value.strip() or len(value) > limit or any(c in value for c in "\n\r"):
+        raise Invalid(f"'{what}' must be one line of 1-{limit} characters, got {value!r:.80}")
+
+
+# ------------------------------------------------------------------------------ benchmark.toml, as written
+@dataclass(frozen=True)
+class Protocol:
+    """What a run's evaluation must be: every key given must equal the run's (run.json `evaluation`, summary `steps`)."""
+
+    episodes: int | None = ranged(None, ge=1, doc="evaluation episodes per evaluation (per task on a multi-task suite)")
+    every_steps: int | None = ranged(None, ge=1, doc="training updates between evaluations")
+    steps: int | None = ranged(None, ge=1, doc="training updates (summary.json `steps`)")
+    target_returns: list[float] | None = ranged(None, doc="the target returns a return-conditioned run (DT) must use, all of them; other runs have none")
+    in_context_episodes: int | None = ranged(None, ge=1, doc="in-context episodes per evaluation (needed by the in-context metrics)")
+
+
+@dataclass(frozen=True)
+class Evaluation(Protocol):
+    """`[evaluation]`: the benchmark's protocol, and under `[evaluation.baseline.NAME]` what differs for one baseline."""
+
+    baseline: dict[str, Protocol] | None = ranged(None, doc="`[evaluation.baseline.NAME]`: the protocol keys that differ for baseline NAME (its source's protocol)")
+
+    def check(self) -> None:
+        if not to_dict(self):
+            raise Invalid(f"must give the protocol (any of {', '.join(PROTOCOL_KEYS)})")
+
+
+@dataclass(frozen=True)
+class ReportedSource:
+    """Where a reported row's numbers come from."""
+
+    paper: str = ranged(doc="the publication")
+    table: str = ranged(doc="the table or figure the numbers are read from")
+    version: str = ranged(doc="the paper's or code's version (arXiv version, commit)")
+    url: str | None = ranged(None, doc="a https:// link to it")
+
+    def check(self) -> None:
+        for key, value in to_dict(self).items():
+            one_line(value, key)
+        if self.url is not None and not self.url.startswith("https://"):
+            raise Invalid("'url' must start with https://")
+
+
+@dataclass(frozen=True)
+class ReportedScore:
+    mean: float = ranged(doc="the published mean, in the benchmark metric's units")
+    std: float | None = ranged(None, ge=0, doc="the published spread, as published")
+
+
+@dataclass(frozen=True)
+class Reported:
+    """`[[reported]]`: published numbers shown beside ours, marked as reported, never in our statistics."""
+
+    label: str = ranged(doc=f"the row's name (one line, at most {REPORTED_LABEL} characters)")
+    source: ReportedSource = ranged(doc="`{ paper, table, version, url }`: where the numbers come from (url optional)")
+    scores: dict[str, ReportedScore] = ranged(doc="dataset id -> `{ mean, std }` (std optional); datasets of the benchmark only")
+    note: str | None = ranged(None, doc="what differs from our protocol")
+
+    def check(self) -> None:
+        one_line(self.label, "label", REPORTED_LABEL)
+        if self.note is not None:
+            one_line(self.note, "note")
+        if not self.scores:
+            raise Invalid("'scores' must map dataset ids to { mean = ..., std = ... }")
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchmarkFile:
+    """`leaderboards/<name>/benchmark.toml`: which runs a leaderboard may show, and how they are scored."""
+
+    title: str | None = ranged(None, doc="the board's title (default: its folder name)")
+    description: str = ranged("", doc="what the board measures and how (Markdown, shown above its tables)")
+    datasets: tuple[str, ...] = ranged(doc="dataset ids (cards), one table column each, each once")
+    metric: str = ranged(choices=tuple(METRICS), doc="what every cell scores; regret is lower-is-better")
+    score: str = ranged("final", choices=SCORE_KINDS, doc="each run's final evaluation, or its best; a table never mixes the two")
+    min_seeds: int = ranged(3, ge=1, doc="seeds a submission must bring for one baseline and dataset")
+    bootstrap_reps: int = ranged(BOOTSTRAP_REPS, ge=100, doc="bootstrap resamples for every interval")
+    evaluation: Evaluation = ranged(doc="`[evaluation]`: the protocol every run must follow (table below)")
+    dataset_checksums: dict[str, str] = ranged(default_factory=dict, doc="`[dataset_checksums]`: dataset id -> the content sha256 (64 lowercase hex) its entries were made from")
+    reported: tuple[Reported, ...] = ranged(default_factory=tuple, doc="`[[reported]]`: published rows shown beside ours (table below)")
+
+    def check(self) -> None:
+        if not self.datasets or not all(self.datasets):
+            raise Invalid("'datasets' must be a non-empty list of dataset ids")
+        if len(set(self.datasets)) != len(self.datasets):
+            raise Invalid("'datasets' lists a dataset twice")
+        if self.metric in IN_CONTEXT_METRICS and self.evaluation.in_context_episodes is None:
+            raise Invalid(f"metric '{self.metric}' needs evaluation.in_context_episodes")
+        self._check_checksums()
+        self._check_reported()
+
+    def _check_checksums(self) -> None:
+        for dataset_id, sha in self.dataset_checksums.items():
+            if dataset_id not in self.datasets:
+                raise Invalid(f"'dataset_checksums' names '{dataset_id}', which is not in 'datasets'")
+            if not SHA256.match(sha):
+                raise Invalid(f"'dataset_checksums.{dataset_id}' must be 64 lowercase hex characters")
+
+    def _check_reported(self) -> None:
+        labels = [row.label for row in self.reported]
+        if len(set(labels)) != len(labels):
+            raise Invalid("'reported' names a label twice")
+        for index, row in enumerate(self.reported):
+            for dataset_id in row.scores:
+                if dataset_id not in self.datasets:
+                    raise Invalid(f"'reported[{index}].scores' names '{dataset_id}', which is not one of the benchmark's datasets")
+
+    def resolve(self, name: str, path: Path | None) -> BenchmarkSpec:
+        """The benchmark as the rest of offbench uses it: its name and folder, the metric's definition."""
+        return BenchmarkSpec(
+            name=name,
+            title=name if self.title is None else self.title,
+            description=self.description.strip(),
+            datasets=self.datasets,
+            metric=METRICS[self.metric],
+            score=self.score,
+            min_seeds=self.min_seeds,
+            protocol=to_dict(self.evaluation),
+            dataset_checksums=dict(self.dataset_checksums),
+            bootstrap_reps=self.bootstrap_reps,
+            reported=tuple(ReportedRow(label=row.label, source=to_dict(row.source), note=row.note or "",
+                                       scores={d: (score.mean, score.std) for d, score in row.scores.items()})
+                           for row in self.reported),
+            path=path,
+        )
+
+
+# ------------------------------------------------------------------------------ the benchmark, resolved
 @dataclass(frozen=True)
 class ReportedRow:
     """Published numbers (not our runs): shown in the tables, marked as reported, never in our statistics."""
@@ -112,131 +247,11 @@ def known_benchmarks(root: str | Path | None = None) -> list[str]:
 
 
 def load_spec(name: str, root: str | Path | None = None) -> BenchmarkSpec:
-    """The benchmark called `name`; an unknown name is a one-line error listing the known ones."""
+    """The benchmark called `name`; an unknown name is a one-line error listing the known ones, a bad file one line
+    naming the file and the key."""
     folder = leaderboards_root(root)
     path = folder / name / "benchmark.toml"
     if not _NAME.match(name) or not path.is_file():
         known = ", ".join(known_benchmarks(root)) or "none"
         raise OffbenchError(f"unknown benchmark '{name}' in {folder} (known: {known})")
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise OffbenchError(f"{path}: malformed TOML ({exc})") from None
-    return spec_from_dict(name, data, path)
-
-
-def spec_from_dict(name: str, data: dict[str, Any], path: Path | None = None) -> BenchmarkSpec:
-    where = str(path or f"benchmark '{name}'")
-
-    def fail(problem: str) -> OffbenchError:
-        return OffbenchError(f"{where}: {problem}")
-
-    datasets = data.get("datasets")
-    if not isinstance(datasets, list) or not datasets or not all(isinstance(d, str) and d for d in datasets):
-        raise fail("'datasets' must be a non-empty list of dataset ids")
-    if len(set(datasets)) != len(datasets):
-        raise fail("'datasets' lists a dataset twice")
-    metric = data.get("metric")
-    if metric not in METRICS:
-        raise fail(f"'metric' must be one of {', '.join(METRICS)}, got {metric!r}")
-    score = data.get("score", "final")
-    if score not in SCORE_KINDS:
-        raise fail(f"'score' must be 'final' or 'best', got {score!r}")
-    min_seeds = data.get("min_seeds", 3)
-    if not isinstance(min_seeds, int) or min_seeds < 1:
-        raise fail("'min_seeds' must be a positive integer")
-    reps = data.get("bootstrap_reps", BOOTSTRAP_REPS)
-    if not isinstance(reps, int) or reps < 100:
-        raise fail("'bootstrap_reps' must be an integer >= 100")
-    protocol = data.get("evaluation")
-    if not isinstance(protocol, dict) or not protocol:
-        raise fail(f"[evaluation] must give the protocol (any of {', '.join(PROTOCOL_KEYS)})")
-    per_baseline = protocol.get("baseline", {})
-    if not isinstance(per_baseline, dict) or not all(isinstance(v, dict) for v in per_baseline.values()):
-        raise fail("[evaluation.baseline.NAME] tables must hold protocol keys")
-    for where, keys in [("evaluation", {k: v for k, v in protocol.items() if k != "baseline"}),
-                        *((f"evaluation.baseline.{name}", keys) for name, keys in per_baseline.items())]:
-        _check_protocol_keys(where, keys, fail)
-    if metric in ("in_context_return", "regret") and "in_context_episodes" not in protocol:
-        raise fail(f"metric '{metric}' needs evaluation.in_context_episodes")
-    checksums = data.get("dataset_checksums", {})
-    for dataset_id, sha in checksums.items():
-        if dataset_id not in datasets:
-            raise fail(f"dataset_checksums names '{dataset_id}', which is not in 'datasets'")
-        if not (isinstance(sha, str) and re.fullmatch(r"[0-9a-f]{64}", sha)):
-            raise fail(f"dataset_checksums.{dataset_id} must be 64 lowercase hex characters")
-    return BenchmarkSpec(
-        name=name,
-        title=str(data.get("title", name)),
-        description=str(data.get("description", "")).strip(),
-        datasets=tuple(datasets),
-        metric=METRICS[metric],
-        score=score,
-        min_seeds=min_seeds,
-        protocol=dict(protocol),
-        dataset_checksums=dict(checksums),
-        bootstrap_reps=reps,
-        reported=tuple(_reported_row(row, datasets, fail) for row in _reported_list(data.get("reported", []), fail)),
-        path=path,
-    )
-
-
-def _check_protocol_keys(where: str, protocol: dict[str, Any], fail) -> None:
-    unknown = set(protocol) - set(PROTOCOL_KEYS)
-    if unknown:
-        raise fail(f"[{where}] has unknown keys {sorted(unknown)} (known: {', '.join(PROTOCOL_KEYS)})")
-    for key, value in protocol.items():
-        if key == "target_returns":
-            if not isinstance(value, list) or not all(isinstance(v, (int, float)) for v in value):
-                raise fail(f"{where}.target_returns must be a list of numbers ([] for none)")
-        elif not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise fail(f"{where}.{key} must be a positive integer")
-
-
-def _reported_list(rows: Any, fail) -> list[dict[str, Any]]:
-    if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
-        raise fail("[[reported]] must be an array of tables")
-    labels = [row.get("label") for row in rows]
-    if len(set(map(str, labels))) != len(labels):
-        raise fail("[[reported]] names a label twice")
-    return rows
-
-
-def _one_line(value: Any, what: str, fail, limit: int = REPORTED_TEXT) -> str:
-    if not isinstance(value, str) or not value.strip() or len(value) > limit or any(c in value for c in "\n\r"):
-        raise fail(f"{what} must be one line of 1-{limit} characters, got {value!r:.80}")
-    return value
-
-
-def _reported_row(row: dict[str, Any], datasets: list[str], fail) -> ReportedRow:
-    label = _one_line(row.get("label"), "reported label", fail, limit=64)
-    source = row.get("source")
-    if not isinstance(source, dict) or any(key not in source for key in SOURCE_KEYS):
-        raise fail(f"reported row '{label}': source needs {', '.join(SOURCE_KEYS)} (and optionally url)")
-    unknown = set(source) - {*SOURCE_KEYS, "url"}
-    if unknown:
-        raise fail(f"reported row '{label}': unknown source keys {sorted(unknown)}")
-    clean_source = {key: _one_line(value, f"reported row '{label}' source.{key}", fail) for key, value in source.items()}
-    if "url" in clean_source and not clean_source["url"].startswith("https://"):
-        raise fail(f"reported row '{label}': source.url must start with https://")
-    scores = row.get("scores")
-    if not isinstance(scores, dict) or not scores:
-        raise fail(f"reported row '{label}': scores must map dataset ids to {{ mean = ..., std = ... }}")
-    parsed = {}
-    for dataset_id, value in scores.items():
-        if dataset_id not in datasets:
-            raise fail(f"reported row '{label}': '{dataset_id}' is not one of the benchmark's datasets")
-        value = value if isinstance(value, dict) else {"mean": value}
-        mean, spread = value.get("mean"), value.get("std")
-        if set(value) - {"mean", "std"} or not _finite(mean) or (spread is not None and not (_finite(spread) and spread >= 0)):
-            raise fail(f"reported row '{label}': scores.{dataset_id} must be a finite mean and an optional std >= 0")
-        parsed[dataset_id] = (float(mean), None if spread is None else float(spread))
-    note = "" if row.get("note") is None else _one_line(row["note"], f"reported row '{label}' note", fail)
-    unknown = set(row) - {"label", "source", "scores", "note"}
-    if unknown:
-        raise fail(f"reported row '{label}': unknown keys {sorted(unknown)}")
-    return ReportedRow(label=label, source=clean_source, scores=parsed, note=note)
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return read_toml(path, BenchmarkFile, "benchmark definition").resolve(name, path)

@@ -41,11 +41,12 @@ from typing import Any
 import numpy as np
 
 from offbench.errors import OffbenchError
-from offbench.leaderboard.entries import ENTRY_SCHEMA, check_against_accepted, load_entries, same_run
+from offbench.leaderboard.entries import ENTRY_SCHEMA, check_against_accepted, entry_record, load_entries, same_run
 from offbench.leaderboard.scoring import ScoredRun, score_run
 from offbench.leaderboard.spec import BenchmarkSpec
 from offbench.leaderboard.verify import method_of, unverified, verify_run, weights_fingerprint
 from offbench.tracking.provenance import METHOD_KINDS
+from offbench.records import to_dict
 from offbench.tracking.run_dir import CHECKPOINT, MAX_TEXT, Refused, RunRecord, is_finite, read_run
 from offbench.utils import atomic_write_json, safe_component
 
@@ -163,10 +164,11 @@ def _run_record(spec: BenchmarkSpec, scored: ScoredRun, verification: dict[str, 
 
 
 def make_entry(spec: BenchmarkSpec, label: str, scored: list[ScoredRun], verifications: dict[Path, dict[str, Any]]) -> dict[str, Any]:
-    """The JSON entry for one baseline, dataset and config, with one record per seed."""
+    """The JSON entry for one baseline, dataset and config, with one record per seed: built as the LeaderboardEntry
+    record every reader checks entries with (a run block it refuses is Refused, schema), and written as it reads."""
     first = scored[0].run
     config = bounded(config_without_seed(first), "run.json config", first)
-    return {
+    entry = entry_record({
         "schema": ENTRY_SCHEMA,
         "benchmark": spec.name,
         "label": label,
@@ -180,7 +182,8 @@ def make_entry(spec: BenchmarkSpec, label: str, scored: list[ScoredRun], verific
         "config_sha256": config_sha256(config),
         "submitted_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "runs": [_run_record(spec, s, verifications[s.run.path]) for s in sorted(scored, key=lambda s: s.run.seed)],
-    }
+    }, first.path)
+    return to_dict(entry)
 
 
 def validate_runs(spec: BenchmarkSpec, runs: list[RunRecord], label: str | None = None, verify: bool = False) -> list[dict[str, Any]]:
