@@ -49,3 +49,22 @@ def test_regret_panels_share_one_legend_with_the_references():
     for ax in axes:
         for text in (ax.title, ax.yaxis.label):
             assert not top.overlaps(text.get_window_extent(renderer))
+
+
+def test_card_references_run_on_the_tasks_the_runs_were_evaluated_on():
+    """The plot command's references: a bandit card's held-out tasks by default, its training tasks for runs evaluated
+    on them; any other card is refused in one line."""
+    import pytest
+
+    from offbench.data.cards import get_card
+    from offbench.envs.benchmarks import card_tasks
+    from offbench.errors import OffbenchError
+    from offbench.generators.references import card_reference_regret
+
+    card = get_card("bandit-small")
+    train, held_out = card_tasks(card)
+    for tasks, expected in (("held-out", held_out), ("train", train)):
+        curves = card_reference_regret(card, tasks, pulls=5)
+        np.testing.assert_array_equal(curves["Thompson sampling"], reference_regret(dict(card.env), expected, 5)["Thompson sampling"])
+    with pytest.raises(OffbenchError, match="regret curves are for bandit runs; 'darkroom' is not a bandit dataset"):
+        card_reference_regret(get_card("darkroom"), "held-out", pulls=5)
