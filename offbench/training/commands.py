@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -15,6 +16,51 @@ from offbench.utils import keep_freed_memory
 
 run_app = typer.Typer(help="Train a baseline and track the run.", no_args_is_help=True)
 console = Console()
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """What `offbench run baseline` was asked for: a new run of baseline `name` on `dataset`, or, with `resume`, the
+    continuation of that run directory (which then brings its own settings)."""
+
+    name: str
+    dataset: str | None
+    config: Path | None
+    overrides: list[str]
+    seed: int | None
+    steps: int | None
+    device: str | None
+    out: Path
+    run_name: str | None
+    logger: str | None
+    resume: Path | None
+
+    def check(self, print_config: bool) -> None:
+        """The options make sense together: --resume takes none of a new run's, a new run needs --dataset."""
+        if print_config and self.resume is not None:
+            raise OffbenchError(f"--print-config shows a new run's config; a resumed run's is in {self.resume}/run.json")
+        if self.resume is not None:
+            given = [flag for flag, value in (("--dataset", self.dataset), ("--config", self.config), ("--set", self.overrides),
+                                              ("--seed", self.seed), ("--steps", self.steps), ("--name", self.run_name),
+                                              ("--logger", self.logger)) if value]
+            if given:
+                raise OffbenchError(f"--resume continues {self.resume} with its own settings; drop {', '.join(given)}")
+        elif self.dataset is None:
+            raise OffbenchError("--dataset is required (a dataset id or path)")
+
+    def all_overrides(self) -> list[str]:
+        """--set's overrides, then --steps as one more."""
+        return [*self.overrides, *([f"steps={self.steps}"] if self.steps is not None else [])]
+
+    def command_line(self) -> list[str]:
+        """The `run baseline` arguments back from their values (for the relaunch under torchrun)."""
+        args = [self.name]
+        if self.resume is not None:
+            args += ["--resume", str(self.resume)]
+        options = {"dataset": self.dataset, "config": self.config, "seed": self.seed, "steps": self.steps, "device": self.device,
+                   "out": self.out if self.resume is None else None, "name": self.run_name, "logger": self.logger}
+        args += [part for key, value in options.items() if value is not None for part in (f"--{key}", str(value))]
+        return args + [part for override in self.overrides for part in ("--set", override)]
 
 
 @run_app.command("baseline")
@@ -37,52 +83,17 @@ def run_baseline(
     """Train a baseline on a dataset, evaluate it on a schedule and track the run."""
     from offbench.training import distributed
 
-    if print_config and resume is not None:
-        raise OffbenchError(f"--print-config shows a new run's config; a resumed run's is in {resume}/run.json")
-    if resume is not None:
-        given = [flag for flag, value in (("--dataset", dataset), ("--config", config), ("--set", overrides), ("--seed", seed),
-                                          ("--steps", steps), ("--name", run_name), ("--logger", logger)) if value]
-        if given:
-            raise OffbenchError(f"--resume continues {resume} with its own settings; drop {', '.join(given)}")
-    elif dataset is None:
-        raise OffbenchError("--dataset is required (a dataset id or path)")
-    if print_config:  # the layers start_run applies, without opening (fetching, generating) a registered dataset
-        import tomli_w
-
-        from offbench.baselines import get_baseline
-        from offbench.data.cards import get_card
-        from offbench.data.resolve import open_dataset
-        from offbench.training.config import resolve_config
-
-        baseline_cls = get_baseline(name)
-        dataset_id = open_dataset(dataset).id if Path(dataset).exists() else get_card(dataset).id
-        resolved = resolve_config(baseline_cls, dataset_id, config, [*overrides, *([f"steps={steps}"] if steps is not None else [])])
-        values = resolved.as_dict()
-        lines = [f"# offbench run baseline {name} --dataset {dataset_id} (seed {seed or 0}): the resolved config",
-                 "# sources, later ones overriding earlier ones:", *(f"#   {source}" for source in resolved.sources),
-                 *(f"# {key} is unset (None)" for key, value in values.items() if value is None)]
-        print("\n".join(lines) + "\n" + tomli_w.dumps({key: value for key, value in values.items() if value is not None}), end="")
+    request = RunRequest(name, dataset, config, overrides, seed, steps, device, out, run_name, logger, resume)
+    request.check(print_config)
+    if print_config:
+        _print_config(request)
         return
     launch = distributed.launched()
     processes = launch.world_size if launch else nproc
-    if launch is not None and nproc not in (1, launch.world_size):
-        raise OffbenchError(f"--nproc {nproc}: this command runs under torchrun with {launch.world_size} processes")
-    if resume is not None:
-        from offbench.tracking.run_dir import read_run_json
-
-        trained_with = read_run_json(resume).get("distributed", {}).get("world_size", 1)
-        if trained_with != processes:
-            raise OffbenchError(f"{resume}: trained with {trained_with} process(es); resume it with --nproc {trained_with}")
+    _check_processes(request, launch, nproc, processes)
     if launch is None and nproc > 1:
-        _check_divisible(name, dataset, config, overrides, steps, resume, nproc)
-        argv = [name, *(["--resume", str(resume)] if resume is not None else []), *_run_options(
-            dataset=dataset, config=config, seed=seed, steps=steps, device=device, out=out if resume is None else None, name=run_name,
-            logger=logger, overrides=overrides)]
-        raise typer.Exit(distributed.relaunch(nproc, ["run", "baseline", *argv]))
-    if launch is None:
-        run, checkpoint = _open(name, dataset, config, overrides, seed, steps, device, out, run_name, logger, resume)
-    else:
-        run, checkpoint = _open_rank(launch, name, dataset, config, overrides, seed, steps, device, out, run_name, logger, resume)
+        raise typer.Exit(distributed.relaunch(nproc, ["run", "baseline", *request.command_line()]))
+    run, checkpoint = _open(request) if launch is None else _open_rank(launch, request)
     if run.parallel.is_main:
         console.print(f"run directory: {run.run_dir}", highlight=False)
     keep_freed_memory()
@@ -105,58 +116,84 @@ def run_baseline(
         console.print(f"final {metric}: {final[metric]:.4g} (step {final['step']})", highlight=False)
 
 
-def _check_divisible(name, dataset, config, overrides, steps, resume, nproc) -> None:
-    """The global batch splits evenly between the processes: checked before any process starts."""
-    if resume is not None:
+def _print_config(request: RunRequest) -> None:
+    """The layers start_run applies, as TOML with its sources, without opening (fetching, generating) a registered dataset."""
+    import tomli_w
+
+    from offbench.baselines import get_baseline
+    from offbench.data.cards import get_card
+    from offbench.data.resolve import open_dataset
+    from offbench.training.config import resolve_config
+
+    baseline_cls = get_baseline(request.name)
+    dataset_id = open_dataset(request.dataset).id if Path(request.dataset).exists() else get_card(request.dataset).id
+    resolved = resolve_config(baseline_cls, dataset_id, request.config, request.all_overrides())
+    values = resolved.as_dict()
+    lines = [f"# offbench run baseline {request.name} --dataset {dataset_id} (seed {request.seed or 0}): the resolved config",
+             "# sources, later ones overriding earlier ones:", *(f"#   {source}" for source in resolved.sources),
+             *(f"# {key} is unset (None)" for key, value in values.items() if value is None)]
+    print("\n".join(lines) + "\n" + tomli_w.dumps({key: value for key, value in values.items() if value is not None}), end="")
+
+
+def _check_processes(request: RunRequest, launch, nproc: int, processes: int) -> None:
+    """--nproc agrees with torchrun, with the process count a resumed run was trained with, and with the batch size
+    (which splits evenly between the processes): checked before any process starts."""
+    if launch is not None and nproc not in (1, launch.world_size):
+        raise OffbenchError(f"--nproc {nproc}: this command runs under torchrun with {launch.world_size} processes")
+    if request.resume is not None:
         from offbench.tracking.run_dir import read_run_json
 
-        batch_size = read_run_json(resume)["config"]["batch_size"]
+        trained_with = read_run_json(request.resume).get("distributed", {}).get("world_size", 1)
+        if trained_with != processes:
+            raise OffbenchError(f"{request.resume}: trained with {trained_with} process(es); resume it with --nproc {trained_with}")
+    if launch is None and nproc > 1:
+        _check_divisible(request, nproc)
+
+
+def _check_divisible(request: RunRequest, nproc: int) -> None:
+    """The global batch splits evenly between the processes."""
+    if request.resume is not None:
+        from offbench.tracking.run_dir import read_run_json
+
+        batch_size = read_run_json(request.resume)["config"]["batch_size"]
     else:
         from offbench.baselines import get_baseline
         from offbench.training.config import resolve_config
 
-        batch_size = resolve_config(get_baseline(name), dataset, config, [*overrides, *([f"steps={steps}"] if steps else [])]).train.batch_size
+        batch_size = resolve_config(get_baseline(request.name), request.dataset, request.config, request.all_overrides()).train.batch_size
     if batch_size % nproc:
         raise OffbenchError(f"--nproc {nproc}: batch_size {batch_size} must be divisible by the {nproc} processes (each trains on an equal shard)")
 
 
-def _run_options(**options) -> list[str]:
-    """Command-line options back from their values (for the relaunch under torchrun)."""
-    args: list[str] = []
-    for key, value in options.items():
-        if key == "overrides":
-            args += [part for override in value for part in ("--set", override)]
-        elif value is not None:
-            args += [f"--{key}", str(value)]
-    return args
-
-
-def _open(name, dataset, config, overrides, seed, steps, device, out, run_name, logger, resume):
-    """(run, checkpoint): a new run, or the one at `resume` continued from its last checkpoint."""
+def _open(request: RunRequest, device: str | None = None):
+    """(run, checkpoint): a new run, or the one at `resume` continued from its last checkpoint; on `device` when
+    given (a torchrun rank's), else the requested one."""
     from offbench.training.trainer import resume_run, start_run
 
-    if resume is not None:
-        return resume_run(resume, device, baseline=name)
+    device = device or request.device
+    if request.resume is not None:
+        return resume_run(request.resume, device, baseline=request.name)
     return start_run(
-        name, dataset, config, overrides, seed=seed or 0, steps=steps, device=device or "cpu", out=out, name=run_name, loggers=logger
+        request.name, request.dataset, request.config, request.overrides, seed=request.seed or 0, steps=request.steps,
+        device=device or "cpu", out=request.out, name=request.run_name, loggers=request.logger,
     ), None
 
 
-def _open_rank(launch, name, dataset, config, overrides, seed, steps, device, out, run_name, logger, resume):
+def _open_rank(launch, request: RunRequest):
     """Under torchrun: rank 0 starts (or resumes) the run and records the process count; the other ranks open
     the run directory it made, read-only, once it is there."""
     from offbench.training import distributed
     from offbench.training.trainer import load_checkpoint, open_run
     from offbench.tracking import run_dir as rd
 
-    parallel, device = distributed.join(launch, device or "cpu")
+    parallel, device = distributed.join(launch, request.device or "cpu")
     if parallel.is_main:
         try:
-            run, checkpoint = _open(name, dataset, config, overrides, seed, steps, device, out, run_name, logger, resume)
+            run, checkpoint = _open(request, device)
         except BaseException:
             parallel.share(None)  # the others stop quietly; this rank reports the error
             raise
-        if resume is None:
+        if request.resume is None:
             run.record["distributed"] = {"world_size": launch.world_size, "backend": "nccl" if device.startswith("cuda") else "gloo"}
             rd.write_run_json(run.run_dir, {k: v for k, v in run.record.items() if k != "schema"})
         parallel.share(str(run.run_dir))
@@ -166,7 +203,7 @@ def _open_rank(launch, name, dataset, config, overrides, seed, steps, device, ou
             distributed.leave()
             raise typer.Exit(1)
         run = open_run(Path(shared), device)
-        checkpoint = load_checkpoint(run.run_dir, run.device) if resume is not None else None
+        checkpoint = load_checkpoint(run.run_dir, run.device) if request.resume is not None else None
     run.parallel = parallel
     return run, checkpoint
 
