@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from offbench.errors import OffbenchError
-from offbench.utils import read_text
+from offbench.utils import atomic_write_text, read_text
 
 R = TypeVar("R")
 
@@ -327,3 +327,9 @@ def fill_field_tables(text: str, *classes: type) -> str:
         table = field_table(cls)
         text = block.sub(lambda match, table=table: f"{match[1]}{table}\n{match[2]}", text)
     return text
+
+
+def write_field_tables(page: str | Path, *classes: type) -> Path:
+    """Regenerate a docs page's field tables for `classes` in place (`fill_field_tables`); the page's drift test
+    names the call that does it."""
+    return atomic_write_text(page, fill_field_tables(read_text(page, "page"), *classes))

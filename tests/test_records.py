@@ -18,6 +18,7 @@ from offbench.records import (
     read_json,
     read_toml,
     to_dict,
+    write_field_tables,
 )
 
 
@@ -197,3 +198,10 @@ def test_fields_declared_null_are_written_as_null_always_or_when_their_rule_says
     assert to_dict(Line(1.0)) == {"mean": 1.0, "score": None}
     assert to_dict(Line(1.0, curve=[1.0])) == {"mean": 1.0, "score": None, "curve": [1.0], "regret": None}
     assert from_dict(Line, to_dict(Line(1.0, curve=[1.0])), "l.json") == Line(1.0, curve=[1.0])
+
+
+def test_write_field_tables_regenerates_a_page_in_place(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("<!-- fields:Imported -->\nstale\n<!-- /fields:Imported -->\n")
+    assert write_field_tables(page, Imported) == page
+    assert page.read_text() == f"<!-- fields:Imported -->\n{field_table(Imported)}\n<!-- /fields:Imported -->\n"

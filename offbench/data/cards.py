@@ -43,7 +43,7 @@ from offbench import records
 from offbench.errors import OffbenchError
 from offbench.paths import builtin_dir, user_cards_dir
 from offbench.records import Invalid, ranged
-from offbench.utils import atomic_write_text, read_text, safe_component
+from offbench.utils import atomic_write_text, safe_component
 
 SOURCE_KINDS = ("files", "minari_id", "recipe", "import")  # import: {format, from}, written by `offbench import`
 
@@ -215,8 +215,7 @@ def read_card(path: Path) -> DatasetCard:
 def write_field_docs(page: Path | None = None) -> Path:
     """Regenerate the field tables of datasets/README.md from the card records' `doc=`s (tests/test_card_records.py
     fails while they differ)."""
-    page = page or builtin_dir("datasets") / "README.md"
-    return atomic_write_text(page, records.fill_field_tables(read_text(page, "page"), *CARD_RECORDS))
+    return records.write_field_tables(page or builtin_dir("datasets") / "README.md", *CARD_RECORDS)
 
 
 def write_card(card: DatasetCard, path: Path) -> Path:
