@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from offbench.errors import require
-from offbench.tracking.run_dir import LOWER_IS_BETTER
+from offbench.evaluation.results import LOWER_IS_BETTER
 
 if TYPE_CHECKING:  # for annotations only: commands that import this module (every CLI call) need not load pandas
     import pandas as pd

@@ -9,7 +9,8 @@ A protocol is chosen by the dataset card's `kind` (`PROTOCOL_FOR_KIND`) and buil
                   `episodes` consecutive episodes per task with the policy's context kept across them (AD, DPT)
 
 Each one checks what it needs before training (`check`), says what run.json's `evaluation` block records
-(`describe`) and writes evaluations.jsonl lines (`evaluate`); docs/run-directory.md lists their fields.
+(`describe`, an `EvaluationSettings`) and evaluates (`evaluate`: evaluations.jsonl lines, each an `EvaluationRecord`
+as `to_dict` writes it); docs/run-directory.md lists their fields.
 Seeds: evaluation episode i of a run with seed s resets with `evaluation_seed(s, i)`, disjoint from every seed
 used for training or data generation; the multi-task suite hashes the task name into it as well
 (`offbench.envs.multitask.episode_seed`), and the in-context batch is seeded with `evaluation_seed(s, 0)`.
@@ -24,7 +25,9 @@ import numpy as np
 
 from offbench.errors import OffbenchError
 from offbench.evaluation.policy import PolicyOptions
+from offbench.evaluation.results import EvaluationRecord, EvaluationSettings, TaskScores, score_metric
 from offbench.evaluation.rollout import EPISODE_SEEDS_RULE, evaluation_record, evaluation_seed, run_episodes
+from offbench.records import to_dict
 
 if TYPE_CHECKING:
     from offbench.data.cards import DatasetCard
@@ -51,15 +54,13 @@ class EvaluationSetup:
     def env_spec(self) -> dict[str, Any] | None:
         return dict(self.card.env) if self.card is not None and self.card.env else None
 
-    def common(self, name: str) -> dict[str, Any]:
-        return {
-            "protocol": name,
-            "episodes": self.episodes,
-            "every_steps": self.every_steps,
-            "target_returns": None if self.target_returns == (None,) else list(self.target_returns),
-            "deterministic": self.deterministic,
-            "env": self.env_spec,
-        }
+    def settings(self, name: str, **protocol_fields: Any) -> EvaluationSettings:
+        """run.json's `evaluation` block: these settings and the protocol's own fields."""
+        return EvaluationSettings(
+            protocol=name, episodes=self.episodes, every_steps=self.every_steps,
+            target_returns=None if self.target_returns == (None,) else list(self.target_returns),
+            deterministic=self.deterministic, env=self.env_spec, **protocol_fields,
+        )
 
 
 class EvaluationProtocol(Protocol):
@@ -68,11 +69,11 @@ class EvaluationProtocol(Protocol):
     def check(self, spec: DatasetSpec) -> None:
         """Before training: the environment builds and matches the data (one-line OffbenchError otherwise)."""
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> EvaluationSettings:
         """run.json's `evaluation` block."""
 
     def evaluate(self, baseline: Any, step: int) -> list[dict[str, Any]]:
-        """Evaluate `baseline` (anything with `policy(PolicyOptions) -> Policy`); evaluations.jsonl lines."""
+        """Evaluate `baseline` (anything with `policy(PolicyOptions) -> Policy`); evaluations.jsonl lines as written."""
 
     def score_metric(self, evaluations: list[dict[str, Any]]) -> str:
         """The headline field of its evaluation lines (summary.json `score_metric`)."""
@@ -141,8 +142,8 @@ class SingleTask:
         finally:
             env.close()
 
-    def describe(self) -> dict[str, Any]:
-        return {**self.setup.common(self.name), "episode_seeds": EPISODE_SEEDS_RULE}
+    def describe(self) -> EvaluationSettings:
+        return self.setup.settings(self.name, episode_seeds=EPISODE_SEEDS_RULE)
 
     def evaluate(self, baseline: Any, step: int) -> list[dict[str, Any]]:
         from offbench.envs.factory import make_env
@@ -154,12 +155,10 @@ class SingleTask:
             labels = tuple(f"episode {i} (seed {seed})" for i, seed in enumerate(seeds))
             policy = baseline.policy(PolicyOptions(target_return=target, deterministic=setup.deterministic, row_labels=labels))
             results = run_episodes(policy, lambda: make_env(setup.env_spec), seeds)
-            records.append(evaluation_record(step, results, setup.card, target))
+            records.append(to_dict(evaluation_record(step, results, setup.card, target)))
         return records
 
     def score_metric(self, evaluations: list[dict[str, Any]]) -> str:
-        from offbench.tracking.run_dir import score_metric
-
         card = self.setup.card
         return score_metric(evaluations, card is not None and card.ref_min_score is not None and card.ref_max_score is not None)
 
@@ -195,14 +194,13 @@ class MultiTask:
         finally:
             env.close()
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> EvaluationSettings:
         setup = self.setup
-        return {
-            **setup.common(self.name),
-            "tasks": self.tasks,
-            "task_target_returns": None if setup.task_target_returns is None else list(setup.task_target_returns),
-            "episode_seeds": f"offbench.envs.multitask.episode_seed({EPISODE_SEEDS_RULE.replace(' + episode', '')}, task name, episode)",
-        }
+        return setup.settings(
+            self.name, tasks=self.tasks,
+            task_target_returns=None if setup.task_target_returns is None else list(setup.task_target_returns),
+            episode_seeds=f"offbench.envs.multitask.episode_seed({EPISODE_SEEDS_RULE.replace(' + episode', '')}, task name, episode)",
+        )
 
     def evaluate(self, baseline: Any, step: int) -> list[dict[str, Any]]:
         from offbench.evaluation.lanes import evaluate_tasks
@@ -221,30 +219,29 @@ class MultiTask:
 
             lanes = setup.episodes * len(self.tasks)
             episodes = evaluate_tasks(setup.env_spec, policy_for, setup.episodes, evaluation_seed(setup.seed, 0), max_envs=min(lanes, self.MAX_LANES))
-            records.append(self.record(step, episodes, target))
+            records.append(to_dict(self.record(step, episodes, target)))
         return records
 
-    def record(self, step: int, episodes, target: float | None) -> dict[str, Any]:
+    def record(self, step: int, episodes, target: float | None) -> EvaluationRecord:
         per_task = {}
         for task_id, name in enumerate(self.tasks):
             rows = episodes[episodes["task_id"] == task_id]
-            per_task[name] = {
-                "task_id": task_id,
-                "returns": [float(r) for r in rows["return"]],
-                "successes": [bool(s) for s in rows["success"]],
-                "mean_return": float(rows["return"].mean()),
-                "success_rate": float(rows["success"].mean()),
-            }
-        return {
-            "step": step,
-            "returns": [float(r) for r in episodes["return"]],
-            "lengths": [int(n) for n in episodes["length"]],
-            "mean_return": float(np.mean([t["mean_return"] for t in per_task.values()])),
-            "normalized_score": None,
-            "success_rate": float(np.mean([t["success_rate"] for t in per_task.values()])),
-            "target_return": target,
-            "per_task": per_task,
-        }
+            per_task[name] = TaskScores(
+                task_id=task_id,
+                returns=[float(r) for r in rows["return"]],
+                successes=[bool(s) for s in rows["success"]],
+                mean_return=float(rows["return"].mean()),
+                success_rate=float(rows["success"].mean()),
+            )
+        return EvaluationRecord(
+            step=step,
+            returns=[float(r) for r in episodes["return"]],
+            lengths=[int(n) for n in episodes["length"]],
+            mean_return=float(np.mean([t.mean_return for t in per_task.values()])),
+            success_rate=float(np.mean([t.success_rate for t in per_task.values()])),
+            target_return=target,
+            per_task=per_task,
+        )
 
     def score_metric(self, evaluations: list[dict[str, Any]]) -> str:
         return "success_rate"
@@ -326,14 +323,9 @@ class InContext:
             ("action", (env.num_actions,), _space_shape(spec.action_space)),
         ])
 
-    def describe(self) -> dict[str, Any]:
-        return {
-            **self.setup.common(self.name),
-            "in_context_episodes": self.setup.episodes,
-            "tasks": self.setup.tasks,
-            "task_ids": self.task_ids,
-            "env_seed": evaluation_seed(self.setup.seed, 0),
-        }
+    def describe(self) -> EvaluationSettings:
+        return self.setup.settings(self.name, in_context_episodes=self.setup.episodes, tasks=self.setup.tasks, task_ids=self.task_ids,
+                                   env_seed=evaluation_seed(self.setup.seed, 0))
 
     def evaluate(self, baseline: Any, step: int) -> list[dict[str, Any]]:
         env = self.make_env()
@@ -344,21 +336,18 @@ class InContext:
         known = bool(np.isfinite(optimal).all())  # XLand rulesets: the optimum is unknown, so is the regret
         curve = results.returns.mean(axis=0)
         regret = np.cumsum((optimal[:, None] - results.expected_returns).mean(axis=0)) if known else None
-        return [{
-            "step": step,
-            "returns": results.returns[:, -1].tolist(),
-            "lengths": results.lengths[:, -1].tolist(),
-            "mean_return": float(curve[-1]),
-            "normalized_score": None,
-            "success_rate": None,
-            "target_return": None,
-            "in_context_returns": curve.tolist(),
-            "optimal_return": float(optimal.mean()) if known else None,
-            "tasks": self.setup.tasks,
-            "task_returns": results.returns.tolist(),
-            "regret": None if regret is None else float(regret[-1]),
-            "in_context_regret": None if regret is None else regret.tolist(),
-        }]
+        return [to_dict(EvaluationRecord(
+            step=step,
+            returns=results.returns[:, -1].tolist(),
+            lengths=results.lengths[:, -1].tolist(),
+            mean_return=float(curve[-1]),
+            in_context_returns=curve.tolist(),
+            optimal_return=float(optimal.mean()) if known else None,
+            tasks=self.setup.tasks,
+            task_returns=results.returns.tolist(),
+            regret=None if regret is None else float(regret[-1]),
+            in_context_regret=None if regret is None else regret.tolist(),
+        ))]
 
     def score_metric(self, evaluations: list[dict[str, Any]]) -> str:
         return "regret" if self.make_env().horizon == 1 else "mean_return"

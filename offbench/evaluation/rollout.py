@@ -19,6 +19,7 @@ import gymnasium as gym
 import numpy as np
 
 from offbench.evaluation.live_rows import LiveRows
+from offbench.evaluation.results import EvaluationRecord
 
 if TYPE_CHECKING:  # the protocol only: importing it would pull in torch, which seeds and configs do not need
     from offbench.evaluation.policy import Policy
@@ -73,16 +74,16 @@ def run_episodes(policy: Policy, make_env: Callable[[], gym.Env], seeds: list[in
     )
 
 
-def evaluation_record(step: int, results: EpisodeResults, card: Any, target_return: float | None) -> dict[str, Any]:
-    """One evaluations.jsonl line (docs/run-directory.md)."""
+def evaluation_record(step: int, results: EpisodeResults, card: Any, target_return: float | None) -> EvaluationRecord:
+    """One single-task evaluations.jsonl line (docs/run-directory.md)."""
     mean_return = float(np.mean(results.returns))
     normalized = card.normalise(mean_return) if card is not None else None
-    return {
-        "step": step,
-        "returns": results.returns,
-        "lengths": results.lengths,
-        "mean_return": mean_return,
-        "normalized_score": None if normalized is None else float(normalized),
-        "success_rate": None if results.successes is None else float(np.mean(results.successes)),
-        "target_return": target_return,
-    }
+    return EvaluationRecord(
+        step=step,
+        returns=results.returns,
+        lengths=results.lengths,
+        mean_return=mean_return,
+        normalized_score=None if normalized is None else float(normalized),
+        success_rate=None if results.successes is None else float(np.mean(results.successes)),
+        target_return=target_return,
+    )

@@ -15,7 +15,7 @@ from typing import Any
 
 from offbench.data.cards import DatasetCard, builtin_cards, get_card
 from offbench.leaderboard.spec import BenchmarkSpec
-from offbench.tracking.run_dir import Refused, RunRecord, check_evaluations, same_number
+from offbench.tracking.read_run import FinishedRun as RunRecord, Refused, check_evaluations, same_number
 
 PER_TASK_FIELDS = {"success_rate": "success_rate", "mean_return": "mean_return"}  # metric -> per_task field
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from offbench.errors import OffbenchError
 from offbench.tracking.provenance import REPLAYABLE_KINDS
-from offbench.tracking.run_dir import CHECKPOINT, Refused, RunRecord, utc_now
+from offbench.tracking.run_dir import CHECKPOINT, FinishedRun as RunRecord, Refused, utc_now
 
 CUDA_RTOL = 1e-4
 FINGERPRINT_TENSORS = 32  # largest tensors of a checkpoint kept in its fingerprint

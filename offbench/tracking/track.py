@@ -19,8 +19,11 @@ from typing import Any, Callable
 from offbench.errors import OffbenchError
 from offbench.evaluation.external import EvaluationResult, ExternalMethod
 from offbench.evaluation.protocols import EvaluationSetup, build_protocol, protocol_name
+from offbench.records import to_dict
 from offbench.tracking import run_dir as rd
 from offbench.tracking.loggers import LocalFiles
+from offbench.tracking.read_run import read_evaluations
+from offbench.tracking.run_files import CHECKPOINT, LoaderRecord, MethodRecord, SourceRecord
 from offbench.tracking.provenance import caller_frame, loader_of, source_of
 from offbench.utils import atomic_write_bytes, ensure_dir, safe_component
 
@@ -74,7 +77,7 @@ class Evaluator:
     def evaluate(self, policy: Any, step: int, name: str | None = None) -> EvaluationResult:
         method = ExternalMethod(policy, self.spec.action_space, self.protocol.name, name)
         records = self.protocol.evaluate(method, step)
-        return EvaluationResult(dataset=self.data.id, evaluation=self.protocol.describe(), metric=self.protocol.score_metric(records),
+        return EvaluationResult(dataset=self.data.id, evaluation=to_dict(self.protocol.describe()), metric=self.protocol.score_metric(records),
                                 records=tuple(records))
 
 
@@ -116,10 +119,10 @@ def write_black_box_run(out: Path, name: str, source: dict[str, Any], evaluator:
         run_dir = staging / out.name
         run_dir.mkdir()
         config = {"eval_episodes": evaluator.setup.episodes, "steps": 0}
-        record = rd.new_run_record(run_dir, baseline=name, method={"kind": "black-box", "name": name, "source": source},
+        record = rd.new_run_record(run_dir, baseline=name, method=MethodRecord(kind="black-box", name=name, source=SourceRecord(**source)),
                                    dataset=evaluator.data, seed=evaluator.setup.seed, config=config,
-                                   config_sources=["offbench.evaluate"], device="cpu", evaluation=result.evaluation)
-        record["started_at"] = started
+                                   config_sources=["offbench.evaluate"], device="cpu", evaluation=evaluator.protocol.describe())
+        record.started_at = started
         rd.write_run_json(run_dir, record)
         files = LocalFiles(run_dir)
         for line in result.records:
@@ -145,7 +148,7 @@ class TrackedRun:
 
         self.run_dir = rd.create_run_dir(Path(out) / (name or default_run_name(method, data.id, seed)))
         self.lock = rd.TrainingLock(self.run_dir)
-        self.method = {"kind": "own-code", "name": method, "source": source_of(frame)}
+        self.method = MethodRecord(kind="own-code", name=method, source=SourceRecord(**source_of(frame)))
         self.record = rd.new_run_record(self.run_dir, baseline=method, method=self.method, dataset=data, seed=seed,
                                         config=config, config_sources=["offbench.track(config=...)"], device=device,
                                         evaluation=self.evaluator.protocol.describe())
@@ -164,7 +167,7 @@ class TrackedRun:
             return
         try:
             if exc_type is None and self.last_eval_step >= 0:
-                metric = self.evaluator.protocol.score_metric(rd.read_evaluations(self.run_dir))
+                metric = self.evaluator.protocol.score_metric(read_evaluations(self.run_dir))
                 rd.write_summary(self.run_dir, self.last_eval_step, time.perf_counter() - self.clock, None, metric)
         finally:
             self.close()
@@ -215,7 +218,7 @@ class TrackedRun:
         """Play `policy` under the card's protocol (as `offbench.evaluate` does) and record it at `step`."""
         files = self._open("evaluate")
         step = _next_step(step, self.last_eval_step, "evaluate", self.run_dir)
-        result = self.evaluator.evaluate(policy, step, self.method["name"])
+        result = self.evaluator.evaluate(policy, step, self.method.name)
         for line in result.records:
             files.log_evaluation(line)
         self.last_eval_step = step
@@ -235,10 +238,10 @@ class TrackedRun:
         except Exception as exc:  # noqa: BLE001 - what weights_only refuses varies; the message says what it is
             raise OffbenchError(f"{self.run_dir}: run.checkpoint(state) holds something weights_only loading refuses "
                                 f"({str(exc).splitlines()[-1][:160]}); keep to tensors, numbers, strings, lists and dicts") from None
-        if load is not None and self.method.get("load") != (spec := loader_of(load)):
-            self.method["load"] = spec
+        if load is not None and self.method.load != (spec := LoaderRecord(**loader_of(load))):
+            self.method.load = spec
             rd.write_run_json(self.run_dir, self.record)
-        return atomic_write_bytes(self.run_dir / rd.CHECKPOINT, buffer.getvalue())
+        return atomic_write_bytes(self.run_dir / CHECKPOINT, buffer.getvalue())
 
 
 def _next_step(step: Any, previous: int, what: str, run_dir: Path) -> int:

@@ -33,7 +33,10 @@ from offbench.evaluation.protocols import EvaluationProtocol, EvaluationSetup, b
 from offbench.training.distributed import SingleProcess
 from offbench.training.config import ResolvedConfig, config_from_dict, dataset_slug, resolve_config
 from offbench.training.memory import check_update_memory
+from offbench.records import to_dict
 from offbench.tracking import run_dir as rd
+from offbench.tracking.read_run import read_evaluations, read_run_json
+from offbench.tracking.run_files import CHECKPOINT, SUMMARY_FILE, MethodRecord
 from offbench.tracking.loggers import LocalFiles, Logger, open_loggers, parse_logger_names
 from offbench.utils import atomic_write_bytes, safe_component
 
@@ -219,7 +222,7 @@ class Run:
         except (KeyError, RuntimeError, ValueError) as exc:
             written_at = (self.record.get("code") or {}).get("git_commit") or "an unknown commit"
             raise OffbenchError(
-                f"{self.run_dir / rd.CHECKPOINT}: does not fit this version's {baseline.name} "
+                f"{self.run_dir / CHECKPOINT}: does not fit this version's {baseline.name} "
                 f"({exc.__class__.__name__}: {str(exc).splitlines()[0][:160]}); it was written at {written_at}"
             ) from None
 
@@ -324,16 +327,16 @@ class Run:
         }
         buffer = io.BytesIO()
         torch.save(checkpoint, buffer)
-        atomic_write_bytes(self.run_dir / rd.CHECKPOINT, buffer.getvalue())
+        atomic_write_bytes(self.run_dir / CHECKPOINT, buffer.getvalue())
 
     def write_summary(self, elapsed: float) -> dict[str, Any]:
-        evaluations = rd.read_evaluations(self.run_dir)
+        evaluations = read_evaluations(self.run_dir)
         metric = self.protocol().score_metric(evaluations) if evaluations else "mean_return"
-        return rd.write_summary(self.run_dir, self.config.train.steps, elapsed, self.setup.target_returns[0], metric)
+        return to_dict(rd.write_summary(self.run_dir, self.config.train.steps, elapsed, self.setup.target_returns[0], metric))
 
 
 def load_checkpoint(run_dir: Path, device: torch.device) -> dict[str, Any] | None:
-    path = run_dir / rd.CHECKPOINT
+    path = run_dir / CHECKPOINT
     if not path.exists():
         return None
     try:
@@ -402,17 +405,17 @@ def start_run(
     check_update_memory(baseline_cls, config, spec, torch_device, data.id)  # an update that cannot fit: one line, nothing written
     run_dir = rd.create_run_dir(Path(out) / (name or default_run_name(baseline_name, data.id, seed)))
     lock = rd.TrainingLock(run_dir)
-    record = rd.new_run_record(run_dir, baseline=baseline_name, method=baseline_origin(baseline_name), dataset=data, seed=seed,
+    record = rd.new_run_record(run_dir, baseline=baseline_name, method=MethodRecord(**baseline_origin(baseline_name)), dataset=data, seed=seed,
                                config=config.as_dict(), config_sources=config.sources, device=str(torch_device),
                                evaluation=protocol.describe(), loggers=logger_names)
     rd.write_run_json(run_dir, record)
-    return Run(run_dir, record, baseline_cls, config, data, spec, torch_device, logger_names, sampler=sampler, lock=lock)
+    return Run(run_dir, to_dict(record), baseline_cls, config, data, spec, torch_device, logger_names, sampler=sampler, lock=lock)
 
 
 def open_run(run_dir: Path, device: str | None = None) -> Run:
     """A run rebuilt from its run.json: the same baseline, config and dataset (checked by checksum)."""
     run_dir = Path(run_dir)
-    record = rd.read_run_json(run_dir)
+    record = read_run_json(run_dir)
     method = record.get("method")
     kind = method.get("kind", "built-in") if isinstance(method, dict) else "built-in"
     if kind not in ("built-in", "plugin"):
@@ -441,7 +444,7 @@ def resume_run(run_dir: Path, device: str | None = None, baseline: str | None = 
         raise OffbenchError(f"{run_dir}: is a '{run.record['baseline']}' run, not '{baseline}'")
     run.lock = rd.TrainingLock(run.run_dir)  # before anything is checked or written
     try:
-        if (run.run_dir / rd.SUMMARY_FILE).exists():
+        if (run.run_dir / SUMMARY_FILE).exists():
             raise OffbenchError(f"{run_dir}: the run has already completed (summary.json exists); nothing to resume")
         checkpoint = load_checkpoint(run.run_dir, run.device)
         if checkpoint is not None:

@@ -8,6 +8,7 @@ import numpy as np
 from offbench.data.cards import get_card
 from offbench.evaluation.rollout import evaluation_seed, evaluation_record, run_episodes
 from offbench.generators.pendulum import rollout, scripted_action
+from offbench.records import to_dict
 
 
 class ScriptedPolicy:
@@ -68,14 +69,16 @@ def test_success_counts_if_reported_at_any_step_and_finished_envs_stop():
     assert results.returns == [3.0, 4.0, 5.0, 4.0]
     assert results.successes == [True, False, True, True]  # success at step 2 only, false at the end
     record = evaluation_record(7, results, None, None)
-    assert record["success_rate"] == 0.75 and record["normalized_score"] is None and record["step"] == 7
+    assert record.success_rate == 0.75 and record.normalized_score is None and record.step == 7
+    assert to_dict(record) == {"step": 7, "returns": [3.0, 4.0, 5.0, 4.0], "lengths": [3, 4, 5, 4], "mean_return": 4.0,
+                               "normalized_score": None, "success_rate": 0.75, "target_return": None}  # nulls written, as before
 
 
 def test_normalised_score_uses_the_card():
     card = get_card("pendulum-scripted")
     results = run_episodes(ScriptedPolicy(), lambda: gym.make("Pendulum-v1"), [evaluation_seed(1, 0)])
     record = evaluation_record(0, results, card, None)
-    assert record["normalized_score"] == 100 * (record["mean_return"] - card.ref_min_score) / (card.ref_max_score - card.ref_min_score)
+    assert record.normalized_score == 100 * (record.mean_return - card.ref_min_score) / (card.ref_max_score - card.ref_min_score)
 
 
 def test_evaluation_seeds_are_distinct_per_training_seed_and_episode():

@@ -91,10 +91,10 @@ def test_resuming_another_baselines_run_records_nothing(cli, finished):
 
 
 @pytest.mark.parametrize("edit, problem", [
-    (lambda r: (r.update(seed=2**70), r["config"].update(seed=2**70)), "field 'seed' must be between 0 and 2**32 - 1"),
-    (lambda r: r["evaluation"].update(episodes="ten"), "field 'evaluation.episodes' must be int, got 'ten'"),
-    (lambda r: r["evaluation"].pop("every_steps"), "field 'evaluation.every_steps' missing"),
-    (lambda r: r["evaluation"].update(target_returns=["x"]), "field 'evaluation.target_returns' must hold finite numbers"),
+    (lambda r: (r.update(seed=2**70), r["config"].update(seed=2**70)), "run.json: 'seed' must be at least 0 and less than 4294967296"),
+    (lambda r: r["evaluation"].update(episodes="ten"), "run.json: 'evaluation.episodes' must be an integer, got 'ten'"),
+    (lambda r: r["evaluation"].pop("every_steps"), "run.json: missing required key 'evaluation.every_steps'"),
+    (lambda r: r["evaluation"].update(target_returns=["x"]), "run.json: 'evaluation.target_returns[0]' must be a finite number, got 'x'"),
 ])
 def test_evaluate_on_a_broken_run_json(cli, finished, edit, problem):
     record = json.loads((finished / "run.json").read_text())
