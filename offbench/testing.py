@@ -28,9 +28,9 @@ SAMPLE_BATCH_SIZE = 8
 
 
 def check_baseline(cls: type, tiny_config: Any, dataset: Any, *, num_envs: int = 3, device: str = "cpu") -> None:
-    """Build `cls` with `tiny_config` (a `cls.Config` or a dict of its fields to change) on `dataset` (an
-    EpisodeStore, or a dataset id or path as `offbench.load` takes, of a kind the class trains on), take two
-    updates on `device`, round-trip its state through a weights-only checkpoint, and check that the policies it
+    """Build `cls` with `tiny_config` (a `cls.Config`, a dict of its fields to change, or None for the class's own
+    `tiny_config`) on `dataset` (an EpisodeStore, or a dataset id or path as `offbench.load` takes, of a kind the
+    class trains on), take two updates on `device`, round-trip its state through a weights-only checkpoint, and check that the policies it
     builds act in the dataset's action space: the same way after the round trip, and after one more update on
     each side (exactly on the CPU; off it, within float tolerance, since CUDA's updates differ in the last bits).
     Off the CPU the checkpoint must also load onto the CPU (as `offbench evaluate --device cpu` loads it) and act
@@ -114,9 +114,12 @@ def check_class(cls: type, contract: Contract) -> None:
 
 
 def as_config(cls: type, tiny_config: Any, contract: Contract) -> Any:
-    """`tiny_config` as a Config instance."""
+    """`tiny_config` as a Config instance (None: the class's own `tiny_config`)."""
     if isinstance(tiny_config, cls.Config):
         return tiny_config
+    if tiny_config is None:
+        contract.require(hasattr(cls, "tiny_config"), "tiny_config is None, but the class has no tiny_config of its own: pass one")
+        tiny_config = cls.tiny_config
     contract.require(isinstance(tiny_config, dict), f"tiny_config must be a {cls.Config.__name__} or a dict of its fields, got {tiny_config!r}")
     fields = {f.name for f in dataclasses.fields(cls.Config)}
     unknown = sorted(set(tiny_config) - fields)

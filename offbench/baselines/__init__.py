@@ -1,8 +1,12 @@
 """String-keyed registry of baselines: name -> class, imported only when that baseline is used.
 
-Built-in baselines are the modules of `BASELINES`: each defines one class meeting
-`offbench.baselines.base.Baseline` whose `name` equals its key here (and a `Config` dataclass on it). Add one
-with one line below. Another package adds its own with an entry point (docs/plugins.md):
+A built-in baseline is one module in this folder defining a class with a string `name` and a `Config` dataclass
+(`offbench.baselines.base.Baseline`), plus its standard configs in `baselines/<name>/`: nothing registers it
+but the file. `builtin_baselines` finds the classes by reading the modules' source (a class-level `name = "..."`
+beside a class-level `Config = ...`), without importing them. Built-ins are found this way rather than through
+entry points so that they never depend on how offbench was installed: an editable install's entry points are
+those of its last `pip install -e`, and a checkout on `PYTHONPATH` has none, while a new module here is a
+baseline at once. Another package adds its own with an entry point (docs/plugins.md):
 
     [project.entry-points."offbench.baselines"]
     mymethod = "my_pkg.algo:MyMethod"
@@ -19,6 +23,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
+import itertools
+import re
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from offbench.errors import OffbenchError
@@ -26,18 +33,38 @@ from offbench.errors import OffbenchError
 if TYPE_CHECKING:
     from importlib.metadata import EntryPoint
 
-BASELINES: dict[str, str] = {
-    "bc": "offbench.baselines.bc",
-    "dt": "offbench.baselines.dt",
-    "cql": "offbench.baselines.cql",
-    "iql": "offbench.baselines.iql",
-    "moore-bc": "offbench.baselines.moore",
-    "moore-iql": "offbench.baselines.moore",
-    "prompt-dt": "offbench.baselines.prompt_dt",
-    "harmodt": "offbench.baselines.harmodt",
-    "ad": "offbench.baselines.ad",
-    "dpt": "offbench.baselines.dpt",
-}
+CLASS_LINE = re.compile(r"^class \w+", re.MULTILINE)
+# a class-level `name = "..."` or `Config = ...` (four spaces in: the class's own body, not a method's)
+CLASS_ATTRIBUTE = re.compile(r"^    (name|Config)\b[^=\n]*=\s*(.+?)\s*(?:#.*)?$", re.MULTILINE)
+STRING = re.compile(r"""(["'])([^"']+)\1""")
+
+
+def builtin_baselines() -> dict[str, str]:
+    """Built-in name -> the module defining it: every class in offbench/baselines/*.py with a class-level string
+    `name` and a `Config`, found by reading the files (a few ms), sorted by name."""
+    found: dict[str, str] = {}
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        module = f"{__name__}.{path.stem}"
+        for name in declared_baselines(path.read_text(encoding="utf-8")):
+            if name in found:
+                raise RuntimeError(f"baseline '{name}' is defined twice: in {found[name]} and in {module}")
+            found[name] = module
+    return dict(sorted(found.items()))
+
+
+def declared_baselines(source: str) -> list[str]:
+    """The `name`s of the classes in module `source` that declare both a string `name` and a `Config`."""
+    starts = [match.start() for match in CLASS_LINE.finditer(source)] + [len(source)]
+    names = []
+    for start, end in itertools.pairwise(starts):
+        attributes = dict(match.groups() for match in CLASS_ATTRIBUTE.finditer(source, start, end))
+        literal = STRING.fullmatch(attributes.get("name", ""))
+        if "Config" in attributes and literal:
+            names.append(literal.group(2))
+    return names
+
+
+BASELINES: dict[str, str] = builtin_baselines()
 
 PLUGIN_GROUP = "offbench.baselines"
 ACTION_KINDS = ("continuous", "discrete")
@@ -140,7 +167,8 @@ def contract_problems(cls: Any, name: str | None = None) -> list[str]:
     elif name is not None and own_name != name:
         problems.append(f"its class attribute name is '{own_name}', not the registered '{name}'")
     config = getattr(cls, "Config", None)
-    if not (isinstance(config, type) and dataclasses.is_dataclass(config)):
+    has_config = isinstance(config, type) and dataclasses.is_dataclass(config)
+    if not has_config:
         problems.append("it has no Config dataclass (class attribute Config)")
     missing = [attribute for attribute in ("sampler", "action_kinds", "evaluation_protocols", "return_conditioned") if not hasattr(cls, attribute)]
     missing += [method for method in METHODS if not callable(getattr(cls, method, None))]
@@ -155,6 +183,12 @@ def contract_problems(cls: Any, name: str | None = None) -> list[str]:
             problems.append(f"its {attribute} must be a non-empty tuple of {', '.join(allowed)}, got {value!r}")
     if "return_conditioned" not in missing and not isinstance(getattr(cls, "return_conditioned"), bool):
         problems.append(f"its return_conditioned must be true or false, got {getattr(cls, 'return_conditioned')!r}")
+    tiny = getattr(cls, "tiny_config", {})  # optional: tests' and check_baseline's small model
+    unknown = sorted(set(tiny) - {field.name for field in dataclasses.fields(config)}) if has_config and isinstance(tiny, dict) else []
+    if not isinstance(tiny, dict):
+        problems.append(f"its tiny_config must be a dict of Config fields, got {tiny!r}")
+    elif unknown:
+        problems.append(f"its tiny_config sets {', '.join(unknown)}, not fields of its Config")
     return problems
 
 

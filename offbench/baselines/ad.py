@@ -111,6 +111,11 @@ class ADModel(nn.Module):
 class AlgorithmDistillation:
     name = "ad"
     Config = ADConfig
+    summary = (
+        "Algorithm Distillation (Laskin et al. 2022): a causal transformer over a window of the source algorithm's "
+        'learning history, which improves in context on new tasks'
+    )
+    tiny_config = {"token_layout": "step", "context_steps": 30, "embedding_dim": 8, "hidden_dim": 16, "num_layers": 1, "num_heads": 2}
     sampler = "ad_windows"
     action_kinds = ("discrete",)
     evaluation_protocols = ("in-context",)

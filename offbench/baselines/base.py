@@ -19,6 +19,15 @@ Optional, read by the trainer when present:
 
     sampler_options() -> dict                  extra keyword arguments for make_sampler (e.g. segment_length)
 
+Optional, read by tests and docs (every built-in has them):
+
+    summary: str                               one sentence for the baseline tables (README.md, baselines/README.md)
+    tiny_config: dict                          Config fields making a model that trains and evaluates in seconds: what
+                                               `offbench.testing.check_baseline` builds by default and the tests run
+
+A built-in is registered by being here (`offbench.baselines.builtin_baselines` finds it), and its standard configs
+are baselines/<name>/*.toml.
+
 On a multi-task card (DatasetSpec.num_tasks > 1) the batches carry `task_ids` and the policy options the rows'
 task ids: the single-task baselines then condition on the task (bc is MTBC, dt is MTDT; see each file).
 """

@@ -50,6 +50,11 @@ class BC:
     name = "bc"
     Actor = Actor  # the network; a subclass (MOORE-BC) brings its own with the same forward(observations, task_ids)
     Config = BCConfig
+    summary = (
+        "Behaviour cloning: an MLP actor regressed onto the dataset's actions; MTBC on multi-task cards (the task's "
+        'one-hot as an input)'
+    )
+    tiny_config = {"hidden_dim": 32, "num_layers": 2}
     sampler = "transitions"
     action_kinds = ("continuous", "discrete")
     evaluation_protocols = SINGLE_AND_MULTI_TASK

@@ -143,6 +143,10 @@ class CQL:
 
     name = "cql"
     Config = CQLConfig
+    summary = (
+        'Conservative Q-Learning (Kumar et al. 2020): SAC-based for continuous actions, QR-DQN-based for discrete'
+    )
+    tiny_config = {"hidden_dim": 16, "critic_hidden_layers": 1, "actor_hidden_layers": 1, "n_quantiles": 4, "cql_n_actions": 2}
     sampler = "transitions"
     action_kinds = ("continuous", "discrete")
     evaluation_protocols = SINGLE_AND_MULTI_TASK

@@ -110,6 +110,11 @@ class DPTModel(nn.Module):
 class DecisionPretrainedTransformer:
     name = "dpt"
     Config = DPTConfig
+    summary = (
+        "Decision-Pretrained Transformer (Lee et al. 2023): predicts the task's optimal action for a query state from a"
+        " context of the task's transitions"
+    )
+    tiny_config = {"context_size": 30, "embedding_dim": 16, "num_layers": 1}
     sampler = "dpt"
     action_kinds = ("discrete",)
     evaluation_protocols = ("in-context",)

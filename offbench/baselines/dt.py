@@ -131,6 +131,11 @@ def causal_bias(real: torch.Tensor) -> torch.Tensor:
 class DecisionTransformer:
     name = "dt"
     Config = DTConfig
+    summary = (
+        'Decision Transformer (Chen et al. 2021): a causal transformer over return-to-go, state and action tokens, '
+        'acting towards a target return; MTDT on multi-task cards (a task embedding)'
+    )
+    tiny_config = {"segment_length": 5, "embedding_dim": 16, "num_layers": 1, "num_heads": 2, "warmup_steps": 10}
     sampler = "segments"
     action_kinds = ("continuous", "discrete")
     evaluation_protocols = SINGLE_AND_MULTI_TASK

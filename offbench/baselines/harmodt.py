@@ -94,6 +94,13 @@ def change_count(iteration: int, steps: int, low: int, high: int) -> int:
 class HarmoDT(PromptDT):
     name = "harmodt"
     Config = HarmoDTConfig
+    summary = (
+        "HarmoDT (Hu et al., ICML 2024): Prompt-DT with one ERK mask per task over the transformer's weights, bi-level "
+        "training (round robin of one-task iterations under the task's mask; every 500 iterations masks regrown by "
+        'agreement with the mean gradient and pruned by `gamma * gbar . g + g^2`)'
+    )
+    tiny_config = {"segment_length": 4, "prompt_length": 2, "prompt_pool": 2, "embedding_dim": 16, "num_layers": 2, "num_heads": 2,
+                   "warmup_steps": 10, "mask_interval": 10, "max_change": 20, "steps": 40}
     one_task_per_batch = True  # the sampler's round robin: batch i holds task i mod T
 
     def __init__(self, config: HarmoDTConfig, spec: DatasetSpec, device: str | torch.device = "cpu"):

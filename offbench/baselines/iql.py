@@ -108,6 +108,11 @@ class IQL:
 
     name = "iql"
     Config = IQLConfig
+    summary = (
+        'Implicit Q-Learning (Kostrikov et al. 2021): expectile value regression, twin critics and an advantage-'
+        'weighted actor, never querying actions outside the data'
+    )
+    tiny_config = {"hidden_dim": 16, "num_hidden_layers": 1}
     sampler = "transitions"
     action_kinds = ("continuous", "discrete")
     evaluation_protocols = SINGLE_AND_MULTI_TASK

@@ -129,6 +129,11 @@ class MooreBC(BC):
 
     name = "moore-bc"
     Config = MooreBCConfig
+    summary = (
+        'MOORE (Hendawy et al., ICLR 2024) torso (Gram-Schmidt-orthogonalised experts, bias-free task mixing, tanh, one'
+        ' head per task) trained by behaviour cloning; `orthogonal=false` is the plain mixture of experts'
+    )
+    tiny_config = {"expert_dims": [16, 16], "num_experts": 3}
     Actor = MooreActor
     evaluation_protocols = ("multi-task",)
 
@@ -175,6 +180,8 @@ class MooreIQL:
 
     name = "moore-iql"
     Config = MooreIQLConfig
+    summary = 'IQL with MOORE networks (value, twin critics, actor)'
+    tiny_config = {"expert_dims": [16, 16], "num_experts": 3}
     sampler = "transitions"
     action_kinds = ("continuous", "discrete")
     evaluation_protocols = ("multi-task",)

@@ -127,6 +127,11 @@ class PromptDTModel(nn.Module):
 class PromptDT:
     name = "prompt-dt"
     Config = PromptDTConfig
+    summary = (
+        "Prompt-DT (Xu et al., ICML 2022): a DT whose sequence starts with a 5-step prompt cut from one of the task's "
+        'best episodes'
+    )
+    tiny_config = {"segment_length": 4, "prompt_length": 2, "prompt_pool": 2, "embedding_dim": 16, "num_layers": 1, "num_heads": 2, "warmup_steps": 10}
     sampler = "prompt_segments"
     action_kinds = ("continuous", "discrete")
     evaluation_protocols = ("multi-task",)

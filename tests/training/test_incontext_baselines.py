@@ -14,10 +14,12 @@ from offbench.evaluation.policy import PolicyOptions
 from offbench.data.samplers import make_sampler
 from offbench.envs.benchmarks import card_tasks, make_batch_env
 
+# the tiny models with two layers (the cache crosses layers) and short contexts (evaluation runs past them); AD in
+# its three-token layout, without dropout (outputs compared between two ways of computing them)
+NO_DROPOUT = {"attention_dropout": 0.0, "residual_dropout": 0.0, "embedding_dropout": 0.0}
 TINY = {
-    "ad": {"context_steps": 6, "embedding_dim": 8, "hidden_dim": 16, "num_layers": 2, "num_heads": 2,
-           "attention_dropout": 0.0, "residual_dropout": 0.0, "embedding_dropout": 0.0},
-    "dpt": {"context_size": 12, "embedding_dim": 16, "num_layers": 2},
+    "ad": {**get_baseline("ad").tiny_config, "token_layout": "sar", "context_steps": 6, "num_layers": 2, **NO_DROPOUT},
+    "dpt": {**get_baseline("dpt").tiny_config, "context_size": 12, "num_layers": 2},
 }
 
 

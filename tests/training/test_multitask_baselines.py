@@ -240,11 +240,11 @@ def test_multitask_baselines_learn_and_act_per_task(tiny, name, dataset):
 @pytest.mark.parametrize("name", ["bc", "dt", "moore-bc", "prompt-dt"])
 def test_pcgrad_option_steps_with_the_projected_task_gradients(name):
     """`gradient=pcgrad`: one update equals an optimiser step on pcgrad_backward of the batch's task losses."""
-    from baseline_contract import TINY_CONFIGS, multi_task_store
+    from baseline_contract import multi_task_store
 
     store = multi_task_store()
     spec, cls = DatasetSpec.from_store(store), get_baseline(name)
-    config = cls.Config(**{**TINY_CONFIGS[name], "gradient": "pcgrad"})
+    config = cls.Config(**{**cls.tiny_config, "gradient": "pcgrad"})
     if hasattr(config, "embedding_dropout"):  # no dropout: the two computations draw different masks
         config.embedding_dropout = config.attention_dropout = config.residual_dropout = 0.0
     models = []

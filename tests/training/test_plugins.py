@@ -291,3 +291,83 @@ def test_the_example_packages_own_tests_pass(example):
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(REPO / "examples" / "plugin" / "tests")],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:]
+
+
+# ---------------------------------------------------------------------------------------------- a new baseline: one module, one config
+THROWAWAY_MODULE = '''
+from dataclasses import dataclass
+
+import torch
+
+from offbench.evaluation.policy import MarkovPolicy
+from offbench.records import ranged
+
+
+@dataclass
+class MeanShiftConfig:
+    hidden_dim: int = ranged(64, ge=1)
+    learning_rate: float = ranged(1e-2, gt=0)
+
+
+class MeanShift:
+    name = "mean-shift"
+    Config = MeanShiftConfig
+    summary = "a tanh MLP regressed onto the actions, scaled into their bounds"
+    tiny_config = {"hidden_dim": 4}
+    sampler = "transitions"
+    action_kinds = ("continuous",)
+    evaluation_protocols = ("single-task",)
+    return_conditioned = False
+
+    def __init__(self, config, spec, device="cpu"):
+        self.spec, self.device = spec, torch.device(device)
+        self.high = torch.as_tensor(spec.action_space.high, device=self.device)
+        self.net = torch.nn.Sequential(torch.nn.Linear(spec.observation_shape[0], config.hidden_dim), torch.nn.ReLU(),
+                                       torch.nn.Linear(config.hidden_dim, spec.action_dim)).to(self.device)
+        self.optimizer = torch.optim.Adam(self.net.parameters(), lr=config.learning_rate)
+
+    def act(self, observations, task_ids=None):
+        return self.high * torch.tanh(self.net(observations))
+
+    def update(self, batch):
+        loss = torch.nn.functional.mse_loss(self.act(batch["observations"]), batch["actions"])
+        self.optimizer.zero_grad()
+        loss.backward()
+        self.optimizer.step()
+        return {"loss": loss.item()}
+
+    def policy(self, options):
+        return MarkovPolicy(self.act, self.spec.action_space, self.device, options)
+
+    def state_dict(self):
+        return {"net": self.net.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state):
+        self.net.load_state_dict(state["net"])
+        self.optimizer.load_state_dict(state["optimizer"])
+'''
+THROWAWAY_CONFIG = 'source = "a throwaway test baseline"\nsteps = 30\nbatch_size = 16\nhidden_dim = 8\nlog_every = 10\neval_every = 15\neval_episodes = 2\ncheckpoint_every = 15\n'
+
+
+def test_a_new_baseline_is_one_module_and_one_config(tmp_path, install, pendulum, cli):
+    """Written from scratch beside nothing else of offbench: it trains on its standard config, evaluates, re-evaluates
+    and passes check_baseline with its own tiny_config."""
+    from offbench.baselines import baseline_names, get_baseline
+    from offbench.testing import check_baseline
+
+    site = plugin_site(tmp_path / "site", {"mean-shift": "mean_shift:MeanShift"}, distribution="mean-shift", example=False)
+    (site / "mean_shift.py").write_text(THROWAWAY_MODULE)
+    (site / "configs" / "mean-shift").mkdir(parents=True)
+    (site / "configs" / "mean-shift" / "default.toml").write_text(THROWAWAY_CONFIG)
+    install(site)
+
+    assert "mean-shift" in baseline_names()
+    code, out, err = cli("run", "baseline", "mean-shift", "--dataset", "pendulum-scripted", "--out", tmp_path / "runs", "--name", "new")
+    assert code == 0, err
+    run = json.loads((tmp_path / "runs" / "new" / "run.json").read_text())
+    assert run["config_sources"] == [str(site / "configs" / "mean-shift" / "default.toml")] and run["config"]["hidden_dim"] == 8
+    evaluations = [json.loads(line) for line in (tmp_path / "runs" / "new" / "evaluations.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in evaluations] == [15, 30] and all(len(e["returns"]) == 2 for e in evaluations)
+    code, out, err = cli("evaluate", tmp_path / "runs" / "new")
+    assert code == 0 and "step 30" in out, err
+    check_baseline(get_baseline("mean-shift"), None, pendulum)
