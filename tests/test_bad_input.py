@@ -128,7 +128,8 @@ def hostile_inputs(tmp_path_factory):
     for name, text in {"partial": '{"schema": 1, "baseline": "bc"}', "mistyped": None, "list": "[1]", "latin1": None}.items():
         (tmp_path / "runs" / name).mkdir(parents=True)
         (tmp_path / "runs" / name / "run.json").write_bytes((text or "").encode())
-    full = {"schema": 1, "baseline": "bc", "seed": 0, "config": {}, "dataset": {"id": "x", "path": "/x", "content_sha256": "0" * 64},
+    full = {"schema": 1, "run_id": "x", "baseline": "bc", "seed": 0, "config": {}, "code": {"version": "0"},
+            "dataset": {"id": "x", "path": "/x", "content_sha256": "0" * 64},
             "env": {"device": "cpu"}, "evaluation": {"target_returns": None, "episodes": 1, "every_steps": 1}}
     (tmp_path / "runs" / "mistyped" / "run.json").write_text(json.dumps({**full, "seed": "zero"}))
     (tmp_path / "runs" / "resumes-text").mkdir()
@@ -261,14 +262,14 @@ CASES = {
     # ---- resume and evaluate: run directories that are not, or only partly
     "resume-missing": Case(["run", "baseline", "bc", "--resume", "{tmp}/absent"], "not a run directory"),
     "resume-on-a-file": Case(["run", "baseline", "bc", "--resume", "{tmp}/afile"], "afile: not a run directory"),
-    "resume-partial-run-json": Case(["run", "baseline", "bc", "--resume", "{tmp}/runs/partial"], "field 'seed' missing"),
-    "resume-mistyped-run-json": Case(["run", "baseline", "bc", "--resume", "{tmp}/runs/mistyped"], "field 'seed' must be int, got 'zero'"),
-    "resume-run-json-resumes-text": Case(["run", "baseline", "bc", "--resume", "{tmp}/runs/resumes-text"], "field 'resumes' must be list, got 'twice'"),
+    "resume-partial-run-json": Case(["run", "baseline", "bc", "--resume", "{tmp}/runs/partial"], "run.json: missing required key 'run_id'"),
+    "resume-mistyped-run-json": Case(["run", "baseline", "bc", "--resume", "{tmp}/runs/mistyped"], "run.json: 'seed' must be an integer, got 'zero'"),
+    "resume-run-json-resumes-text": Case(["run", "baseline", "bc", "--resume", "{tmp}/runs/resumes-text"], "run.json: 'resumes' must be a list of tables, got 'twice'"),
     "resume-run-json-not-utf8": Case(["run", "baseline", "bc", "--resume", "{tmp}/runs/latin1"], "run record is not UTF-8"),
-    "resume-run-json-a-list": Case(["run", "baseline", "bc", "--resume", "{tmp}/runs/list"], "unsupported run schema"),
+    "resume-run-json-a-list": Case(["run", "baseline", "bc", "--resume", "{tmp}/runs/list"], "run.json must be a table, got [1]"),
     "evaluate-not-a-run": Case(["evaluate", "{tmp}/data"], "run.json"),
     "evaluate-a-file": Case(["evaluate", "{tmp}/afile"], "not a run directory"),
-    "evaluate-partial-run-json": Case(["evaluate", "{tmp}/runs/partial"], "field 'seed' missing"),
+    "evaluate-partial-run-json": Case(["evaluate", "{tmp}/runs/partial"], "run.json: missing required key 'run_id'"),
     # ---- submit, leaderboard, plot: the same run directories (a private leaderboard root)
     "submit-a-file": Case(["submit", "{tmp}/afile", "--benchmark", "pendulum-scripted"], "afile: no such run directory"),
     "submit-partial-run-json": Case(["submit", "{tmp}/runs/partial", "--benchmark", "pendulum-scripted"], "partial: refused (run-files)"),

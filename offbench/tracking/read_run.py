@@ -257,32 +257,38 @@ def _check_steps(run: FinishedRun) -> None:
 
 
 def _check_summary(run: FinishedRun) -> None:
-    def bad(detail: str) -> Refused:
-        return Refused(run.path, "schema", f"{SUMMARY_FILE} {detail}")
-
     summary, config = run.result, run.record.config
     if summary.status != "completed":
         raise Refused(run.path, "completed", f"{SUMMARY_FILE} status is {summary.status!r}, not 'completed'")
     if config.get("steps", summary.steps) != summary.steps:
-        raise bad(f"steps {summary.steps} differ from run.json config.steps {config['steps']!r}")
+        raise _bad_summary(run, f"steps {summary.steps} differ from run.json config.steps {config['steps']!r}")
     last = run.lines[-1].step
     if last != summary.steps:
-        raise bad(f"steps {summary.steps} differ from the last evaluation's step {last} (every run is evaluated at its last step)")
+        raise _bad_summary(run, f"steps {summary.steps} differ from the last evaluation's step {last} (every run is evaluated at its last step)")
     for which in ("final", "best"):
-        entry = run.entry(which)
-        if entry is None:
-            raise bad(f"'{which}' needs at least a 'step'")
-        if entry.target_return != run.headline_target:
-            raise bad(f"{which}.target_return {entry.target_return!r} is not the headline target {run.headline_target!r}")
-        line = next((line for line in run.lines if (line.step, line.target_return) == (entry.step, run.headline_target)), None)
-        if line is None:
-            raise bad(f"'{which}' (step {entry.step}) matches no line of {EVALUATIONS_FILE}")
-        for field in ("mean_return", "normalized_score", "success_rate", "regret"):
-            value, recorded = getattr(entry, field), getattr(line, field)
-            if value is not None and recorded is not None and value != recorded:
-                raise bad(f"{which}.{field} = {value} disagrees with {EVALUATIONS_FILE} ({recorded})")
+        _check_entry(run, which)
     if summary.final.step != last:
-        raise bad(f"final step {summary.final.step} is not the last evaluation (step {last})")
+        raise _bad_summary(run, f"final step {summary.final.step} is not the last evaluation (step {last})")
+
+
+def _bad_summary(run: FinishedRun, detail: str) -> Refused:
+    return Refused(run.path, "schema", f"{SUMMARY_FILE} {detail}")
+
+
+def _check_entry(run: FinishedRun, which: str) -> None:
+    """summary.json `final` or `best` is a line of evaluations.jsonl at the headline target, and agrees with it."""
+    entry = run.entry(which)
+    if entry is None:
+        raise _bad_summary(run, f"'{which}' needs at least a 'step'")
+    if entry.target_return != run.headline_target:
+        raise _bad_summary(run, f"{which}.target_return {entry.target_return!r} is not the headline target {run.headline_target!r}")
+    line = next((line for line in run.lines if (line.step, line.target_return) == (entry.step, run.headline_target)), None)
+    if line is None:
+        raise _bad_summary(run, f"'{which}' (step {entry.step}) matches no line of {EVALUATIONS_FILE}")
+    for field in ("mean_return", "normalized_score", "success_rate", "regret"):
+        value, recorded = getattr(entry, field), getattr(line, field)
+        if value is not None and recorded is not None and value != recorded:
+            raise _bad_summary(run, f"{which}.{field} = {value} disagrees with {EVALUATIONS_FILE} ({recorded})")
 
 
 # ---------------------------------------------------------------------------------------------- each evaluation line
@@ -366,15 +372,20 @@ def _check_in_context(line: EvaluationRecord, episodes: int, task_ids: list[int]
         raise refuse("consistency", f"mean_return {line.mean_return} is not the last in-context episode's return {curve[-1]}")
     if task_ids is not None and len(line.returns) != len(task_ids):
         raise refuse("consistency", f"{len(line.returns)} returns, but run.json evaluates {len(task_ids)} tasks (one return each)")
-    rows = line.task_returns
-    if rows is not None:
-        if len(rows) != len(line.returns):
-            raise refuse("consistency", "'task_returns' needs one list of returns per task")
-        if any(len(r) != episodes for r in rows) or any(not same_number(r[-1], last) for r, last in zip(rows, line.returns)):
-            raise refuse("consistency", "'task_returns' rows must have one return per in-context episode, the last equal to 'returns'")
-        if not all(same_number(sum(column) / len(column), mean) for column, mean in zip(zip(*rows), curve)):
-            raise refuse("consistency", "in_context_returns is not the mean over tasks of task_returns")
+    if line.task_returns is not None:
+        _check_task_returns(line, episodes, refuse)
     if line.regret is not None:
         regret_curve = line.in_context_regret
         if regret_curve is None or len(regret_curve) != episodes or not same_number(regret_curve[-1], line.regret):
             raise refuse("consistency", f"regret {line.regret} is not the end of in_context_regret (one value per episode)")
+
+
+def _check_task_returns(line: EvaluationRecord, episodes: int, refuse: Refuse) -> None:
+    """In-context `task_returns`: per task, one return per episode, the last in `returns`; their mean is the curve."""
+    rows = line.task_returns
+    if len(rows) != len(line.returns):
+        raise refuse("consistency", "'task_returns' needs one list of returns per task")
+    if any(len(r) != episodes for r in rows) or any(not same_number(r[-1], last) for r, last in zip(rows, line.returns)):
+        raise refuse("consistency", "'task_returns' rows must have one return per in-context episode, the last equal to 'returns'")
+    if not all(same_number(sum(column) / len(column), mean) for column, mean in zip(zip(*rows), line.in_context_returns)):
+        raise refuse("consistency", "in_context_returns is not the mean over tasks of task_returns")

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from offbench.evaluation.results import SCORE_METRICS, EvaluationSettings
-from offbench.records import Invalid, ranged
+from offbench.evaluation.results import SCORE_METRICS, EvaluationRecord, EvaluationSettings, TaskScores
+from offbench.records import Invalid, fill_field_tables, ranged
 from offbench.tracking.provenance import METHOD_KINDS
+from offbench.utils import atomic_write_text, read_text
 
 SCHEMA = 1
 RUN_FILE = "run.json"
@@ -197,3 +198,15 @@ class RunSummary:
     best: SummaryEntry | None = ranged(null=True, doc="the evaluation with the best `score_metric` (highest; lowest for regret; earliest on ties)")
     score_metric: str = ranged(choices=SCORE_METRICS, doc="the headline field")
     finished_at: str | None = ranged(None, doc="when the run finished (UTC ISO 8601)")
+
+
+DOCS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "run-directory.md"
+RUN_DIRECTORY_RECORDS = (RunRecord, DatasetRecord, MethodRecord, SourceRecord, LoaderRecord, CodeVersion, EnvironmentInfo,
+                         EvaluationSettings, ResumeRecord, DistributedRecord, EvaluationRecord, TaskScores, RunSummary,
+                         SummaryEntry)  # documented in docs/run-directory.md
+
+
+def write_field_docs(page: Path = DOCS_PAGE) -> Path:
+    """Regenerate the field tables of docs/run-directory.md from the records' `doc=`s (tests/test_run_files.py
+    fails while they differ)."""
+    return atomic_write_text(page, fill_field_tables(read_text(page, "page"), *RUN_DIRECTORY_RECORDS))
