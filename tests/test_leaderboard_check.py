@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from offbench.tracking.run_dir import Refused
+from offbench.tracking.read_run import Refused
 from run_dirs import REPO_ROOT, make_bench, runs_of
 
 

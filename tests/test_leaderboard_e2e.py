@@ -29,7 +29,7 @@ def test_real_runs_are_submitted_and_rolled_up(tmp_path, monkeypatch, run_cli):
 
     # Submitted and rolled up in this process (the CLI paths are covered in test_leaderboard.py).
     from offbench.leaderboard.render import build_board
-    from offbench.tracking.run_dir import expand_run_dirs
+    from offbench.tracking.read_run import expand_run_dirs
     from offbench.leaderboard.spec import load_spec
     from offbench.leaderboard.submit import submit
     from offbench.leaderboard.table import compute_results

@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from offbench.errors import OffbenchError
-from offbench.tracking.run_dir import Refused
+from offbench.tracking.read_run import Refused
 from run_dirs import REPO_ROOT, make_bench, runs_of, snapshot
 
 HOSTILE = "a|b\n<script>alert(1)</script> *x* _y_ `z` [l](http://e) $m$ & \\"

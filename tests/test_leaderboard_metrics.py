@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from offbench.tracking.run_dir import Refused
+from offbench.tracking.read_run import Refused
 from run_dirs import register_dataset, write_benchmark, write_run
 
 RATES = {"bc": {"reach-v3": [0.2, 0.4, 0.6], "push-v3": [0.0, 0.2, 0.2]},

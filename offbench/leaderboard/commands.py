@@ -37,7 +37,7 @@ def submit(
     """Validate runs against a benchmark and add them to its leaderboard (refusals name the rule that failed)."""
     from offbench.leaderboard.spec import load_spec
     from offbench.leaderboard.submit import submit as submit_runs
-    from offbench.tracking.run_dir import expand_run_dirs
+    from offbench.tracking.read_run import expand_run_dirs
 
     spec = load_spec(benchmark, root)
     written = submit_runs(spec, expand_run_dirs(run_dirs), label=label, render=render, verify=verify)
@@ -51,7 +51,7 @@ def _preview_entries(spec: BenchmarkSpec, paths: list[Path], with_entries: bool)
     """Entries for unsubmitted runs that pass every rule; each refused run or group is reported and left out."""
     from offbench.leaderboard.entries import load_entries
     from offbench.leaderboard.submit import check_against_accepted, check_run, validate_runs
-    from offbench.tracking.run_dir import Refused, expand_run_dirs, read_run
+    from offbench.tracking.read_run import Refused, expand_run_dirs, read_run
 
     accepted = load_entries(spec) if with_entries else []
     groups: dict[tuple[str, str], list] = defaultdict(list)

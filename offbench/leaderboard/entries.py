@@ -26,11 +26,13 @@ from typing import Any
 
 from offbench.errors import OffbenchError
 from offbench.leaderboard.spec import SHA256, BenchmarkFile, BenchmarkSpec, Evaluation, Reported, ReportedSource
-from offbench.records import Invalid, fill_field_tables, from_dict, ranged
+from offbench.evaluation.results import EvaluationSettings
+from offbench.records import Invalid, from_dict, ranged, to_dict, write_field_tables
 from offbench.stats import Metric
 from offbench.tracking.provenance import METHOD_KINDS
-from offbench.tracking.run_dir import Refused, is_finite, same_number
-from offbench.utils import atomic_write_text, read_text, safe_component
+from offbench.tracking.read_run import Refused, same_number
+from offbench.tracking.run_files import CodeVersion, EnvironmentInfo, MethodRecord, SummaryEntry
+from offbench.utils import safe_component
 
 ENTRY_SCHEMA = 1
 VERIFICATION_STATUSES = ("verified", "unverified")
@@ -40,19 +42,6 @@ DOCS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "leaderboards.md"
 
 
 # ------------------------------------------------------------------------------ the entry file, as written
-@dataclass(frozen=True)
-class EntryMethod:
-    """run.json `method` (offbench/tracking/provenance.py): where the entry's method comes from."""
-
-    kind: str = ranged(choices=METHOD_KINDS, doc="built-in, plugin, own-code or black-box")
-    name: str = ranged(doc="the method's name: the entry's baseline")
-    distribution: str | None = ranged(None, null=lambda method: method.kind == "plugin", doc="plugin: the distribution that provides it")
-    version: str | None = ranged(None, null=lambda method: method.kind == "plugin", doc="plugin: that distribution's version")
-    entry_point: str | None = ranged(None, doc="plugin: `module:Class`")
-    source: dict[str, Any] | None = ranged(None, doc="own code and black boxes: the calling script's origin (repository, commit, script, sha256)")
-    load: dict[str, Any] | None = ranged(None, doc="own code: the function that rebuilds the policy from a checkpoint")
-
-
 @dataclass(frozen=True)
 class EntryDataset:
     id: str = ranged(doc="the dataset id, one of the benchmark's")
@@ -91,18 +80,6 @@ class Verification:
 
 
 @dataclass(frozen=True)
-class EvaluationPoint:
-    """summary.json `final` or `best`: one evaluation's headline fields (docs/run-directory.md)."""
-
-    step: int = ranged(ge=0, doc="training updates at the evaluation")
-    mean_return: float | None = ranged(None, null=True, doc="mean episode return")
-    normalized_score: float | None = ranged(None, null=True, doc="normalised score, where the card has reference scores")
-    success_rate: float | None = ranged(None, null=True, doc="fraction of successful episodes, where the environment reports success")
-    target_return: float | None = ranged(None, null=True, doc="the target return of a return-conditioned run")
-    regret: float | None = ranged(None, doc="cumulative pseudo-regret (bandit evaluations)")
-
-
-@dataclass(frozen=True)
 class Curve:
     step: list[int] = ranged(doc="evaluation steps, at most 64 of them")
     score: list[float] = ranged(doc="the run's score at each of those steps")
@@ -127,13 +104,13 @@ class EntryRun:
     path: str = ranged(doc="its run directory when it was submitted")
     identity: RunIdentity | None = ranged(None, doc="what the run is (table below); entries from before it was recorded have none")
     verification: Verification | None = ranged(None, doc="its replay (table below); none reads unverified")
-    code: dict[str, Any] = ranged(doc="run.json `code`: the code version that trained it")
-    env: dict[str, Any] | None = ranged(None, null=True, doc="run.json `env`: the machine and libraries")
+    code: CodeVersion = ranged(doc="run.json `code`: the offbench that trained it")
+    env: EnvironmentInfo | None = ranged(None, null=True, doc="run.json `env`: the machine and libraries")
     started_at: str | None = ranged(None, null=True, doc="run.json `started_at`")
     steps: int = ranged(ge=0, doc="training updates (summary.json `steps`)")
     wall_time_s: float | None = ranged(None, null=True, doc="training wall time in seconds")
-    final: EvaluationPoint = ranged(doc="summary.json `final`: the last evaluation")
-    best: EvaluationPoint = ranged(doc="summary.json `best`: the best headline score")
+    final: SummaryEntry = ranged(doc="summary.json `final`: the last evaluation")
+    best: SummaryEntry = ranged(doc="summary.json `best`: the best headline score")
     score: float = ranged(doc="the run's score, the benchmark's metric of its `final` (or `best`) evaluation")
     curve: Curve = ranged(doc="the learning curve, `{ step, score }`")
     in_context_returns: list[float] | None = ranged(None, doc="in-context benchmarks: the return of each in-context episode")
@@ -149,11 +126,11 @@ class LeaderboardEntry:
     benchmark: str = ranged(doc="the benchmark it belongs to")
     label: str = ranged(doc="the row it is shown in")
     baseline: str = ranged(doc="the method's name")
-    method: EntryMethod | None = ranged(None, doc="where the method comes from (table below); none: a built-in baseline")
+    method: MethodRecord | None = ranged(None, doc="run.json `method`: where the method comes from; none: a built-in baseline")
     dataset: EntryDataset = ranged(doc="`{ id, content_sha256, format }`: the dataset the runs trained on")
     metric: str = ranged(doc="the benchmark's metric")
     score: str = ranged(doc="the benchmark's score kind, final or best")
-    evaluation: dict[str, Any] = ranged(doc="run.json `evaluation` of the runs: their protocol")
+    evaluation: EvaluationSettings = ranged(doc="run.json `evaluation` of the runs: their protocol")
     config: dict[str, Any] = ranged(doc="the runs' config, seed aside")
     config_sha256: str = ranged(doc="sha256 of `config` (sorted-key JSON)")
     submitted_at: str = ranged(doc="when it was accepted (UTC, ISO 8601)")
@@ -162,23 +139,20 @@ class LeaderboardEntry:
     def check(self) -> None:
         if not self.runs:
             raise Invalid("'runs' must be a non-empty list")
-        targets = self.evaluation.get("target_returns")
-        if targets is not None and (not isinstance(targets, list) or not all(is_finite(t) for t in targets)):
-            raise Invalid("'evaluation.target_returns' must be null or a list of finite numbers")
 
-    def method_or_builtin(self) -> EntryMethod:
+    def method_or_builtin(self) -> MethodRecord:
         """The entry's method; entries from before methods were recorded hold built-in baselines."""
-        return self.method or EntryMethod(kind="built-in", name=self.baseline)
+        return self.method or MethodRecord(kind="built-in", name=self.baseline)
 
 
-LEADERBOARD_RECORDS = (BenchmarkFile, Evaluation, Reported, ReportedSource, LeaderboardEntry, EntryRun, EntryMethod,
-                       RunIdentity, Verification)  # their field tables are in docs/leaderboards.md
+LEADERBOARD_RECORDS = (BenchmarkFile, Evaluation, Reported, ReportedSource, LeaderboardEntry, EntryRun, RunIdentity,
+                       Verification)  # their field tables are in docs/leaderboards.md
 
 
 def write_field_docs(page: Path = DOCS_PAGE) -> Path:
     """Regenerate the field tables of docs/leaderboards.md from the records' `doc=`s (tests/test_leaderboard_records.py
     fails while they differ)."""
-    return atomic_write_text(page, fill_field_tables(read_text(page, "page"), *LEADERBOARD_RECORDS))
+    return write_field_tables(page, *LEADERBOARD_RECORDS)
 
 
 def entry_record(data: Any, where: Path) -> LeaderboardEntry:
@@ -265,9 +239,9 @@ def _check_checksum(spec: BenchmarkSpec, dataset: EntryDataset, refuse) -> None:
 def _check_protocol(spec: BenchmarkSpec, entry: LeaderboardEntry, refuse) -> None:
     from offbench.leaderboard.scoring import protocol_problem
 
-    black_box = entry.method_or_builtin().kind == "black-box"
+    black_box, evaluation = entry.method_or_builtin().kind == "black-box", to_dict(entry.evaluation)
     for run in entry.runs:
-        problem = protocol_problem(spec, entry.baseline, entry.evaluation, run.steps, black_box)
+        problem = protocol_problem(spec, entry.baseline, evaluation, run.steps, black_box)
         if problem is not None:
             raise refuse("protocol", problem.replace("summary.json steps", f"run {run.run_id!r:.80} steps").replace("run.json evaluation", "evaluation"))
 
@@ -295,13 +269,13 @@ def _check_scores(spec: BenchmarkSpec, entry: LeaderboardEntry, refuse) -> None:
             raise refuse("consistency", f"{where}: best score {score!r} is beaten by a point of its own learning curve")
 
 
-def _final_score(block: EvaluationPoint, metric: Metric, card: Any, where: str, refuse) -> float | None:
+def _final_score(block: SummaryEntry, metric: Metric, card: Any, where: str, refuse) -> float | None:
     """The benchmark's metric of a run's final evaluation; a normalised score must be the one the card's reference
     scores give its mean_return."""
     if metric.name != "normalized_score":
         return getattr(block, metric.field)
-    if block.mean_return is None or card.normalise(1.0) is None:
-        raise refuse("metric", f"{where}: no final mean_return (or no reference scores) to normalise")
+    if card.normalise(1.0) is None:
+        raise refuse("metric", f"{where}: the card has no reference scores to normalise its final mean_return with")
     expected = float(card.normalise(block.mean_return))
     if block.normalized_score is None or not same_number(block.normalized_score, expected):
         raise refuse("consistency", f"{where}: final.normalized_score {block.normalized_score!r} is not "
@@ -309,7 +283,7 @@ def _final_score(block: EvaluationPoint, metric: Metric, card: Any, where: str, 
     return expected
 
 
-def _within_bounds(metric: str, score: float, optimal_return: Any) -> bool:
+def _within_bounds(metric: str, score: float, optimal_return: float | None) -> bool:
     """What a score of each metric can be: a success rate a fraction, a regret non-negative, a normalised score within
     MAX_NORMALISED of the reference span, a return at most the optimum where the run recorded one."""
     if abs(score) > MAX_MAGNITUDE:
@@ -320,7 +294,7 @@ def _within_bounds(metric: str, score: float, optimal_return: Any) -> bool:
         return score >= 0.0
     if metric == "normalized_score":
         return abs(score) <= MAX_NORMALISED
-    return not is_finite(optimal_return) or score <= optimal_return + 1e-9 * max(1.0, abs(optimal_return))
+    return optimal_return is None or score <= optimal_return + 1e-9 * max(1.0, abs(optimal_return))
 
 
 def _check_seeds(spec: BenchmarkSpec, entry: LeaderboardEntry, refuse) -> None:

@@ -47,7 +47,7 @@ from offbench.leaderboard.spec import BenchmarkSpec
 from offbench.leaderboard.verify import method_of, unverified, verify_run, weights_fingerprint
 from offbench.tracking.provenance import METHOD_KINDS
 from offbench.records import to_dict
-from offbench.tracking.run_dir import CHECKPOINT, MAX_TEXT, Refused, RunRecord, is_finite, read_run
+from offbench.tracking.read_run import CHECKPOINT, MAX_TEXT, FinishedRun, Refused, is_finite, read_run
 from offbench.utils import atomic_write_json, safe_component
 
 CURVE_POINTS = 64  # learning curves are kept at this many evaluation steps at most
@@ -55,7 +55,7 @@ MAX_BLOCK = 32 * 1024  # bytes of JSON of any one block copied from a run (confi
 NOT_CONFIG = ("seed",)  # config keys that may differ between the seeds of one entry
 
 
-def config_without_seed(run: RunRecord) -> dict[str, Any]:
+def config_without_seed(run: FinishedRun) -> dict[str, Any]:
     return {k: v for k, v in run.info["config"].items() if k not in NOT_CONFIG}
 
 
@@ -63,7 +63,7 @@ def config_sha256(config: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
 
 
-def check_method(run: RunRecord) -> dict[str, Any]:
+def check_method(run: FinishedRun) -> dict[str, Any]:
     """Where the run's method comes from (run.json `method`, docs/submitting.md): a built-in baseline must be one
     offbench registers; a plugin names its distribution and version; own code and black boxes name themselves.
     The name labels rows and entry files, so it is one safe file-name component whatever the kind."""
@@ -92,7 +92,7 @@ def row_label(label: str | None, baseline: str) -> str:
     return safe_component(baseline if label is None else label, "label")
 
 
-def check_run(run: RunRecord, spec: BenchmarkSpec) -> ScoredRun:
+def check_run(run: FinishedRun, spec: BenchmarkSpec) -> ScoredRun:
     """Apply the per-run rules; return the run scored the benchmark's way."""
     method = check_method(run)
     if run.identity["checkpoint_sha256"] is None and method["kind"] in ("built-in", "plugin"):
@@ -100,7 +100,7 @@ def check_run(run: RunRecord, spec: BenchmarkSpec) -> ScoredRun:
     return score_run(run, spec)
 
 
-def bounded(value: Any, what: str, run: RunRecord) -> Any:
+def bounded(value: Any, what: str, run: FinishedRun) -> Any:
     """`value` (copied from a run into an entry) if no string in it is longer than MAX_TEXT and its JSON is at
     most MAX_BLOCK bytes; else Refused (free-text)."""
     def strings(item: Any):
@@ -129,8 +129,8 @@ def _reduced(values: list[Any]) -> list[Any]:
     return [values[i] for i in keep]
 
 
-def run_identity(run: RunRecord) -> dict[str, Any]:
-    """What the run is (RunRecord.identity) and the fingerprint of its checkpoint's weights (verify.weights_fingerprint)."""
+def run_identity(run: FinishedRun) -> dict[str, Any]:
+    """What the run is (FinishedRun.identity) and the fingerprint of its checkpoint's weights (verify.weights_fingerprint)."""
     return {**run.identity, "weights": weights_fingerprint(run.path / CHECKPOINT)}
 
 
@@ -186,7 +186,7 @@ def make_entry(spec: BenchmarkSpec, label: str, scored: list[ScoredRun], verific
     return to_dict(entry)
 
 
-def validate_runs(spec: BenchmarkSpec, runs: list[RunRecord], label: str | None = None, verify: bool = False) -> list[dict[str, Any]]:
+def validate_runs(spec: BenchmarkSpec, runs: list[FinishedRun], label: str | None = None, verify: bool = False) -> list[dict[str, Any]]:
     """Entries for a set of runs (grouped by baseline, dataset and config); raises Refused on the first broken rule.
     With `verify`, each run's final evaluation is replayed from its checkpoint (offbench.leaderboard.verify)."""
     for run in runs:
@@ -197,7 +197,7 @@ def validate_runs(spec: BenchmarkSpec, runs: list[RunRecord], label: str | None 
             raise OffbenchError(f"--label {label} names one row, but the runs hold several baselines: submit them separately")
     scored = {run.path: check_run(run, spec) for run in runs}
     _refuse_repeated_runs(runs)
-    groups: dict[tuple[str, str], list[RunRecord]] = defaultdict(list)
+    groups: dict[tuple[str, str], list[FinishedRun]] = defaultdict(list)
     for run in runs:
         groups[(run.baseline, run.dataset_id)].append(run)
     for (baseline, dataset_id), members in groups.items():
@@ -207,13 +207,13 @@ def validate_runs(spec: BenchmarkSpec, runs: list[RunRecord], label: str | None 
             for (baseline, dataset_id), members in groups.items()]
 
 
-def _not_replayed(run: RunRecord) -> dict[str, Any]:
+def _not_replayed(run: FinishedRun) -> dict[str, Any]:
     if method_of(run)["kind"] == "black-box":
         return unverified("black box: no code to rebuild the policy from")
     return unverified("submitted without --verify")
 
 
-def _check_group(spec: BenchmarkSpec, baseline: str, dataset_id: str, members: list[RunRecord]) -> None:
+def _check_group(spec: BenchmarkSpec, baseline: str, dataset_id: str, members: list[FinishedRun]) -> None:
     """One entry = one method, one config (seed aside), distinct seeds, at least min_seeds of them."""
     configs = {config_sha256(config_without_seed(r)) for r in members}
     if len(configs) > 1:
@@ -233,10 +233,10 @@ def _check_group(spec: BenchmarkSpec, baseline: str, dataset_id: str, members: l
                       f"{baseline} on {dataset_id} has {len(seen)} seed(s); benchmark {spec.name} needs at least {spec.min_seeds}")
 
 
-def _refuse_repeated_runs(runs: list[RunRecord]) -> None:
+def _refuse_repeated_runs(runs: list[FinishedRun]) -> None:
     """One run submitted twice in one go (copied to another folder, renamed, its seed edited, its checkpoint
     re-saved): `entries.same_run` on every pair."""
-    seen: list[tuple[RunRecord, dict[str, Any], tuple[str, str]]] = []
+    seen: list[tuple[FinishedRun, dict[str, Any], tuple[str, str]]] = []
     for run in runs:
         record, setting = {"seed": run.seed, "identity": run_identity(run)}, (config_sha256(config_without_seed(run)), run.dataset_id)
         for other, other_record, other_setting in seen:
