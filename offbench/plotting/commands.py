@@ -10,7 +10,7 @@ from rich.console import Console
 
 from offbench.errors import OffbenchError
 from offbench.stats import BOOTSTRAP_REPS, METRICS
-from offbench.tracking.run_dir import RunRecord, expand_run_dirs, is_run_dir, read_run
+from offbench.tracking.read_run import FinishedRun as RunRecord, expand_run_dirs, is_run_dir, read_run
 
 KINDS = ("auto", "curves", "in-context", "regret", "aggregate", "profile")
 
