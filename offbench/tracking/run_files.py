@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from offbench.evaluation.results import SCORE_METRICS, EvaluationRecord, EvaluationSettings, TaskScores
-from offbench.records import Invalid, fill_field_tables, ranged
+from offbench.records import Invalid, ranged, write_field_tables
 from offbench.tracking.provenance import METHOD_KINDS
-from offbench.utils import atomic_write_text, read_text
 
 SCHEMA = 1
 RUN_FILE = "run.json"
@@ -209,4 +208,4 @@ RUN_DIRECTORY_RECORDS = (RunRecord, DatasetRecord, MethodRecord, SourceRecord, L
 def write_field_docs(page: Path = DOCS_PAGE) -> Path:
     """Regenerate the field tables of docs/run-directory.md from the records' `doc=`s (tests/test_run_files.py
     fails while they differ)."""
-    return atomic_write_text(page, fill_field_tables(read_text(page, "page"), *RUN_DIRECTORY_RECORDS))
+    return write_field_tables(page, *RUN_DIRECTORY_RECORDS)
