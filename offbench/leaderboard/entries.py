@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from offbench.errors import OffbenchError
-from offbench.leaderboard.spec import SHA256, BenchmarkFile, BenchmarkSpec, Evaluation, Reported, ReportedSource
 from offbench.evaluation.results import EvaluationSettings
+from offbench.leaderboard.spec import SHA256, BenchmarkFile, BenchmarkSpec, Evaluation, Reported, ReportedSource
 from offbench.records import Invalid, from_dict, ranged, to_dict, write_field_tables
 from offbench.stats import Metric
 from offbench.tracking.provenance import METHOD_KINDS
@@ -70,7 +70,7 @@ class Verification:
     reason: str | None = ranged(None, doc="unverified: why it was not replayed")
     replayed_on: str | None = ranged(None, doc="verified: the device it was replayed on")
     at: str | None = ranged(None, doc="verified: when (UTC, ISO 8601)")
-    by: dict[str, Any] | None = ranged(None, doc="verified: the offbench version that replayed it")
+    by: CodeVersion | None = ranged(None, doc="verified: the offbench that replayed it (as run.json `code`)")
     step: int | None = ranged(None, ge=0, doc="verified: the evaluation step replayed")
     episodes: int | None = ranged(None, ge=1, doc="verified: the episodes replayed")
 
