@@ -1,15 +1,21 @@
-"""Samplers on hand-built datasets whose every batch entry can be checked against a brute-force answer."""
+"""Samplers on hand-built datasets whose every batch entry can be checked against a brute-force answer (DPT's queries
+also on tiny generated learning histories, checked against the one-task environments)."""
 
 import io
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-
 from helpers import make_store
+
 from offbench.data.samplers import SAMPLERS, make_sampler, returns_to_go
-from offbench.data.store import load_native
+from offbench.data.store import EpisodeStore, load_native
+from offbench.envs.benchmarks import card_tasks
+from offbench.envs.darkroom import DarkRoomEnv
+from offbench.envs.gridworld import cell_index, cell_xy_table, policy_table
 from offbench.errors import OffbenchError
+from offbench.generators.histories import HistoryRecipe, run_histories
 
 
 def find_rows(haystack: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -180,26 +186,56 @@ def test_ad_history_split_in_two_runs_is_rejected():
 # ----------------------------------------------------------------------------- DPT
 
 
-def dpt_store():
-    store = history_store()
-    store.columns["optimal_action"] = (np.arange(store.num_transitions) * 7) % 5
-    return store
+DPT_CARD = {
+    "id": "test/hand-built-darkroom", "kind": "learning-history", "env": {"suite": "offbench", "id": "offbench/DarkRoom-v0"},
+    "split": {"seed": 0, "train": [{"goal": [6, 2]}, {"goal": [1, 7]}], "held_out": [{"goal": [3, 3]}]},
+}
+
+
+def dpt_store(card=DPT_CARD):
+    """Hand-built Dark Room learning histories and the card that describes them: histories 0 (episodes of 3, 4, 2
+    steps) and 1 (5, 3) of task 0, history 2 (6, 4) of task 1. Every step is in a cell of its own, so a batch's
+    rows trace back to the steps they came from; optimal_action is the task's move there, as the generator writes it."""
+    rng = np.random.default_rng(0)
+    cells = iter(rng.permutation(81))
+    goals = cell_index(np.array([task["goal"] for task in card["split"]["train"]]), 9)
+    episodes = []
+    for length, history, task in zip((3, 4, 2, 5, 3, 6, 4), (0, 0, 0, 1, 1, 2, 2), (0, 0, 0, 0, 0, 1, 1)):
+        steps = np.array([next(cells) for _ in range(length)])
+        truncations = np.zeros(length, bool)
+        truncations[-1] = True
+        episodes.append({
+            "observations": cell_xy_table(9)[np.append(steps, rng.integers(0, 81))],
+            "actions": rng.integers(0, 5, length), "rewards": rng.integers(0, 2, length).astype(np.float32),
+            "terminations": np.zeros(length, bool), "truncations": truncations,
+            "history_id": np.full(length, history), "task_id": np.full(length, task),
+            "optimal_action": policy_table(9)[goals[task], steps],
+        })
+    return EpisodeStore.from_episodes(episodes, observation_space=gym.spaces.Box(0, 8, (2,), np.int64),
+                                      action_space=gym.spaces.Discrete(5), card=dict(card))
+
+
+def query_cells(batch) -> np.ndarray:
+    return cell_index(batch["query_observations"].numpy().astype(np.int64), 9)
 
 
 @pytest.mark.parametrize("context", ["window", "random", "shuffled"])
-def test_dpt_labels_match_column_and_context_is_from_the_same_task(context):
+def test_dpt_context_is_from_one_history_and_the_label_is_its_tasks_move_at_the_query(context):
     store = dpt_store()
     C = 4
     batch = make_sampler("dpt", store, batch_size=200, seed=0, context_size=C, context=context).sample()
-    assert batch["context_observations"].shape == (200, C, 4) and batch["query_observations"].shape == (200, 4)
+    assert batch["context_observations"].shape == (200, C, 2) and batch["query_observations"].shape == (200, 2)
     assert batch["optimal_actions"].dtype == torch.int64
-    all_obs = np.asarray(store.observations)
-    query = find_rows(all_obs, batch["query_observations"].numpy())
-    np.testing.assert_array_equal(batch["optimal_actions"].numpy(), store.columns["optimal_action"][query])
+    goals = cell_index(np.array([task["goal"] for task in DPT_CARD["split"]["train"]]), 9)
+    tasks = batch["task_ids"].numpy()
+    np.testing.assert_array_equal(batch["optimal_actions"].numpy(), policy_table(9)[goals[tasks], query_cells(batch)])
     hist = store.columns["history_id"]
+    all_obs = np.asarray(store.observations)
+    histories = set()
     for b in range(200):
         index = find_rows(all_obs, batch["context_observations"][b].numpy())
-        assert set(hist[index]) == {hist[query[b]]}
+        assert len(set(hist[index])) == 1 and store.columns["task_id"][index[0]] == tasks[b]
+        histories.add(int(hist[index[0]]))
         if context == "shuffled":
             assert len(set(index)) == C  # distinct steps
         else:
@@ -208,32 +244,88 @@ def test_dpt_labels_match_column_and_context_is_from_the_same_task(context):
             np.testing.assert_array_equal(index, np.arange(index[0], index[0] + C))
         np.testing.assert_array_equal(batch["context_next_observations"][b].numpy(), store.next_observations(index))
         np.testing.assert_array_equal(batch["context_rewards"][b].numpy(), store.rewards[index])
-    assert set(hist[query]) == {0, 1}
+    assert histories == {0, 1, 2}
 
 
-def test_dpt_shuffled_context_is_a_fresh_order_of_distinct_steps_each_draw():
-    """With C = a history's length every shuffled context holds all its steps, and the orders differ between
-    draws (uniform: each step leads equally often); the same seed draws the same contexts."""
+def total_variation(a: np.ndarray, b: np.ndarray) -> float:
+    return 0.5 * float(np.abs(a / a.sum() - b / b.sum()).sum())
+
+
+def test_dpt_query_is_uniform_over_the_cells_whatever_the_context():
+    """DPT's query is env.sample_state(), not a step of the context's history: two histories of one task (which
+    visit disjoint cells here) get the same query distribution, uniform over all 81 cells."""
     store = dpt_store()
-    history_one = np.flatnonzero(store.columns["history_id"] == 1)  # 8 steps
-    sampler = make_sampler("dpt", store, batch_size=400, seed=3, context_size=8, context="shuffled")
-    batch = sampler.sample()
-    all_obs = np.asarray(store.observations)
-    contexts = [find_rows(all_obs, c) for c in batch["context_observations"].numpy()]
-    mine = [c for c in contexts if set(c) <= set(history_one)]
-    assert mine and all(sorted(c) == list(history_one) for c in mine)
-    assert len({tuple(c) for c in mine}) > len(mine) // 2  # 8! orders: repeats are rare
-    first_counts = np.bincount([c[0] for c in mine], minlength=store.num_transitions)[history_one]
-    assert first_counts.min() > 0.4 * first_counts.mean()
-    again = make_sampler("dpt", store, batch_size=400, seed=3, context_size=8, context="shuffled").sample()
-    torch.testing.assert_close(again["context_observations"], batch["context_observations"])
-    with pytest.raises(OffbenchError, match="shuffled contexts of distinct steps need at most 8"):
-        make_sampler("dpt", store, batch_size=4, seed=0, context_size=9, context="shuffled")
+    batch = make_sampler("dpt", store, batch_size=12000, seed=1, context_size=2, context="random").sample()
+    history = store.columns["history_id"][find_rows(np.asarray(store.observations), batch["context_observations"][:, 0].numpy())]
+    counts = [np.bincount(query_cells(batch)[history == h], minlength=81) for h in (0, 1)]
+    uniform = np.ones(81)
+    # about 4,000 queries per history: sampling noise alone gives total variations near 0.06 and 0.08
+    assert total_variation(counts[0], uniform) < 0.15 and total_variation(counts[1], uniform) < 0.15
+    assert total_variation(counts[0], counts[1]) < 0.15
 
 
-def test_dpt_needs_label_column():
+@pytest.fixture(scope="module")
+def learned_histories():
+    """AD-epsilon on 3 Dark Room goals, 2 histories of 40 episodes each: the learners end on their goals."""
+    recipe = HistoryRecipe.from_params("darkroom", {"algo": "ad-epsilon", "tasks": 4, "held_out": 1, "histories_per_task": 2, "episodes": 40})
+    return run_histories(recipe, seed=0)[0]
+
+
+def test_dpt_queries_of_learning_histories_sit_on_the_goal_as_often_as_on_any_cell(learned_histories):
+    """The histories' own steps sit on the goal far more than 1/81 of the time; the queries do not, so the query
+    carries no hint of the goal that the evaluation would not give."""
+    store = learned_histories
+    train, _ = card_tasks(store.card)
+    goals = np.array([task["goal"] for task in train])
+    assert (np.asarray(store.observations) == goals[store.columns["task_id"]]).all(axis=1).mean() > 0.3
+    batch = make_sampler("dpt", store, batch_size=20000, seed=0, context_size=20).sample()
+    queries, tasks = batch["query_observations"].numpy().astype(np.int64), batch["task_ids"].numpy()
+    on_goal = (queries == goals[tasks]).all(axis=1)
+    assert abs(on_goal.mean() - 1 / 81) < 0.005  # sampling noise: standard deviation 0.0008
+    assert (batch["optimal_actions"].numpy()[on_goal] == 0).all()  # stay
+    for b in range(0, 20000, 97):
+        assert batch["optimal_actions"][b] == DarkRoomEnv(tuple(goals[tasks[b]])).optimal_action(queries[b])
+
+
+@pytest.mark.parametrize("name,algo", [("keydoor", "q-learning"), ("bandit", "ucb")])
+def test_dpt_queries_cover_the_environments_states_with_the_tasks_optimal_actions(name, algo):
+    """Key-to-Door: every cell with and without the key, half and half; a bandit: its one state, labelled with the
+    task's best arm. Labels are the one-task environment's own optimal actions."""
+    recipe = HistoryRecipe.from_params(name, {"algo": algo, "tasks": 3, "held_out": 1, "histories_per_task": 1, "episodes": 20, "allow_unlearned": True})
+    store = run_histories(recipe, seed=0)[0]
+    train, _ = card_tasks(store.card)
+    batch = make_sampler("dpt", store, batch_size=4000, seed=0, context_size=5).sample()
+    queries, tasks, labels = batch["query_observations"].numpy(), batch["task_ids"].numpy(), batch["optimal_actions"].numpy()
+    envs = [gym.make(store.card["env"]["id"], **task).unwrapped for task in train]
+    assert all(labels[b] == envs[tasks[b]].optimal_action(queries[b]) for b in range(0, 4000, 7))
+    distinct = {tuple(q) for q in queries.astype(np.int64)}
+    if name == "keydoor":
+        assert len(distinct) == 162 and abs(queries[:, 2].mean() - 0.5) < 0.03
+    else:
+        assert distinct == {(0,)}
+
+
+def test_dpt_needs_labels_task_ids_and_the_card_that_describes_the_data():
+    store = dpt_store()
+    del store.columns["optimal_action"]
     with pytest.raises(OffbenchError, match="optimal_action"):
-        make_sampler("dpt", history_store(), batch_size=4, seed=0, context_size=2)
+        make_sampler("dpt", store, batch_size=4, seed=0, context_size=2)
+    store = dpt_store()
+    del store.columns["task_id"]
+    with pytest.raises(OffbenchError, match="no 'task_id' column"):
+        make_sampler("dpt", store, batch_size=4, seed=0, context_size=2)
+    store = dpt_store()
+    store.card = {"id": "test/no-environment"}
+    with pytest.raises(OffbenchError, match="dpt draws its query over the states of the card's environment and training tasks; "
+                                            "card test/no-environment names no offbench environment") as error:
+        make_sampler("dpt", store, batch_size=4, seed=0, context_size=2)
+    assert "\n" not in str(error.value)
+    swapped = {**DPT_CARD, "split": {**DPT_CARD["split"], "train": DPT_CARD["split"]["train"][::-1]}}
+    store = dpt_store()
+    store.card = swapped
+    with pytest.raises(OffbenchError, match=r"optimal_action\[\d+\] = \d, but task \d of card test/hand-built-darkroom has \d there: "
+                                            "the card's training tasks do not describe this data"):
+        make_sampler("dpt", store, batch_size=4, seed=0, context_size=2)
 
 
 # ----------------------------------------------------------------------------- contract of every sampler

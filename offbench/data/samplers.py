@@ -93,10 +93,12 @@ def sampler(dataset: Any, kind: str, *, batch_size: int, seed: int = 0, device: 
                      consecutive steps of one learning history, across episodes (Algorithm Distillation). Needs
                      a history_id column.
     dpt              context_size (required), context="window" | "random" | "shuffled", label="optimal" |
-                     "posterior". query_observations (B,*obs), context_{observations,actions,rewards,
-                     next_observations} (B,C,..), optimal_actions (B,..); "posterior" adds
-                     optimal_action_probabilities (B,C+1,A) (Decision-Pretrained Transformer). Needs an
-                     optimal_action column and history_id or task_id.
+                     "posterior". query_observations (B,*obs): a state drawn uniformly over the environment's
+                     states, independent of the context; context_{observations,actions,rewards,
+                     next_observations} (B,C,..), optimal_actions (B,): the task's optimal action at the query;
+                     "posterior" adds optimal_action_probabilities (B,C+1,A) (Decision-Pretrained Transformer).
+                     Needs optimal_action and task_id columns and a card naming its offbench environment and
+                     training tasks.
 
     Every kind adds task_ids (B,) int64 when the dataset has a task_id column. Observations and rewards are
     float32; actions are int64 for integer (discrete) actions, float32 otherwise. An XLand file samples
@@ -489,10 +491,18 @@ DPT_LABELS = ("optimal", "posterior")
 class DPTSampler(_StoreSampler):
     """(query state, in-context dataset, optimal action) triples for Decision-Pretrained Transformer.
 
-    Per sample: a group (task) uniformly, C context transitions from that group's steps, one query
-    step uniformly from the same group, and the label `optimal_action[query]`. The group is
-    `history_id` when present, else `task_id`. Group rows need not be
-    contiguous: they are taken in time order within the group.
+    Per sample: a group uniformly, C context transitions from that group's steps, and a query state drawn
+    uniformly over the environment's states, independent of the context, labelled with the group's task's
+    optimal action in it. That is the reference's draw (jon--lee/decision-pretrained-transformer
+    `collect_data.py`: `query_state = env.sample_state()`, uniform over Dark Room's cells); a query taken from
+    the group's own steps would sit where the history went, which for a learner that found its goal is the goal
+    (37% of the queries on darkroom-ad-eps-fast, label: stay), a hint the evaluation never gives. The states, their
+    observations and the tasks' optimal actions come from the card's environment and training tasks
+    (offbench.generators.task_posterior.TaskStates: Dark Room's cells, Key-to-Door's cells with and without the
+    key, a bandit's one state). The group is `history_id` when present, else `task_id`; its task is its rows'
+    `task_id`. Group rows need not be contiguous: they are taken in time order within the group. The
+    `optimal_action` column, the labels of the visited steps, is checked against the card's tasks on a sample
+    of rows, so a card whose split does not describe its data is one line instead of wrong labels.
 
     `context="window"` (default) takes C consecutive steps of the group from a uniform start, i.e. a
     piece of the rollouts that built the task's data, in order, as in DPT's own Dark Room data where
@@ -509,6 +519,7 @@ class DPTSampler(_StoreSampler):
     """
 
     kind = "dpt"
+    LABEL_CHECK_ROWS = 4096  # rows whose optimal_action the card's tasks must reproduce (evenly spaced over the file)
 
     def __init__(
         self,
@@ -524,9 +535,9 @@ class DPTSampler(_StoreSampler):
         super().__init__(store, batch_size, seed, device)
         if "optimal_action" not in store.columns:
             raise OffbenchError(f"{self.where}dpt needs an 'optimal_action' column (the query labels); this dataset has none")
+        if self.task_ids is None:
+            raise OffbenchError(f"{self.where}dpt labels each query with its group's task: the dataset has no 'task_id' column")
         group_by = "history_id" if "history_id" in store.columns else "task_id"
-        if group_by not in store.columns:
-            raise OffbenchError(f"{self.where}dpt groups steps by task: the dataset has no '{group_by}' column")
         if context not in CONTEXT_SAMPLINGS:
             raise OffbenchError(f"context must be one of {', '.join(CONTEXT_SAMPLINGS)}, got '{context}'")
         if int(context_size) < 1:
@@ -534,19 +545,22 @@ class DPTSampler(_StoreSampler):
         if label not in DPT_LABELS:
             raise OffbenchError(f"label must be one of {', '.join(DPT_LABELS)}, got '{label}'")
         self.context_size, self.context = int(context_size), context
-        self.posterior = None
-        if label == "posterior":
-            from offbench.generators.task_posterior import OptimalActionPosterior
 
-            self.posterior = OptimalActionPosterior.for_card(store.card or {}, self.where)
-        self.optimal_actions = np.asarray(store.columns["optimal_action"])
-        self.label_dtype = np.int64 if self.optimal_actions.dtype.kind in "iub" else np.float32
+        from offbench.generators.task_posterior import OptimalActionPosterior, TaskStates, training_env
+
+        card = store.card or {}
+        env = training_env(card, "dpt draws its query over the states of", self.where)
+        self.tasks = TaskStates.of_env(env)
+        self.posterior = OptimalActionPosterior.for_card(card, env, self.where) if label == "posterior" else None
+        self.query_observations = self.observation_array(self.tasks.observations)
+        self.check_labels(np.asarray(store.columns["optimal_action"]), card.get("id", "?"))
 
         groups = np.asarray(store.columns[group_by])
         self.rows = np.argsort(groups, kind="stable")  # rows of each group, in time order
         sorted_groups = groups[self.rows]
         bounds = np.concatenate([[0], np.flatnonzero(sorted_groups[1:] != sorted_groups[:-1]) + 1, [len(groups)]])
         self.group_first, self.group_length = bounds[:-1], np.diff(bounds)
+        self.group_task = np.asarray(self.task_ids)[self.rows[self.group_first]].astype(np.int64)
         if context != "random" and self.group_length.min() < self.context_size:
             short = int(np.argmin(self.group_length))
             raise OffbenchError(
@@ -554,6 +568,24 @@ class DPTSampler(_StoreSampler):
                 f"({self.group_length[short]} steps, the shortest); {context} contexts of distinct steps need at most {self.group_length[short]}"
             )
         self.offsets = np.arange(self.context_size, dtype=np.int64)
+
+    def check_labels(self, labels: np.ndarray, card_id: str) -> None:
+        """The card's tasks give the stored labels on `LABEL_CHECK_ROWS` evenly spaced rows (task ids in range too)."""
+        rows = np.unique(np.linspace(0, len(labels) - 1, min(len(labels), self.LABEL_CHECK_ROWS)).astype(np.int64))
+        tasks = self.gather(self.task_ids, rows).astype(np.int64)
+        num_tasks = len(self.tasks.optimal_actions)
+        if tasks.min() < 0 or tasks.max() >= num_tasks:
+            raise OffbenchError(f"{self.where}task_id {tasks.max() if tasks.max() >= num_tasks else tasks.min()} is not one of "
+                                f"card {card_id}'s {num_tasks} training tasks")
+        try:
+            expected = self.tasks.optimal_actions[tasks, self.tasks.states(self.gather(self.observations, rows))]
+        except OffbenchError as error:
+            raise OffbenchError(f"{self.where}{error}") from None
+        wrong = np.flatnonzero(expected != self.gather(labels, rows))
+        if len(wrong):
+            row = int(rows[wrong[0]])
+            raise OffbenchError(f"{self.where}optimal_action[{row}] = {labels[row]}, but task {tasks[wrong[0]]} of card {card_id} "
+                                f"has {expected[wrong[0]]} there: the card's training tasks do not describe this data")
 
     def sample(self) -> dict[str, torch.Tensor]:
         group = self.rng.integers(0, len(self.group_first), self.batch_size)
@@ -567,16 +599,16 @@ class DPTSampler(_StoreSampler):
         else:
             position = np.sort(self.rng.integers(0, length[:, None], (self.batch_size, self.context_size)), axis=1)
         context = self.rows[first[:, None] + position]  # (B, C) step indices
-        query = self.rows[first + self.rng.integers(0, length)]
-        labels = self.gather(self.optimal_actions, query)
+        query = self.rng.integers(0, self.tasks.num_states, self.batch_size)  # tabular states, as env.sample_state()
+        labels = self.tasks.optimal_actions[self.group_task[group], query]
         batch = {
-            "query_observations": self.observation_tensor(self.gather(self.observations, query)),
+            "query_observations": self.tensor(self.query_observations[query]),
             **self.step_tensors(context, prefix="context_", next_observations=True),
-            "optimal_actions": self.tensor(labels, self.label_dtype),
+            "optimal_actions": self.tensor(labels),
         }
         if self.posterior is not None:
             batch["optimal_action_probabilities"] = self.tensor(self.posterior.probabilities(
-                self.gather(self.observations, query), self.gather(self.observations, context),
+                self.tasks.observations[query], self.gather(self.observations, context),
                 self.gather(self.actions, context), self.gather(self.rewards, context), labels,
             ))
-        return self.with_task_ids(batch, query)
+        return self.with_task_ids(batch, self.rows[first])
