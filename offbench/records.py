@@ -147,10 +147,11 @@ _BOUNDS = {
 
 
 def check_allowed(value: Any, allowed: Mapping[str, Any], where: str) -> Any:
-    """`value` if it (every item of it, for a list) is within the field's declared `ranged` limits."""
+    """`value` if it (every item of it, for a list) is within the field's declared `ranged` limits. Bounds apply to
+    numbers: a string a field also takes (`int | Literal["auto"]`) is checked by its type alone."""
     items = value if isinstance(value, (list, tuple)) else (value,)
     for item in items:
-        if item is None:
+        if item is None or (isinstance(item, str) and "choices" not in allowed):
             continue
         if "choices" in allowed and item not in allowed["choices"]:
             raise OffbenchError(f"{where} must be one of {', '.join(map(str, allowed['choices']))}, got {_shown(item)}")

@@ -120,6 +120,20 @@ def test_integer_bounds_read_as_integers_and_the_offending_item_is_shown():
     assert "| `values` | a list of values |" in field_table(Sweep)
 
 
+@dataclasses.dataclass(frozen=True)
+class Split:
+    rows: int | Literal["auto"] | None = ranged(None, ge=1)
+
+
+def test_bounds_apply_to_the_numbers_of_a_field_that_also_takes_a_string():
+    assert from_dict(Split, {"rows": "auto"}, "s.toml").rows == "auto"
+    assert from_dict(Split, {"rows": 4}, "s.toml").rows == 4
+    with pytest.raises(OffbenchError, match=r"^s\.toml: 'rows' must be at least 1, got 0$"):
+        from_dict(Split, {"rows": 0}, "s.toml")
+    with pytest.raises(OffbenchError, match=r"^s\.toml: 'rows' must be an integer or one of auto, got 'all'$"):
+        from_dict(Split, {"rows": "all"}, "s.toml")
+
+
 def test_files_name_themselves_in_parse_errors(tmp_path):
     (tmp_path / "a.toml").write_text("id = ")
     (tmp_path / "a.json").write_text("{")
