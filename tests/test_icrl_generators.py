@@ -123,6 +123,21 @@ def test_uniform_states_rollin_draws_every_transition_from_a_uniform_cell_as_a_o
     assert store.card["env"]["id"] == "offbench/DarkRoom-v0" and BENCHMARKS["darkroom"].make_batch(train[:1]).horizon == 20
 
 
+@pytest.mark.parametrize("name", ["darkroom", "keydoor"])
+def test_a_roll_in_records_the_optimal_return_of_the_environments_own_episodes(name):
+    """A roll-in's episodes are one step long, but the card's environment (what evaluation runs, and the optimal line
+    of the learning-history figure) keeps its horizon: the recorded optimum is the mean over the histories of their
+    task's optimal return over a full episode, as a learner's card records it."""
+    store, summary = _run(name, algo="uniform-states", episodes=10)
+    train, _ = card_tasks(store.card)
+    tasks = store.columns["task_id"][store.episode_starts[:-1]].reshape(-1, 10)[:, 0]  # each history's task
+    full = [gym.make(store.card["env"]["id"], **task).unwrapped.optimal_return for task in train]
+    assert np.all(store.episode_lengths == 1) and summary["optimal_return"] == pytest.approx(np.mean(np.array(full)[tasks]))
+    assert summary["optimal_return"] > 1 and store.card["learning"] == summary
+    learner = _run(name, algo="q-learning", episodes=10, allow_unlearned=True)[1]
+    assert learner["optimal_return"] == pytest.approx(summary["optimal_return"])
+
+
 def test_ucb_pulls_every_arm_once_first():
     store, _ = _run("bandit", algo="ucb", tasks=3, held_out=1, episodes=20)
     first = store.actions[store.columns["history_id"] == 0][:10]
@@ -377,7 +392,7 @@ def test_compiled_loop_writes_the_numpy_loops_bytes(tmp_path, monkeypatch, name,
         histories.write_histories(recipe, 3, out, workers=1, check=False)
         files[loop, cells] = out.read_bytes()
     assert len(set(files.values())) == 1, [key for key in files if files[key] != files["numpy", rollout.BLOCK_CELLS]]
-    store = load_native(tmp_path / f"numba-1.h5")
+    store = load_native(tmp_path / "numba-1.h5")
     assert store.num_episodes == 27 * 40  # every history ran all its episodes, none past them
 
 

@@ -15,7 +15,8 @@ tenth of its episodes (score = return; for bandits the mean of the pulled arm, w
 noise) against the task's optimal return. A history improved if it closed at least 10% of the gap
 between its first-window score and the optimum. Histories that did not improve are reported; if fewer
 than half improved, generation fails unless `allow_unlearned` is set (a source that declares `learns = False`,
-a roll-in rather than a learner, is not checked). The summary goes into the card.
+a roll-in rather than a learner, is not checked). The summary goes into the card; its optimal return is that of
+the card's environment's episodes (the horizon evaluation runs), also for a roll-in whose own episodes are one step.
 """
 
 from __future__ import annotations
@@ -38,11 +39,21 @@ from rich.console import Console
 from offbench.data.store import EpisodeStore, Region, allocate_native, finish_native, load_native
 from offbench.envs.benchmarks import BENCHMARKS, Benchmark, get_benchmark, split_tasks
 from offbench.errors import OffbenchError
-from offbench.utils import atomic_path, die_with_parent, progress_bar, reserve_space, temp_prefix, user_fixable_write_errors
 from offbench.generators import register_generator
 from offbench.generators.compiled import compile_loop, selected_loop
-from offbench.generators.rollout import STEP_ARRAYS, LaidOut, Staged, StepTables, as_words, lay_out_staged, lockstep, run_group, staging_arrays
+from offbench.generators.rollout import (
+    STEP_ARRAYS,
+    LaidOut,
+    Staged,
+    StepTables,
+    as_words,
+    lay_out_staged,
+    lockstep,
+    run_group,
+    staging_arrays,
+)
 from offbench.generators.sources import ALGORITHMS, RowStreams, make_config
+from offbench.utils import atomic_path, die_with_parent, progress_bar, reserve_space, temp_prefix, user_fixable_write_errors
 
 LEARNING_WINDOW_FRACTION = 0.1  # first / last tenth of each history
 MIN_GAP_CLOSED = 0.1  # a history improved if it closed 10% of the gap to the optimum
@@ -137,6 +148,11 @@ class HistoryRecipe:
         `episode_horizon` (every transition from a state it draws; evaluation keeps the benchmark's horizon)."""
         horizon = getattr(ALGORITHMS[self.algo], "episode_horizon", None)
         return get_benchmark(self.benchmark).make_batch(tasks, **({} if horizon is None else {"horizon": horizon}))
+
+    def optimal_returns(self, tasks: list[dict]) -> np.ndarray:
+        """The optimal return of each task's episodes as the card's environment runs them (its own horizon, the one
+        evaluation uses), also for a roll-in whose own episodes are one step long (their optimum would say 0)."""
+        return np.asarray(get_benchmark(self.benchmark).make_batch(tasks).optimal_returns, np.float64)
 
     def dataset_id(self, seed: int) -> str:
         """A readable id that changes whenever the data would."""
@@ -303,7 +319,7 @@ def _run_group(plan: _Plan, group: int, regions: dict[str, Region] | None, stagi
     length = run_group(env, algo, recipe.episodes, env_streams, sink, plan.in_lockstep, _add_to_shared_count, plan.loop)
     if not plan.in_lockstep:
         return {"length": length}
-    return {"windows": learning_windows(sink.scores, sink.optimal_rate), "optimal_returns": np.asarray(env.optimal_returns, np.float64)}
+    return {"windows": learning_windows(sink.scores, sink.optimal_rate)}
 
 
 def _lay_out_group(plan: _Plan, group: int, regions: dict[str, Region], staging: Path, first_step: int, length: np.ndarray) -> dict[str, np.ndarray]:
@@ -314,7 +330,7 @@ def _lay_out_group(plan: _Plan, group: int, regions: dict[str, Region], staging:
               for name in staging_arrays(env, plan.capacity, hasattr(env, "noisy_rewards"))}
     part = _group_part(regions, slice(first_step, first_step + int(length.sum())), slice(lo * plan.recipe.episodes, hi * plan.recipe.episodes))
     scores, optimal_rate = lay_out_staged(StepTables(env), staged, length, *plan.ids(group), plan.recipe.episodes, part, first_step)
-    return {"windows": learning_windows(scores, optimal_rate), "optimal_returns": np.asarray(env.optimal_returns, np.float64)}
+    return {"windows": learning_windows(scores, optimal_rate)}
 
 
 def write_histories(recipe: HistoryRecipe, seed: int, out: Path, quiet: bool = True, workers: int | None = None, check: bool = True) -> dict[str, Any]:
@@ -350,8 +366,8 @@ def write_histories(recipe: HistoryRecipe, seed: int, out: Path, quiet: bool = T
             first_steps = np.cumsum([0] + [int(length.sum()) for length in lengths])
             results = pool.map(_lay_out_group, [(plan, g, regions, staging, int(first_steps[g]), lengths[g]) for g in range(plan.num_groups)])
         regions["episode_starts"].open()[0] = 0
-        join = lambda key: np.concatenate([r[key] for r in results])  # noqa: E731
-        summary = learning_summary(join("windows"), join("optimal_returns"), episodes, score_name=one.score_name)
+        windows = np.concatenate([r["windows"] for r in results])
+        summary = learning_summary(windows, recipe.optimal_returns(train)[plan.row_task], episodes, score_name=one.score_name)
         if check and recipe.source_learns:
             check_learning(summary, recipe.allow_unlearned)
         finish_native(tmp, regions, _card(recipe, bench, seed, train, held_out, summary))
