@@ -2,7 +2,8 @@
 
 Task lists: MOORE (Hendawy et al., ICLR 2024), `run_minigrid_ppo_mt.py`, dict `MT_EXP`, in the authors'
 repository AhmedMagdyHendawy/MOORE at commit 9c8d62a. MOORE observes the 7x7x3 egocentric image only
-(minigrid's `ImgObsWrapper`) with each environment's own `max_steps` as horizon; so do we.
+(minigrid's `ImgObsWrapper`) with each environment's own `max_steps` as horizon. We keep the horizon; our default
+observation ("flat") adds the agent's direction to the image, and `observation = "image"` is MOORE's image alone.
 
 A card's [env] table for this suite:
 
