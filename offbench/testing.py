@@ -54,7 +54,7 @@ def check_baseline(cls: type, tiny_config: Any, dataset: Any, *, num_envs: int =
     baseline = build(device)
     sampler = sampler_for(baseline, dataset, device)
     for _ in range(2):
-        check_losses(baseline.update(sampler.sample()), contract)
+        check_losses(baseline.update(sampler.sample()), contract, getattr(cls, "trains", True))
 
     checkpoint = saved(baseline.state_dict(), contract)
     restored = {}
@@ -75,7 +75,7 @@ def check_baseline(cls: type, tiny_config: Any, dataset: Any, *, num_envs: int =
         random.seed(1)  # the same draws on both sides, as a resume restores every RNG
         np.random.seed(1)
         torch.manual_seed(1)
-        check_losses(model.update(batch), contract)
+        check_losses(model.update(batch), contract, getattr(cls, "trains", True))
     same = np.array_equal if device == "cpu" else functools.partial(np.allclose, rtol=1e-4, atol=1e-6)  # CUDA's atomics: last bits
     contract.require(same(act(baseline, options, observations, spec, num_envs, contract),
                           act(restored[device], options, observations, spec, num_envs, contract)),
@@ -133,7 +133,11 @@ def sampler_for(baseline: Any, store: Any, device: str):
     return baseline_sampler(baseline, store, SAMPLE_BATCH_SIZE, 0, device)
 
 
-def check_losses(losses: Any, contract: Contract) -> None:
+def check_losses(losses: Any, contract: Contract, trains: bool = True) -> None:
+    """A learner reports what it optimised; an agent with nothing to learn (`trains = False`) reports nothing."""
+    if not trains:
+        contract.require(losses == {}, f"a baseline with trains = False has nothing to learn: update(batch) must return {{}}, got {losses!r}")
+        return
     contract.require(isinstance(losses, dict) and bool(losses) and all(np.isfinite(float(v)) for v in losses.values()),
                      f"update(batch) must return a non-empty dict of finite losses, got {losses!r}")
 

@@ -60,7 +60,7 @@ def test_the_prompt_carries_the_history_so_a_ucb_model_plays_ucb(server_factory)
             assert arms[t, row] == expected
             history.add(int(arms[t, row]), float(rewards[t, row]))
     assert policy.usage() == {"pulls": 24, "requests": 24, "prompt_tokens": 24 * 11, "completion_tokens": 24 * 3,
-                              "reasks": 0, "fallbacks": 0}
+                              "reasks": 0, "fallbacks": 0, "tokens_per_episode": [14.0] * 12}
 
 
 def test_malformed_answers_are_re_asked_then_fall_back_to_a_seeded_draw(server_factory):

@@ -9,8 +9,10 @@ with or without algorithm hints (each arm's UCB1 index written into the prompt);
 - Answers are parsed strictly (`ARM: <index>`); a malformed or out-of-range answer is re-asked with a correction, at
   most `max_reasks` times, after which the arm is drawn uniformly from a seeded generator and the pull is counted as
   a fallback (so a flaky model costs regret, never a crashed run).
-- Every response is cached by the sha256 of the full request (model, messages, temperature, max tokens) in an
-  append-only JSON-lines file, so an interrupted run resumes, and a finished one is re-scored, without new calls.
+- Every response is cached by the sha256 of the full request (model, messages, temperature, max tokens) and its
+  place in the evaluation (task row, pull, attempt) in an append-only JSON-lines file, so an interrupted run resumes,
+  and a finished one is re-scored, without new calls. The place is part of the key because two tasks often send the
+  same prompt (every first pull does): each must get its own sample, as it would uncached at temperature > 0.
 - The API key is read from the environment variable the config names and is never written anywhere.
 - Rate limits (429) and server errors (5xx) are retried after the server's `Retry-After` (else a doubling backoff),
   at most `max_retries` times; then one error line names the endpoint and the last status.
@@ -87,11 +89,11 @@ class ChatEndpoint:
         self._key = os.environ.get(config.api_key_env, "")
         self.cache = ResponseCache(cache_path)
 
-    def ask(self, messages: list[dict[str, str]]) -> tuple[str, dict[str, int], bool]:
-        """(answer text, token usage, whether it came from the cache)."""
+    def ask(self, messages: list[dict[str, str]], place: str) -> tuple[str, dict[str, int], bool]:
+        """(answer text, token usage, whether it came from the cache); `place` names where in the evaluation it is asked."""
         request = {"model": self.config.model, "messages": messages, "temperature": self.config.temperature,
                    "max_tokens": self.config.max_tokens}
-        key = hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest()
+        key = hashlib.sha256(json.dumps({"request": request, "place": place}, sort_keys=True).encode()).hexdigest()
         cached = self.cache.get(key)
         if cached is not None:
             return cached["text"], cached["usage"], True
@@ -255,6 +257,7 @@ class LLMBanditPolicy:
 
     def reset(self, num_envs: int) -> None:
         self._histories = [BanditHistory(self.num_arms) for _ in range(num_envs)]
+        self.calls = []
 
     def act(self, observations: np.ndarray) -> np.ndarray:
         rows = range(len(self._histories))
@@ -270,7 +273,7 @@ class LLMBanditPolicy:
         record = CallRecord(row=row, step=len(history.arms), arm=fallback)
         messages = build_prompt(history, self.config, self.demonstrations)
         for attempt in range(self.config.max_reasks + 1):
-            text, usage, cached = self.endpoint.ask(messages)
+            text, usage, cached = self.endpoint.ask(messages, place=f"row {row}, pull {record.step}, attempt {attempt}")
             record.requests += not cached
             record.prompt_tokens += usage["prompt_tokens"]
             record.completion_tokens += usage["completion_tokens"]
@@ -289,12 +292,17 @@ class LLMBanditPolicy:
         for history, arm, reward in zip(self._histories, self._last, rewards, strict=True):
             history.add(int(arm), float(reward))
 
-    def usage(self) -> dict[str, int]:
-        """Totals over every pull so far (what a run records beside its returns)."""
+    def usage(self) -> dict[str, float | list[float]]:
+        """Totals over every pull since `reset`, and the tokens of each episode (pull) averaged over the tasks: what
+        the in-context protocol records beside the returns (evaluations.jsonl `policy_usage`)."""
+        steps = 1 + max((c.step for c in self.calls), default=-1)
+        per_episode = np.zeros(steps)
+        np.add.at(per_episode, [c.step for c in self.calls], [c.prompt_tokens + c.completion_tokens for c in self.calls])
         return {"pulls": len(self.calls), "requests": sum(c.requests for c in self.calls),
                 "prompt_tokens": sum(c.prompt_tokens for c in self.calls),
                 "completion_tokens": sum(c.completion_tokens for c in self.calls),
-                "reasks": sum(c.reasks for c in self.calls), "fallbacks": sum(c.fallback for c in self.calls)}
+                "reasks": sum(c.reasks for c in self.calls), "fallbacks": sum(c.fallback for c in self.calls),
+                "tokens_per_episode": (per_episode / max(len(self._histories), 1)).tolist()}
 
 
 def demonstration_histories(store: Any, count: int, num_arms: int, seed: int) -> list[BanditHistory]:

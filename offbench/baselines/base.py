@@ -18,6 +18,8 @@ A baseline module (one file, CORL-style) defines a config dataclass and a class 
 Optional, read by the trainer when present:
 
     sampler_options() -> dict                  extra keyword arguments for make_sampler (e.g. segment_length)
+    trains: bool = True                        False for an agent with nothing to learn (llm): update() returns {} and
+                                               the standard config takes one update, so the run is its evaluation
 
 Optional, read by tests and docs (every built-in has them):
 

@@ -331,7 +331,8 @@ class InContext:
         env = self.make_env()
         options = PolicyOptions(task_ids=np.asarray(self.task_ids, dtype=np.int64), deterministic=self.setup.deterministic,
                                 row_labels=tuple(f"{self.setup.tasks} task {task_id}" for task_id in self.task_ids))
-        results = run_in_context(baseline.policy(options), env, self.setup.episodes)
+        policy = baseline.policy(options)
+        results = run_in_context(policy, env, self.setup.episodes)
         optimal = np.asarray(env.optimal_returns, dtype=np.float64)
         known = bool(np.isfinite(optimal).all())  # XLand rulesets: the optimum is unknown, so is the regret
         curve = results.returns.mean(axis=0)
@@ -347,6 +348,7 @@ class InContext:
             task_returns=results.returns.tolist(),
             regret=None if regret is None else float(regret[-1]),
             in_context_regret=None if regret is None else regret.tolist(),
+            policy_usage=policy.usage() if callable(getattr(policy, "usage", None)) else None,
         ))]
 
     def score_metric(self, evaluations: list[dict[str, Any]]) -> str:

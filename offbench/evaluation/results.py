@@ -81,6 +81,7 @@ class EvaluationRecord:
     task_returns: list[list[float]] | None = ranged(None, doc="in-context: per task, each episode's return")
     regret: float | None = ranged(None, null=_in_context, doc="in-context: cumulative regret over all episodes (lower is better); null where the optimum is unknown")
     in_context_regret: list[float] | None = ranged(None, null=_in_context, doc="in-context: the cumulative regret after each episode")
+    policy_usage: dict[str, float | list[float]] | None = ranged(None, doc="what a policy that reports it (`usage()`) spent on this evaluation: a language model's requests, tokens (also per episode), re-asks and fallback draws")
 
 
 def score_metric(evaluations: Sequence[Mapping[str, Any]], has_reference_scores: bool) -> str:

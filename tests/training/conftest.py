@@ -46,6 +46,22 @@ def darkroom_home(tmp_path_factory) -> Path:
     return generated_home(tmp_path_factory, "darkroom-small")
 
 
+@pytest.fixture(scope="session")
+def bandit_home(tmp_path_factory) -> Path:
+    """An OFFBENCH_HOME holding bandit-small (UCB1 histories on adversarial Bernoulli bandits), generated once."""
+    return generated_home(tmp_path_factory, "bandit-small")
+
+
+@pytest.fixture
+def bandit(bandit_home, monkeypatch):
+    """Point this test (and its subprocesses) at the bandit-small home; returns the dataset."""
+    monkeypatch.setenv("OFFBENCH_HOME", str(bandit_home))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    import offbench
+
+    return offbench.load("bandit-small")
+
+
 @pytest.fixture
 def darkroom(darkroom_home, monkeypatch):
     """Point this test (and its subprocesses) at the darkroom-small home; returns the dataset."""
