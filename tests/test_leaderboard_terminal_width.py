@@ -3,6 +3,7 @@ each repeat the row names, so every cell stays whole on its line."""
 
 from __future__ import annotations
 
+import csv
 import io
 
 import pandas as pd
@@ -60,3 +61,25 @@ def test_a_column_wider_than_the_terminal_alone_folds_instead_of_being_cut():
     frame = pd.DataFrame({"baseline": ["bc"], "note": ["x" * 120]})
     text = printed(terminal_tables("", frame, 80))
     assert max(len(line) for line in text.splitlines()) <= 80 and text.count("x") == 120
+
+
+def test_leaderboard_show_in_an_80_column_terminal_keeps_every_line_within_it(tmp_path, monkeypatch, run_cli):
+    from run_dirs import make_bench, runs_of
+
+    from offbench.leaderboard.spec import load_spec
+    from offbench.leaderboard.submit import submit
+
+    bench = make_bench(tmp_path, monkeypatch, {"bc": 40.0, "iql": 70.0, "cql": 55.0}, ["test/a", "test/b", "test/c"])
+    for baseline in ("bc", "iql", "cql"):
+        submit(load_spec("tb"), runs_of(bench, baseline), render=False)
+    monkeypatch.setenv("COLUMNS", "80")
+    shown = run_cli("leaderboard", "show", "tb")
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert "(1 of " in shown.stdout and "P(row > column)" in shown.stdout  # the main table was cut into parts
+    cells = run_cli("leaderboard", "show", "tb", "--format", "csv").stdout.split("\n\n")[0]
+    rows = list(csv.DictReader(io.StringIO(cells)))
+    assert sorted(row["baseline"] for row in rows) == ["bc", "cql", "iql"]
+    for row in rows:  # every cell whole on one line, not folded into a narrow column
+        assert all(any(str(value) in line for line in lines) for value in row.values()), row

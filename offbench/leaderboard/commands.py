@@ -93,7 +93,7 @@ def show(benchmark: str = typer.Argument(..., help="Benchmark name."), runs: Opt
                                     "the main table and the per-task tables as text to paste or redirect.")) -> None:
     """The table in the terminal: mean [95% interval] (n seeds) per baseline and dataset, then the aggregates."""
     from offbench.leaderboard.spec import load_spec
-    from offbench.leaderboard.table import compute_results, improvement_table, main_table, per_task_tables, reported_table
+    from offbench.leaderboard.table import compute_results, improvement_table, main_table, per_task_tables, reported_table, terminal_tables
 
     format = format.lower()
     if format not in SHOW_FORMATS:
@@ -120,12 +120,8 @@ def show(benchmark: str = typer.Argument(..., help="Benchmark name."), runs: Opt
     for title, frame in frames:
         if frame.empty:
             continue
-        table = Table(header_style="bold", title=escape(title) or None)
-        for column in frame.columns:
-            table.add_column(escape(str(column)))
-        for row in frame.itertuples(index=False):
-            table.add_row(*(escape(str(value)) for value in row))
-        console.print(table)
+        for table in terminal_tables(title, frame, console.width):
+            console.print(table)
 
 
 SHOW_FORMATS = ("table", "markdown", "csv", "latex")
