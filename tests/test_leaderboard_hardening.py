@@ -286,6 +286,23 @@ def test_markdown_and_html_escape_hostile_text(bench):
     assert '<tr class="reported">' in page and "&lt;v&gt;" in page
 
 
+def test_the_html_page_shows_code_spans_of_the_description_as_code_and_nothing_else_as_html(bench):
+    import dataclasses
+
+    from offbench.leaderboard.render import build_board, render_html
+    from offbench.leaderboard.spec import load_spec
+    from offbench.leaderboard.table import compute_results
+
+    submit(bench, runs_of(bench, "bc"))
+    description = "Train on `minigrid/mt3-*` with `offbench run bc --steps 10`; <script>alert(1)</script> and `<b>x</b>` & `a"
+    spec = dataclasses.replace(load_spec("tb"), description=description)
+    board = build_board(spec)
+    page = render_html(spec, board, compute_results(board), [])
+    paragraph = next(line for line in page.splitlines() if line.startswith("<p>Train on"))
+    assert paragraph == ("<p>Train on <code>minigrid/mt3-*</code> with <code>offbench run bc --steps 10</code>; "
+                         "&lt;script&gt;alert(1)&lt;/script&gt; and <code>&lt;b&gt;x&lt;/b&gt;</code> &amp; `a</p>")
+
+
 def test_svg_figures_escape_hostile_labels(bench, tmp_path):
     from offbench.leaderboard.render import write_figures
 

@@ -96,8 +96,9 @@ def write_figures(board: Board, folder: Path) -> list[Figure]:
     figures: list[Figure] = []
     if not board.curves.empty:
         plot_learning_curves(board.curves, spec.metric.label, folder / "figures" / "curves.svg",
-                             title=f"{spec.title}: learning curves (mean over seeds, shaded 95% bootstrap interval)", reps=reps)
-        figures.append(Figure("figures/curves.svg", f"Learning curves: {spec.metric.label} against update step."))
+                             title=f"{spec.title}: learning curves", reps=reps)  # the figure adds a band note where one differs
+        band = ", mean over seeds with a shaded 95% bootstrap interval" if spec.min_seeds > 1 else ""
+        figures.append(Figure("figures/curves.svg", f"Learning curves: {spec.metric.label} against update step{band}."))
     if not board.in_context.empty:
         plot_in_context(board.in_context, folder / "figures" / "in_context.svg", optimum=board.optimum,
                         sources=source_curves(list(board.in_context["dataset"].unique())), reps=reps)
@@ -105,9 +106,9 @@ def write_figures(board: Board, folder: Path) -> list[Figure]:
                                                         "with the source algorithm and the optimal return as references."))
     matrices = score_matrices(board.scores, spec.datasets) if aggregates_meaningful(spec) else {}
     if matrices:
-        plot_aggregate_intervals(matrices, spec.score_label, folder / "figures" / "aggregates.svg", reps=reps)
-        figures.append(Figure("figures/aggregates.svg", "Mean, median and interquartile mean (IQM) with 95% stratified-bootstrap intervals."))
         lower = spec.metric.lower_is_better
+        plot_aggregate_intervals(matrices, spec.score_label, folder / "figures" / "aggregates.svg", reps=reps, lower_is_better=lower)
+        figures.append(Figure("figures/aggregates.svg", "Mean, median and interquartile mean (IQM) with 95% stratified-bootstrap intervals."))
         plot_performance_profiles(matrices, spec.score_label, folder / "figures" / "profiles.svg", reps=reps,
                                   bounded=spec.metric.name == "success_rate", lower_is_better=lower)
         figures.append(Figure("figures/profiles.svg", "Performance profiles: fraction of runs whose score is "
@@ -252,9 +253,15 @@ document.querySelectorAll("table.sortable").forEach(function (table) {
 """
 
 
+def description_html(text: str) -> str:
+    """A board's Markdown description in the HTML page: escaped whole (never raw HTML), then each `code` span as
+    <code>, the one piece of Markdown the descriptions use, so commands and dataset ids show without backticks."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
+
+
 def render_html(spec: BenchmarkSpec, board: Board, results: Results, figures: list[Figure]) -> str:
     e = html.escape
-    body = [f"<h1>{e(spec.title)}</h1>", f"<p>{e(spec.description)}</p>", "<h2>Protocol</h2><ul>"]
+    body = [f"<h1>{e(spec.title)}</h1>", f"<p>{description_html(spec.description)}</p>", "<h2>Protocol</h2><ul>"]
     body += [f"<li>{e(line)}</li>" for line in _protocol_lines(spec)]
     body += ["</ul>", "<h2>Results</h2>"]
     if board.scores.empty:
