@@ -28,6 +28,7 @@ _GENERATOR_MODULES: list[str] = [
     "offbench.generators.pendulum",
     "offbench.generators.metaworld",
     "offbench.generators.minigrid",
+    "offbench.generators.mujoco_local",
 ]
 
 
