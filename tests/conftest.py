@@ -17,6 +17,7 @@ REPO = Path(__file__).resolve().parents[1]
 def isolated_home(tmp_path, monkeypatch):
     home = tmp_path / "offbench_home"
     monkeypatch.setenv("OFFBENCH_HOME", str(home))
+    monkeypatch.setenv("OFFBENCH_ALLOW_DIRTY", "1")  # the suite runs from a working tree; tests of the rule unset it
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari_home"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("WANDB_MODE", "offline")

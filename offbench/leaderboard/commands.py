@@ -32,6 +32,7 @@ def submit(
     label: Optional[str] = typer.Option(None, help="Row name (default: the baseline's name); use it for a variant config."),
     render: bool = typer.Option(True, "--render/--no-render", help="Re-render README.md, index.html and figures after accepting."),
     verify: bool = typer.Option(False, "--verify", help="Replay each run's final evaluation from its checkpoint; the entry is marked verified."),
+    allow_dirty: bool = typer.Option(False, "--allow-dirty", help="Admit runs made from uncommitted code or at different commits; the entry's provenance is marked on the page."),
     root: Optional[Path] = ROOT_OPTION,
 ) -> None:
     """Validate runs against a benchmark and add them to its leaderboard (refusals name the rule that failed)."""
@@ -40,7 +41,7 @@ def submit(
     from offbench.tracking.read_run import expand_run_dirs
 
     spec = load_spec(benchmark, root)
-    written = submit_runs(spec, expand_run_dirs(run_dirs), label=label, render=render, verify=verify)
+    written = submit_runs(spec, expand_run_dirs(run_dirs), label=label, render=render, verify=verify, allow_dirty=allow_dirty)
     for path in written:
         console.print(f"accepted: {path}", highlight=False, markup=False, soft_wrap=True)
     if render:
@@ -65,7 +66,7 @@ def _preview_entries(spec: BenchmarkSpec, paths: list[Path], with_entries: bool)
     entries = []
     for members in groups.values():
         try:
-            for entry in validate_runs(spec, members):
+            for entry in validate_runs(spec, members, allow_dirty=True):  # a preview shows the entry's provenance, it does not judge it
                 check_against_accepted(entry, accepted)
                 entries.append(entry)
         except Refused as exc:

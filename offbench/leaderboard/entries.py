@@ -377,6 +377,22 @@ def entry_verified(entry: dict[str, Any]) -> bool:
     return all((run.get("verification") or {}).get("status") == "verified" for run in entry["runs"])
 
 
+def provenance_problems(codes: list[dict[str, Any]]) -> list[str]:
+    """What keeps runs (their run.json `code` blocks, or an entry's runs' ones) from tracing to one clean commit: a
+    dirty tree, seeds made at different commits. Runs from an installed distribution (no git commit) trace to its version."""
+    problems = []
+    if any(code.get("git_dirty") for code in codes):
+        problems.append("dirty tree")
+    if len({code.get("git_commit") or code.get("version") for code in codes}) > 1:
+        problems.append("mixed commits")
+    return problems
+
+
+def entry_provenance(entry: dict[str, Any]) -> str:
+    """One word or two for an entry's page row: "clean", or what `provenance_problems` found."""
+    return ", ".join(provenance_problems([run.get("code") or {} for run in entry["runs"]])) or "clean"
+
+
 def method_summary(entry: dict[str, Any]) -> str:
     """Where an entry's method comes from, in a few words: offbench, a plugin, someone's repository, a black box."""
     method = entry.get("method") or {"kind": "built-in"}

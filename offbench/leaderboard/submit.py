@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from collections import defaultdict
 from datetime import datetime, timezone
@@ -41,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from offbench.errors import OffbenchError
-from offbench.leaderboard.entries import ENTRY_SCHEMA, check_against_accepted, entry_record, load_entries, same_run
+from offbench.leaderboard.entries import ENTRY_SCHEMA, check_against_accepted, entry_record, load_entries, provenance_problems, same_run
 from offbench.leaderboard.scoring import ScoredRun, score_run
 from offbench.leaderboard.spec import BenchmarkSpec
 from offbench.leaderboard.verify import method_of, unverified, verify_run, weights_fingerprint
@@ -186,9 +187,12 @@ def make_entry(spec: BenchmarkSpec, label: str, scored: list[ScoredRun], verific
     return to_dict(entry)
 
 
-def validate_runs(spec: BenchmarkSpec, runs: list[FinishedRun], label: str | None = None, verify: bool = False) -> list[dict[str, Any]]:
+def validate_runs(spec: BenchmarkSpec, runs: list[FinishedRun], label: str | None = None, verify: bool = False,
+                  allow_dirty: bool = False) -> list[dict[str, Any]]:
     """Entries for a set of runs (grouped by baseline, dataset and config); raises Refused on the first broken rule.
-    With `verify`, each run's final evaluation is replayed from its checkpoint (offbench.leaderboard.verify)."""
+    With `verify`, each run's final evaluation is replayed from its checkpoint (offbench.leaderboard.verify). Runs
+    from a dirty tree, or seeds made at different commits, are refused unless `allow_dirty` (the page then marks the
+    entry's provenance)."""
     for run in runs:
         check_method(run)
     if label is not None:
@@ -202,6 +206,8 @@ def validate_runs(spec: BenchmarkSpec, runs: list[FinishedRun], label: str | Non
         groups[(run.baseline, run.dataset_id)].append(run)
     for (baseline, dataset_id), members in groups.items():
         _check_group(spec, baseline, dataset_id, members)
+        if not (allow_dirty or os.environ.get(ALLOW_DIRTY_VARIABLE) == "1"):
+            _check_provenance(baseline, dataset_id, members)
     verifications = {run.path: verify_run(run) if verify else _not_replayed(run) for run in runs}
     return [make_entry(spec, row_label(label, baseline), [scored[r.path] for r in members], verifications)
             for (baseline, dataset_id), members in groups.items()]
@@ -233,6 +239,26 @@ def _check_group(spec: BenchmarkSpec, baseline: str, dataset_id: str, members: l
                       f"{baseline} on {dataset_id} has {len(seen)} seed(s); benchmark {spec.name} needs at least {spec.min_seeds}")
 
 
+ALLOW_DIRTY_VARIABLE = "OFFBENCH_ALLOW_DIRTY"  # "1": every submission as with --allow-dirty (the test suite runs from a working tree)
+
+
+def _check_provenance(baseline: str, dataset_id: str, members: list[FinishedRun]) -> None:
+    """A leaderboard row traces to one clean commit of the code that made it (offbench's, and the method's own for
+    own-code runs), so a reader can check out that commit and re-run it."""
+    for code_of, whose in ((lambda run: run.info.get("code") or {}, "offbench"),
+                           (lambda run: (method_of(run).get("source") or {}), "the method's")):
+        codes = [code_of(run) for run in members]
+        dirty = next((run for run, code in zip(members, codes) if code.get("git_dirty")), None)
+        if dirty is not None:
+            raise Refused(dirty.path, "provenance", f"made from {whose} code with uncommitted changes (commit "
+                          f"{str(code_of(dirty).get('git_commit'))[:12]}): commit, re-run, and submit again; or submit with "
+                          "--allow-dirty, and the entry is marked on the page")
+        if "mixed commits" in provenance_problems(codes):
+            commits = sorted({str(code.get("git_commit") or code.get("version"))[:12] for code in codes})
+            raise Refused(members[0].path, "provenance", f"the {baseline} runs on {dataset_id} were made at different commits of "
+                          f"{whose} code ({', '.join(commits)}): re-run the seeds at one commit, or submit with --allow-dirty")
+
+
 def _refuse_repeated_runs(runs: list[FinishedRun]) -> None:
     """One run submitted twice in one go (copied to another folder, renamed, its seed edited, its checkpoint
     re-saved): `entries.same_run` on every pair."""
@@ -254,15 +280,17 @@ def _entry_filename(entry: dict[str, Any]) -> str:
     return f"{stamp}--{safe_component(entry['label'], 'label')}--{dataset_slug}--{digest}.json"
 
 
-def submit(spec: BenchmarkSpec, run_dirs: list[Path], label: str | None = None, render: bool = True, verify: bool = False) -> list[Path]:
-    """Validate run directories and add them as new entries (with `verify`, each replayed from its checkpoint first);
-    re-render the tables. Returns the entry files."""
+def submit(spec: BenchmarkSpec, run_dirs: list[Path], label: str | None = None, render: bool = True, verify: bool = False,
+           allow_dirty: bool = False) -> list[Path]:
+    """Validate run directories and add them as new entries (with `verify`, each replayed from its checkpoint first;
+    with `allow_dirty`, runs that do not trace to one clean commit too, marked); re-render the tables. Returns the
+    entry files."""
     if render:  # fail before anything is accepted, not half-way
         from offbench.errors import require
 
         require("rliable", "stats")
     runs = [read_run(path) for path in run_dirs]
-    entries = validate_runs(spec, runs, label, verify=verify)
+    entries = validate_runs(spec, runs, label, verify=verify, allow_dirty=allow_dirty)
     written: list[Path] = []
     spec.entries_dir.mkdir(parents=True, exist_ok=True)
     with spec.lock:

@@ -42,7 +42,7 @@ class Board:
 
 
 def board_from_entries(spec: BenchmarkSpec, entries: list[tuple[Path | None, dict[str, Any]]]) -> Board:
-    from offbench.leaderboard.entries import entry_verified, method_summary
+    from offbench.leaderboard.entries import entry_provenance, entry_verified, method_summary
 
     scores, curves, in_context, per_task, optimum, summaries = [], [], [], [], {}, []
     methods: dict[str, str] = {}
@@ -67,6 +67,7 @@ def board_from_entries(spec: BenchmarkSpec, entries: list[tuple[Path | None, dic
         summaries.append({"entry": name, "label": label, "baseline": entry["baseline"], "method": methods[label],
                           "verified": "yes" if entry_verified(entry) else "no", "dataset": dataset,
                           "seeds": ", ".join(str(r["seed"]) for r in entry["runs"]), "code": ", ".join(c[:12] for c in commits),
+                          "provenance": entry_provenance(entry),
                           "config_sha256": entry["config_sha256"][:12], "submitted_at": entry["submitted_at"]})
     columns = {
         "scores": ["label", "dataset", "seed", "score", "run_id", "entry"],
