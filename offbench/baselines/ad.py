@@ -30,10 +30,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from offbench.data.spec import DatasetSpec
-from offbench.evaluation.policy import PolicyOptions
+from offbench.baselines.base import MicroBatching, TransformerShape, accumulate_backward
 from offbench.baselines.incontext import CausalTransformer, ObservationEmbedding, autocast, init_gpt_weights, warmup_cosine
 from offbench.baselines.nets import fused_adam, load_part_states, part_states
+from offbench.data.spec import DatasetSpec
+from offbench.evaluation.policy import PolicyOptions
 from offbench.records import ranged
 
 TOKEN_LAYOUTS = ("sar", "step")
@@ -108,7 +109,7 @@ class ADModel(nn.Module):
         return self.action_logits(self.transformer(self.embed(observations, actions, rewards)))
 
 
-class AlgorithmDistillation:
+class AlgorithmDistillation(MicroBatching):
     name = "ad"
     Config = ADConfig
     summary = (
@@ -120,6 +121,7 @@ class AlgorithmDistillation:
     action_kinds = ("discrete",)
     evaluation_protocols = ("in-context",)
     return_conditioned = False
+    evaluation_seed = 0  # seeds the sampled actions of its policies; a run sets its own seed (offbench/training/trainer.py)
 
     def __init__(self, config: ADConfig, spec: DatasetSpec, device: str | torch.device = "cpu"):
         self.config, self.spec, self.device = config, spec, torch.device(device)
@@ -131,23 +133,32 @@ class AlgorithmDistillation:
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, warmup_cosine(config.warmup_steps, config.cosine_steps))
 
+    @classmethod
+    def memory_shape(cls, config: ADConfig) -> TransformerShape:
+        """A window's tokens (one per step, or s, a, r per step but the last a, r); fused attention."""
+        tokens = config.context_steps if config.token_layout == "step" else 3 * config.context_steps - 2
+        return TransformerShape(tokens, config.hidden_dim, config.num_layers, config.num_heads, "sdpa", config.attention_dropout)
+
     def sampler_options(self) -> dict[str, Any]:
         return {"window_length": self.config.context_steps}
 
-    def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
-        self.model.train()
+    def losses(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Cross-entropy of every step's action over the windows of `batch`, and the accuracy of the greedy action."""
         actions = batch["actions"]
         with autocast(self.device):
             logits = self.train_forward(batch["observations"], actions, batch["rewards"])
             loss = F.cross_entropy(logits.flatten(0, 1).float(), actions.flatten(), label_smoothing=self.config.label_smoothing)
+        return {"loss": loss, "accuracy": (logits.argmax(-1) == actions).float().mean()}
+
+    def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+        self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        logged = accumulate_backward(self.losses, batch, self.micro_batch)
         if self.config.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
         self.optimizer.step()
         self.scheduler.step()
-        accuracy = (logits.argmax(-1) == actions).float().mean()
-        return {"action_loss": loss.item(), "accuracy": accuracy.item(), "learning_rate": self.scheduler.get_last_lr()[0]}
+        return {"action_loss": logged["loss"].item(), "accuracy": logged["accuracy"].item(), "learning_rate": self.scheduler.get_last_lr()[0]}
 
     def policy(self, options: PolicyOptions) -> ADPolicy:
         return ADPolicy(self, deterministic=options.deterministic)
@@ -161,8 +172,9 @@ class AlgorithmDistillation:
 
 class ADPolicy:
     """Acts in N tasks at once with each row's own history as context (see the module docstring); `last_logits`
-    holds the logits of the latest `act`. Sampled actions (deterministic=False) draw from a generator seeded
-    at `reset`, so an evaluation is reproducible and leaves the training RNG alone."""
+    holds the logits of the latest `act`. Sampled actions (deterministic=False) draw from a generator seeded at
+    `reset` with the baseline's `evaluation_seed` (the run's seed), so an evaluation is reproducible, leaves the
+    training RNG alone, and runs of other seeds sample other actions."""
 
     def __init__(self, ad: AlgorithmDistillation, deterministic: bool = True):
         self.ad, self.deterministic, self.kv_cache, self.window = ad, deterministic, ad.config.kv_cache, ad.config.eval_window
@@ -175,7 +187,7 @@ class ADPolicy:
         self.rewards = torch.zeros(num_envs, steps, device=device)
         self.count = 0  # steps in the current context, the acting step included once act() has run
         self.cache = self.model.transformer.new_cache(num_envs, self.model.max_tokens) if self.kv_cache else None
-        self.generator = torch.Generator(device).manual_seed(0)
+        self.generator = torch.Generator(device).manual_seed(self.ad.evaluation_seed)
         self.last_logits: torch.Tensor | None = None
 
     @torch.no_grad()

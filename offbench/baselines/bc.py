@@ -17,11 +17,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from offbench.baselines import pcgrad
-from offbench.baselines.base import SINGLE_AND_MULTI_TASK, DatasetSpec
+from offbench.baselines.base import SINGLE_AND_MULTI_TASK, DatasetSpec, MicroBatching
 from offbench.baselines.nets import BoundedActions, ObservationNormalizer, flat_observation_dim, mlp, task_input_dim, with_task_onehot
 from offbench.errors import OffbenchError
-from offbench.records import ranged
 from offbench.evaluation.policy import MarkovPolicy, PolicyOptions
+from offbench.records import ranged
 
 
 @dataclass
@@ -46,7 +46,7 @@ class Actor(nn.Module):
         return self.bound(self.net(with_task_onehot(self.normalize(observations), task_ids, self.num_tasks)))
 
 
-class BC:
+class BC(MicroBatching):
     name = "bc"
     Actor = Actor  # the network; a subclass (MOORE-BC) brings its own with the same forward(observations, task_ids)
     Config = BCConfig
@@ -75,7 +75,7 @@ class BC:
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         self.actor.train()
         self.optimizer.zero_grad(set_to_none=True)
-        loss = pcgrad.backward(self.loss, batch, self.actor.parameters(), self.config.gradient)
+        loss = pcgrad.backward(self.loss, batch, self.actor.parameters(), self.config.gradient, self.micro_batch)
         self.optimizer.step()
         return {"actor_loss": loss.item()}
 

@@ -19,7 +19,9 @@ d3rlpy's DiscreteCQL:  L = L_QR + discrete_cql_alpha * E[logsumexp_a Q(s,a) - Q(
 
 Every loss of an update is computed from the parameters before the update (as CORL does), they touch disjoint
 parameters, so one backward pass serves them all; the twin critics run as one batched ensemble, and the
-data, random, current-policy and next-policy actions go through them in a single forward pass.
+data, random, current-policy and next-policy actions go through them in a single forward pass. The update's
+noise is drawn for the whole batch before the losses (in the order they use it), so micro-batches
+(`TrainConfig.micro_batch`) each take their rows' share of the same draws.
 """
 
 from __future__ import annotations
@@ -32,9 +34,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from offbench.baselines.base import SINGLE_AND_MULTI_TASK, DatasetSpec
+from offbench.baselines.base import SINGLE_AND_MULTI_TASK, DatasetSpec, MicroBatching, accumulate_backward
 from offbench.baselines.nets import fused_adam, mlp
-from offbench.evaluation.policy import MarkovPolicy, PolicyOptions
 from offbench.baselines.q_learning import (
     NUM_CRITICS,
     DataTransform,
@@ -47,6 +48,7 @@ from offbench.baselines.q_learning import (
     target_copy,
 )
 from offbench.errors import OffbenchError
+from offbench.evaluation.policy import MarkovPolicy, PolicyOptions
 from offbench.records import ranged
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # CORL's TanhGaussianPolicy clamp
@@ -116,16 +118,11 @@ def tanh_log_det(z: torch.Tensor) -> torch.Tensor:
     return (2.0 * (math.log(2.0) - z - F.softplus(-2.0 * z))).sum(-1)
 
 
-def sample_tanh_gaussian(
-    mean: torch.Tensor, log_std: torch.Tensor, generator: torch.Generator, n: int | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Reparameterised a = tanh(mean + std * eps) and log pi(a); with `n`, n draws per row: (B, n, A), (B, n)."""
-    if n is not None:
+def sample_tanh_gaussian(mean: torch.Tensor, log_std: torch.Tensor, eps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Reparameterised a = tanh(mean + std * eps) and log pi(a) from standard normal `eps`: (B, A) for one draw per
+    row, or (B, n, A) for n draws per row: (B, n, A), (B, n)."""
+    if eps.dim() == 3:
         mean, log_std = mean.unsqueeze(1), log_std.unsqueeze(1)
-        shape = (mean.shape[0], n, mean.shape[-1])
-    else:
-        shape = mean.shape
-    eps = torch.randn(shape, generator=generator, device=mean.device, dtype=mean.dtype)
     z = mean + log_std.exp() * eps
     gaussian_log_prob = (-0.5 * eps.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
     return torch.tanh(z), gaussian_log_prob - tanh_log_det(z)
@@ -138,7 +135,7 @@ def tanh_gaussian_log_prob(mean: torch.Tensor, log_std: torch.Tensor, actions: t
     return gaussian - tanh_log_det(z)
 
 
-class CQL:
+class CQL(MicroBatching):
     """CQL baseline: SAC-based for Box actions, QR-DQN-based for Discrete actions (chosen from the dataset)."""
 
     name = "cql"
@@ -205,23 +202,43 @@ class CQL:
     # ------------------------------------------------------------------------------------------ updates
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         self.step += 1
-        transitions = self.nets["transform"].transitions(batch)
-        losses = self._discrete_losses(*transitions) if self.discrete else self._continuous_losses(*transitions)
+        if not self.discrete:
+            batch = {**batch, **self._noise(len(batch["observations"]))}
         self.optimizer.zero_grad(set_to_none=True)
-        losses["loss"].backward()  # the losses touch disjoint parameters: one pass serves them all
+        losses = accumulate_backward(self._losses, batch, self.micro_batch)  # disjoint parameters: one pass serves every loss
         self.optimizer.step()
         if self.step % self.config.target_update_period == 0:
             polyak_update(self.nets["target_critic"], self.nets["critic"], self.config.tau)
         names = [k for k in losses if k != "loss"]
         return dict(zip(names, torch.stack([losses[k].detach().float() for k in names]).tolist()))
 
-    def _continuous_losses(self, obs, actions, rewards, next_obs, not_done) -> dict[str, torch.Tensor]:
+    def _noise(self, rows: int) -> dict[str, torch.Tensor]:
+        """The random numbers of a continuous update for `rows` rows, drawn in the order the losses use them."""
+        cfg, act_dim, device = self.config, self.spec.action_dim, self.device
+
+        def normal(*shape: int) -> torch.Tensor:
+            return torch.randn(shape, generator=self.generator, device=device)
+
+        n = cfg.cql_n_actions
+        return {
+            "noise_policy": normal(rows, act_dim),
+            "noise_target": normal(rows, n, act_dim) if cfg.cql_max_target_backup else normal(rows, act_dim),
+            "noise_random": torch.rand((rows, n, act_dim), generator=self.generator, device=device).mul_(2).sub_(1),
+            "noise_current": normal(rows, n, act_dim),
+            "noise_next": normal(rows, n, act_dim),
+        }
+
+    def _losses(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        transitions = self.nets["transform"].transitions(batch)
+        return self._discrete_losses(*transitions) if self.discrete else self._continuous_losses(*transitions, batch)
+
+    def _continuous_losses(self, obs, actions, rewards, next_obs, not_done, noise: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         cfg, actor, critic = self.config, self.nets["actor"], self.nets["critic"]
-        batch_size, n, act_dim = actions.shape[0], cfg.cql_n_actions, actions.shape[-1]
+        n, act_dim = cfg.cql_n_actions, actions.shape[-1]
 
         # SAC actor and temperature
         mean, log_std = actor(obs)
-        new_actions, log_pi = sample_tanh_gaussian(mean, log_std, self.generator)
+        new_actions, log_pi = sample_tanh_gaussian(mean, log_std, noise["noise_policy"])
         log_alpha = self.nets["log_alpha"].value
         alpha = log_alpha.detach().exp() * cfg.alpha_multiplier
         alpha_loss = -(log_alpha * (log_pi.detach() + self.target_entropy)).mean()
@@ -235,22 +252,20 @@ class CQL:
         with torch.no_grad():
             next_mean, next_log_std = actor(next_obs)
             if cfg.cql_max_target_backup:
-                target_actions, target_log_pi = sample_tanh_gaussian(next_mean, next_log_std, self.generator, n)
+                target_actions, target_log_pi = sample_tanh_gaussian(next_mean, next_log_std, noise["noise_target"])
                 target_all = self._critic_at(self.nets["target_critic"], next_obs, target_actions).min(0).values
                 target_q, best = target_all.max(-1)
                 target_log_pi = target_log_pi.gather(-1, best.unsqueeze(-1)).squeeze(-1)
             else:
-                target_actions, target_log_pi = sample_tanh_gaussian(next_mean, next_log_std, self.generator)
+                target_actions, target_log_pi = sample_tanh_gaussian(next_mean, next_log_std, noise["noise_target"])
                 target_input = torch.cat([next_obs, target_actions], -1)
                 target_q = self.nets["target_critic"](target_input).min(0).values.squeeze(-1)
             if cfg.backup_entropy:
                 target_q = target_q - alpha * target_log_pi
             td_target = rewards + not_done * cfg.discount * target_q
-            random_actions = torch.rand(
-                (batch_size, n, act_dim), generator=self.generator, device=obs.device
-            ).mul_(2).sub_(1)
-            current_actions, current_log_pi = sample_tanh_gaussian(mean.detach(), log_std.detach(), self.generator, n)
-            next_actions, next_log_pi = sample_tanh_gaussian(next_mean, next_log_std, self.generator, n)
+            random_actions = noise["noise_random"]
+            current_actions, current_log_pi = sample_tanh_gaussian(mean.detach(), log_std.detach(), noise["noise_current"])
+            next_actions, next_log_pi = sample_tanh_gaussian(next_mean, next_log_std, noise["noise_next"])
 
         # critics: data, random, current-policy and next-policy actions, all at s, in one pass -> (2, B, 1 + 3n)
         all_actions = torch.cat([actions.unsqueeze(1), random_actions, current_actions, next_actions], 1)

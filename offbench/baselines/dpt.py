@@ -32,15 +32,23 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from offbench.baselines.base import MicroBatching, TransformerShape, accumulate_backward
+from offbench.baselines.incontext import (
+    MAX_TABLE_STATES,
+    CausalTransformer,
+    ObservationEmbedding,
+    autocast,
+    features_of,
+    init_gpt_weights,
+    observation_features,
+    state_index_layout,
+    warmup_cosine,
+)
+from offbench.baselines.nets import flat_observation_dim, fused_adam, load_part_states, part_states
 from offbench.data.samplers import CONTEXT_SAMPLINGS, DPT_LABELS
 from offbench.data.spec import DatasetSpec
-from offbench.evaluation.policy import PolicyOptions
-from offbench.baselines.incontext import (
-    MAX_TABLE_STATES, CausalTransformer, ObservationEmbedding, autocast, features_of, init_gpt_weights, observation_features,
-    state_index_layout, warmup_cosine,
-)
 from offbench.errors import OffbenchError
-from offbench.baselines.nets import flat_observation_dim, fused_adam, load_part_states, part_states
+from offbench.evaluation.policy import PolicyOptions
 from offbench.records import ranged
 
 
@@ -107,7 +115,7 @@ class DPTModel(nn.Module):
         return self.action_head(self.transformer(tokens))
 
 
-class DecisionPretrainedTransformer:
+class DecisionPretrainedTransformer(MicroBatching):
     name = "dpt"
     Config = DPTConfig
     summary = (
@@ -119,6 +127,7 @@ class DecisionPretrainedTransformer:
     action_kinds = ("discrete",)
     evaluation_protocols = ("in-context",)
     return_conditioned = False
+    evaluation_seed = 0  # seeds the sampled actions of its policies; a run sets its own seed (offbench/training/trainer.py)
 
     def __init__(self, config: DPTConfig, spec: DatasetSpec, device: str | torch.device = "cpu"):
         self.config, self.spec, self.device = config, spec, torch.device(device)
@@ -129,26 +138,39 @@ class DecisionPretrainedTransformer:
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, warmup_cosine(config.warmup_steps, config.cosine_steps))
 
+    @classmethod
+    def memory_shape(cls, config: DPTConfig) -> TransformerShape:
+        """The query and C transitions, a token each; fused attention (one dropout for attention and the rest)."""
+        return TransformerShape(config.context_size + 1, config.embedding_dim, config.num_layers, config.num_heads, "sdpa", config.dropout)
+
     def sampler_options(self) -> dict[str, Any]:
         return {"context_size": self.config.context_size, "context": self.config.context_sampling, "label": self.config.label}
 
-    def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
-        self.model.train()
-        labels = batch["optimal_actions"]
+    def losses(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Cross-entropy of every prefix's prediction over `batch`, and the accuracy of the full context's greedy action."""
         with autocast(self.device):
             logits = self.train_forward(
                 batch["query_observations"], batch["context_observations"], batch["context_actions"],
                 batch["context_rewards"], batch["context_next_observations"],
             )
             loss = F.cross_entropy(logits.flatten(0, 1).float(), self.prefix_labels(batch, logits.shape[1]).flatten(0, 1))
+        return {"loss": loss, "full_context_accuracy": (logits[:, -1].argmax(-1) == batch["optimal_actions"]).float().mean()}
+
+    def labelled_prefixes(self, batch: dict[str, torch.Tensor]) -> int:
+        """What the loss averages over: the prefixes whose label is not left out (-100; see prefix_labels)."""
+        labels = self.prefix_labels(batch, batch["context_actions"].shape[1] + 1)
+        return labels.shape[0] * labels.shape[1] if labels.is_floating_point() else int((labels != -100).sum())
+
+    def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+        self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        logged = accumulate_backward(self.losses, batch, self.micro_batch, self.labelled_prefixes)
         if self.config.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
         self.optimizer.step()
         self.scheduler.step()
-        accuracy = (logits[:, -1].argmax(-1) == labels).float().mean()
-        return {"action_loss": loss.item(), "full_context_accuracy": accuracy.item(), "learning_rate": self.scheduler.get_last_lr()[0]}
+        return {"action_loss": logged["loss"].item(), "full_context_accuracy": logged["full_context_accuracy"].item(),
+                "learning_rate": self.scheduler.get_last_lr()[0]}
 
     def prefix_labels(self, batch: dict[str, torch.Tensor], prefixes: int) -> torch.Tensor:
         """(B, prefixes) labels: the optimal action for every prefix, so one pass trains every context length, or
@@ -189,7 +211,7 @@ class DPTPolicy:
         self.pending_length = np.zeros(num_envs, np.int64)
         self.episodes_done = np.zeros(num_envs, np.int64)
         self.rows = np.arange(num_envs)
-        self.generator = torch.Generator(self.dpt.device).manual_seed(0)
+        self.generator = torch.Generator(self.dpt.device).manual_seed(self.dpt.evaluation_seed)
 
     def _tensors(self, transitions: np.ndarray) -> tuple[torch.Tensor, ...]:
         """(N, C, width) -> observations, actions, rewards, next observations as the model takes them."""

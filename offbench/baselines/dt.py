@@ -32,13 +32,20 @@ import torch.nn.functional as F
 from torch import nn
 
 from offbench.baselines import pcgrad
-from offbench.baselines.base import SINGLE_AND_MULTI_TASK, DatasetSpec
+from offbench.baselines.base import SINGLE_AND_MULTI_TASK, DatasetSpec, MicroBatching, TransformerShape
 from offbench.baselines.nets import (
-    Block, BoundedActions, Dropout, ObservationNormalizer, flat_observation_dim, fused_adam, load_part_states, part_states,
+    Block,
+    BoundedActions,
+    Dropout,
+    ObservationNormalizer,
+    flat_observation_dim,
+    fused_adam,
+    load_part_states,
+    part_states,
 )
 from offbench.errors import OffbenchError
-from offbench.records import ranged
 from offbench.evaluation.policy import PolicyOptions, actions_to_numpy
+from offbench.records import ranged
 
 
 @dataclass
@@ -128,7 +135,12 @@ def causal_bias(real: torch.Tensor) -> torch.Tensor:
     return torch.zeros((), device=real.device).masked_fill(~allowed, float("-inf")).unsqueeze(1)
 
 
-class DecisionTransformer:
+def real_steps(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """What the DT family's losses average over: the segments' real (unpadded) steps."""
+    return batch["mask"].sum()
+
+
+class DecisionTransformer(MicroBatching):
     name = "dt"
     Config = DTConfig
     summary = (
@@ -152,6 +164,12 @@ class DecisionTransformer:
         warmup = max(1, config.warmup_steps)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda step: min((step + 1) / warmup, 1.0))
 
+    @classmethod
+    def memory_shape(cls, config: DTConfig) -> TransformerShape:
+        """R, s, a tokens of K steps but the last a; attention written out."""
+        return TransformerShape(3 * config.segment_length - 1, config.embedding_dim, config.num_layers, config.num_heads, "explicit",
+                                config.attention_dropout)
+
     def sampler_options(self) -> dict[str, Any]:
         return {"segment_length": self.config.segment_length}
 
@@ -168,7 +186,7 @@ class DecisionTransformer:
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        loss = pcgrad.backward(self.loss, batch, self.model.parameters(), self.config.gradient)
+        loss = pcgrad.backward(self.loss, batch, self.model.parameters(), self.config.gradient, self.micro_batch, real_steps)
         if self.config.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
         self.optimizer.step()

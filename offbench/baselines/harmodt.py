@@ -46,7 +46,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from offbench.baselines.base import DatasetSpec
+from offbench.baselines.base import DatasetSpec, accumulate_backward
+from offbench.baselines.dt import real_steps
 from offbench.baselines.prompt_dt import PromptDT, PromptDTConfig, PromptStates
 from offbench.errors import OffbenchError
 from offbench.records import ranged
@@ -153,9 +154,6 @@ class HarmoDT(PromptDT):
             raise ValueError("harmodt trains one task per batch (the sampler's one_task_per_batch)")
         return int(tasks[0])
 
-    def batch_loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        return (self.row_losses(batch) * batch["mask"].sum(1)).sum() / batch["mask"].sum()
-
     # ---------------------------------------------------------------------------------------- training
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         self._masked_weights = None
@@ -164,10 +162,9 @@ class HarmoDT(PromptDT):
         self.recent_batches[task] = batch
         self.model.train()
         originals = self.apply_mask(task)
-        loss = self.batch_loss(batch)
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+        loss = accumulate_backward(self.batch_loss, batch, self.micro_batch, real_steps)["loss"]
+        self.clip_gradients()
         with torch.no_grad():
             for (_, p), mask in zip(self.masked, self.mask_views(task)):
                 p.grad.mul_(mask)  # apply_mask_grad
@@ -180,12 +177,18 @@ class HarmoDT(PromptDT):
             self.update_masks(scheduled)
         return {"action_loss": loss.item(), "learning_rate": self.scheduler.get_last_lr()[0], "mask_change": float(scheduled)}
 
+    def clip_gradients(self) -> None:
+        """The official code's clip_grad_norm_; grad_clip = 0 turns it off, as in DT and Prompt-DT (a clip to norm 0
+        would zero every gradient)."""
+        if self.config.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+
     def task_gradient(self, task: int) -> torch.Tensor:
         """update_gradient: the gradient of task's loss under its mask, clipped, before masking (flattened)."""
         originals = self.apply_mask(task)
         self.optimizer.zero_grad(set_to_none=True)
-        self.batch_loss(self.recent_batches[task]).backward()
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+        accumulate_backward(self.batch_loss, self.recent_batches[task], self.micro_batch, real_steps)
+        self.clip_gradients()
         gradient = self.flat_gradient()
         self.restore(originals)
         self.optimizer.zero_grad(set_to_none=True)

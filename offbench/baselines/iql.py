@@ -24,9 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from offbench.baselines.base import SINGLE_AND_MULTI_TASK, DatasetSpec
+from offbench.baselines.base import SINGLE_AND_MULTI_TASK, DatasetSpec, MicroBatching, accumulate_backward
 from offbench.baselines.nets import mlp
-from offbench.evaluation.policy import MarkovPolicy, PolicyOptions
 from offbench.baselines.q_learning import (
     NUM_CRITICS,
     DataTransform,
@@ -37,6 +36,7 @@ from offbench.baselines.q_learning import (
     target_copy,
 )
 from offbench.errors import OffbenchError
+from offbench.evaluation.policy import MarkovPolicy, PolicyOptions
 from offbench.records import ranged
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # CORL
@@ -103,7 +103,7 @@ def expectile_loss(diff: torch.Tensor, expectile: float) -> torch.Tensor:
     return (torch.abs(expectile - (diff < 0).float()) * diff.pow(2)).mean()
 
 
-class IQL:
+class IQL(MicroBatching):
     """IQL baseline for Box (Gaussian actor) or Discrete (categorical actor) actions, chosen from the dataset."""
 
     name = "iql"
@@ -168,9 +168,9 @@ class IQL:
             return critic(obs).gather(-1, actions.view(1, -1, 1).expand(2, -1, 1)).squeeze(-1)
         return critic(torch.cat([obs, actions], -1)).squeeze(-1)
 
-    def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+    def losses(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The value, critic and actor losses (their sum: "loss") and the logged means of `batch`."""
         cfg = self.config
-        self.step += 1
         obs, actions, rewards, next_obs, not_done = self.nets["transform"].transitions(batch)
         with torch.no_grad():
             target_q = self._q(self.nets["target_critic"], obs, actions).min(0).values
@@ -183,18 +183,21 @@ class IQL:
         critic_loss = (q - td_target).pow(2).mean(-1).mean()  # mean over the twin critics, as CORL
         weights = torch.exp(cfg.beta * advantage.detach()).clamp(max=cfg.exp_adv_max)
         actor_loss = (weights * self.nets["actor"].negative_log_likelihood(obs, actions)).mean()
+        return {"loss": value_loss + critic_loss + actor_loss, "value_loss": value_loss, "critic_loss": critic_loss, "actor_loss": actor_loss,
+                "advantage": advantage.mean(), "q_data": q.mean(), "adv_weight": weights.mean()}
 
+    def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+        self.step += 1
         for group in self.optimizers["actor"].param_groups:
-            group["lr"] = cfg.actor_lr * self._actor_lr_factor(self.step - 1)
+            group["lr"] = self.config.actor_lr * self._actor_lr_factor(self.step - 1)
         for optimizer in self.optimizers.values():
             optimizer.zero_grad(set_to_none=True)
-        (value_loss + critic_loss + actor_loss).backward()  # disjoint parameters: one pass serves all three
+        logged = accumulate_backward(self.losses, batch, self.micro_batch)  # disjoint parameters: one pass serves all three
         for optimizer in self.optimizers.values():
             optimizer.step()
-        polyak_update(self.nets["target_critic"], self.nets["critic"], cfg.tau)
-        logged = [value_loss, critic_loss, actor_loss, advantage.mean(), q.mean(), weights.mean()]
+        polyak_update(self.nets["target_critic"], self.nets["critic"], self.config.tau)
         names = ["value_loss", "critic_loss", "actor_loss", "advantage", "q_data", "adv_weight"]
-        return dict(zip(names, torch.stack([x.detach() for x in logged]).tolist()))
+        return dict(zip(names, torch.stack([logged[name] for name in names]).tolist()))
 
     # ------------------------------------------------------------------------------------------ acting
     def policy(self, options: PolicyOptions = PolicyOptions()) -> MarkovPolicy:

@@ -35,16 +35,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from offbench.baselines.base import DatasetSpec, multi_task_spec
+from offbench.baselines import pcgrad
+from offbench.baselines.base import DatasetSpec, MicroBatching, accumulate_backward, multi_task_spec
+from offbench.baselines.bc import BC
 from offbench.baselines.iql import LOG_STD_MAX, LOG_STD_MIN, SCHEDULES
 from offbench.baselines.nets import BoundedActions, ObservationNormalizer, flat_observation_dim
-from offbench.baselines import pcgrad
 from offbench.baselines.pcgrad import GRADIENT_MODES
-from offbench.baselines.bc import BC
 from offbench.baselines.q_learning import DataTransform, EnsembleMLP, action_kind, polyak_update, reward_scale, target_copy
 from offbench.errors import OffbenchError
-from offbench.records import ranged
 from offbench.evaluation.policy import MarkovPolicy, PolicyOptions
+from offbench.records import ranged
 
 
 def gram_schmidt(h: torch.Tensor) -> torch.Tensor:
@@ -170,7 +170,7 @@ class MooreIQLConfig:
     gradient: str = ranged("mean", choices=GRADIENT_MODES)
 
 
-class MooreIQL:
+class MooreIQL(MicroBatching):
     """IQL whose value, twin critics and actor are MOORE networks (Gaussian actor, or categorical for discrete):
 
         value   L_V  = E[|expectile - 1(u < 0)| u^2],  u = min_i Q'_i(s,a,t) - V(s,t)
@@ -237,39 +237,50 @@ class MooreIQL:
         mean, log_std = torch.tanh(out), self.log_std[task_ids].clamp(LOG_STD_MIN, LOG_STD_MAX)
         return -(-0.5 * ((actions - mean) / log_std.exp()).pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
 
-    def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+    def row_losses(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Per row of `batch`: the value, critic and actor losses, the advantage, Q and advantage weight."""
         cfg = self.config
-        self.step += 1
         task_ids = batch["task_ids"]
         obs, actions, rewards, next_obs, not_done = self.nets["transform"].transitions(batch)
         with torch.no_grad():
             target_q = self._q(self.nets["target_critic"], obs, actions, task_ids).min(0).values
             td_target = rewards + not_done * cfg.discount * self.nets["value"](next_obs, task_ids).squeeze(-1)
         advantage = target_q - self.nets["value"](obs, task_ids).squeeze(-1)
-        value_losses = torch.abs(cfg.expectile - (advantage < 0).float()) * advantage.pow(2)
         q = self._q(self.nets["critic"], obs, actions, task_ids)
-        critic_losses = (q - td_target).pow(2).mean(0)
         weights = torch.exp(cfg.beta * advantage.detach()).clamp(max=cfg.exp_adv_max)
-        actor_losses = weights * self._negative_log_likelihood(obs, actions, task_ids)
+        return {
+            "value_loss": torch.abs(cfg.expectile - (advantage < 0).float()) * advantage.pow(2),
+            "critic_loss": (q - td_target).pow(2).mean(0),
+            "actor_loss": weights * self._negative_log_likelihood(obs, actions, task_ids),
+            "advantage": advantage, "q_data": q.mean(0), "adv_weight": weights,
+        }
 
+    def losses(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The batch means of `row_losses`, and the sum of the three losses ("loss", the mean gradient's)."""
+        means = {name: per_row.mean() for name, per_row in self.row_losses(batch).items()}
+        return {"loss": means["value_loss"] + means["critic_loss"] + means["actor_loss"], **means}
+
+    def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+        cfg = self.config
+        self.step += 1
         progress = min(self.step - 1, cfg.steps) / cfg.steps
         factor = {"cosine": 0.5 * (1 + math.cos(math.pi * progress)), "linear": 1.0 - progress, "constant": 1.0}[cfg.actor_lr_schedule]
         for group in self.optimizers["actor"].param_groups:
             group["lr"] = cfg.actor_lr * factor
         for optimizer in self.optimizers.values():
             optimizer.zero_grad(set_to_none=True)
-        losses = {"value": value_losses, "critic": critic_losses, "actor": actor_losses}
         if cfg.gradient == "pcgrad":  # surgery per network: their parameters are disjoint
-            for name, per_row in losses.items():
-                pcgrad.pcgrad_backward(pcgrad.per_task_losses(per_row, task_ids), self.groups[name])
+            rows = self.row_losses(batch)
+            for name in ("value", "critic", "actor"):
+                pcgrad.pcgrad_backward(pcgrad.per_task_losses(rows[f"{name}_loss"], batch["task_ids"]), self.groups[name])
+            logged = {name: per_row.detach().mean() for name, per_row in rows.items()}
         else:
-            sum(per_row.mean() for per_row in losses.values()).backward()
+            logged = accumulate_backward(self.losses, batch, self.micro_batch)
         for optimizer in self.optimizers.values():
             optimizer.step()
         polyak_update(self.nets["target_critic"], self.nets["critic"], cfg.tau)
-        logged = [value_losses.mean(), critic_losses.mean(), actor_losses.mean(), advantage.mean(), q.mean(), weights.mean()]
         names = ["value_loss", "critic_loss", "actor_loss", "advantage", "q_data", "adv_weight"]
-        return dict(zip(names, torch.stack([x.detach() for x in logged]).tolist()))
+        return dict(zip(names, torch.stack([logged[name] for name in names]).tolist()))
 
     def act(self, observations: torch.Tensor, task_ids: torch.Tensor) -> torch.Tensor:
         transform = self.nets["transform"]

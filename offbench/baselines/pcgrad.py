@@ -9,18 +9,22 @@ projected, in a random order over the other tasks j, onto the normal plane of ev
 (g_t keeps being updated through the loop; the g_j are the original gradients). The update averages the projected
 gradients over tasks on the parameters every task's loss reaches and sums them on the others (task-specific
 heads: each keeps its own task's full gradient), as MOORE's PCGrad (AhmedMagdyHendawy/MOORE moore/utils/pcgrad.py,
-`reduction='mean'`) does. Agreeing gradients pass unchanged, so without conflicts the step is the task-balanced
-mean gradient. Checked against the paper's Algorithm 1 (the paper sums over tasks; the mean keeps the step size
-independent of the number of tasks). The random order comes from torch's generator, so a seeded run is
-reproducible and resumes identically.
+`reduction='mean'`) does. A task reaches a parameter where its gradient there is not all zero: MOORE's test,
+"the gradient is not None", tells nothing here, since a MOORE network writes every head's rows into one output
+tensor, so each head lies in every task's graph with a zero gradient from the other tasks. Agreeing gradients pass
+unchanged, so without conflicts the step is the task-balanced mean gradient. Checked against the paper's Algorithm 1
+and its official code (tianheyu927/PCGrad, PCGrad_tf.py): they sum over tasks on every parameter; the mean on
+shared ones keeps the step size independent of the number of tasks. The random order comes from torch's
+generator, so a seeded run is reproducible and resumes identically.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 import torch
 
+from offbench.baselines.base import accumulate_backward, batch_rows
 from offbench.errors import OffbenchError
 
 GRADIENT_MODES = ("mean", "pcgrad")
@@ -33,16 +37,16 @@ def check_gradient_mode(mode: str, baseline: str, num_tasks: int) -> None:
         raise OffbenchError(f"{baseline}: gradient=pcgrad projects one task's gradient off another's; this dataset has one task")
 
 
-def backward(loss_fn: Callable[[dict[str, torch.Tensor]], torch.Tensor], batch: dict[str, torch.Tensor], parameters, mode: str) -> torch.Tensor:
-    """The hook a baseline's update calls in place of `loss_fn(batch).backward()`: that, or with mode "pcgrad" the
-    PCGrad gradient of the batch's per-task losses. Returns the loss to log (PCGrad: the mean of the task losses)."""
+def backward(loss_fn: Callable[[dict[str, torch.Tensor]], torch.Tensor], batch: dict[str, torch.Tensor], parameters, mode: str,
+             micro_batch: int | None = None, units: Callable[[dict[str, torch.Tensor]], Any] = batch_rows) -> torch.Tensor:
+    """The hook a baseline's update calls in place of `loss_fn(batch).backward()`: that (in micro-batches of
+    `micro_batch` rows, `loss_fn` a mean over `units`: `accumulate_backward`), or with mode "pcgrad" the PCGrad
+    gradient of the batch's per-task losses. Returns the loss to log (PCGrad: the mean of the task losses)."""
     if mode == "pcgrad":
         losses = task_losses(loss_fn, batch)
         pcgrad_backward(losses, parameters)
         return torch.stack([loss.detach() for loss in losses]).mean()
-    loss = loss_fn(batch)
-    loss.backward()
-    return loss
+    return accumulate_backward(lambda part: {"loss": loss_fn(part)}, batch, micro_batch, units)["loss"]
 
 
 def per_task_losses(losses: torch.Tensor, task_ids: torch.Tensor) -> list[torch.Tensor]:
@@ -72,18 +76,20 @@ def project_conflicting(gradients: torch.Tensor) -> torch.Tensor:
 
 def pcgrad_backward(task_losses: list[torch.Tensor], parameters: Iterable[torch.nn.Parameter]) -> None:
     """Set `.grad` of `parameters` from the PCGrad-projected gradients of `task_losses` (in place of
-    `loss.backward()`): their mean on parameters every loss reaches, their sum on the others; parameters no
-    loss reaches get no gradient."""
+    `loss.backward()`): their mean on parameters every loss reaches (a gradient not all zero), their sum on the
+    others; parameters outside every loss's graph get no gradient."""
     params = [p for p in parameters if p.requires_grad]
-    rows, reached = [], torch.zeros(len(params), dtype=torch.long)
+    rows = []
+    in_graph, reached = torch.zeros(len(params), dtype=torch.bool), torch.zeros(len(params), dtype=torch.long)
     for i, loss in enumerate(task_losses):
         grads = torch.autograd.grad(loss, params, retain_graph=i < len(task_losses) - 1, allow_unused=True)
-        reached += torch.tensor([g is not None for g in grads])
+        in_graph |= torch.tensor([g is not None for g in grads])
+        reached += torch.tensor([g is not None and bool(g.any()) for g in grads])
         rows.append(torch.cat([(torch.zeros_like(p) if g is None else g).reshape(-1) for p, g in zip(params, grads)]))
     projected = project_conflicting(torch.stack(rows))
     total, offset = projected.sum(0), 0
-    for p, count in zip(params, reached.tolist()):
+    for p, graph, count in zip(params, in_graph.tolist(), reached.tolist()):
         grad = total[offset : offset + p.numel()].view_as(p)
         offset += p.numel()
-        if count:
+        if graph:
             p.grad = grad / len(task_losses) if count == len(task_losses) else grad.clone()

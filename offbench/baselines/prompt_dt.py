@@ -24,9 +24,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from offbench.baselines.base import DatasetSpec, multi_task_spec
-from offbench.baselines.dt import DTConfig, DTPolicy, causal_bias, dt_blocks
-from offbench.baselines.nets import BoundedActions, Dropout, ObservationNormalizer, grouped_layer_norm, flat_observation_dim, fused_adam, load_part_states, part_states
+from offbench.baselines.base import DatasetSpec, MicroBatching, TransformerShape, accumulate_backward, multi_task_spec
+from offbench.baselines.dt import DTConfig, DTPolicy, causal_bias, dt_blocks, real_steps
+from offbench.baselines.nets import (
+    BoundedActions,
+    Dropout,
+    ObservationNormalizer,
+    flat_observation_dim,
+    fused_adam,
+    grouped_layer_norm,
+    load_part_states,
+    part_states,
+)
 from offbench.baselines.pcgrad import check_gradient_mode, pcgrad_backward, per_task_losses
 from offbench.errors import OffbenchError
 from offbench.evaluation.policy import PolicyOptions
@@ -124,7 +133,7 @@ class PromptDTModel(nn.Module):
         return states
 
 
-class PromptDT:
+class PromptDT(MicroBatching):
     name = "prompt-dt"
     Config = PromptDTConfig
     summary = (
@@ -159,6 +168,12 @@ class PromptDT:
             "timesteps": torch.zeros(t, p, dtype=torch.long, device=device),
             "mask": torch.zeros(t, p, dtype=torch.bool, device=device),
         }
+
+    @classmethod
+    def memory_shape(cls, config: PromptDTConfig) -> TransformerShape:
+        """R, s, a tokens of the prompt's P steps and the segment's K; attention written out."""
+        return TransformerShape(3 * (config.segment_length + config.prompt_length), config.embedding_dim, config.num_layers, config.num_heads,
+                                "explicit", config.attention_dropout)
 
     def sampler_options(self) -> dict[str, Any]:
         c = self.config
@@ -195,20 +210,27 @@ class PromptDT:
         for key, value in self.task_prompts.items():
             value[batch["task_ids"]] = batch["task_prompt_" + key].reshape(-1, *value.shape[1:]).to(value.dtype)
 
+    def batch_loss(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The mean over the batch's real steps, as DT (each row's mean weighted by its real steps)."""
+        return {"loss": (self.row_losses(batch) * batch["mask"].sum(1)).sum() / batch["mask"].sum()}
+
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+        """One step on the batch's loss: its mean over real steps (logged as action_loss), or with gradient=pcgrad
+        the projected gradients of its tasks' losses (the mean of the rows' losses logged)."""
         self.keep_task_prompts(batch)
         self.model.train()
-        losses = self.row_losses(batch)
         self.optimizer.zero_grad(set_to_none=True)
         if self.config.gradient == "pcgrad":
+            losses = self.row_losses(batch)
             pcgrad_backward(per_task_losses(losses, batch["task_ids"]), self.model.parameters())
-        else:  # the mean over real steps of the batch, as DT
-            (losses * batch["mask"].sum(1)).sum().div(batch["mask"].sum()).backward()
+            loss = losses.detach().mean()
+        else:
+            loss = accumulate_backward(self.batch_loss, batch, self.micro_batch, real_steps)["loss"]
         if self.config.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
         self.optimizer.step()
         self.scheduler.step()
-        return {"action_loss": losses.mean().item(), "learning_rate": self.scheduler.get_last_lr()[0]}
+        return {"action_loss": loss.item(), "learning_rate": self.scheduler.get_last_lr()[0]}
 
     @torch.no_grad()
     def task_prompt_states(self) -> PromptStates:

@@ -23,14 +23,13 @@ import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from offbench.errors import OffbenchError
+from offbench.evaluation.rollout import EPISODES_PER_SEED as MAX_EVAL_EPISODES  # evaluation seeds stay per training seed
 from offbench.paths import builtin_dir
 from offbench.records import check_allowed, coerce, field_limits, field_types, ranged
 from offbench.utils import read_text
-
-from offbench.evaluation.rollout import EPISODES_PER_SEED as MAX_EVAL_EPISODES  # evaluation seeds stay per training seed
 
 METADATA_KEYS = ("source",)
 
@@ -41,6 +40,10 @@ class TrainConfig:
 
     steps: int = ranged(100_000, ge=1)
     batch_size: int = ranged(256, ge=1)
+    # rows per backward pass (on each process): the batch's gradient accumulated over micro-batches of this many rows
+    # before one optimiser step (offbench/baselines/base.py MicroBatching); "auto": the largest that fits the memory
+    # estimate (offbench/training/memory.py), recorded in run.json; none: the whole batch at once
+    micro_batch: int | Literal["auto"] | None = ranged(None, ge=1)
     log_every: int = ranged(1_000, ge=1)  # metrics.jsonl gets the mean of each loss over this many updates
     eval_every: int = ranged(10_000, ge=1)
     eval_episodes: int = ranged(10, ge=0, le=MAX_EVAL_EPISODES)  # 0: no evaluation; per task on multi-task data; consecutive episodes in context

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from offbench.baselines import baseline_names, baseline_origin, get_baseline
+from offbench.baselines.base import micro_batch_refusal
 from offbench.data.cards import DatasetCard, all_cards, get_card
 from offbench.data.resolve import Dataset, open_dataset
 from offbench.data.spec import DatasetSpec
@@ -30,14 +31,14 @@ from offbench.data.store import EpisodeStore
 from offbench.errors import OffbenchError
 from offbench.evaluation.policy import PolicyOptions
 from offbench.evaluation.protocols import EvaluationProtocol, EvaluationSetup, build_protocol, protocol_name, with_overrides
-from offbench.training.distributed import SingleProcess
-from offbench.training.config import ResolvedConfig, config_from_dict, dataset_slug, resolve_config
-from offbench.training.memory import check_update_memory
 from offbench.records import to_dict
 from offbench.tracking import run_dir as rd
+from offbench.tracking.loggers import LocalFiles, Logger, open_loggers, parse_logger_names
 from offbench.tracking.read_run import read_evaluations, read_run_json
 from offbench.tracking.run_files import CHECKPOINT, SUMMARY_FILE, MethodRecord
-from offbench.tracking.loggers import LocalFiles, Logger, open_loggers, parse_logger_names
+from offbench.training.config import ResolvedConfig, config_from_dict, dataset_slug, resolve_config
+from offbench.training.distributed import SingleProcess
+from offbench.training.memory import auto_micro_batch, check_update_memory
 from offbench.utils import atomic_write_bytes, safe_component
 
 
@@ -66,6 +67,15 @@ def baseline_sampler(baseline, store, batch_size: int, seed: int, device: str = 
 
     options = baseline.sampler_options() if hasattr(baseline, "sampler_options") else {}
     return make_sampler(baseline.sampler, store, batch_size, seed, device=device, **options)
+
+
+def check_micro_batch(baseline_cls: type, config: ResolvedConfig) -> None:
+    """A micro_batch smaller than the batch only for a baseline whose micro-batches add up to the whole batch's gradient."""
+    micro_batch = config.train.micro_batch
+    if isinstance(micro_batch, int) and micro_batch < config.train.batch_size:
+        refusal = micro_batch_refusal(baseline_cls, config.baseline)
+        if refusal is not None:
+            raise OffbenchError(f"config: micro_batch = {micro_batch}: {baseline_cls.name} cannot take its gradient in micro-batches: {refusal}")
 
 
 def check_protocol_support(baseline_cls: type, card: DatasetCard | None, dataset_id: str) -> None:
@@ -210,7 +220,14 @@ class Run:
         return build_protocol(with_overrides(self.setup, episodes, tasks, actions))
 
     def build_baseline(self):
-        return self.baseline_cls(self.config.baseline, self.spec, self.device)
+        """The baseline of the run's config, with what the run sets on it: the micro-batch its updates split their
+        batch into, and the seed its policies sample with (baselines that have them)."""
+        baseline = self.baseline_cls(self.config.baseline, self.spec, self.device)
+        if self.config.train.micro_batch is not None:
+            baseline.micro_batch = self.config.train.micro_batch
+        if hasattr(baseline, "evaluation_seed"):
+            baseline.evaluation_seed = self.seed
+        return baseline
 
     def restore(self, baseline, checkpoint: dict[str, Any], sampler=None) -> None:
         """Load a checkpoint's states; one line naming the file where it does not fit this version's baseline
@@ -402,6 +419,9 @@ def start_run(
         check_action_mode(probe, setup)
     # data the baseline's sampler cannot use (DPT without optimal-action labels) is refused before the run dir exists
     sampler = baseline_sampler(probe, data.store, config.train.batch_size, seed, str(torch_device))
+    check_micro_batch(baseline_cls, config)
+    if config.train.micro_batch == "auto":  # run.json records the micro-batch chosen
+        config.train.micro_batch = auto_micro_batch(baseline_cls, config, spec, torch_device)
     check_update_memory(baseline_cls, config, spec, torch_device, data.id)  # an update that cannot fit: one line, nothing written
     run_dir = rd.create_run_dir(Path(out) / (name or default_run_name(baseline_name, data.id, seed)))
     lock = rd.TrainingLock(run_dir)

@@ -3,16 +3,15 @@ across episodes and cleared by reset, training steps change the loss, on tiny mo
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 import torch
 
 from offbench.baselines import get_baseline
-from offbench.data.spec import DatasetSpec
-from offbench.evaluation.policy import PolicyOptions
 from offbench.data.samplers import make_sampler
+from offbench.data.spec import DatasetSpec
 from offbench.envs.benchmarks import card_tasks, make_batch_env
+from offbench.evaluation.policy import PolicyOptions
 
 # the tiny models with two layers (the cache crosses layers) and short contexts (evaluation runs past them); AD in
 # its three-token layout, without dropout (outputs compared between two ways of computing them)
@@ -136,24 +135,45 @@ def test_context_is_carried_across_episodes_and_cleared_by_reset(darkroom, name)
     torch.testing.assert_close(again, first, rtol=0, atol=0)
 
 
+def episode_actions(policy, env) -> np.ndarray:
+    """The actions `policy` takes over one episode of every env row, from a reset."""
+    observations = env.reset()
+    policy.reset(env.num_envs)
+    taken = []
+    for _ in range(env.horizon):
+        taken.append(policy.act(observations))
+        observations, rewards, terminated, truncated = env.step(taken[-1])
+        policy.observe(rewards, terminated | truncated)
+    return np.stack(taken)
+
+
 @pytest.mark.parametrize("name", ["ad", "dpt"])
 def test_sampled_actions_are_reproducible_and_differ_from_greedy(darkroom, name):
     baseline = build(name, darkroom)
     env = held_out_env(darkroom)
     sampled, greedy = baseline.policy(options(False)), baseline.policy(options(True))
+    assert np.array_equal(episode_actions(sampled, env), episode_actions(sampled, env))
+    assert not np.array_equal(episode_actions(sampled, env), episode_actions(greedy, env))
 
-    def actions(policy):
-        observations = env.reset()
-        policy.reset(env.num_envs)
-        taken = []
-        for _ in range(env.horizon):
-            taken.append(policy.act(observations))
-            observations, rewards, terminated, truncated = env.step(taken[-1])
-            policy.observe(rewards, terminated | truncated)
-        return np.stack(taken)
 
-    assert np.array_equal(actions(sampled), actions(sampled))
-    assert not np.array_equal(actions(sampled), actions(greedy))
+@pytest.mark.parametrize("name", ["ad", "dpt"])
+def test_sampled_evaluation_draws_from_the_run_seed(darkroom, name, tmp_path):
+    """A run sets its seed on the baseline, and sampled actions follow it: seeds of a run differ in their
+    evaluation noise too, so intervals over seeds include it."""
+    from helpers import TRAINING_CONFIGS
+
+    from offbench.training.trainer import start_run
+
+    run = start_run(name, "darkroom-small", TRAINING_CONFIGS / f"{name}-tiny.toml", seed=3, out=tmp_path)
+    run.lock.release()
+    assert run.build_baseline().evaluation_seed == 3
+    baseline = build(name, darkroom)
+    env = held_out_env(darkroom)
+    sampled = {}
+    for seed in (0, 3):
+        baseline.evaluation_seed = seed
+        sampled[seed] = episode_actions(baseline.policy(options(False)), env)
+    assert not np.array_equal(sampled[0], sampled[3])
 
 
 @pytest.mark.parametrize("name,overrides", [("ad", {"token_layout": "sar"}), ("ad", {"token_layout": "step"}), ("dpt", {}),

@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
-import pytest
+from pathlib import Path
 
+import pytest
 from helpers import TRAINING_CONFIGS as CONFIGS
+
 from offbench.paths import builtin_dir
 
 GB = 1024**3
@@ -64,6 +66,8 @@ def test_the_published_ad_config_on_bandit_small_is_refused_naming_what_fits(ban
     assert "--set batch_size=" in err and "baselines/ad/bandit.toml" in err
     fits = int(err.split("--set batch_size=")[1].split()[0])
     assert 1 <= fits < 512
+    micro = int(err.split("--set micro_batch=")[1].split()[0])  # or the same batch, split
+    assert fits <= micro < 512 and "micro_batch=auto" in err
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
@@ -89,3 +93,77 @@ def test_available_bytes_reads_the_machine():
     available = available_bytes("cpu")
     assert available is None or 0 < available < 2**50
     assert available_bytes("meta") is None
+
+
+def ad_estimate(darkroom, *overrides: str, config_file: Path | None = None):
+    """AD's estimate under `config_file` (the published ad-eps config by default) and `overrides`."""
+    from offbench.baselines import get_baseline
+    from offbench.data.spec import DatasetSpec
+    from offbench.training.config import resolve_config
+    from offbench.training.memory import estimate_update_bytes
+
+    cls = get_baseline("ad")
+    published = builtin_dir("baselines") / "ad" / "default.toml"
+    return estimate_update_bytes(cls, resolve_config(cls, "darkroom-small", config_file or published, list(overrides)), DatasetSpec.from_store(darkroom))
+
+
+def test_activations_scale_with_the_micro_batch_and_the_sampled_batch_with_the_batch(darkroom):
+    whole, split = ad_estimate(darkroom), ad_estimate(darkroom, "micro_batch=64")
+    assert split.total == pytest.approx(whole.fixed + 64 * whole.per_row + 512 * whole.per_sample)
+    assert split.total < whole.total / 4 and split.largest_micro_batch(split.total) == 64
+    assert ad_estimate(darkroom, "micro_batch=1024").total == pytest.approx(whole.total)  # a micro-batch past the batch: the batch
+
+
+def test_a_baseline_states_its_own_memory_shape(darkroom):
+    """A new sequence baseline (a plugin) is estimated from its own `memory_shape`, with no list to edit."""
+    from offbench.baselines import get_baseline
+    from offbench.baselines.base import TransformerShape
+    from offbench.data.spec import DatasetSpec
+    from offbench.training.config import resolve_config
+    from offbench.training.memory import estimate_update_bytes
+
+    ad = get_baseline("ad")
+
+    class Renamed(ad):
+        name = "renamed-ad"
+
+    class Flat(ad):
+        name = "flat-ad"
+        memory_shape = None
+
+    config, spec = resolve_config(ad, "darkroom-small"), DatasetSpec.from_store(darkroom)
+    shape = ad.memory_shape(config.baseline)
+    assert shape == TransformerShape(shape.tokens, config.baseline.hidden_dim, config.baseline.num_layers, config.baseline.num_heads, "sdpa",
+                                     config.baseline.attention_dropout)
+    same, flat = (estimate_update_bytes(cls, config, spec) for cls in (Renamed, Flat))
+    assert same.total == estimate_update_bytes(ad, config, spec).total and f"s={shape.tokens}" in same.formula
+    assert "Linear features" in flat.formula
+
+
+def test_auto_picks_the_largest_micro_batch_that_fits_and_run_json_records_it(darkroom, cli, tmp_path, monkeypatch):
+    """OFFBENCH_MEMORY_LIMIT below the whole batch's update: `micro_batch = "auto"` trains in the largest micro-batch
+    that fits instead of refusing; the same config without it is refused, naming that micro-batch."""
+    import json
+
+    monkeypatch.delenv("OFFBENCH_SKIP_MEMORY_CHECK", raising=False)
+    whole = ad_estimate(darkroom, "batch_size=64", config_file=CONFIGS / "ad-tiny.toml")
+    limit = whole.fixed + 64 * whole.per_sample + 10.5 * whole.per_row  # micro-batches of 10 fit, 11 do not
+    monkeypatch.setenv("OFFBENCH_MEMORY_LIMIT", str(int(limit)))
+    args = ["run", "baseline", "ad", "--dataset", "darkroom-small", "--config", CONFIGS / "ad-tiny.toml", "--set", "batch_size=64",
+            "--steps", "1", "--set", "eval_episodes=0", "--out", tmp_path / "runs"]
+    code, _, err = cli(*args[:-2], "--set", "micro_batch=auto", *args[-2:], "--name", "auto")
+    assert code == 0, err
+    assert json.loads((tmp_path / "runs" / "auto" / "run.json").read_text())["config"]["micro_batch"] == 10
+    code, _, err = cli(*args, "--name", "refused")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "--set micro_batch=10 fits" in err, err
+
+
+def test_the_memory_limit_variable_reads_sizes_and_refuses_others_in_one_line(monkeypatch):
+    from offbench.errors import OffbenchError
+    from offbench.training.memory import available_bytes
+
+    monkeypatch.setenv("OFFBENCH_MEMORY_LIMIT", "512M")
+    assert available_bytes("cpu") == 512 * 1024**2
+    monkeypatch.setenv("OFFBENCH_MEMORY_LIMIT", "lots")
+    with pytest.raises(OffbenchError, match=r"^OFFBENCH_MEMORY_LIMIT must be a size in bytes such as 8G, 512M or 1000000, got 'lots'$"):
+        available_bytes("cpu")

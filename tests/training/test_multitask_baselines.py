@@ -9,6 +9,8 @@ import types
 import numpy as np
 import pytest
 import torch
+from helpers import TRAINING_CONFIGS as CONFIGS
+from helpers import assert_resume_repeats_the_run, logged_metrics
 
 from offbench.baselines import get_baseline
 from offbench.baselines.base import DatasetSpec
@@ -18,7 +20,6 @@ from offbench.baselines.pcgrad import pcgrad_backward, per_task_losses, project_
 from offbench.data.samplers import make_sampler
 from offbench.errors import OffbenchError
 from offbench.training.config import resolve_config
-from helpers import TRAINING_CONFIGS as CONFIGS, assert_resume_repeats_the_run, logged_metrics
 
 TINY = ("metaworld/tiny-near-optimal", "minigrid/tiny-near-optimal")  # continuous, discrete
 MULTI_TASK = ("moore-bc", "moore-iql", "prompt-dt", "harmodt")
@@ -93,6 +94,28 @@ def test_pcgrad_backward_averages_shared_and_sums_task_specific_gradients():
     assert torch.allclose(shared.grad, torch.tensor([0.5, 1.5])) and head_a.grad.item() == 1.0 and head_b.grad.item() == 6.0
 
 
+def test_pcgrad_sums_on_task_heads_that_lie_in_every_task_graph():
+    """MOORE's heads write into one output tensor, so every head is in every task's graph, with a zero gradient from
+    the other tasks: a head is task-specific (its task's full gradient, summed) and the torso shared (mean)."""
+    torch.manual_seed(0)
+    net = MooreNetwork(6, 2, [8, 8], num_experts=2, num_tasks=2, orthogonal=True)
+    x, tasks, targets = torch.randn(12, 6), torch.tensor([0, 1] * 6), torch.randn(12, 2)
+    losses = per_task_losses((net(x, tasks) - targets).pow(2).mean(1), tasks)
+    params = list(net.parameters())
+    raw = [torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True) for loss in losses]
+    flat = torch.stack([torch.cat([g.reshape(-1) for g in grads]) for grads in raw])
+    torch.manual_seed(1)
+    projected = project_conflicting(flat).sum(0)
+    torch.manual_seed(1)
+    pcgrad_backward(losses, params)
+    heads = {id(p) for p in net.heads.parameters()}
+    offset = 0
+    for p in params:
+        total = projected[offset : offset + p.numel()].view_as(p)
+        offset += p.numel()
+        assert torch.allclose(p.grad, total if id(p) in heads else total / 2, atol=1e-7)
+
+
 # ---------------------------------------------------------------------------------------------- HarmoDT
 def test_erk_densities_keep_the_overall_density_and_the_schedule_is_a_cosine_bump():
     shapes = {"w1": (64, 16), "b1": (64,), "w3": (200, 200), "w4": (100, 400)}
@@ -129,6 +152,21 @@ def test_harmodt_inner_step_leaves_weights_outside_the_task_mask_untouched(tiny)
         outside_same += int((~mask).sum())
     assert outside_same > 0 and inside_moved > 0
     assert not torch.equal(harmo.model.embed.state.weight, shared_before)  # embeddings: shared, trained, unmasked
+
+
+def test_harmodt_grad_clip_zero_turns_clipping_off(tiny):
+    """grad_clip = 0 means no clipping, as in DT and Prompt-DT: the same step as a clip that never binds (a clip to
+    norm 0 would zero every gradient and leave the weights to weight decay alone)."""
+    batch = None
+    gradients, weights = {}, {}
+    for clip in (0.0, 1e9):
+        harmo, sampler = build("harmodt", "metaworld/tiny-near-optimal", tiny, grad_clip=clip)
+        batch = sampler.sample() if batch is None else batch
+        harmo.update(batch)
+        gradients[clip] = torch.cat([p.grad.reshape(-1) for p in harmo.model.parameters() if p.grad is not None])
+        weights[clip] = torch.cat([p.detach().reshape(-1) for p in harmo.model.parameters()])
+    assert gradients[0.0].abs().sum() > 0
+    assert torch.equal(gradients[0.0], gradients[1e9]) and torch.equal(weights[0.0], weights[1e9])
 
 
 def test_harmodt_outer_step_moves_exactly_the_scheduled_number_of_weights(tiny):
