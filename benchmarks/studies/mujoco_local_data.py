@@ -1,0 +1,102 @@
+"""How fast does the mujoco-local recipe run on one CPU core, stage by stage, and how far has a run's learning curve got?
+
+    python benchmarks/studies/mujoco_local_data.py speed --env Hopper-v4
+    python benchmarks/studies/mujoco_local_data.py curve $OFFBENCH_HOME/work/mujoco-local/Hopper-v4-s0-<hash>
+
+`speed` times each stage of offbench/generators/mujoco_local.py with torch on one thread: the random warm-up, SAC
+training (one gradient step of batch 256 per environment step, 256x256 networks), a checkpoint's write (with its
+10-episode evaluation) and restore, and the sampled-policy rollouts that make the medium and expert data. Wall-clock
+rates depend on what else runs on the machine; the rates per CPU second are what one dedicated core would give.
+`curve` prints a run's checkpoints (step, mean evaluated return) from its workspace, while it trains or after.
+
+Answer: benchmarks/studies/mujoco-local-data.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+
+def rates(seconds_wall: float, seconds_cpu: float, steps: int) -> str:
+    return f"{steps / seconds_wall:,.1f} steps/s wall, {steps / seconds_cpu:,.1f} per CPU second"
+
+
+def timed(work) -> tuple[float, float]:
+    wall, cpu = time.perf_counter(), time.process_time()
+    work()
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def speed(env_id: str, warmup: int, sac_steps: int, rollout_steps: int) -> None:
+    import torch
+
+    from offbench import records
+    from offbench.generators import mujoco_local as ml
+
+    torch.set_num_threads(1)
+    recipe = records.from_dict(ml.MujocoLocalRecipe, {"env_id": env_id, "level": "medium", "train_steps": warmup + sac_steps,
+                                                      "checkpoint_every": warmup + sac_steps, "learning_starts": warmup}, "speed")
+    print(f"load average before: {os.getloadavg()}")
+    model = ml.new_model(recipe, 0)
+    print(f"{env_id} random warm-up: {rates(*timed(lambda: model.learn(warmup)), warmup)}")
+    print(f"{env_id} SAC training: {rates(*timed(lambda: model.learn(sac_steps, reset_num_timesteps=False)), sac_steps)}")
+    with tempfile.TemporaryDirectory() as workspace:
+        checkpoints = []
+        wall, _ = timed(lambda: checkpoints.append(ml.write_checkpoint(model, recipe, Path(workspace), start=0)))
+        print(f"checkpoint write (with a {recipe.evaluation_episodes}-episode evaluation): {wall:.2f} s; "
+              f"model.zip {(checkpoints[0].folder / 'model.zip').stat().st_size / 1e6:.1f} MB")
+        wall, _ = timed(lambda: ml.restore(recipe, checkpoints, buffer=model.replay_buffer))
+        print(f"checkpoint restore: {wall:.2f} s")
+    env, act, done = ml.make_env(recipe), ml.sampled_actions(model.actor, 0), []
+
+    def roll_out() -> None:
+        for episode in ml.episodes(env, act, iter(range(10**9))):
+            done.append(len(episode["actions"]))
+            if sum(done) >= rollout_steps:
+                return
+
+    wall, cpu = timed(roll_out)
+    print(f"{env_id} sampled-policy rollouts: {rates(wall, cpu, sum(done))}")
+    print(f"load average after: {os.getloadavg()}")
+
+
+def curve(workspace: Path) -> None:
+    from offbench.generators.mujoco_local import finished_checkpoints
+
+    print("| step | mean return | written |")
+    print("|--:|--:|--|")
+    for checkpoint in finished_checkpoints(workspace):
+        written = time.strftime("%H:%M:%S", time.localtime((checkpoint.folder / "evaluation.json").stat().st_mtime))
+        print(f"| {checkpoint.step:,} | {checkpoint.mean_return:.1f} | {written} |")
+    references = sorted(workspace.glob("references-*.json"))
+    for path in references:
+        print(path.name, json.loads(path.read_text()))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    timing = commands.add_parser("speed", help="time each stage on one core")
+    timing.add_argument("--env", default="Hopper-v4")
+    timing.add_argument("--warmup", type=int, default=1000, help="random steps before learning")
+    timing.add_argument("--sac-steps", type=int, default=2000, help="SAC steps timed")
+    timing.add_argument("--rollout-steps", type=int, default=5000, help="sampled-policy steps timed")
+    learning = commands.add_parser("curve", help="a run's checkpoints and returns")
+    learning.add_argument("workspace", type=Path)
+    args = parser.parse_args()
+    if args.command == "speed":
+        speed(args.env, args.warmup, args.sac_steps, args.rollout_steps)
+    else:
+        curve(args.workspace)
+
+
+if __name__ == "__main__":
+    main()
