@@ -33,7 +33,7 @@ def runs(tmp_path):
 def test_runs_of_one_baseline_with_two_configs_are_two_curves(tmp_path):
     """Labels name the config values that tell a baseline's runs apart on one dataset, and nothing else."""
     from offbench.plotting.commands import run_labels
-    from offbench.tracking.run_dir import read_run
+    from offbench.tracking.read_run import read_run
 
     folder = tmp_path / "runs"
     for sampling in ("window", "shuffled"):
@@ -97,7 +97,7 @@ def test_in_context_curves_with_source_and_optimum(tmp_path):
 
 
 def test_in_context_benchmark_accepts_in_context_runs(tmp_path, monkeypatch):
-    from offbench.tracking.run_dir import Refused
+    from offbench.tracking.read_run import Refused
     from offbench.leaderboard.spec import load_spec
     from offbench.leaderboard.submit import submit
 

@@ -1,7 +1,7 @@
 """What a run scores on a benchmark: recomputed from its per-episode returns with the benchmark's own card.
 
 Nothing a run says about its own score is taken on trust. The run directory is read and checked by
-`offbench.tracking.run_dir` (the same code plots use); here every evaluation line is scored again from
+`offbench.tracking.read_run` (the same code plots use); here every evaluation line is scored again from
 its `returns` with the card the benchmark means (the built-in card of that id, so a user card in
 $OFFBENCH_HOME that shadows it with other reference scores or another environment changes nothing),
 and a line whose recorded score disagrees is refused. `final` is the last evaluation of the headline
@@ -15,7 +15,7 @@ from typing import Any
 
 from offbench.data.cards import DatasetCard, builtin_cards, get_card
 from offbench.leaderboard.spec import BenchmarkSpec
-from offbench.tracking.read_run import FinishedRun as RunRecord, Refused, check_evaluations, same_number
+from offbench.tracking.read_run import FinishedRun, Refused, check_evaluations, same_number
 
 PER_TASK_FIELDS = {"success_rate": "success_rate", "mean_return": "mean_return"}  # metric -> per_task field
 
@@ -45,7 +45,7 @@ def expected_checksum(spec: BenchmarkSpec, card: DatasetCard) -> tuple[str | Non
 class ScoredRun:
     """A run that passed every per-run rule, with its scores as the benchmark computes them."""
 
-    run: RunRecord
+    run: FinishedRun
     score: float  # the benchmark's score: final or best, under its metric
     row: dict[str, Any]  # the evaluations.jsonl line that score comes from
     curve: list[tuple[int, float]]  # (step, score) of every evaluation of the headline curve
@@ -61,7 +61,7 @@ class ScoredRun:
         return [{"task": name, "score": block[field]} for name, block in per_task.items() if block.get(field) is not None] or None
 
 
-def score_run(run: RunRecord, spec: BenchmarkSpec) -> ScoredRun:
+def score_run(run: FinishedRun, spec: BenchmarkSpec) -> ScoredRun:
     """Apply the per-run rules (dataset, checksum, consistency, protocol) and score the run; raises Refused."""
     if run.dataset_id not in spec.datasets:
         raise Refused(run.path, "benchmark-dataset", f"dataset '{run.dataset_id}' is not one of {spec.name}'s: {', '.join(spec.datasets)}")
@@ -81,7 +81,7 @@ def score_run(run: RunRecord, spec: BenchmarkSpec) -> ScoredRun:
     return ScoredRun(run=run, score=curve[index][1], row=headline[index], curve=curve, metric_name=spec.metric.name)
 
 
-def line_score(run: RunRecord, row: dict[str, Any], spec: BenchmarkSpec, card: DatasetCard) -> float:
+def line_score(run: FinishedRun, row: dict[str, Any], spec: BenchmarkSpec, card: DatasetCard) -> float:
     """One evaluation line's score under the benchmark's metric, from its returns (check_evaluations has
     already tied `mean_return` to them); a recorded normalised score must agree with the card's."""
     where = f"evaluations.jsonl step {row['step']}"
@@ -102,7 +102,7 @@ def line_score(run: RunRecord, row: dict[str, Any], spec: BenchmarkSpec, card: D
     return float(value)
 
 
-def _check_protocol(run: RunRecord, spec: BenchmarkSpec, card: DatasetCard) -> None:
+def _check_protocol(run: FinishedRun, spec: BenchmarkSpec, card: DatasetCard) -> None:
     evaluation = run.info["evaluation"]
     black_box = (run.info.get("method") or {}).get("kind") == "black-box"
     problem = protocol_problem(spec, run.baseline, evaluation, run.summary["steps"], black_box)

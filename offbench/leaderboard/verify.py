@@ -25,14 +25,15 @@ import numpy as np
 
 from offbench.errors import OffbenchError
 from offbench.tracking.provenance import REPLAYABLE_KINDS
-from offbench.tracking.run_dir import CHECKPOINT, FinishedRun as RunRecord, Refused, utc_now
+from offbench.tracking.read_run import CHECKPOINT, FinishedRun, Refused
+from offbench.tracking.run_dir import utc_now
 
 CUDA_RTOL = 1e-4
 FINGERPRINT_TENSORS = 32  # largest tensors of a checkpoint kept in its fingerprint
 SAME_WEIGHTS_SHARE = 0.5  # two checkpoints sharing this share of their fingerprinted elements hold the same weights
 
 
-def method_of(run: RunRecord) -> dict[str, Any]:
+def method_of(run: FinishedRun) -> dict[str, Any]:
     """run.json `method`; runs from before it was recorded are built-in baselines."""
     method = run.info.get("method")
     return method if isinstance(method, dict) else {"kind": "built-in", "name": run.baseline}
@@ -42,7 +43,7 @@ def unverified(reason: str) -> dict[str, Any]:
     return {"status": "unverified", "reason": reason}
 
 
-def verify_run(run: RunRecord) -> dict[str, Any]:
+def verify_run(run: FinishedRun) -> dict[str, Any]:
     """The run's `verification` record: replayed and identical ("verified"), or why it cannot be replayed
     ("unverified"). A replay that differs from the record is Refused (rule `verify`)."""
     method = method_of(run)
@@ -83,7 +84,7 @@ def verify_run(run: RunRecord) -> dict[str, Any]:
 
 
 @contextmanager
-def recorded_threads(run: RunRecord):
+def recorded_threads(run: FinishedRun):
     """torch's intra-op thread count as the run had it (run.json env.torch_threads): a matrix product split over
     another number of threads sums in another order, enough to move a return in its last digits."""
     import torch
@@ -97,7 +98,7 @@ def recorded_threads(run: RunRecord):
         torch.set_num_threads(before)
 
 
-def _other_kernels(run: RunRecord) -> str | None:
+def _other_kernels(run: FinishedRun) -> str | None:
     """How the SIMD kernels NumPy and torch dispatch to here differ from the run's (run.json env), or None: AVX-512
     and AVX2 machines round some results differently (docs/run-directory.md), so only a replay on the same kernels
     can be held to exact equality."""
@@ -109,7 +110,7 @@ def _other_kernels(run: RunRecord) -> str | None:
     return "; ".join(differ) or None
 
 
-def _replay_device(run: RunRecord) -> str | None:
+def _replay_device(run: FinishedRun) -> str | None:
     recorded = str(run.info.get("env", {}).get("device", "cpu"))
     if not recorded.startswith("cuda"):
         return "cpu"
@@ -118,7 +119,7 @@ def _replay_device(run: RunRecord) -> str | None:
     return recorded if torch.cuda.is_available() else None
 
 
-def replay(run: RunRecord, method: dict[str, Any], device: str, step: int) -> list[dict[str, Any]]:
+def replay(run: FinishedRun, method: dict[str, Any], device: str, step: int) -> list[dict[str, Any]]:
     """The evaluation lines the run's final checkpoint gives now, under the run's own protocol."""
     import torch
 
@@ -139,12 +140,12 @@ def replay(run: RunRecord, method: dict[str, Any], device: str, step: int) -> li
     return opened.protocol().evaluate(opened.restored_baseline(checkpoint), step)
 
 
-def _same_dataset(run: RunRecord, checksum: str) -> None:
+def _same_dataset(run: FinishedRun, checksum: str) -> None:
     if checksum != run.dataset_sha256:
         raise OffbenchError(f"dataset {run.dataset_id} has changed since the run (content checksum differs)")
 
 
-def _compare(run: RunRecord, recorded: list[dict[str, Any]], replayed: list[dict[str, Any]], exact: bool) -> None:
+def _compare(run: FinishedRun, recorded: list[dict[str, Any]], replayed: list[dict[str, Any]], exact: bool) -> None:
     if len(recorded) != len(replayed):
         raise Refused(run.path, "verify", f"the replay gave {len(replayed)} evaluation lines at the final step, the run recorded {len(recorded)}")
     for old, new in zip(recorded, replayed):

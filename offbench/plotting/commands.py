@@ -10,7 +10,7 @@ from rich.console import Console
 
 from offbench.errors import OffbenchError
 from offbench.stats import BOOTSTRAP_REPS, METRICS
-from offbench.tracking.read_run import FinishedRun as RunRecord, expand_run_dirs, is_run_dir, read_run
+from offbench.tracking.read_run import FinishedRun, expand_run_dirs, is_run_dir, read_run
 
 KINDS = ("auto", "curves", "in-context", "regret", "aggregate", "profile")
 
@@ -40,13 +40,13 @@ def _plot_dataset(dataset: str, out: Path) -> Path:
     return plot_learning_histories(store, out, card=card)
 
 
-def _summary_row_field(run: RunRecord, which: str, field: str):
+def _summary_row_field(run: FinishedRun, which: str, field: str):
     """`field` of the evaluations line at the summary's step (None where absent)."""
     step = run.summary[which]["step"]
     return next((row.get(field) for row in run.curve_rows(which) if row["step"] == step), None)
 
 
-def run_labels(runs: list[RunRecord]) -> list[str]:
+def run_labels(runs: list[FinishedRun]) -> list[str]:
     """A label per run: its baseline, followed by the config values that tell it apart from the baseline's other
     runs on the same dataset (two configs of DPT plotted together are two curves, not one with doubled seeds)."""
     labels = []
@@ -58,7 +58,7 @@ def run_labels(runs: list[RunRecord]) -> list[str]:
     return labels
 
 
-def _frames(runs: list[RunRecord], field: str, which: str):
+def _frames(runs: list[FinishedRun], field: str, which: str):
     """(final scores, learning curves, in-context returns, bandit regret) of the runs as DataFrames, labelled by
     `run_labels`."""
     import pandas as pd
@@ -79,7 +79,7 @@ def _frames(runs: list[RunRecord], field: str, which: str):
             pd.DataFrame(regret, columns=["label", "dataset", "seed", "pull", "score"]))
 
 
-def _regret_references(runs: list[RunRecord], regret, which: str) -> dict:
+def _regret_references(runs: list[FinishedRun], regret, which: str) -> dict:
     """UCB1, Thompson sampling and random on the tasks each dataset's runs were evaluated on (computed by the
     generators' module; the figure only draws them)."""
     from offbench.data.cards import get_card
@@ -93,7 +93,7 @@ def _regret_references(runs: list[RunRecord], regret, which: str) -> dict:
     return references
 
 
-def _metric_of(runs: list[RunRecord], metric: Optional[str]) -> str:
+def _metric_of(runs: list[FinishedRun], metric: Optional[str]) -> str:
     if metric is not None:
         if metric not in METRICS:
             raise OffbenchError(f"--metric must be one of {', '.join(METRICS)}, got {metric!r}")

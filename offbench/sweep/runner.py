@@ -28,7 +28,8 @@ from rich.table import Table
 from offbench.errors import OffbenchError
 from offbench.sweep.executors import EXIT_BAD_INPUT, Executor, Job, Outcome, forwarded_env, offbench_argv
 from offbench.sweep.spec import PlannedRun, Sweep
-from offbench.tracking import run_dir as rd
+from offbench.tracking.read_run import is_number, read_run_json
+from offbench.tracking.run_files import RUN_FILE, SUMMARY_FILE
 from offbench.utils import atomic_write_json, ensure_dir
 
 QUEUED, RUNNING, DONE, FAILED, STOPPED = "queued", "running", "done", "failed", "stopped"
@@ -69,13 +70,13 @@ def read_state(runs: Path) -> dict[str, Any]:
 def read_summary_note(run_dir: Path) -> tuple[str, str]:
     """(steps, 'metric value') of a finished run's summary.json for the status table; a broken one says so."""
     try:
-        summary = json.loads((run_dir / rd.SUMMARY_FILE).read_text())
+        summary = json.loads((run_dir / SUMMARY_FILE).read_text())
         final, metric = summary.get("final"), summary.get("score_metric")
         value = final.get(metric) if isinstance(final, dict) and isinstance(metric, str) else None
-        note = f"{metric} {value:.4g}" if rd.is_number(value) else ""
+        note = f"{metric} {value:.4g}" if is_number(value) else ""
         return str(summary.get("steps", "")), note
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
-        return "", f"{rd.SUMMARY_FILE} is unreadable"
+        return "", f"{SUMMARY_FILE} is unreadable"
 
 
 # ---------------------------------------------------------------------------------------------- what is on disk
@@ -97,9 +98,9 @@ def tail_lines(path: Path, size: int = 4096) -> list[str]:
 
 def read_progress(run_dir: Path, total: int | None) -> Progress:
     """Step and rate from the tail of metrics.jsonl (written every log_every updates)."""
-    if total is None and (run_dir / rd.RUN_FILE).is_file():
+    if total is None and (run_dir / RUN_FILE).is_file():
         try:
-            total = int(json.loads((run_dir / rd.RUN_FILE).read_text())["config"]["steps"])
+            total = int(json.loads((run_dir / RUN_FILE).read_text())["config"]["steps"])
         except (OSError, ValueError, KeyError, TypeError):
             total = None
     lines = []
@@ -117,12 +118,12 @@ def read_progress(run_dir: Path, total: int | None) -> Progress:
 
 
 def is_done(run_dir: Path) -> bool:
-    return (run_dir / rd.SUMMARY_FILE).is_file()
+    return (run_dir / SUMMARY_FILE).is_file()
 
 
 def check_existing(run: PlannedRun, run_dir: Path) -> None:
     """A run directory found under a planned name must be that run: same baseline, seed and values."""
-    record = rd.read_run_json(run_dir)
+    record = read_run_json(run_dir)
     config = record.get("config", {})
     differs = [f"baseline {record.get('baseline')!r}"] if record.get("baseline") != run.baseline else []
     differs += [f"seed {record.get('seed')!r}"] if record.get("seed") != run.seed else []
@@ -134,7 +135,7 @@ def check_existing(run: PlannedRun, run_dir: Path) -> None:
 def run_job(run: PlannedRun, runs: Path) -> Job:
     """Start the run, or continue it from its last checkpoint when it was started before."""
     run_dir = runs / run.name
-    if (run_dir / rd.RUN_FILE).is_file():
+    if (run_dir / RUN_FILE).is_file():
         args = ["run", "baseline", run.baseline, "--resume", str(run_dir.resolve())]
     else:
         if run_dir.exists() and not any(run_dir.iterdir()):  # died between mkdir and run.json: nothing to keep
@@ -212,7 +213,7 @@ def _execute_locked(spec, runs, folder, executor, console, retries) -> Tracker:
     queue: deque[PlannedRun] = deque()
     for run in runs:
         run_dir = folder / run.name
-        if (run_dir / rd.RUN_FILE).is_file():
+        if (run_dir / RUN_FILE).is_file():
             check_existing(run, run_dir)
         tracker.state[run.name] = DONE if is_done(run_dir) else QUEUED
         if tracker.state[run.name] == QUEUED:
@@ -286,7 +287,7 @@ def status_rows(runs: list[PlannedRun], folder: Path) -> list[tuple[str, str, st
             rows.append((run.name, DONE, *read_summary_note(run_dir)))
         elif run.name in failed:
             rows.append((run.name, FAILED, "", f"{failed[run.name]['attempts']} attempt(s): {failed[run.name]['error']}"))
-        elif (run_dir / rd.RUN_FILE).is_file():
+        elif (run_dir / RUN_FILE).is_file():
             progress = read_progress(run_dir, None)
             rows.append((run.name, STOPPED, f"{progress.step}/{progress.total}", "resumes from its last checkpoint"))
         else:
@@ -302,7 +303,7 @@ def submit_finished(runs: list[PlannedRun], folder: Path, benchmark: str, consol
     duplicate rule finds it), not by its name: another sweep's runs share the names."""
     from offbench.leaderboard.spec import load_spec
     from offbench.leaderboard.submit import load_entries, submit
-    from offbench.tracking.run_dir import read_run
+    from offbench.tracking.read_run import read_run
 
     def identity_key(identity: dict[str, Any] | None) -> tuple[Any, Any] | None:
         """(evaluations sha256, final checkpoint sha256) of a run or an entry's run record; None when it has none."""

@@ -25,13 +25,6 @@ from offbench.tracking.read_run import evaluation_records, read_evaluations
 from offbench.tracking.run_files import (
     RUN_FILE, SCHEMA, SUMMARY_FILE, CodeVersion, DatasetRecord, EnvironmentInfo, MethodRecord, RunRecord, RunSummary, SummaryEntry,
 )
-
-# The readers' names, imported from here by leaderboards, plots, sweeps and the run commands since this module
-# both wrote and read run directories; new code imports them from offbench.tracking.read_run.
-from offbench.tracking.read_run import (  # noqa: F401
-    CHECKPOINT, MAX_TEXT, FinishedRun, Refused, check_evaluations, expand_run_dirs, is_finite, is_number, is_run_dir, read_run,
-    read_run_json, same_number,
-)
 from offbench.utils import atomic_write_json, ensure_dir, user_fixable_write_errors
 
 

@@ -141,7 +141,7 @@ def _check_processes(request: RunRequest, launch, nproc: int, processes: int) ->
     if launch is not None and nproc not in (1, launch.world_size):
         raise OffbenchError(f"--nproc {nproc}: this command runs under torchrun with {launch.world_size} processes")
     if request.resume is not None:
-        from offbench.tracking.run_dir import read_run_json
+        from offbench.tracking.read_run import read_run_json
 
         trained_with = read_run_json(request.resume).get("distributed", {}).get("world_size", 1)
         if trained_with != processes:
@@ -153,7 +153,7 @@ def _check_processes(request: RunRequest, launch, nproc: int, processes: int) ->
 def _check_divisible(request: RunRequest, nproc: int) -> None:
     """The global batch splits evenly between the processes."""
     if request.resume is not None:
-        from offbench.tracking.run_dir import read_run_json
+        from offbench.tracking.read_run import read_run_json
 
         batch_size = read_run_json(request.resume)["config"]["batch_size"]
     else:

@@ -13,7 +13,7 @@ import tomllib
 import pytest
 import tomli_w
 
-from offbench.tracking.run_dir import read_run
+from offbench.tracking.read_run import read_run
 from run_dirs import REPO_ROOT
 
 EXAMPLES = REPO_ROOT / "examples"

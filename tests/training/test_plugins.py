@@ -134,7 +134,7 @@ def submit_verified_then_catch_tampering(runs: list[Path], tmp_path: Path, monke
     from offbench.leaderboard.scoring import benchmark_card
     from offbench.leaderboard.spec import load_spec
     from offbench.leaderboard.submit import submit
-    from offbench.tracking.run_dir import Refused
+    from offbench.tracking.read_run import Refused
     from run_dirs import pendulum_board
 
     pendulum_board(tmp_path, monkeypatch, min_seeds=2, evaluation={"episodes": 1, "every_steps": 20, "steps": 20})
