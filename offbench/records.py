@@ -58,17 +58,25 @@ def describe(annotation: Any) -> str:
     if origin is Literal:
         return "one of " + ", ".join(map(str, args))
     if origin in (tuple, list):
+        fixed = origin is tuple and args and args[-1] is not Ellipsis
+        if fixed and len(set(args)) > 1:  # a fixed tuple of mixed types: each position's own type, in order
+            return "a list of [" + ", ".join(_noun(describe(a)) for a in args) + "]"
         item = describe(args[0]) if args else "values"
         plural = {"a number": "numbers", "an integer": "integers", "a string": "strings", "true or false": "booleans",
                   "a table": "tables", "any value": "values"}.get(item, item)
-        if origin is tuple and args and args[-1] is not Ellipsis:
-            return f"a list of {len(args)} {plural}"
-        return f"a list of {plural}"
+        if plural.startswith("a list of "):
+            plural = "lists of " + plural.removeprefix("a list of ")
+        return f"a list of {len(args)} {plural}" if fixed else f"a list of {plural}"
     if origin is dict:
         return "a table"
     if dataclasses.is_dataclass(annotation):
         return "a table"
     return {bool: "true or false", int: "an integer", float: "a number", str: "a string", Any: "any value"}.get(annotation, str(annotation))
+
+
+def _noun(description: str) -> str:
+    """'a string' -> 'string', for a position in a fixed list: [string, integer]."""
+    return {"true or false": "boolean", "any value": "value"}.get(description, re.sub(r"^an? ", "", description))
 
 
 def coerce(value: Any, annotation: Any, where: str) -> Any:

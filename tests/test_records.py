@@ -156,6 +156,26 @@ def test_field_table_lists_every_field_with_its_type_default_and_meaning():
 
 
 @dataclasses.dataclass(frozen=True)
+class Fingerprint:
+    weights: list[tuple[str, int]] = dataclasses.field(default_factory=list)
+    span: tuple[float, float] = (0.0, 1.0)
+    returns: list[list[float]] = dataclasses.field(default_factory=list)
+
+
+def test_a_fixed_list_of_mixed_types_is_described_by_its_positions():
+    table = field_table(Fingerprint)
+    assert "| `weights` | a list of lists of [string, integer] |" in table
+    assert "| `span` | a list of 2 numbers |" in table and "| `returns` | a list of lists of numbers |" in table
+    assert from_dict(Fingerprint, {"weights": [["ab12", 3]]}, "f.json").weights == [("ab12", 3)]
+    with pytest.raises(OffbenchError) as caught:
+        from_dict(Fingerprint, {"weights": [["ab12", "3"]]}, "f.json")
+    assert str(caught.value) == "f.json: 'weights[0][1]' must be an integer, got '3'"
+    with pytest.raises(OffbenchError) as caught:
+        from_dict(Fingerprint, {"weights": [["ab12"]]}, "f.json")
+    assert str(caught.value) == "f.json: 'weights[0]' must be a list of [string, integer], got ['ab12']"
+
+
+@dataclasses.dataclass(frozen=True)
 class Imported:
     from_: str = ranged(doc="where it came from")
     span: tuple[int, int] | None = None

@@ -50,7 +50,7 @@ from offbench import records
 from offbench.errors import OffbenchError
 from offbench.records import Invalid, ranged
 from offbench.training.config import dataset_slug
-from offbench.utils import atomic_write_text, read_text
+from offbench.utils import read_text
 
 # Protocol keys of a benchmark.toml [evaluation] table -> the trainer's config fields (TrainConfig); an
 # in-context evaluation runs `eval_episodes` consecutive episodes (run.json's in_context_episodes).
@@ -165,7 +165,7 @@ SWEEP_RECORDS = (SweepSpec, RandomDraws, Distribution)  # documented in docs/swe
 def write_field_docs(page: Path = DOCS_PAGE) -> Path:
     """Regenerate the field tables of docs/sweeps.md from the records' `doc=`s (tests/test_sweep_records.py
     fails while they differ)."""
-    return atomic_write_text(page, records.fill_field_tables(read_text(page, "page"), *SWEEP_RECORDS))
+    return records.write_field_tables(page, *SWEEP_RECORDS)
 
 
 # ---------------------------------------------------------------------------------------------- the sweep
