@@ -116,7 +116,8 @@ def make_dataset(recipe: MujocoLocalRecipe, seed: int, out: Path, quiet: bool, w
         medium, expert = choose_medium(checkpoints, recipe.medium_fraction), checkpoints[-1]
         references = reference_returns(recipe, expert, workspace, quiet)
         episodes = level_episodes(recipe, seed, checkpoints, medium, quiet)
-    env = make_env(recipe)
+    env = make_env(recipe)  # for its spaces
+    env.close()
     store = EpisodeStore.from_episodes(
         episodes,
         observation_space=env.observation_space,
@@ -419,15 +420,14 @@ def policy_part(recipe: MujocoLocalRecipe, seed: int, checkpoint: Checkpoint, pa
     streams = np.random.SeedSequence([seed, PART_SEEDS[part]]).generate_state(2)
     reset_rng = np.random.default_rng(int(streams[0]))
     reset_seeds = iter(lambda: int(reset_rng.integers(2**31)), None)
+    rollouts = episodes(make_env(recipe), sampled_actions(load_actor(checkpoint), int(streams[1])), reset_seeds)
     collected, total = [], 0
     with progress_bar(quiet, f"{part} rollouts", recipe.transitions, unit="steps") as advance:
-        for episode in episodes(make_env(recipe), sampled_actions(load_actor(checkpoint), int(streams[1])), reset_seeds):
-            collected.append(cut(episode, recipe.transitions - total))
+        while total < recipe.transitions:
+            collected.append(cut(next(rollouts), recipe.transitions - total))
             total += len(collected[-1]["actions"])
             advance(len(collected[-1]["actions"]))
-            if total >= recipe.transitions:
-                return collected
-    raise AssertionError("unreachable: the reset seeds never run out")
+    return collected
 
 
 def cut(episode: dict[str, np.ndarray], steps: int) -> dict[str, np.ndarray]:
