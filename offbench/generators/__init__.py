@@ -25,9 +25,11 @@ GENERATORS: dict[str, Generator] = {}
 # Modules that register generators when imported (kept lazy: some need optional extras).
 _GENERATOR_MODULES: list[str] = [
     "offbench.generators.histories",
+    "offbench.generators.contextual",
     "offbench.generators.pendulum",
     "offbench.generators.metaworld",
     "offbench.generators.minigrid",
+    "offbench.generators.minigrid_learned",
     "offbench.generators.mujoco_local",
 ]
 

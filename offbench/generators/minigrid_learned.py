@@ -1,0 +1,394 @@
+"""MiniGrid MT3 / MT5 / MT7 offline data from learning agents: one PPO agent per task, kept at checkpoints.
+
+Published sub-optimal data (D4RL's medium and medium-replay, MTDiff's Meta-World sets) is the experience of
+worse *policies*: coherent trajectories a learning agent produced. The noisy planner of generator "minigrid"
+(a random action with probability 0.75 at each step) is not the behaviour of any policy; this generator's is.
+
+Per task, stable-baselines3's PPO (`PPO_SETTINGS`, the same for every task, on one CPU thread) learns the task's
+environment from `offbench.envs.minigrid` (the egocentric view + direction, as generator "minigrid" collects it),
+seeded from the recipe's seed and the task's *name*, so a task trains alike in MT3 and MT7. Its training
+episodes reset to seeds of their own (`episode_seed(seed, task, TRAINING + 1 + k)`), apart from the evaluation
+episodes. Before training and every `checkpoint_every` steps the policy plays `eval_episodes` episodes (reset
+seeds `episode_seed(seed, task, e)`, e = 0, 1, ...; actions sampled from the policy, each episode from a stream
+seeded by its reset seed): their success rate is the checkpoint's. The recipe's `quality`:
+
+  medium   training stops at the first trained checkpoint that reaches the band's lower edge; of the trained
+           checkpoints so far, the one nearest `target_success` plays `episodes_per_task` episodes (reset seeds e = 0, 1, ..., so its
+           evaluation episodes are the first ones)
+  replay   the same run and checkpoint; the data is every training episode that ended by that checkpoint, in the
+           order they ended (D4RL's medium-replay): PPO's own sampled actions, from its first, untrained policy on
+  expert   training runs all its `timesteps`; the final policy plays `episodes_per_task` episodes
+
+The card records every task's checkpoints (steps, success) and which one acted; `task_stats` the data's own
+success. Resumable per task: each finished task is a shard in a work folder beside the output (as the
+multi-task collection's), and a rerun trains only the tasks without one. Same seed, same bytes.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import shutil
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator, Literal, Sequence
+
+import gymnasium as gym
+import numpy as np
+
+from offbench.envs.minigrid import SUITES
+from offbench.envs.multitask import EnvPool, Lane, episode_seed, task_names
+from offbench.errors import OffbenchError, require
+from offbench.evaluation.lanes import run_lanes
+from offbench.generators import register_generator
+from offbench.generators.multitask import _claim_work_dir, _npz_bytes, task_stats
+from offbench.records import Invalid, from_dict, ranged, to_dict
+from offbench.utils import atomic_write_bytes, progress_bar
+
+N_ENVS = 8  # PPO's parallel training environments
+PPO_SETTINGS: dict[str, Any] = {
+    "n_steps": 128,
+    "batch_size": 256,
+    "n_epochs": 4,
+    "learning_rate": 5e-4,
+    "gamma": 0.99,
+    "gae_lambda": 0.95,
+    "clip_range": 0.2,
+    "ent_coef": 0.01,
+    "policy_kwargs": {"net_arch": [64, 64]},
+}
+ROLLOUT_STEPS = N_ENVS * PPO_SETTINGS["n_steps"]  # PPO learns in rollouts of this many steps
+TRAINING = 1 << 40  # episode indices from here on seed PPO and its training episodes, never an evaluation's
+ROUND = 64  # episodes played together, one batched policy call per step
+
+
+@dataclass(frozen=True)
+class LearnedParams:
+    """A card's `[source.recipe.params]` for generator "minigrid-learned"."""
+
+    suite: str = ranged("MT7", choices=tuple(SUITES), doc="MOORE's task list: MT3, MT5 or MT7.")
+    tasks: list[str] | None = ranged(None, doc="Some of the suite's tasks (default: all of them).")
+    quality: Literal["medium", "replay", "expert"] = ranged("medium", doc="Which policy's data (module docstring).")
+    episodes_per_task: int | None = ranged(None, ge=1, doc="medium, expert: episodes the chosen policy plays per task (1000 "
+                                                           "when left out); replay has every training episode up to its checkpoint.")
+    timesteps: int = ranged(1 << 20, ge=ROLLOUT_STEPS, doc="The most PPO steps per task (all of them for expert).")
+    checkpoint_every: int = ranged(16384, ge=ROLLOUT_STEPS, doc=f"PPO steps between checkpoints, a multiple of {ROLLOUT_STEPS}.")
+    eval_episodes: int = ranged(50, ge=1, doc="Episodes that measure a checkpoint's success rate.")
+    target_success: float = ranged(0.5, ge=0, le=1, doc="medium, replay: the success rate the chosen checkpoint is nearest.")
+    band: tuple[float, float] = ranged((0.4, 0.6), ge=0, le=1, doc="medium, replay: training stops at the first checkpoint "
+                                                                   "reaching band[0]; the card states the band.")
+
+    def check(self) -> None:
+        if self.checkpoint_every % ROLLOUT_STEPS:
+            raise Invalid(f"'checkpoint_every' must be a multiple of PPO's rollout of {ROLLOUT_STEPS} steps, got {self.checkpoint_every}")
+        if self.timesteps % self.checkpoint_every:
+            raise Invalid(f"'timesteps' must be a multiple of checkpoint_every ({self.checkpoint_every}), got {self.timesteps}")
+        if not self.band[0] <= self.target_success <= self.band[1]:
+            raise Invalid(f"'band' must hold target_success {self.target_success}, got {list(self.band)}")
+        if self.quality == "replay" and self.episodes_per_task is not None:
+            raise Invalid("'episodes_per_task' does not apply to replay, whose episodes are the agent's training episodes")
+
+
+@dataclass(frozen=True)
+class LearnedRecipe:
+    """Everything that determines the data: the params, the seed, the [env] table they make."""
+
+    params: LearnedParams
+    seed: int
+    env: dict[str, Any]
+
+    @property
+    def names(self) -> list[str]:
+        return task_names(self.env)
+
+    @property
+    def episodes_per_task(self) -> int:
+        return self.params.episodes_per_task or 1000
+
+    def behaviour(self) -> dict[str, Any]:
+        """What acted, for the card (and the work folder's fingerprint: another library version is another recipe)."""
+        from importlib.metadata import version
+
+        p = self.params
+        record = {"algorithm": "PPO", "library": f"stable-baselines3 {version('stable-baselines3')}", "n_envs": N_ENVS,
+                  **PPO_SETTINGS, "timesteps": p.timesteps, "checkpoint_every": p.checkpoint_every, "eval_episodes": p.eval_episodes}
+        if p.quality != "expert":
+            record.update(target_success=p.target_success, band=list(p.band))
+        return record
+
+    def fingerprint(self) -> str:
+        return json.dumps({"params": to_dict(self.params), "seed": self.seed, "env": self.env, "behaviour": self.behaviour()}, sort_keys=True)
+
+
+def learned_recipe(params: dict[str, Any], seed: int) -> LearnedRecipe:
+    """The recipe a card's params describe; the [env] table is generator "minigrid"'s for the same suite and tasks."""
+    from offbench.generators.minigrid import minigrid_recipe
+
+    checked = from_dict(LearnedParams, params, "minigrid-learned recipe params")
+    suite = {"suite": checked.suite, **({"tasks": checked.tasks} if checked.tasks else {})}
+    return LearnedRecipe(checked, int(seed), minigrid_recipe(suite, seed).env)
+
+
+def choose_checkpoint(successes: Sequence[float], quality: str, target: float) -> int:
+    """The acting checkpoint: expert's last; otherwise, of the trained ones (all but the first, whose untrained
+    policy acts at random), the one nearest the target success, the earliest of a tie."""
+    if quality == "expert":
+        return len(successes) - 1
+    return min(range(1, len(successes)), key=lambda i: (abs(successes[i] - target), i))
+
+
+class SampledPolicy:
+    """A PPO policy's sampled actions (a batch `Policy`): each episode draws from a stream seeded by its reset seed,
+    so what it plays does not depend on the rows' random draws around it."""
+
+    def __init__(self, network, lanes: Sequence[Lane]):
+        self.network = network
+        self.rngs = [np.random.default_rng([lane.seed, 2]) for lane in lanes]
+
+    def reset(self, num_envs: int) -> None:
+        pass
+
+    def act(self, observations: np.ndarray) -> np.ndarray:
+        import torch
+
+        with torch.no_grad():
+            probs = self.network.get_distribution(torch.as_tensor(observations, dtype=torch.float32)).distribution.probs
+        cumulative = np.cumsum(probs.numpy().astype(np.float64), axis=1)
+        draws = np.array([rng.random() for rng in self.rngs]) * cumulative[:, -1]
+        return (draws[:, None] >= cumulative).sum(axis=1).astype(np.int64)
+
+    def observe(self, rewards: np.ndarray, dones: np.ndarray) -> None:
+        pass
+
+    def drop(self, keep: np.ndarray) -> None:
+        self.rngs = [rng for rng, kept in zip(self.rngs, keep) if kept]
+
+
+class TrainingEpisodes(gym.Wrapper):
+    """One of PPO's training environments: each reset takes the next seed of its own sequence (the seed
+    stable-baselines3 passes is ignored, so every training layout is known) and, when recording, every finished
+    episode is kept with the environment step it ended at."""
+
+    def __init__(self, env: gym.Env, seeds: Iterator[int], record: bool):
+        super().__init__(env)
+        self.seeds, self.record = seeds, record
+        self.steps = 0
+        self.finished: list[tuple[int, dict[str, Any]]] = []
+        self.episode: dict[str, Any] = {}
+
+    def reset(self, *, seed=None, options=None):
+        reset_seed = next(self.seeds)
+        obs, info = self.env.reset(seed=reset_seed, options=options)
+        if self.record:
+            self.episode = {"seed": reset_seed, "observations": [obs], "actions": [], "rewards": [], "terminations": [],
+                            "truncations": [], "step_success": []}
+        return obs, info
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.steps += 1
+        if self.record:
+            for key, value in (("observations", obs), ("actions", int(action)), ("rewards", reward), ("terminations", terminated),
+                               ("truncations", truncated), ("step_success", bool(info.get("success", False)))):
+                self.episode[key].append(value)
+            if terminated or truncated:
+                self.finished.append((self.steps, self.episode))
+        return obs, reward, terminated, truncated, info
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    timesteps: int
+    success: float
+    weights: dict[str, Any]  # the policy's state_dict at that point
+
+
+class TaskAgent:
+    """PPO on one task: its checkpoints as it trains, the episodes a checkpoint plays, the training episodes."""
+
+    def __init__(self, recipe: LearnedRecipe, task_id: int, record: bool):
+        from stable_baselines3 import PPO
+        from stable_baselines3.common.vec_env import DummyVecEnv
+
+        from offbench.envs.factory import make_env
+
+        self.recipe, self.task_id, self.name = recipe, task_id, recipe.names[task_id]
+        seed, name = recipe.seed, self.name
+        self.envs = [
+            TrainingEpisodes(make_env(recipe.env, task_id), (episode_seed(seed, name, TRAINING + 1 + j + N_ENVS * k) for k in itertools.count()), record)
+            for j in range(N_ENVS)
+        ]
+        self.model = PPO("MlpPolicy", DummyVecEnv([lambda env=env: env for env in self.envs]), seed=episode_seed(seed, name, TRAINING) % 2**32,
+                         device="cpu", verbose=0, **copy.deepcopy(PPO_SETTINGS))
+        self.pool = EnvPool(recipe.env)
+
+    def checkpoints(self) -> Iterator[Checkpoint]:
+        """The untrained policy's checkpoint, then one every `checkpoint_every` steps up to `timesteps`."""
+        params = self.recipe.params
+        lanes = self.lanes(params.eval_episodes)
+        while True:
+            results = self.play(lanes, record=False)
+            success = float(np.mean([result["success"] for result in results]))
+            yield Checkpoint(self.model.num_timesteps, success, copy.deepcopy(self.model.policy.state_dict()))
+            if self.model.num_timesteps >= params.timesteps:
+                return
+            self.model.learn(params.checkpoint_every, reset_num_timesteps=False)
+
+    def play(self, lanes: Sequence[Lane], record: bool, weights: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """Episodes of the current policy (or of `weights`), sampled, as `run_lanes` returns them."""
+        if weights is not None:
+            self.model.policy.load_state_dict(weights)
+        return run_lanes(self.pool, lanes, lambda round_lanes, envs: SampledPolicy(self.model.policy, round_lanes), ROUND, record)
+
+    def training_episodes(self, timesteps: int) -> list[dict[str, Any]]:
+        """Every training episode that ended within the first `timesteps` steps, in the order they ended."""
+        last_step = timesteps // N_ENVS
+        ended = sorted((step, j, episode) for j, env in enumerate(self.envs) for step, episode in env.finished if step <= last_step)
+        return [episode for _, _, episode in ended]
+
+    def lanes(self, episodes: int) -> list[Lane]:
+        return [Lane(self.task_id, e, episode_seed(self.recipe.seed, self.name, e)) for e in range(episodes)]
+
+    def close(self) -> None:
+        self.model.get_env().close()
+        self.pool.close()
+
+
+def train(agent: TaskAgent, advance: Callable[..., None]) -> list[Checkpoint]:
+    """Train until the recipe's stop: the first trained checkpoint reaching the band's lower edge (medium, replay)
+    or `timesteps` (expert). `advance(steps, success=...)` hears of each checkpoint."""
+    params = agent.recipe.params
+    checkpoints: list[Checkpoint] = []
+    for checkpoint in agent.checkpoints():
+        checkpoints.append(checkpoint)
+        advance(params.checkpoint_every if checkpoint.timesteps else 0, success=f"{agent.name} {checkpoint.success:.2f}")
+        if params.quality != "expert" and checkpoint.timesteps and checkpoint.success >= params.band[0]:
+            break
+    return checkpoints
+
+
+def learn_task(recipe: LearnedRecipe, task_id: int, advance: Callable[..., None]) -> dict[str, np.ndarray]:
+    """Train one task's agent, choose its acting checkpoint, and return the task's shard: its episodes and checkpoints."""
+    params = recipe.params
+    agent = TaskAgent(recipe, task_id, record=params.quality == "replay")
+    try:
+        checkpoints = train(agent, advance)
+        advance(params.timesteps - checkpoints[-1].timesteps)  # the steps the stop spared
+        chosen = choose_checkpoint([c.success for c in checkpoints], params.quality, params.target_success)
+        if params.quality == "replay":
+            episodes = agent.training_episodes(checkpoints[chosen].timesteps)
+            if not episodes:
+                raise OffbenchError(f"{agent.name}: no training episode ended by the acting checkpoint, at "
+                                    f"{checkpoints[chosen].timesteps} steps; raise the band or checkpoint_every")
+        else:
+            lanes = agent.lanes(recipe.episodes_per_task)
+            results = agent.play(lanes, record=True, weights=checkpoints[chosen].weights)
+            episodes = [{**result, "seed": lane.seed} for result, lane in zip(results, lanes)]
+    finally:
+        agent.close()
+    return {
+        **episode_arrays(episodes, task_id),
+        "checkpoint_timesteps": np.array([c.timesteps for c in checkpoints], dtype=np.int64),
+        "checkpoint_success": np.array([c.success for c in checkpoints], dtype=np.float64),
+        "checkpoint_acting": np.array(chosen, dtype=np.int64),
+    }
+
+
+EPISODE_KEYS = ("observations", "final_observations", "actions", "rewards", "terminations", "truncations", "lengths",
+                "task_id", "episode_seed", "behaviour", "infos/success")
+
+
+def episode_arrays(episodes: list[dict[str, Any]], task_id: int) -> dict[str, np.ndarray]:
+    """Recorded episodes (observations with T + 1 rows, actions, rewards, terminations, truncations, step_success,
+    seed) as the flat arrays of a dataset, with the multi-task columns."""
+    lengths = np.array([len(episode["actions"]) for episode in episodes], dtype=np.int64)
+    return {
+        "observations": np.concatenate([np.stack(episode["observations"][:-1]) for episode in episodes]),
+        "final_observations": np.stack([episode["observations"][-1] for episode in episodes]),
+        "actions": np.concatenate([np.asarray(episode["actions"], dtype=np.int64) for episode in episodes]),
+        "rewards": np.concatenate([np.asarray(episode["rewards"], dtype=np.float32) for episode in episodes]),
+        "terminations": np.concatenate([np.asarray(episode["terminations"], dtype=bool) for episode in episodes]),
+        "truncations": np.concatenate([np.asarray(episode["truncations"], dtype=bool) for episode in episodes]),
+        "lengths": lengths,
+        "task_id": np.full(lengths.sum(), task_id, dtype=np.int64),
+        "episode_seed": np.repeat([episode["seed"] for episode in episodes], lengths).astype(np.int64),
+        "behaviour": np.zeros(lengths.sum(), dtype=np.int8),  # one behaviour: behaviour_profiles is [quality]
+        "infos/success": np.concatenate([np.asarray(episode["step_success"], dtype=bool) for episode in episodes]),
+    }
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """torch on one thread while PPO trains (deterministic on CPU, and one core per generation), then as it was."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def in_band(params: LearnedParams, success: float) -> dict[str, bool]:
+    """medium, replay: whether the acting checkpoint's success lies in the band (the card says so per task)."""
+    return {} if params.quality == "expert" else {"in_band": params.band[0] <= success <= params.band[1]}
+
+
+def shard_path(work: Path, task_id: int) -> Path:
+    return work / f"task{task_id:03d}.npz"
+
+
+def merge(recipe: LearnedRecipe, work: Path):
+    """One EpisodeStore from every task's shard, in task order, with the card's record of how it was made."""
+    from offbench.data.store import EpisodeStore
+    from offbench.envs.factory import make_env
+
+    shards = []
+    for task_id in range(len(recipe.names)):
+        with np.load(shard_path(work, task_id), allow_pickle=False) as shard:
+            shards.append({key: shard[key] for key in shard.files})
+    arrays = {key: np.concatenate([shard[key] for shard in shards]) for key in EPISODE_KEYS}
+    probe = make_env(recipe.env, 0)
+    store = EpisodeStore.from_arrays(arrays, arrays.pop("lengths"), observation_space=probe.observation_space, action_space=probe.action_space)
+    probe.close()
+    params = recipe.params
+    checkpoints = {
+        name: {"timesteps": shard["checkpoint_timesteps"].tolist(), "success": shard["checkpoint_success"].tolist(),
+               "acting": int(shard["checkpoint_acting"]), **in_band(params, float(shard["checkpoint_success"][shard["checkpoint_acting"]]))}
+        for name, shard in zip(recipe.names, shards)
+    }
+    card = {
+        "kind": "multi-task",
+        "source": {"recipe": {"generator": "minigrid-learned", "seed": recipe.seed}},
+        "env": recipe.env,
+        "quality": params.quality,
+        **({} if params.quality == "replay" else {"episodes_per_task": recipe.episodes_per_task}),
+        "behaviour": recipe.behaviour(),
+        "behaviour_profiles": [params.quality],
+        "checkpoints": checkpoints,
+        "task_stats": task_stats(store, recipe.names),
+    }
+    store.card = json.loads(json.dumps(card))
+    return store
+
+
+@register_generator("minigrid-learned")
+def generate_minigrid_learned(params: dict[str, Any], seed: int, out: Path, quiet: bool = False) -> Path:
+    """Train a PPO agent per task (resuming at the first task without a shard) and write its data into `out`."""
+    require("stable_baselines3", "learned")
+    recipe = learned_recipe(params, seed)
+    out = Path(out)
+    work = out.parent / f"{out.name}.work"
+    _claim_work_dir(work, recipe)
+    todo = [task_id for task_id in range(len(recipe.names)) if not shard_path(work, task_id).is_file()]
+    steps = recipe.params.timesteps
+    with progress_bar(quiet, f"minigrid-learned {recipe.env['id']} {recipe.params.quality}", steps * len(recipe.names),
+                      unit="PPO steps", completed=steps * (len(recipe.names) - len(todo)), fields=("success",)) as advance, one_thread():
+        for task_id in todo:
+            atomic_write_bytes(shard_path(work, task_id), _npz_bytes(learn_task(recipe, task_id, advance)))
+    merge(recipe, work).save(out)
+    shutil.rmtree(work)
+    return out

@@ -1,0 +1,181 @@
+"""MiniGrid data from learning agents (generator "minigrid-learned"): the acting checkpoint and its band, the replay
+of the training experience, a policy's histories (unlike the noisy planner's), same seed same data, resume."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from helpers import require_extra
+
+from offbench.data.cards import read_card
+from offbench.data.store import load_native
+from offbench.envs.factory import make_env
+from offbench.envs.multitask import episode_seed
+from offbench.errors import OffbenchError
+from offbench.generators import get_generator
+
+require_extra("minigrid", "minigrid")
+require_extra("stable_baselines3", "learned")
+
+from offbench.generators import minigrid_learned  # noqa: E402  (needs the extras above)
+
+TINY = read_card(Path(__file__).resolve().parents[1] / "datasets" / "minigrid" / "tiny-medium.toml").source["recipe"]["params"]
+LAVA, DIST = "MiniGrid-LavaGapS7-v0", "MiniGrid-DistShift1-v0"
+# Seconds: two tasks, two checkpoints after the untrained one, a few episodes.
+QUICK = {**TINY, "suite": "MT7", "tasks": [LAVA, DIST], "timesteps": 2048, "checkpoint_every": 1024, "eval_episodes": 4,
+         "episodes_per_task": 4}
+
+
+def generate(params: dict, out: Path, seed: int = 0):
+    return load_native(get_generator("minigrid-learned")(params, seed, out, True))
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """The tiny card's medium data: PPO on LavaGap until a checkpoint reaches its band (about 50k steps)."""
+    return generate(TINY, tmp_path_factory.mktemp("tiny") / "data.h5")
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    return generate(QUICK, tmp_path_factory.mktemp("quick") / "data.h5")
+
+
+def test_the_medium_data_is_played_by_the_checkpoint_in_the_band(tiny):
+    record = tiny.card["checkpoints"][LAVA]
+    low, high = tiny.card["behaviour"]["band"]
+    success = record["success"]
+    acting = record["acting"]
+    assert record["timesteps"] == [8192 * i for i in range(len(success))]  # the untrained policy, then every 8192 steps
+    assert all(s < low for s in success[1:-1]) and success[-1] >= low  # training stopped at the first reaching the band
+    assert acting == minigrid_learned.choose_checkpoint(success, "medium", 0.5) and record["in_band"]
+    # its 32 evaluation episodes are the data's 32 episodes: the data's success is the checkpoint's, in the band
+    assert tiny.card["task_stats"][LAVA]["success_rate"] == success[acting]
+    assert low <= tiny.card["task_stats"][LAVA]["success_rate"] <= high
+    assert tiny.card["quality"] == "medium" and tiny.card["behaviour_profiles"] == ["medium"]
+    seeds = np.asarray(tiny.columns["episode_seed"])[tiny.episode_starts[:-1]]
+    assert seeds.tolist() == [episode_seed(0, LAVA, e) for e in range(32)]
+
+
+def lookup_accuracy(observations: np.ndarray, actions: np.ndarray, episodes: np.ndarray) -> tuple[float, float]:
+    """(how often the commonest action seen after an observation in the even episodes is the action taken after it in
+    the odd ones, how often the commonest action overall is), over odd-episode steps whose observation was seen."""
+    table: dict[bytes, Counter] = defaultdict(Counter)
+    for obs, action in zip(observations[episodes % 2 == 0], actions[episodes % 2 == 0]):
+        table[obs.tobytes()][int(action)] += 1
+    commonest = Counter(actions[episodes % 2 == 0].tolist()).most_common(1)[0][0]
+    held_out = [(table[obs.tobytes()].most_common(1)[0][0], int(action)) for obs, action in
+                zip(observations[episodes % 2 == 1], actions[episodes % 2 == 1]) if obs.tobytes() in table]
+    assert len(held_out) > 300
+    return np.mean([guess == action for guess, action in held_out]), np.mean([commonest == action for _, action in held_out])
+
+
+def store_lookup_accuracy(store) -> tuple[float, float]:
+    episodes = np.repeat(np.arange(store.num_episodes), store.episode_lengths)
+    return lookup_accuracy(np.asarray(store.observations), np.asarray(store.actions), episodes)
+
+
+def test_learned_actions_follow_the_observation_where_the_noisy_planners_barely_do(tiny, tmp_path):
+    noisy_params = {"suite": "MT3", "tasks": [LAVA], "quality": "sub-optimal", "episodes_per_task": 32, "workers": 1}
+    noisy = load_native(get_generator("minigrid")(noisy_params, 0, tmp_path / "noisy.h5", True))
+    learned, learned_marginal = store_lookup_accuracy(tiny)
+    planner, planner_marginal = store_lookup_accuracy(noisy)
+    assert learned > 0.5  # chance among the 7 actions is 1/7
+    assert learned - learned_marginal > (planner - planner_marginal) + 0.1  # the observation says far more
+
+
+def test_replay_is_every_training_episode_up_to_the_acting_checkpoint(tmp_path):
+    # A band no checkpoint of this short run reaches: training runs to the end, the nearest trained checkpoint acts.
+    params = {**QUICK, "tasks": [LAVA], "quality": "replay", "target_success": 0.95, "band": [0.9, 1.0], "timesteps": 4096}
+    del params["episodes_per_task"]
+    replay = generate(params, tmp_path / "replay.h5")
+    record = replay.card["checkpoints"][LAVA]
+    acting_steps = record["timesteps"][record["acting"]]
+    assert record["acting"] > 0 and not record["in_band"] and "episodes_per_task" not in replay.card
+    training_seeds = {episode_seed(0, LAVA, minigrid_learned.TRAINING + 1 + k): k for k in range(acting_steps)}
+    seeds = np.asarray(replay.columns["episode_seed"])[replay.episode_starts[:-1]]
+    assert set(seeds.tolist()) <= set(training_seeds)  # training layouts, none of the evaluation's
+    # whole episodes that ended by the acting checkpoint: at most its steps in all
+    assert 0 < replay.num_transitions <= acting_steps
+    ended = np.asarray(replay.terminations) | np.asarray(replay.truncations)
+    assert np.array_equal(ended, replay.is_last_step)
+    assert replay.card["task_stats"][LAVA]["episodes"] == replay.num_episodes
+    # each is what its actions do in the layout of its reset seed
+    env = make_env(replay.card["env"], LAVA)
+    for episode, (start, stop, seed) in enumerate(zip(replay.episode_starts[:-1], replay.episode_starts[1:], seeds)):
+        observation, _ = env.reset(seed=int(seed))
+        for step in range(start, stop):
+            assert np.array_equal(observation, replay.observations[step])
+            observation, reward, *_ = env.step(int(replay.actions[step]))
+            assert reward == pytest.approx(replay.rewards[step])
+        assert np.array_equal(observation, replay.final_observations[episode])
+
+
+def test_same_seed_same_data_and_another_seed_other_data(quick, tmp_path):
+    again = generate(QUICK, tmp_path / "again.h5")
+    assert again.content_sha256() == quick.content_sha256() and again.card == quick.card
+    assert quick.card["checkpoints"][DIST]["timesteps"] == [0, 1024, 2048]
+    assert generate(QUICK, tmp_path / "other.h5", seed=1).content_sha256() != quick.content_sha256()
+
+
+def test_a_killed_generation_resumes_at_the_next_unfinished_task(quick, tmp_path, monkeypatch):
+    real, trained = minigrid_learned.learn_task, []
+
+    def killed_on_the_second_task(recipe, task_id, advance):
+        trained.append(task_id)
+        if len(trained) == 2:
+            raise KeyboardInterrupt
+        return real(recipe, task_id, advance)
+
+    out = tmp_path / "data.h5"
+    monkeypatch.setattr(minigrid_learned, "learn_task", killed_on_the_second_task)
+    with pytest.raises(KeyboardInterrupt):
+        generate(QUICK, out)
+    assert [p.name for p in (tmp_path / "data.h5.work").glob("*.npz")] == ["task000.npz"] and not out.exists()
+
+    trained.clear()
+    monkeypatch.setattr(minigrid_learned, "learn_task", lambda *args: trained.append(args[1]) or real(*args))
+    assert generate(QUICK, out).content_sha256() == quick.content_sha256()
+    assert trained == [1] and not (tmp_path / "data.h5.work").exists()
+
+
+def test_training_stops_at_the_band_and_the_nearest_checkpoint_acts():
+    def stopped_at(successes: list[float], quality: str) -> list[float]:
+        params = minigrid_learned.LearnedParams(quality=quality, band=(0.4, 0.6), target_success=0.5)
+        checkpoints = [SimpleNamespace(timesteps=i, success=s) for i, s in enumerate(successes)]
+        agent = SimpleNamespace(recipe=SimpleNamespace(params=params), name="task", checkpoints=lambda: iter(checkpoints))
+        return [c.success for c in minigrid_learned.train(agent, lambda *args, **values: None)]
+
+    assert stopped_at([0.1, 0.3, 0.45, 0.7], "medium") == [0.1, 0.3, 0.45]
+    assert stopped_at([0.5, 0.3, 0.45, 0.7], "replay") == [0.5, 0.3, 0.45]  # the untrained policy never stops it
+    assert stopped_at([0.1, 0.3, 0.45, 0.7], "expert") == [0.1, 0.3, 0.45, 0.7]
+    assert minigrid_learned.choose_checkpoint([0.1, 0.3, 0.45], "medium", 0.5) == 2
+    assert minigrid_learned.choose_checkpoint([0.5, 0.1, 0.3], "medium", 0.5) == 2  # nor acts
+    assert minigrid_learned.choose_checkpoint([0.1, 0.25, 0.75], "replay", 0.5) == 1  # a jump over the band: the nearer, earlier
+    assert minigrid_learned.choose_checkpoint([0.1, 0.3, 0.7], "expert", 0.5) == 2
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"band": [0.6, 0.8]}, r"'band' must hold target_success 0.5"),
+    ({"checkpoint_every": 1500}, r"'checkpoint_every' must be a multiple of PPO's rollout of 1024"),
+    ({"timesteps": 3072, "checkpoint_every": 2048}, r"'timesteps' must be a multiple of checkpoint_every"),
+    ({"quality": "replay"}, r"'episodes_per_task' does not apply to replay"),
+    ({"episodes": 3}, r"'episodes' is not a known key"),
+    ({"suite": "MT9"}, r"'suite' must be one of"),
+])
+def test_bad_recipe_params_are_refused_in_one_line(change, message):
+    with pytest.raises(OffbenchError, match=message) as refused:
+        minigrid_learned.learned_recipe({**TINY, **change}, 0)
+    assert "\n" not in str(refused.value) and "minigrid-learned recipe params" in str(refused.value)
+
+
+def test_a_missing_stable_baselines3_names_the_extra(monkeypatch, tmp_path):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "stable_baselines3", None)  # as if not installed
+    with pytest.raises(OffbenchError, match=r"offbench\[learned\]"):
+        generate(QUICK, tmp_path / "data.h5")
