@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import gymnasium as gym
 import numpy as np
 
-from offbench.envs import bandits, darkroom, keydoor
+from offbench.envs import bandits, contextual_bandits, darkroom, keydoor
 from offbench.envs.factory import register_suite
 from offbench.errors import OffbenchError
 
@@ -95,13 +95,31 @@ BENCHMARKS: dict[str, Benchmark] = {
                   summary="Gaussian bandit: 5 arms, means U(0,1), sigma 0.3, 500 pulls (DPT)"),
     )
 }
-_BY_ENV_ID = {b.env_id: b for b in BENCHMARKS.values()}
+CONTEXTUAL_ALGOS = ("linucb", "linear-thompson")
+
+# Not tabular, so not in BENCHMARKS (whose every entry offbench.generators.histories generates as a tabular world):
+# their histories come from offbench.generators.contextual, registered under the same names.
+CONTEXTUAL_BENCHMARKS: dict[str, Benchmark] = {
+    b.name: b
+    for b in (
+        Benchmark("contextual-bandit", "offbench/ContextualBandit-v0", contextual_bandits.ContextualBanditEnv,
+                  contextual_bandits.ContextualBanditBatch, contextual_bandits, CONTEXTUAL_ALGOS, 500, env_kwargs={"sigma": 0.3},
+                  split_kwargs={"num_arms": 5, "context_dim": 5},
+                  summary="Linear-Gaussian contextual bandit: 5 arms, contexts in R^5, sigma 0.3, 500 pulls"),
+        Benchmark("contextual-bandit-headless", "offbench/HeadlessContextualBandit-v0", contextual_bandits.ContextualBanditEnv,
+                  contextual_bandits.ContextualBanditBatch, contextual_bandits, CONTEXTUAL_ALGOS, 300, env_kwargs={"sigma": 1.0},
+                  split_kwargs={"num_arms": 20, "context_dim": 2},
+                  summary="Headless-AD's contextual bandit: 20 arms, contexts in R^2, sigma 1, 300 pulls"),
+    )
+}
+_ALL_BENCHMARKS = {**BENCHMARKS, **CONTEXTUAL_BENCHMARKS}
+_BY_ENV_ID = {b.env_id: b for b in _ALL_BENCHMARKS.values()}
 
 
 def get_benchmark(name: str) -> Benchmark:
-    if name not in BENCHMARKS:
-        raise OffbenchError(f"unknown benchmark '{name}' (known: {', '.join(BENCHMARKS)})")
-    return BENCHMARKS[name]
+    if name not in _ALL_BENCHMARKS:
+        raise OffbenchError(f"unknown benchmark '{name}' (known: {', '.join(_ALL_BENCHMARKS)})")
+    return _ALL_BENCHMARKS[name]
 
 
 def benchmark_for_env(env_id: str) -> Benchmark:
@@ -161,7 +179,7 @@ def _make_offbench(env_id: str, task: dict | None = None, **kwargs: Any) -> gym.
 def register_gymnasium_ids() -> None:
     """Register every benchmark's Gymnasium id (idempotent). No TimeLimit wrapper: each environment
     truncates at its own horizon, exactly as its batched form does."""
-    for benchmark in BENCHMARKS.values():
+    for benchmark in _ALL_BENCHMARKS.values():
         if benchmark.env_id not in gym.registry:
             gym.register(
                 benchmark.env_id,

@@ -253,13 +253,19 @@ class InContextResults:
     returns: np.ndarray  # (tasks, episodes)
     expected_returns: np.ndarray  # (tasks, episodes): the environment's expectation of each return (bandits: arm means)
     lengths: np.ndarray  # (tasks, episodes)
+    optimal_expected_returns: np.ndarray | None = None  # (tasks, episodes): the best expected return of each episode's
+    # own steps, where the environment says it per step (`optimal_expected_rewards`: contextual bandits); else None
 
 
 def run_in_context(policy, env, episodes: int) -> InContextResults:
     """`episodes` consecutive episodes on every row of a batched environment, one policy context per row kept
     across episode ends (the policy sees dones and the next episode's first observation). A row that finished
-    its episodes goes on stepping with the others until all have, unrecorded."""
+    its episodes goes on stepping with the others until all have, unrecorded. An environment whose best expected
+    reward changes from step to step (a contextual bandit's with each context) says it before each step through
+    `optimal_expected_rewards()`; it is summed per episode as the expected rewards are."""
     n = env.num_envs
+    step_optimum = getattr(env, "optimal_expected_rewards", None)
+    optimal = np.zeros((n, episodes)) if step_optimum is not None else None
     rows = np.arange(n)
     returns, expected = np.zeros((n, episodes)), np.zeros((n, episodes))
     lengths = np.zeros((n, episodes), dtype=np.int64)
@@ -268,25 +274,29 @@ def run_in_context(policy, env, episodes: int) -> InContextResults:
     policy.reset(n)
     while (episode < episodes).any():
         actions = np.asarray(policy.act(observations))
+        best = step_optimum() if step_optimum is not None else None
         observations, rewards, terminated, truncated = env.step(actions)
         done = np.asarray(terminated) | np.asarray(truncated)
         live = episode < episodes
         r, e = rows[live], episode[live]
         returns[r, e] += rewards[live]
         expected[r, e] += env.expected_rewards(r, actions[live], rewards[live])
+        if best is not None:
+            optimal[r, e] += best[live]
         lengths[r, e] += 1
         policy.observe(rewards, done)
         episode += done
         if done.any():
             observations = env.reset(done)
-    return InContextResults(returns, expected, lengths)
+    return InContextResults(returns, expected, lengths, optimal)
 
 
 @register_protocol("in-context")
 class InContext:
     """The card's held-out tasks (or its training tasks), all in one batched environment, `episodes` consecutive
     episodes per task with the policy's context kept across them. `regret` sums the optimal return minus the
-    expected return over all episodes (bandits: the pseudo-regret of the pulls); it is the headline metric
+    expected return over all episodes (bandits: the pseudo-regret of the pulls; contextual bandits: each pull's
+    own optimum, max_a theta_a . x_t, minus the pulled arm's theta . x_t); it is the headline metric
     where episodes are single pulls (bandits), the last episode's return elsewhere."""
 
     def __init__(self, setup: EvaluationSetup):
@@ -336,7 +346,8 @@ class InContext:
         optimal = np.asarray(env.optimal_returns, dtype=np.float64)
         known = bool(np.isfinite(optimal).all())  # XLand rulesets: the optimum is unknown, so is the regret
         curve = results.returns.mean(axis=0)
-        regret = np.cumsum((optimal[:, None] - results.expected_returns).mean(axis=0)) if known else None
+        best = optimal[:, None] if results.optimal_expected_returns is None else results.optimal_expected_returns
+        regret = np.cumsum((best - results.expected_returns).mean(axis=0)) if known else None
         return [to_dict(EvaluationRecord(
             step=step,
             returns=results.returns[:, -1].tolist(),

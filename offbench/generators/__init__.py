@@ -25,6 +25,7 @@ GENERATORS: dict[str, Generator] = {}
 # Modules that register generators when imported (kept lazy: some need optional extras).
 _GENERATOR_MODULES: list[str] = [
     "offbench.generators.histories",
+    "offbench.generators.contextual",
     "offbench.generators.pendulum",
     "offbench.generators.metaworld",
     "offbench.generators.minigrid",
