@@ -115,11 +115,11 @@ def make_dataset(recipe: MujocoLocalRecipe, seed: int, out: Path, quiet: bool, w
         checkpoints = train(recipe, seed, workspace, quiet)
         medium, expert = choose_medium(checkpoints, recipe.medium_fraction), checkpoints[-1]
         references = reference_returns(recipe, expert, workspace, quiet)
-        episodes = level_episodes(recipe, seed, checkpoints, medium, quiet)
+        data = level_episodes(recipe, seed, checkpoints, medium, quiet)
     env = make_env(recipe)  # for its spaces
     env.close()
     store = EpisodeStore.from_episodes(
-        episodes,
+        data,
         observation_space=env.observation_space,
         action_space=env.action_space,
         card={
