@@ -106,3 +106,27 @@ def test_generated_multitask_data_exports_under_its_own_id(tmp_path, run_cli):
         assert str(written) in out.stdout
         back = load_path(written)
         assert back.content_sha256() == native.content_sha256() and back.card["id"] == dataset_id
+
+
+def test_data_without_an_embedded_id_exports_under_the_id_it_was_opened_by(tmp_path, run_cli):
+    """Multi-task data generated before ids were embedded: its card in the file has none, so an export is named
+    from the registered id it was opened by (a path: its file name), not offbench/dataset-v0."""
+    from offbench.data.cards import card_from_dict, write_card
+    from offbench.data.formats import load_path
+    from offbench.data.resolve import native_path
+    from offbench.paths import user_cards_dir
+
+    card = card_from_dict({"id": "test/old-mt3", "description": "generated before ids were embedded", "format": "offbench",
+                           "source": {"recipe": {"generator": "test", "seed": 0}}})
+    write_card(card, user_cards_dir() / "test-old-mt3.toml")
+    store = make_store()
+    store.card = {"kind": "offline"}
+    store.save(native_path(card))
+    store.save(tmp_path / "mt3-old.h5")
+    out = run_cli("export", "test/old-mt3", "--format", "minari", "--out", tmp_path / "minari", check=True)
+    assert str(tmp_path / "minari" / "test" / "old-mt3-v0") in out.stdout
+    assert load_path(tmp_path / "minari" / "test" / "old-mt3-v0").card["id"] == "test/old-mt3"
+    out = run_cli("export", "test/old-mt3", "--format", "d4rl", "--out", tmp_path / "d4rl", check=True)
+    assert str(tmp_path / "d4rl" / "test-old-mt3.hdf5") in out.stdout
+    out = run_cli("export", tmp_path / "mt3-old.h5", "--format", "d4rl", "--out", tmp_path / "d4rl", check=True)
+    assert str(tmp_path / "d4rl" / "mt3-old.hdf5") in out.stdout

@@ -17,11 +17,14 @@ def export(
 ) -> None:
     """Write a dataset in a peer's format (never replaces an existing dataset)."""
     from offbench.data.formats import FORMATS
-    from offbench.data.resolve import resolve
+    from offbench.data.resolve import open_dataset
 
     if format not in FORMATS:
         raise OffbenchError(f"unknown format '{format}' (known: {', '.join(FORMATS)})")
-    store = resolve(id_or_path)
+    dataset = open_dataset(id_or_path)
+    store = dataset.store
+    if not store.card.get("id"):  # data generated before ids were embedded: named as opened (the registered id)
+        store.card = {**store.card, "id": dataset.id}
     if store.read_in_place:
         raise OffbenchError(f"{store.path}: {store.num_transitions:,} transitions read in place; offbench does not convert such a dataset to another format")
     target = FORMATS[format].export(store, out)
