@@ -9,6 +9,7 @@ import pytest
 
 from helpers import make_store
 from offbench.data import cache
+from offbench.data.resolve import PREPARE_LOCK
 
 
 def cli(capsys, *args, answer: str | None = None, monkeypatch=None) -> tuple[int, str, str]:
@@ -31,7 +32,7 @@ def partial_download(home, dataset_id: str, name: str = "payload.hdf5"):
     """What an interrupted download leaves: the lock and a .part file under raw/."""
     folder = home / "data" / dataset_id
     (folder / "raw").mkdir(parents=True)
-    (folder / ".prepare.lock").touch()
+    (folder / PREPARE_LOCK).touch()
     (folder / "raw" / f"{name}.part").write_bytes(b"x" * 5000)
     return folder
 
@@ -96,7 +97,7 @@ def test_a_dataset_being_prepared_is_not_deleted(capsys, isolated_home):
     from filelock import FileLock
 
     folder = partial_download(isolated_home, "mine/downloading")
-    with FileLock(str(folder / ".prepare.lock")):  # what resolve.ensure_local holds while it downloads or generates
+    with FileLock(str(folder / PREPARE_LOCK)):  # what resolve.ensure_local holds while it downloads or generates
         code, _, err = cli(capsys, "cache", "delete", "mine/downloading", "--yes")
     assert code == 2 and "another process is downloading or generating it" in err
     assert (folder / "raw" / "payload.hdf5.part").is_file()

@@ -28,7 +28,6 @@ from offbench.paths import offbench_home
 from offbench.utils import safe_component
 
 DELETING_SUFFIX = ".deleting"
-PREPARE_LOCK = ".prepare.lock"  # the lock resolve.ensure_local holds while it downloads or generates a dataset
 INTERNAL_DIRS = ("raw",)  # a dataset folder's own sub-folders (besides hidden ones and generators' *.work)
 
 
@@ -123,6 +122,8 @@ def _remove(dataset: CachedDataset) -> None:
     """Rename the folder aside in one step (holding its lock, so no download or generation is under way), then
     remove it; then the namespace folders it leaves empty."""
     from filelock import FileLock, Timeout
+
+    from offbench.data.resolve import PREPARE_LOCK
 
     graveyard = dataset.path
     if dataset.status != "interrupted delete":

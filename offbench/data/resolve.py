@@ -17,6 +17,8 @@ from offbench.errors import OffbenchError
 from offbench.paths import data_dir
 from offbench.utils import ensure_dir
 
+PREPARE_LOCK = ".prepare.lock"  # in a dataset's folder, held while it is downloaded or generated (`offbench cache delete` takes it too)
+
 
 def native_path(card: DatasetCard) -> Path:
     """Where the native copy of a registered dataset lives: $OFFBENCH_HOME/data/<id>/data.h5."""
@@ -55,7 +57,7 @@ def ensure_local(card: DatasetCard, mirror: str | None = None, quiet: bool = Fal
     if ready is not None:
         return ready
     make = _preparation(card, target, mirror, quiet)
-    lock = FileLock(str(ensure_dir(target.parent) / ".prepare.lock"))
+    lock = FileLock(str(ensure_dir(target.parent) / PREPARE_LOCK))
     try:
         lock.acquire(timeout=0)
     except Timeout:
