@@ -83,7 +83,7 @@ def test_environments_and_evaluation_do_not_import_baselines(module):
 
 @pytest.mark.parametrize("low", ["offbench.stats", "offbench.tracking", "offbench.plotting"])
 def test_statistics_run_reading_and_figures_do_not_import_the_leaderboard(low):
-    """Issue 10: stats and the run-directory reader sit below both the leaderboard and the figures."""
+    """Stats and the run-directory reader sit below both the leaderboard and the figures."""
     modules = [name for name in MODULES if name == low or name.startswith(f"{low}.")]
     assert modules and not {(m, name) for m in modules for name in GRAPH[m] if name.startswith("offbench.leaderboard")}
 

@@ -1,5 +1,5 @@
 """`offbench leaderboard check`: every admission rule re-run over every entry file, so a hand-edited entry (a pull
-request) is refused as a submission would be, at check, build, render and show alike (issue 33)."""
+request) is refused as a submission would be, at check, build, render and show alike."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Leaderboards that cannot be gamed (issue 11): safe names, numbers recomputed and cross-checked, duplicates
+"""Leaderboards that cannot be gamed: safe names, numbers recomputed and cross-checked, duplicates
 found by what a run is, bounded free text, escaping in every output format, readers under the lock."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A method that is not ours (issue 33): `offbench.evaluate` plays any policy under a card's protocol exactly as a
+"""A method that is not ours: `offbench.evaluate` plays any policy under a card's protocol exactly as a
 baseline is played, `offbench.track` records a user's own training loop in the trainer's run directory, and the
 leaderboard admits both, replays what it can (`--verify`) and marks the rest unverified."""
 
