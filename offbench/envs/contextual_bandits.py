@@ -113,7 +113,8 @@ class ContextualBanditEnv(gym.Env):
 
 class ContextualBanditBatch:
     """N contextual bandit tasks pulled together: `reset` draws the contexts of the rows it resets, `step` pulls
-    against the contexts shown; one seeded generator draws contexts and reward noise, row by row in order."""
+    against the contexts shown; one seeded generator draws contexts and reward noise, row by row in order.
+    Not provided, as contexts are continuous: the tabular parts of BatchEnv (num_states, state_index, observations_of)."""
 
     score_name = "mean reward of the pulled arm"  # what expected_rewards sums to per episode (the learning check's score)
 
