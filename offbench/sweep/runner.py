@@ -17,7 +17,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from filelock import FileLock, Timeout
 from rich.console import Console, Group
@@ -31,6 +31,9 @@ from offbench.sweep.spec import PlannedRun, Sweep
 from offbench.tracking.read_run import is_number, read_run_json
 from offbench.tracking.run_files import RUN_FILE, SUMMARY_FILE
 from offbench.utils import atomic_write_json, ensure_dir
+
+if TYPE_CHECKING:  # the leaderboard is imported by --submit alone
+    from offbench.leaderboard.spec import BenchmarkSpec
 
 QUEUED, RUNNING, DONE, FAILED, STOPPED = "queued", "running", "done", "failed", "stopped"
 TABLE_ROWS = 20  # running and failed runs shown in the live table; the rest are counted
@@ -298,40 +301,20 @@ def status_rows(runs: list[PlannedRun], folder: Path) -> list[tuple[str, str, st
 # ---------------------------------------------------------------------------------------------- submit
 def submit_finished(runs: list[PlannedRun], folder: Path, benchmark: str, console: Console) -> list[str]:
     """Submit each (baseline, variant) group whose runs all finished, each run replayed from its checkpoint first
-    (`offbench submit --verify`); returns what could not be submitted, each with the reason the leaderboard gave.
-    A run counts as already on the leaderboard by what it is (its evaluations and final checkpoint, as the
-    duplicate rule finds it), not by its name: another sweep's runs share the names."""
+    (`offbench submit --verify`); returns what could not be submitted, each with the reason the leaderboard gave."""
     from offbench.leaderboard.spec import load_spec
-    from offbench.leaderboard.submit import load_entries, submit
-    from offbench.tracking.read_run import read_run
-
-    def identity_key(identity: dict[str, Any] | None) -> tuple[Any, Any] | None:
-        """(evaluations sha256, final checkpoint sha256) of a run or an entry's run record; None when it has none."""
-        if not identity or identity.get("evaluations_sha256") is None:
-            return None
-        return identity["evaluations_sha256"], identity.get("checkpoint_sha256")
+    from offbench.leaderboard.submit import submit
 
     spec = load_spec(benchmark)
     problems = []
-    groups: dict[tuple[str, str], list[PlannedRun]] = {}
-    for run in runs:
-        groups.setdefault((run.baseline, run.variant), []).append(run)
-    for (baseline, variant), members in groups.items():
+    for (baseline, variant), members in _by_row(runs).items():
         label = f"{baseline}-{variant}" if variant else None
         what = f"{baseline}" + (f" ({label})" if label else "")
         unfinished = [run.name for run in members if not is_done(folder / run.name)]
         if unfinished:
             problems.append(f"{what}: not submitted, {len(unfinished)} run(s) unfinished ({unfinished[0]}, ...)")
             continue
-        accepted = {identity_key(record.get("identity")) for _, entry in load_entries(spec) for record in entry["runs"]}
-        dirs = []
-        for run in members:
-            try:
-                on_board = identity_key(read_run(folder / run.name).identity) in accepted
-            except OffbenchError:  # a run that cannot be read: submit() below refuses it with the reason
-                on_board = False
-            if not on_board:
-                dirs.append(folder / run.name)
+        dirs = _not_on_board(spec, [folder / run.name for run in members])
         if not dirs:
             console.print(f"{what}: already on leaderboard {benchmark}", highlight=False)
             continue
@@ -342,3 +325,37 @@ def submit_finished(runs: list[PlannedRun], folder: Path, benchmark: str, consol
             continue
         console.print(f"{what}: {len(written)} entr{'y' if len(written) == 1 else 'ies'} accepted on {benchmark}", highlight=False)
     return problems
+
+
+def _by_row(runs: list[PlannedRun]) -> dict[tuple[str, str], list[PlannedRun]]:
+    """The planned runs by the leaderboard row they make: (baseline, variant)."""
+    by_row: dict[tuple[str, str], list[PlannedRun]] = {}
+    for run in runs:
+        by_row.setdefault((run.baseline, run.variant), []).append(run)
+    return by_row
+
+
+def _not_on_board(spec: BenchmarkSpec, run_dirs: list[Path]) -> list[Path]:
+    """The runs no accepted entry holds. A run is on the leaderboard by what it is (its evaluations and final
+    checkpoint, as the duplicate rule finds it), not by its name: another sweep's runs share the names. A run that
+    cannot be read is kept, so that submitting it reports why."""
+    from offbench.leaderboard.submit import load_entries
+    from offbench.tracking.read_run import read_run
+
+    accepted = {_identity_key(record.get("identity")) for _, entry in load_entries(spec) for record in entry["runs"]}
+    kept = []
+    for run_dir in run_dirs:
+        try:
+            on_board = _identity_key(read_run(run_dir).identity) in accepted
+        except OffbenchError:
+            on_board = False
+        if not on_board:
+            kept.append(run_dir)
+    return kept
+
+
+def _identity_key(identity: dict[str, Any] | None) -> tuple[Any, Any] | None:
+    """(evaluations sha256, final checkpoint sha256) of a run or an entry's run record; None when it has none."""
+    if not identity or identity.get("evaluations_sha256") is None:
+        return None
+    return identity["evaluations_sha256"], identity.get("checkpoint_sha256")
