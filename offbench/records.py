@@ -83,31 +83,13 @@ def coerce(value: Any, annotation: Any, where: str) -> Any:
     """`value` as the field type `annotation` wants, or OffbenchError naming `where` (file and key)."""
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin in (typing.Union, types.UnionType):
-        options = [a for a in args if a is not type(None)]
-        if value is None and len(options) < len(args):
-            return None
-        if len(options) == 1:  # optional X: X's own error says more than 'X or none'
-            return coerce(value, options[0], where)
-        for option in options:
-            try:
-                return coerce(value, option, where)
-            except OffbenchError:
-                continue
-        raise OffbenchError(f"{where} must be {describe(annotation)}, got {_shown(value)}")
+        return _union(value, annotation, args, where)
     if origin is Literal:
         if any(value == choice and type(value) is type(choice) for choice in args):
             return value
         raise OffbenchError(f"{where} must be one of {', '.join(map(str, args))}, got {_shown(value)}")
     if origin in (tuple, list):
-        if not isinstance(value, (list, tuple)):
-            raise OffbenchError(f"{where} must be {describe(annotation)}, got {_shown(value)}")
-        if origin is tuple and args and args[-1] is not Ellipsis:
-            if len(value) != len(args):
-                raise OffbenchError(f"{where} must be {describe(annotation)}, got {_shown(value)}")
-            return tuple(coerce(v, a, _item(where, i)) for i, (v, a) in enumerate(zip(value, args)))
-        item = args[0] if args else Any
-        items = [coerce(v, item, _item(where, i)) for i, v in enumerate(value)]
-        return tuple(items) if origin is tuple else items
+        return _sequence(value, annotation, origin, args, where)
     if origin is dict:
         if not isinstance(value, Mapping):
             raise OffbenchError(f"{where} must be a table, got {_shown(value)}")
@@ -118,6 +100,34 @@ def coerce(value: Any, annotation: Any, where: str) -> Any:
     if annotation is Any:
         return value
     return _scalar(value, annotation, where)
+
+
+def _union(value: Any, annotation: Any, args: tuple[Any, ...], where: str) -> Any:
+    """`X | Y | None`: None where allowed, else the first option the value reads as."""
+    options = [a for a in args if a is not type(None)]
+    if value is None and len(options) < len(args):
+        return None
+    if len(options) == 1:  # optional X: X's own error says more than 'X or none'
+        return coerce(value, options[0], where)
+    for option in options:
+        try:
+            return coerce(value, option, where)
+        except OffbenchError:
+            continue
+    raise OffbenchError(f"{where} must be {describe(annotation)}, got {_shown(value)}")
+
+
+def _sequence(value: Any, annotation: Any, origin: type, args: tuple[Any, ...], where: str) -> list[Any] | tuple[Any, ...]:
+    """A list, a tuple of any length (`tuple[X, ...]`) or a fixed tuple (`tuple[X, Y]`: that many items, each its type)."""
+    if not isinstance(value, (list, tuple)):
+        raise OffbenchError(f"{where} must be {describe(annotation)}, got {_shown(value)}")
+    if origin is tuple and args and args[-1] is not Ellipsis:
+        if len(value) != len(args):
+            raise OffbenchError(f"{where} must be {describe(annotation)}, got {_shown(value)}")
+        return tuple(coerce(v, a, _item(where, i)) for i, (v, a) in enumerate(zip(value, args)))
+    item = args[0] if args else Any
+    items = [coerce(v, item, _item(where, i)) for i, v in enumerate(value)]
+    return tuple(items) if origin is tuple else items
 
 
 def _scalar(value: Any, annotation: Any, where: str) -> Any:
