@@ -241,74 +241,102 @@ def _network_reason(exc: BaseException, url: str) -> str:
 def _attempt(session: requests.Session, url: str, part: Path, expected_size: int | None, progress: Progress, task) -> None:
     """One GET of `url` into `part`, resuming from its current size. Raises _Retryable on hiccups (_TooSlow on
     a trickle), OffbenchError past the declared size or, with none, past `undeclared_limit()`."""
-    offset = part.stat().st_size if part.is_file() else 0
-    if expected_size is not None and offset > expected_size:
-        part.unlink()
-        offset = 0
-    if expected_size is not None and offset == expected_size:
+    offset = _resume_offset(part, expected_size)
+    if offset is None:
         return  # already complete, verify next
     headers = {"Accept-Encoding": "identity"}  # byte offsets must match the stored bytes
     if offset:
         headers["Range"] = f"bytes={offset}-"
     try:
         with session.get(url, headers=headers, stream=True, timeout=TIMEOUT_SECONDS) as response:
-            status = response.status_code
-            if status == 416 and offset:
-                if expected_size is None:
-                    return  # the part already holds the whole file
-                part.unlink()
-                raise _Retryable(f"{url}: server refused to resume (HTTP 416); starting over")
-            if status == 404:
-                raise OffbenchError(f"{url}: not found (HTTP 404)")
-            if status >= 500 or status == 429:
-                raise _Retryable(f"{url}: server error (HTTP {status} {response.reason})")
-            if status not in (200, 206):
-                raise OffbenchError(f"{url}: HTTP {status} {response.reason}")
-            if status == 206 and not response.headers.get("Content-Range", "").startswith(f"bytes {offset}-"):
-                part.unlink()
-                raise _Retryable(f"{url}: server answered a resume with the wrong range; starting over")
-            if status == 200:
+            if _answered_complete(response, url, part, offset, expected_size):
+                return
+            if response.status_code == 200:
                 offset = 0  # no range support (or a fresh start): rewrite from the beginning
-            length = response.headers.get("Content-Length")
-            total = expected_size or (offset + int(length) if length and length.isdigit() else None)
-            limit = expected_size if expected_size is not None else undeclared_limit()
-            announced = offset + int(length) if length and length.isdigit() else None
-            if announced is not None and announced > limit:
-                if expected_size is None:
-                    raise _undeclared_too_large(url, part, announced, limit, "the server says")
-                part.unlink(missing_ok=True)
-                raise OffbenchError(f"{url}: size mismatch (the server says {announced:,} bytes, card says {expected_size:,}); download discarded")
-            if total:
-                free = shutil.disk_usage(part.parent).free
-                if free < total - offset:
-                    raise disk_full_error(part, total - offset)
-            progress.update(task, completed=offset, total=total)
-            try:
-                with open(part, "ab" if offset else "wb") as handle:
-                    received, window_start, window_bytes = offset, time.monotonic(), 0
-                    for block in _blocks(response):
-                        if received + len(block) > limit:  # not one byte past the limit reaches the disk
-                            handle.flush()
-                            raise _past_limit(url, part, received + len(block), expected_size, limit)
-                        handle.write(block)
-                        received += len(block)
-                        progress.advance(task, len(block))
-                        window_bytes += len(block)
-                        elapsed = time.monotonic() - window_start
-                        if elapsed >= RATE_WINDOW_SECONDS:
-                            if window_bytes < MIN_RATE_BYTES * elapsed:
-                                raise _TooSlow(f"{url}: too slow ({window_bytes / elapsed:,.0f} bytes/s over {elapsed:.3g} s, "
-                                               f"below the minimum of {MIN_RATE_BYTES:,} bytes/s)")
-                            window_start, window_bytes = time.monotonic(), 0
-                    handle.flush()
-                    os.fsync(handle.fileno())
-            except OSError as exc:
-                if os_error_number(exc) == errno.ENOSPC:
-                    part.unlink(missing_ok=True)
-                    raise disk_full_error(part) from None
-                raise
+            limit = _check_announced_size(response, url, part, offset, expected_size, progress, task)
+            _write_body(response, url, part, offset, expected_size, limit, progress, task)
     except requests.RequestException as exc:
         raise _Retryable(f"{url}: {_network_reason(exc, url)}") from None
+
+
+def _resume_offset(part: Path, expected_size: int | None) -> int | None:
+    """Where to resume: the bytes a part already holds (a part past the declared size starts over); None when
+    it already holds the declared size."""
+    offset = part.stat().st_size if part.is_file() else 0
+    if expected_size is not None and offset > expected_size:
+        part.unlink()
+        offset = 0
+    return None if expected_size is not None and offset == expected_size else offset
+
+
+def _answered_complete(response: requests.Response, url: str, part: Path, offset: int, expected_size: int | None) -> bool:
+    """The answer's status: True when it says the part is already whole (416 to a resume, no size declared);
+    _Retryable for what a later attempt may not meet, OffbenchError for what it would."""
+    status = response.status_code
+    if status == 416 and offset:
+        if expected_size is None:
+            return True
+        part.unlink()
+        raise _Retryable(f"{url}: server refused to resume (HTTP 416); starting over")
+    if status == 404:
+        raise OffbenchError(f"{url}: not found (HTTP 404)")
+    if status >= 500 or status == 429:
+        raise _Retryable(f"{url}: server error (HTTP {status} {response.reason})")
+    if status not in (200, 206):
+        raise OffbenchError(f"{url}: HTTP {status} {response.reason}")
+    if status == 206 and not response.headers.get("Content-Range", "").startswith(f"bytes {offset}-"):
+        part.unlink()
+        raise _Retryable(f"{url}: server answered a resume with the wrong range; starting over")
+    return False
+
+
+def _check_announced_size(response: requests.Response, url: str, part: Path, offset: int, expected_size: int | None,
+                          progress: Progress, task) -> int:
+    """The byte limit of the body (the declared size, else `undeclared_limit()`), after refusing a body the server
+    announces past it or that the disk has no room for; starts the progress bar at `offset`."""
+    length = response.headers.get("Content-Length")
+    announced = offset + int(length) if length and length.isdigit() else None
+    total = expected_size or announced
+    limit = expected_size if expected_size is not None else undeclared_limit()
+    if announced is not None and announced > limit:
+        if expected_size is None:
+            raise _undeclared_too_large(url, part, announced, limit, "the server says")
+        part.unlink(missing_ok=True)
+        raise OffbenchError(f"{url}: size mismatch (the server says {announced:,} bytes, card says {expected_size:,}); download discarded")
+    if total and shutil.disk_usage(part.parent).free < total - offset:
+        raise disk_full_error(part, total - offset)
+    progress.update(task, completed=offset, total=total)
+    return limit
+
+
+def _write_body(response: requests.Response, url: str, part: Path, offset: int, expected_size: int | None, limit: int,
+                progress: Progress, task) -> None:
+    """Append the body to `part` (from `offset`), never a byte past `limit`, and give up (_TooSlow) on a body
+    slower than MIN_RATE_BYTES over a window; a full disk removes the part and says so."""
+    try:
+        with open(part, "ab" if offset else "wb") as handle:
+            received, window_start, window_bytes = offset, time.monotonic(), 0
+            for block in _blocks(response):
+                if received + len(block) > limit:  # not one byte past the limit reaches the disk
+                    handle.flush()
+                    raise _past_limit(url, part, received + len(block), expected_size, limit)
+                handle.write(block)
+                received += len(block)
+                progress.advance(task, len(block))
+                window_bytes += len(block)
+                elapsed = time.monotonic() - window_start
+                if elapsed >= RATE_WINDOW_SECONDS:
+                    if window_bytes < MIN_RATE_BYTES * elapsed:
+                        raise _TooSlow(f"{url}: too slow ({window_bytes / elapsed:,.0f} bytes/s over {elapsed:.3g} s, "
+                                       f"below the minimum of {MIN_RATE_BYTES:,} bytes/s)")
+                    window_start, window_bytes = time.monotonic(), 0
+            handle.flush()
+            os.fsync(handle.fileno())
+    except OSError as exc:
+        if os_error_number(exc) == errno.ENOSPC:
+            part.unlink(missing_ok=True)
+            raise disk_full_error(part) from None
+        raise
 
 
 def _undeclared_too_large(url: str, part: Path, total: int, limit: int, who: str) -> OffbenchError:
