@@ -229,34 +229,9 @@ def load_minari(path: Path) -> EpisodeStore:
     obs_space = _metadata_space(meta, "observation_space", meta_path)
     act_space = _metadata_space(meta, "action_space", meta_path)
     flat_obs, flat_act = _flattened(obs_space), _flattened(act_space)
-    jpeg = bool(meta.get("jpeg_encoding", True))  # minari 0.5.4 reads a missing key as True
     offbench_columns = set(meta.get("offbench_columns", []))
-    episodes: list[dict[str, Any]] = []
-    with open_hdf5(h5_path) as f:
-        total = int(meta["total_episodes"])
-        if total < 1:
-            raise OffbenchError(f"{meta_path}: total_episodes is {total}; offbench needs at least one episode")
-        for i in range(total):
-            where = f"{h5_path}: episode_{i}"
-            if f"episode_{i}" not in f:
-                raise OffbenchError(f"{where} is missing (metadata says {total} episodes)")
-            group = f[f"episode_{i}"]
-            try:
-                episodes.append(_read_episode(group, obs_space, flat_obs, act_space, flat_act, jpeg, where))
-            except KeyError as exc:
-                raise OffbenchError(f"{where}: missing {exc.args[0]}") from None
-            except (OSError, ValueError, TypeError) as exc:
-                raise OffbenchError(f"{where}: unreadable ({exc.__class__.__name__}: {exc})") from None
-    total_steps = sum(len(ep["rewards"]) for ep in episodes)
-    if total_steps != int(meta["total_steps"]):
-        raise OffbenchError(f"{meta_path}: total_steps is {meta['total_steps']} but the episodes hold {total_steps} steps")
-    info_keys = episodes[0]["infos"].keys()
-    for i, ep in enumerate(episodes):
-        if ep["infos"].keys() != info_keys:
-            raise OffbenchError(f"{h5_path}: episode_{i} has info keys {sorted(ep['infos'])}, episode_0 has {sorted(info_keys)}")
-    reset_keys = episodes[0]["reset_infos"].keys()
-    if any(ep["reset_infos"].keys() != reset_keys for ep in episodes):
-        raise OffbenchError(f"{h5_path}: some episodes have T + 1 info rows and others T; offbench needs one convention")
+    episodes = _read_episodes(h5_path, meta, meta_path, obs_space, flat_obs, act_space, flat_act)
+    info_keys, reset_keys = _check_episodes(episodes, meta, meta_path, h5_path)
 
     def cat(key: str) -> np.ndarray:
         return np.concatenate([ep[key] for ep in episodes])
@@ -286,6 +261,42 @@ def load_minari(path: Path) -> EpisodeStore:
         card=_card_from_metadata(meta, obs_space, act_space),
         path=h5_path,
     )
+
+
+def _read_episodes(h5_path: Path, meta: dict[str, Any], meta_path: Path, obs_space, flat_obs, act_space, flat_act) -> list[dict[str, Any]]:
+    """Every episode the metadata counts, each read whole; a missing or unreadable one is one line naming it."""
+    jpeg = bool(meta.get("jpeg_encoding", True))  # minari 0.5.4 reads a missing key as True
+    episodes: list[dict[str, Any]] = []
+    with open_hdf5(h5_path) as f:
+        total = int(meta["total_episodes"])
+        if total < 1:
+            raise OffbenchError(f"{meta_path}: total_episodes is {total}; offbench needs at least one episode")
+        for i in range(total):
+            where = f"{h5_path}: episode_{i}"
+            if f"episode_{i}" not in f:
+                raise OffbenchError(f"{where} is missing (metadata says {total} episodes)")
+            try:
+                episodes.append(_read_episode(f[f"episode_{i}"], obs_space, flat_obs, act_space, flat_act, jpeg, where))
+            except KeyError as exc:
+                raise OffbenchError(f"{where}: missing {exc.args[0]}") from None
+            except (OSError, ValueError, TypeError) as exc:
+                raise OffbenchError(f"{where}: unreadable ({exc.__class__.__name__}: {exc})") from None
+    return episodes
+
+
+def _check_episodes(episodes: list[dict[str, Any]], meta: dict[str, Any], meta_path: Path, h5_path: Path) -> tuple[Any, Any]:
+    """(info keys, reset-info keys), the same in every episode, after checking the steps add up to total_steps."""
+    total_steps = sum(len(ep["rewards"]) for ep in episodes)
+    if total_steps != int(meta["total_steps"]):
+        raise OffbenchError(f"{meta_path}: total_steps is {meta['total_steps']} but the episodes hold {total_steps} steps")
+    info_keys = episodes[0]["infos"].keys()
+    for i, ep in enumerate(episodes):
+        if ep["infos"].keys() != info_keys:
+            raise OffbenchError(f"{h5_path}: episode_{i} has info keys {sorted(ep['infos'])}, episode_0 has {sorted(info_keys)}")
+    reset_keys = episodes[0]["reset_infos"].keys()
+    if any(ep["reset_infos"].keys() != reset_keys for ep in episodes):
+        raise OffbenchError(f"{h5_path}: some episodes have T + 1 info rows and others T; offbench needs one convention")
+    return info_keys, reset_keys
 
 
 def _read_episode(group, obs_space, flat_obs, act_space, flat_act, jpeg: bool, where: str) -> dict[str, Any]:
