@@ -90,19 +90,10 @@ def scan_layout(path: Path, f: h5py.File) -> tuple[Layout, list[Problem]]:
     stored (no dataset never written; no more declared bytes than the file could hold, deflate's ratio at
     most). Low-level h5py calls: the high-level objects cost twice as much on a file of 28,876 groups."""
     names = list(f.keys())
-    expected = {str(i) for i in range(len(names))}
-    if "0" not in names:
-        return Layout(0, 0, 0, {}, {}, []), [Problem("group 0", "missing (an XLand file has one group per task, '0'..'N-1')")]
-    if set(names) != expected:
-        odd = sorted(set(names) - expected)[:3]
-        return Layout(0, 0, 0, {}, {}, []), [Problem("task groups", f"must be named 0..{len(names) - 1}; found {', '.join(odd)}")]
-    reference = _child(f.id, "0/rewards")
-    if not isinstance(reference, h5py.h5d.DatasetID):
-        return Layout(0, 0, 0, {}, {}, []), [Problem("group 0", "missing dataset 'rewards'")]
-    if reference.rank != 2 or 0 in reference.shape:
-        what = "no histories" if reference.rank and reference.shape[0] == 0 else "no steps" if reference.rank == 2 else f"{reference.rank} dimensions"
-        return Layout(0, 0, 0, {}, {}, []), [Problem("group 0/rewards", f"shape {reference.shape}: {what} (expected (histories, steps), both > 0)")]
-    histories, steps = (int(n) for n in reference.shape)
+    shape = _group0_shape(f, names)
+    if isinstance(shape, Problem):
+        return Layout(0, 0, 0, {}, {}, []), [shape]
+    histories, steps = shape
     found: list[Problem] = []
     chunks: dict[str, tuple[int, ...] | None] = {}
     compression: dict[str, str | None] = {}
@@ -115,63 +106,91 @@ def scan_layout(path: Path, f: h5py.File) -> tuple[Layout, list[Problem]]:
             found.append(Problem(where, "is not a group"))
             attrs.append({})
             continue
-        values = {}
-        for key in ATTRS:
-            if not h5py.h5a.exists(group, key.encode()):
-                found.append(Problem(where, f"missing attribute '{key}'"))
-                continue
-            try:
-                values[key] = plain_attr(h5py.AttributeManager(h5py.Group(group))[key])
-            except (OSError, TypeError, ValueError, UnicodeDecodeError) as exc:
-                found.append(Problem(where, f"attribute {key} is unreadable ({exc})"))
-                continue
-            problem = _attr_problem(key, values[key])
-            if problem:
-                found.append(Problem(where, problem))
-        attrs.append(values)
+        attrs.append(_group_attrs(group, where, found))
         for name, (dtype, item) in LAYOUT.items():
             ds = _child(group, name)
             if not isinstance(ds, h5py.h5d.DatasetID):
                 found.append(Problem(where, f"missing dataset '{name}'"))
                 continue
-            here = f"{where}/{name}"
-            if ds.dtype != dtype:
-                found.append(Problem(here, f"dtype {ds.dtype}, expected {dtype}"))
-                continue
-            if ds.shape != (histories, steps, *item):
-                found.append(Problem(here, f"shape {ds.shape}, expected {(histories, steps, *item)}"))
-                continue
-            plist = ds.get_create_plist()
-            chunked = plist.get_layout() == h5py.h5d.CHUNKED
-            chunk = tuple(plist.get_chunk()) if chunked else None
-            filters = {plist.get_filter(i)[0] for i in range(plist.get_nfilters())}
-            if task == 0:
-                chunks[name] = chunk
-                compression[name] = "gzip" if h5py.h5z.FILTER_DEFLATE in filters else "lzf" if 32000 in filters else "other" if filters else None
-            elif chunk != chunks.get(name, chunk):
-                found.append(Problem(here, f"chunks {chunk}, group 0 has {chunks[name]} (every group must be chunked alike)"))
-                continue
-            if chunk is not None and chunk[2:] != item:
-                found.append(Problem(here, f"chunks {chunk} split the {item} items (a chunk must hold whole ones)"))
-                continue
-            if chunk is not None:
-                written = ds.get_chunk_info_by_coord((0,) * len(chunk)).byte_offset is not None
+            checked = _scan_dataset(ds, f"{where}/{name}", name, dtype, item, (histories, steps), task == 0, chunks, compression)
+            if isinstance(checked, Problem):
+                found.append(checked)
             else:
-                written = plist.get_layout() == h5py.h5d.COMPACT or ds.get_offset() is not None
-            if not written:
-                found.append(Problem(here, "never written (no data stored for it)"))
-                continue
-            declared = histories * steps * int(np.prod(item, dtype=np.int64)) * dtype.itemsize
-            if not filters - {h5py.h5z.FILTER_SHUFFLE, h5py.h5z.FILTER_FLETCHER32}:
-                needed_bytes += declared
-            elif not filters - {h5py.h5z.FILTER_DEFLATE, h5py.h5z.FILTER_SHUFFLE, h5py.h5z.FILTER_FLETCHER32}:
-                needed_bytes += declared / MAX_DEFLATE_RATIO
+                needed_bytes += checked
     size = path.stat().st_size
     if needed_bytes > size:
         found.append(Problem(
             "datasets", f"declare {len(names):,} tasks x {histories:,} histories x {steps:,} steps, at least "
             f"{needed_bytes:,.0f} bytes even at deflate's best ratio; the file has {size:,} (a declared shape, not data)"))
     return Layout(len(names), histories, steps, chunks, compression, attrs), found
+
+
+def _group0_shape(f: h5py.File, names: list[str]) -> tuple[int, int] | Problem:
+    """(histories, steps) of group 0's rewards, which every dataset must share; or why there is none to scan."""
+    expected = {str(i) for i in range(len(names))}
+    if "0" not in names:
+        return Problem("group 0", "missing (an XLand file has one group per task, '0'..'N-1')")
+    if set(names) != expected:
+        odd = sorted(set(names) - expected)[:3]
+        return Problem("task groups", f"must be named 0..{len(names) - 1}; found {', '.join(odd)}")
+    reference = _child(f.id, "0/rewards")
+    if not isinstance(reference, h5py.h5d.DatasetID):
+        return Problem("group 0", "missing dataset 'rewards'")
+    if reference.rank != 2 or 0 in reference.shape:
+        what = "no histories" if reference.rank and reference.shape[0] == 0 else "no steps" if reference.rank == 2 else f"{reference.rank} dimensions"
+        return Problem("group 0/rewards", f"shape {reference.shape}: {what} (expected (histories, steps), both > 0)")
+    histories, steps = (int(n) for n in reference.shape)
+    return histories, steps
+
+
+def _group_attrs(group: h5py.h5g.GroupID, where: str, found: list[Problem]) -> dict[str, Any]:
+    """A task group's attributes that could be read; each missing, unreadable or ill-typed one is added to `found`."""
+    values = {}
+    for key in ATTRS:
+        if not h5py.h5a.exists(group, key.encode()):
+            found.append(Problem(where, f"missing attribute '{key}'"))
+            continue
+        try:
+            values[key] = plain_attr(h5py.AttributeManager(h5py.Group(group))[key])
+        except (OSError, TypeError, ValueError, UnicodeDecodeError) as exc:
+            found.append(Problem(where, f"attribute {key} is unreadable ({exc})"))
+            continue
+        problem = _attr_problem(key, values[key])
+        if problem:
+            found.append(Problem(where, problem))
+    return values
+
+
+def _scan_dataset(ds: h5py.h5d.DatasetID, here: str, name: str, dtype: np.dtype, item: tuple[int, ...], shape: tuple[int, int],
+                  first: bool, chunks: dict[str, tuple[int, ...] | None], compression: dict[str, str | None]) -> Problem | float:
+    """One task's dataset `name`: its first problem, or the fewest bytes the file needs to hold it. Group 0's
+    (`first`) sets the chunks and compression every other group's must match."""
+    if ds.dtype != dtype:
+        return Problem(here, f"dtype {ds.dtype}, expected {dtype}")
+    if ds.shape != (*shape, *item):
+        return Problem(here, f"shape {ds.shape}, expected {(*shape, *item)}")
+    plist = ds.get_create_plist()
+    chunk = tuple(plist.get_chunk()) if plist.get_layout() == h5py.h5d.CHUNKED else None
+    filters = {plist.get_filter(i)[0] for i in range(plist.get_nfilters())}
+    if first:
+        chunks[name] = chunk
+        compression[name] = "gzip" if h5py.h5z.FILTER_DEFLATE in filters else "lzf" if 32000 in filters else "other" if filters else None
+    elif chunk != chunks.get(name, chunk):
+        return Problem(here, f"chunks {chunk}, group 0 has {chunks[name]} (every group must be chunked alike)")
+    if chunk is not None and chunk[2:] != item:
+        return Problem(here, f"chunks {chunk} split the {item} items (a chunk must hold whole ones)")
+    if chunk is not None:
+        written = ds.get_chunk_info_by_coord((0,) * len(chunk)).byte_offset is not None
+    else:
+        written = plist.get_layout() == h5py.h5d.COMPACT or ds.get_offset() is not None
+    if not written:
+        return Problem(here, "never written (no data stored for it)")
+    declared = shape[0] * shape[1] * int(np.prod(item, dtype=np.int64)) * dtype.itemsize
+    if not filters - {h5py.h5z.FILTER_SHUFFLE, h5py.h5z.FILTER_FLETCHER32}:
+        return float(declared)
+    if not filters - {h5py.h5z.FILTER_DEFLATE, h5py.h5z.FILTER_SHUFFLE, h5py.h5z.FILTER_FLETCHER32}:
+        return declared / MAX_DEFLATE_RATIO
+    return 0.0
 
 
 def group0_layout(f: h5py.File) -> Layout:
