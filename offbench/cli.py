@@ -98,8 +98,8 @@ def info(id_or_path: str = typer.Argument(..., help="Dataset id or path.")) -> N
     ]
     if card is not None:
         rows.insert(1, ("description", card.description))
-        if card.env:
-            rows.append(("environment", f"{card.env.get('id')} ({card.env.get('suite', 'gymnasium')})"))
+        if card.env.id is not None:
+            rows.append(("environment", f"{card.env.id} ({card.env.suite or 'gymnasium'})"))
         if card.ref_min_score is not None:
             rows.append(("reference scores", f"min {card.ref_min_score}  max {card.ref_max_score}"))
     _print_rows(rows)
@@ -124,8 +124,8 @@ def verify(id_or_path: str = typer.Argument(..., help="Dataset id or path."),
     if store.read_in_place:  # the file's sha256: the card's, else the first download's record
         from offbench.data.download import SUMS_FILE, read_sums
 
-        entries = card.source.get("files", []) if card else []
-        expected, source = (entries[0].get("sha256") if len(entries) == 1 else None), "the card"
+        files = (card.source.files or []) if card else []
+        expected, source = (files[0].sha256 if len(files) == 1 else None), "the card"
         if expected is None:
             expected, source = read_sums(store.path.parent).get(store.path.name), f"recorded in {store.path.parent / SUMS_FILE}"
         console.print(store.verify(expected, source, full=full))

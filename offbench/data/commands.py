@@ -75,8 +75,8 @@ def import_mtdiff_command(
     store.card = card.to_dict()
     store.save(data_path)
     write_card(card, card_path)
-    typer.echo(f"{card.id}: {data_path} ({len(card.env['kwargs']['tasks'])} tasks, {store.num_episodes:,} episodes, "
-               f"{store.num_transitions:,} steps, env {card.env['id']}); card {card_path}")
+    typer.echo(f"{card.id}: {data_path} ({len(card.env.kwargs['tasks'])} tasks, {store.num_episodes:,} episodes, "
+               f"{store.num_transitions:,} steps, env {card.env.id}); card {card_path}")
 
 
 def _import_from_url(url: str, read):

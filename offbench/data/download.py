@@ -170,19 +170,18 @@ def minari_urls(minari_id: str, revision: str = "main") -> list[tuple[str, str]]
 def remote_files(card: DatasetCard) -> list[RemoteFile]:
     """The files a `files` or `minari_id` card needs, with the raw/ path each one goes to."""
     where = str(card.card_path or card.id)
-    if card.source_kind == "minari_id":
-        revision = str(card.source.get("revision", "main"))
-        return [RemoteFile(url, rel) for url, rel in minari_urls(str(card.source["minari_id"]), revision)]
-    if card.source_kind != "files":
+    source = card.source
+    if source.minari_id is not None:
+        return [RemoteFile(url, rel) for url, rel in minari_urls(source.minari_id, source.revision or "main")]
+    if source.files is None:
         raise OffbenchError(f"{where}: source '{card.source_kind}' is not downloadable")
     files = []
-    for entry in card.source["files"]:
-        name = unquote(urlsplit(entry["url"]).path.rsplit("/", 1)[-1])
+    for entry in source.files:
+        name = unquote(urlsplit(entry.url).path.rsplit("/", 1)[-1])
         if not name:
-            raise OffbenchError(f"{where}: URL {entry['url']} does not end in a file name")
-        safe_component(name, f"{where}: the file name of URL {entry['url']}")
-        size = entry.get("size")
-        files.append(RemoteFile(entry["url"], name, entry.get("sha256"), int(size) if size is not None else None))
+            raise OffbenchError(f"{where}: URL {entry.url} does not end in a file name")
+        safe_component(name, f"{where}: the file name of URL {entry.url}")
+        files.append(RemoteFile(entry.url, name, entry.sha256, entry.size))
     names = [f.relpath for f in files]
     if len(set(names)) != len(names):
         raise OffbenchError(f"{where}: two source files share a file name ({', '.join(names)})")
@@ -439,8 +438,8 @@ def fetch_card(card: DatasetCard, target: Path, mirror: str | None = None, quiet
         fetched = [fetch_file(session, remote, raw, mirror, progress) for remote in remotes]
     paths = [path for path, _ in fetched]
     unrecorded = {remote.relpath: digest for remote, (_, digest) in zip(remotes, fetched) if digest is not None}
-    if card.source_kind == "minari_id":
-        payload = raw / str(card.source["minari_id"])
+    if card.source.minari_id is not None:
+        payload = raw / card.source.minari_id
     else:
         payload = paths[0] if len(paths) == 1 else raw
     try:

@@ -79,15 +79,15 @@ def _local_copy(card: DatasetCard, target: Path) -> Path | None:
 def _preparation(card: DatasetCard, target: Path, mirror: str | None, quiet: bool) -> Callable[[], Path]:
     """What makes the card's local copy, after the checks that need neither disk nor network."""
     if card.source_kind == "import":
-        imported = card.source["import"]
+        imported = card.source.import_
         raise OffbenchError(
             f"{card.id}: its data file {target} is missing; it was imported, import it again: "
-            f"offbench import {imported['format']} {imported['from']} --id {card.id}"
+            f"offbench import {imported.format} {imported.from_} --id {card.id}"
         )
     if card.source_kind == "recipe":
         from offbench.generators import generate_from_card, get_generator
 
-        get_generator(card.source["recipe"]["generator"])
+        get_generator(card.source.recipe.generator)
         return partial(generate_from_card, card, target, quiet=quiet)
     from offbench.data.download import fetch_card, fetchable_files
 

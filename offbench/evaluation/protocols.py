@@ -52,7 +52,7 @@ class EvaluationSetup:
 
     @property
     def env_spec(self) -> dict[str, Any] | None:
-        return dict(self.card.env) if self.card is not None and self.card.env else None
+        return (to_dict(self.card.env) if self.card is not None else {}) or None
 
     def settings(self, name: str, **protocol_fields: Any) -> EvaluationSettings:
         """run.json's `evaluation` block: these settings and the protocol's own fields."""

@@ -52,12 +52,12 @@ def generate_from_card(card, out: Path, quiet: bool = False) -> Path:
     from offbench.data.store import native_header, replace_card
     from offbench.utils import check_writable
 
-    recipe = card.source["recipe"]
-    generator = get_generator(recipe["generator"])
+    recipe = card.source.recipe
+    generator = get_generator(recipe.generator)
     check_writable(out.parent)  # before the work, not after it
     staging = out.with_name(f".{out.name}.generating")
     try:
-        generator(dict(recipe.get("params", {})), int(recipe.get("seed", 0)), staging, quiet)
+        generator(dict(recipe.params), recipe.seed, staging, quiet)
         # The file carries the registered card (its id, description, scores) plus what the generator measured;
         # only that attribute changes, so the arrays are not written a second time.
         replace_card(staging, {**native_header(staging)[0], **card.to_dict()})

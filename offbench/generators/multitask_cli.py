@@ -84,7 +84,7 @@ def _generate(
     from rich.console import Console
     from rich.table import Table
 
-    from offbench.data.cards import all_cards, card_from_dict, write_card
+    from offbench.data.cards import SourceRecipe, all_cards, card_from_dict, write_card
     from offbench.data.resolve import native_path
     from offbench.data.store import load_native, replace_card
     from offbench.generators import get_generator
@@ -96,7 +96,8 @@ def _generate(
     recipe = {"generator": generator, "seed": seed, "params": params}
     registered = None
     if dataset_id is None and out is None:  # the recipe of a registered card: fill that card's dataset
-        registered = next((card for card in all_cards().values() if card.source.get("recipe") == recipe), None)
+        wanted = SourceRecipe(generator=generator, seed=seed, params=params)
+        registered = next((card for card in all_cards().values() if card.source.recipe == wanted), None)
     card_data = registered.to_dict() if registered else {
         "id": dataset_id or default_id(generator, params, seed),
         "description": (

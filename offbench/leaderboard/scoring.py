@@ -15,6 +15,7 @@ from typing import Any
 
 from offbench.data.cards import DatasetCard, builtin_cards, get_card
 from offbench.leaderboard.spec import BenchmarkSpec
+from offbench.records import to_dict
 from offbench.tracking.read_run import FinishedRun, Refused, check_evaluations, same_number
 
 PER_TASK_FIELDS = {"success_rate": "success_rate", "mean_return": "mean_return"}  # metric -> per_task field
@@ -108,7 +109,7 @@ def _check_protocol(run: FinishedRun, spec: BenchmarkSpec, card: DatasetCard) ->
     problem = protocol_problem(spec, run.baseline, evaluation, run.summary["steps"], black_box)
     if problem is not None:
         raise Refused(run.path, "protocol", problem)
-    card_env = _environment(card.env)
+    card_env = _environment(to_dict(card.env))
     run_env = evaluation.get("env")
     if card_env["id"] and (not isinstance(run_env, dict) or _environment(run_env) != card_env):
         shown = _environment(run_env) if isinstance(run_env, dict) else run_env
