@@ -13,8 +13,8 @@ seeds `episode_seed(seed, task, e)`, e = 0, 1, ...; actions sampled from the pol
 seeded by its reset seed): their success rate is the checkpoint's. The recipe's `quality`:
 
   medium   training stops at the first trained checkpoint that reaches the band's lower edge; of the trained
-           checkpoints so far, the one nearest `target_success` plays `episodes_per_task` episodes (reset seeds e = 0, 1, ..., so its
-           evaluation episodes are the first ones)
+           checkpoints so far, the one nearest `target_success` plays `episodes_per_task` episodes (reset seeds
+           e = 0, 1, ..., so its evaluation episodes are the first ones)
   replay   the same run and checkpoint; the data is every training episode that ended by that checkpoint, in the
            order they ended (D4RL's medium-replay): PPO's own sampled actions, from its first, untrained policy on
   expert   training runs all its `timesteps`; the final policy plays `episodes_per_task` episodes
@@ -73,12 +73,12 @@ class LearnedParams:
     quality: Literal["medium", "replay", "expert"] = ranged("medium", doc="Which policy's data (module docstring).")
     episodes_per_task: int | None = ranged(None, ge=1, doc="medium, expert: episodes the chosen policy plays per task (1000 "
                                                            "when left out); replay has every training episode up to its checkpoint.")
-    timesteps: int = ranged(1 << 20, ge=ROLLOUT_STEPS, doc="The most PPO steps per task (all of them for expert).")
+    timesteps: int = ranged(1 << 21, ge=ROLLOUT_STEPS, doc="The most PPO steps per task (all of them for expert).")
     checkpoint_every: int = ranged(16384, ge=ROLLOUT_STEPS, doc=f"PPO steps between checkpoints, a multiple of {ROLLOUT_STEPS}.")
     eval_episodes: int = ranged(50, ge=1, doc="Episodes that measure a checkpoint's success rate.")
     target_success: float = ranged(0.5, ge=0, le=1, doc="medium, replay: the success rate the chosen checkpoint is nearest.")
-    band: tuple[float, float] = ranged((0.4, 0.6), ge=0, le=1, doc="medium, replay: training stops at the first checkpoint "
-                                                                   "reaching band[0]; the card states the band.")
+    band: tuple[float, float] = ranged((0.4, 0.6), ge=0, le=1, doc="medium, replay: training stops at the first trained "
+                                                                   "checkpoint reaching band[0]; the card states the band.")
 
     def check(self) -> None:
         if self.checkpoint_every % ROLLOUT_STEPS:
