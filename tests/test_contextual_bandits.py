@@ -13,7 +13,7 @@ import pytest
 from helpers import TRAINING_CONFIGS, read_jsonl
 
 import offbench.envs  # noqa: F401  (registers the Gymnasium ids)
-from offbench.data.cards import get_card
+from offbench.data.cards import get_card, read_card
 from offbench.envs.benchmarks import CONTEXTUAL_BENCHMARKS, card_tasks, get_benchmark, make_batch_env, split_tasks
 from offbench.envs.contextual_bandits import ContextualBanditBatch, draw_contexts
 from offbench.errors import OffbenchError
@@ -195,3 +195,31 @@ def test_ad_runs_end_to_end_on_a_contextual_card_with_regret_as_its_headline(run
         assert line["regret"] == line["in_context_regret"][-1] > 0
         assert np.all(np.diff([0.0, *line["in_context_regret"]]) >= 0)  # a pull's regret against its own context is never negative
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["score_metric"] == "regret"
+
+
+def test_dpt_refuses_a_contextual_card_in_one_line_before_any_run_directory(run_cli, tmp_path):
+    import offbench
+
+    offbench.load(SMALL)  # generated here, so that stderr holds the refusal alone
+    proc = run_cli("run", "baseline", "dpt", "--dataset", SMALL, "--out", tmp_path / "runs", "--name", "run")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    [line] = proc.stderr.strip().splitlines()
+    assert f"card {SMALL} is a contextual bandit (offbench/ContextualBandit-v0)" in line and "fresh context" in line
+    assert not (tmp_path / "runs" / "run").exists()
+
+
+def test_the_generate_command_writes_what_the_generator_does(run_cli, tmp_path):
+    proc = run_cli("generate", "contextual-bandit-headless", "--tasks", "3", "--held-out", "1", "--histories-per-task", "2",
+                   "--episodes", "80", "--algo", "linear-thompson", "--set", "posterior_scale=0.5", "--allow-unlearned",
+                   "--out", tmp_path / "cli", "-q")
+    assert proc.returncode == 0, proc.stderr
+    assert "learning (regret per pull, first vs last 8 pulls)" in proc.stdout and "histories improved" in proc.stdout
+    params = {"algo": "linear-thompson", "tasks": 3, "held_out": 1, "histories_per_task": 2, "episodes": 80,
+              "allow_unlearned": True, "hyperparameters": {"posterior_scale": 0.5}}
+    direct = get_generator("contextual-bandit-headless")(params, 0, tmp_path / "direct.h5", True)
+    assert (tmp_path / "cli" / "data.h5").read_bytes() == direct.read_bytes()
+    card = read_card(tmp_path / "cli" / "card.toml")
+    assert card.source["recipe"]["params"] == {**params, "split_seed": 0} and card.env["id"] == "offbench/HeadlessContextualBandit-v0"
+
+    listed = run_cli("generate", "--help").stdout
+    assert "contextual-bandit " in listed and "contextual-bandit-headless" in listed

@@ -26,16 +26,21 @@ from typing import Any
 
 import numpy as np
 
-from offbench.envs.benchmarks import BatchEnv, card_tasks, make_batch_env
+from offbench.envs.benchmarks import BENCHMARKS, BatchEnv, benchmark_for_env, card_tasks, make_batch_env
 from offbench.errors import OffbenchError
 from offbench.generators.sources import ALGORITHMS
 
 
 def training_env(card: dict[str, Any], needs: str, where: str = "") -> BatchEnv:
     """The batched environment of the card's training tasks, row k = task k (the `task_id` column's numbering);
-    one line naming what `needs` it where the card names no offbench environment."""
-    if card.get("env", {}).get("suite") != "offbench":
+    one line naming what `needs` it where the card names no offbench environment or a non-tabular one (a
+    contextual bandit's state is a fresh context each pull: there is no table of states to draw from)."""
+    env_spec = card.get("env", {})
+    if env_spec.get("suite") != "offbench":
         raise OffbenchError(f"{where}{needs} the card's environment and training tasks; card {card.get('id', '?')} names no offbench environment")
+    if benchmark_for_env(env_spec.get("id")).name not in BENCHMARKS:
+        raise OffbenchError(f"{where}{needs} a tabular environment; card {card.get('id', '?')} is a contextual bandit "
+                            f"({env_spec['id']}), whose state is a fresh context every pull")
     train, _ = card_tasks(card)
     return make_batch_env(card["env"], train)
 
