@@ -1,7 +1,7 @@
 """How fast does the mujoco-local recipe run on one CPU core, stage by stage, and how far has a run's learning curve got?
 
     python benchmarks/studies/mujoco_local_data.py speed --env Hopper-v4
-    python benchmarks/studies/mujoco_local_data.py curve $OFFBENCH_HOME/work/mujoco-local/Hopper-v4-s0-<hash>
+    python benchmarks/studies/mujoco_local_data.py curve RUN_FOLDER    # the recipe's folder under $OFFBENCH_HOME, work, mujoco-local
 
 `speed` times each stage of offbench/generators/mujoco_local.py with torch on one thread: the random warm-up, SAC
 training (one gradient step of batch 256 per environment step, 256x256 networks), a checkpoint's write (with its
