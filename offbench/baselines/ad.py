@@ -31,7 +31,17 @@ import torch.nn.functional as F
 from torch import nn
 
 from offbench.baselines.base import MicroBatching, TransformerShape, accumulate_backward
-from offbench.baselines.incontext import CausalTransformer, ObservationEmbedding, autocast, init_gpt_weights, warmup_cosine
+from offbench.baselines.incontext import (
+    CausalTransformer,
+    ObservationEmbedding,
+    autocast,
+    init_gpt_weights,
+    logged_losses,
+    routing_batch_coupling,
+    t2mir_of,
+    warmup_cosine,
+    with_routing_losses,
+)
 from offbench.baselines.nets import fused_adam, load_part_states, part_states
 from offbench.data.spec import DatasetSpec
 from offbench.evaluation.policy import PolicyOptions
@@ -61,6 +71,15 @@ class ADConfig:
     compile: bool = False  # torch.compile the training forward pass
     kv_cache: bool = True  # evaluation: key-value cache (False: recompute the whole context every step)
     eval_window: str = ranged("half", choices=("half", "sliding"))  # evaluation past context_steps (module docstring)
+    moe: str = ranged("none", choices=("none", "t2mir"))  # "t2mir": T2MIR's token- and task-wise experts in the last blocks (docs/in-context-rl.md)
+    moe_layers: int = ranged(1, ge=1)  # T2MIR: how many of the last blocks get experts (the reference: the last one)
+    num_experts: int = ranged(6, ge=1)  # T2MIR: token-wise experts
+    task_experts: int = ranged(12, ge=1)  # T2MIR: task-wise experts (the reference's Dark Room AD: 12)
+    top_k: int = ranged(2, ge=1)  # T2MIR: experts per token in each mixture
+    expert_hidden: int = ranged(1024, ge=1)  # T2MIR: hidden units of one expert (the reference: twice the width)
+    balance_weight: float = ranged(0.1, ge=0)  # T2MIR: weight of the token router's load-balancing term
+    contrastive_weight: float = ranged(0.01, ge=0)  # T2MIR: weight of the task router's contrastive loss
+    router_momentum: float = ranged(0.005, gt=0, le=1)  # T2MIR: EMA rate of the task router's momentum copy (keys)
 
 
 class ADModel(nn.Module):
@@ -78,7 +97,7 @@ class ADModel(nn.Module):
         self.max_tokens = self.tokens_for(config.context_steps)
         self.transformer = CausalTransformer(
             config.hidden_dim, config.num_layers, config.num_heads, self.max_tokens,
-            config.attention_dropout, config.residual_dropout, config.embedding_dropout,
+            config.attention_dropout, config.residual_dropout, config.embedding_dropout, t2mir_of(config, spec),
         )
         self.action_head = nn.Linear(config.hidden_dim, spec.action_dim)
         self.apply(init_gpt_weights)
@@ -104,9 +123,9 @@ class ADModel(nn.Module):
         """Transformer outputs -> logits of the actions of every step (read at the s_t tokens)."""
         return self.action_head(outputs if self.layout == "step" else outputs[:, 0::3])
 
-    def forward(self, observations: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor) -> torch.Tensor:
-        """(B, T) window -> (B, T, A) logits, step t's from the context up to s_t."""
-        return self.action_logits(self.transformer(self.embed(observations, actions, rewards)))
+    def forward(self, observations: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, routing: list | None = None) -> torch.Tensor:
+        """(B, T) window -> (B, T, A) logits, step t's from the context up to s_t (T2MIR's routing into `routing`)."""
+        return self.action_logits(self.transformer(self.embed(observations, actions, rewards), routing=routing))
 
 
 class AlgorithmDistillation(MicroBatching):
@@ -134,6 +153,10 @@ class AlgorithmDistillation(MicroBatching):
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, warmup_cosine(config.warmup_steps, config.cosine_steps))
 
     @classmethod
+    def batch_coupling(cls, config: ADConfig) -> str | None:
+        return routing_batch_coupling(config)
+
+    @classmethod
     def memory_shape(cls, config: ADConfig) -> TransformerShape:
         """A window's tokens (one per step, or s, a, r per step but the last a, r); fused attention."""
         tokens = config.context_steps if config.token_layout == "step" else 3 * config.context_steps - 2
@@ -143,12 +166,15 @@ class AlgorithmDistillation(MicroBatching):
         return {"window_length": self.config.context_steps}
 
     def losses(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Cross-entropy of every step's action over the windows of `batch`, and the accuracy of the greedy action."""
+        """Cross-entropy of every step's action over the windows of `batch`, and the accuracy of the greedy action;
+        with T2MIR, its routing terms too."""
         actions = batch["actions"]
+        routing = [] if self.config.moe == "t2mir" else None
         with autocast(self.device):
-            logits = self.train_forward(batch["observations"], actions, batch["rewards"])
+            logits = self.train_forward(batch["observations"], actions, batch["rewards"], routing)
             loss = F.cross_entropy(logits.flatten(0, 1).float(), actions.flatten(), label_smoothing=self.config.label_smoothing)
-        return {"loss": loss, "accuracy": (logits.argmax(-1) == actions).float().mean()}
+        values = {"loss": loss, "accuracy": (logits.argmax(-1) == actions).float().mean()}
+        return values if routing is None else with_routing_losses(values, routing, batch.get("task_ids"), self.config)
 
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         self.model.train()
@@ -157,8 +183,9 @@ class AlgorithmDistillation(MicroBatching):
         if self.config.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
         self.optimizer.step()
+        self.model.transformer.follow_task_routers()
         self.scheduler.step()
-        return {"action_loss": logged["loss"].item(), "accuracy": logged["accuracy"].item(), "learning_rate": self.scheduler.get_last_lr()[0]}
+        return {**logged_losses(logged), "accuracy": logged["accuracy"].item(), "learning_rate": self.scheduler.get_last_lr()[0]}
 
     def policy(self, options: PolicyOptions) -> ADPolicy:
         return ADPolicy(self, deterministic=options.deterministic)

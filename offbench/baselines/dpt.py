@@ -40,9 +40,13 @@ from offbench.baselines.incontext import (
     autocast,
     features_of,
     init_gpt_weights,
+    logged_losses,
     observation_features,
+    routing_batch_coupling,
     state_index_layout,
+    t2mir_of,
     warmup_cosine,
+    with_routing_losses,
 )
 from offbench.baselines.nets import flat_observation_dim, fused_adam, load_part_states, part_states
 from offbench.data.samplers import CONTEXT_SAMPLINGS, DPT_LABELS
@@ -75,6 +79,15 @@ class DPTConfig:
     compile: bool = False  # torch.compile the training forward pass
     offline_episodes: int = ranged(0, ge=0)  # evaluation: 0 = online; k > 0 = offline: the first k episodes act uniformly at random
     #                            and their transitions become a fixed context (DPT's uniform roll-in data)
+    moe: str = ranged("none", choices=("none", "t2mir"))  # "t2mir": T2MIR's token- and task-wise experts in the last blocks (docs/in-context-rl.md)
+    moe_layers: int = ranged(1, ge=1)  # T2MIR: how many of the last blocks get experts (the reference: the last one)
+    num_experts: int = ranged(6, ge=1)  # T2MIR: token-wise experts
+    task_experts: int = ranged(8, ge=1)  # T2MIR: task-wise experts (the reference's Dark Room DPT: 8)
+    top_k: int = ranged(2, ge=1)  # T2MIR: experts per token in each mixture
+    expert_hidden: int = ranged(64, ge=1)  # T2MIR: hidden units of one expert (the reference: twice the width)
+    balance_weight: float = ranged(0.01, ge=0)  # T2MIR: weight of the token router's load-balancing term
+    contrastive_weight: float = ranged(0.001, ge=0)  # T2MIR: weight of the task router's contrastive loss
+    router_momentum: float = ranged(0.005, gt=0, le=1)  # T2MIR: EMA rate of the task router's momentum copy (keys)
 
 
 class DPTModel(nn.Module):
@@ -85,7 +98,7 @@ class DPTModel(nn.Module):
         self.embed_transition = nn.Linear(2 * self.feature_dim + spec.action_dim + 1, config.embedding_dim)
         self.transformer = CausalTransformer(
             config.embedding_dim, config.num_layers, config.num_heads, config.context_size + 1,
-            config.dropout, config.dropout, config.dropout,
+            config.dropout, config.dropout, config.dropout, t2mir_of(config, spec),
         )
         self.action_head = nn.Linear(config.embedding_dim, spec.action_dim)
         self.state_table = self.next_state_table = None
@@ -100,8 +113,9 @@ class DPTModel(nn.Module):
     def features(self, observations: torch.Tensor) -> torch.Tensor:
         return features_of(self.codes, self.normalize, observations)
 
-    def forward(self, query, observations, actions, rewards, next_observations) -> torch.Tensor:
-        """query (B, *obs), context (B, C, ...) -> (B, C + 1, A) logits; position j has seen j transitions."""
+    def forward(self, query, observations, actions, rewards, next_observations, routing: list | None = None) -> torch.Tensor:
+        """query (B, *obs), context (B, C, ...) -> (B, C + 1, A) logits; position j has seen j transitions (T2MIR's
+        routing into `routing`)."""
         transitions = torch.cat([
             self.features(observations), F.one_hot(actions, self.num_actions).to(rewards.dtype),
             self.features(next_observations), rewards.unsqueeze(-1),
@@ -112,7 +126,7 @@ class DPTModel(nn.Module):
             states = torch.cat([query.unsqueeze(1), observations], dim=1)
             next_states = F.pad(self.next_state_table(next_observations), (0, 0, 1, 0))  # none for the query
             tokens = tokens + self.state_table(states) + next_states
-        return self.action_head(self.transformer(tokens))
+        return self.action_head(self.transformer(tokens, routing=routing))
 
 
 class DecisionPretrainedTransformer(MicroBatching):
@@ -139,6 +153,10 @@ class DecisionPretrainedTransformer(MicroBatching):
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, warmup_cosine(config.warmup_steps, config.cosine_steps))
 
     @classmethod
+    def batch_coupling(cls, config: DPTConfig) -> str | None:
+        return routing_batch_coupling(config)
+
+    @classmethod
     def memory_shape(cls, config: DPTConfig) -> TransformerShape:
         """The query and C transitions, a token each; fused attention (one dropout for attention and the rest)."""
         return TransformerShape(config.context_size + 1, config.embedding_dim, config.num_layers, config.num_heads, "sdpa", config.dropout)
@@ -147,14 +165,17 @@ class DecisionPretrainedTransformer(MicroBatching):
         return {"context_size": self.config.context_size, "context": self.config.context_sampling, "label": self.config.label}
 
     def losses(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Cross-entropy of every prefix's prediction over `batch`, and the accuracy of the full context's greedy action."""
+        """Cross-entropy of every prefix's prediction over `batch`, and the accuracy of the full context's greedy action;
+        with T2MIR, its routing terms too."""
+        routing = [] if self.config.moe == "t2mir" else None
         with autocast(self.device):
             logits = self.train_forward(
                 batch["query_observations"], batch["context_observations"], batch["context_actions"],
-                batch["context_rewards"], batch["context_next_observations"],
+                batch["context_rewards"], batch["context_next_observations"], routing,
             )
             loss = F.cross_entropy(logits.flatten(0, 1).float(), self.prefix_labels(batch, logits.shape[1]).flatten(0, 1))
-        return {"loss": loss, "full_context_accuracy": (logits[:, -1].argmax(-1) == batch["optimal_actions"]).float().mean()}
+        values = {"loss": loss, "full_context_accuracy": (logits[:, -1].argmax(-1) == batch["optimal_actions"]).float().mean()}
+        return values if routing is None else with_routing_losses(values, routing, batch.get("task_ids"), self.config)
 
     def labelled_prefixes(self, batch: dict[str, torch.Tensor]) -> int:
         """What the loss averages over: the prefixes whose label is not left out (-100; see prefix_labels)."""
@@ -168,8 +189,9 @@ class DecisionPretrainedTransformer(MicroBatching):
         if self.config.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
         self.optimizer.step()
+        self.model.transformer.follow_task_routers()
         self.scheduler.step()
-        return {"action_loss": logged["loss"].item(), "full_context_accuracy": logged["full_context_accuracy"].item(),
+        return {**logged_losses(logged), "full_context_accuracy": logged["full_context_accuracy"].item(),
                 "learning_rate": self.scheduler.get_last_lr()[0]}
 
     def prefix_labels(self, batch: dict[str, torch.Tensor], prefixes: int) -> torch.Tensor:

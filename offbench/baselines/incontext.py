@@ -11,20 +11,36 @@ Observations become features by their space (`observation_features`): a grid of 
 (tile, colour) per cell) through one learned table per channel, shared by every cell, as xland-minigrid's
 EmbeddingEncoder (training/nn.py: tile and colour embeddings of 16, concatenated); anything else normalised
 with the dataset's statistics. Codes are categories, not magnitudes: tile 7 is not "more" than tile 6.
+
+With `moe = "t2mir"` (AD and DPT), the last `moe_layers` blocks' MLP becomes T2MIR's token- and task-wise mixtures
+of experts (offbench.baselines.nets.T2MIRFeedForward); a training pass collects their routing statistics, the
+baseline adds the load-balancing and contrastive terms to its loss (`with_routing_losses`), and the task router's
+momentum copy follows it after each optimiser step (`CausalTransformer.follow_task_routers`).
 """
 
 from __future__ import annotations
 
 import math
 from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
 from torch import nn
 
+from offbench.baselines.nets import (
+    Block,
+    KVCache,
+    ObservationNormalizer,
+    Routing,
+    T2MIRFeedForward,
+    flat_observation_dim,
+    routing_losses,
+)
 from offbench.data.spec import DatasetSpec
-from offbench.baselines.nets import Block, KVCache, ObservationNormalizer, flat_observation_dim
+from offbench.errors import OffbenchError
 
 MAX_TABLE_STATES = 4096  # an integer observation space with at most this many values gets an embedding table
 MAX_CHANNEL_CODES = 256  # a grid channel with at most this many codes is embedded as categories (GridCodeEmbedding)
@@ -131,16 +147,83 @@ class ObservationEmbedding(nn.Module):
         return self.table(((flat - self.low) * self.strides).sum(-1))
 
 
+@dataclass(frozen=True)
+class T2MIR:
+    """The T2MIR layers of a model (the Config fields of AD and DPT that say them; docs/in-context-rl.md)."""
+
+    layers: int  # the last this many blocks
+    token_experts: int
+    task_experts: int
+    top_k: int
+    expert_hidden: int
+    router_momentum: float
+
+    def feed_forward(self, dim: int) -> T2MIRFeedForward:
+        return T2MIRFeedForward(dim, self.token_experts, self.task_experts, self.top_k, self.expert_hidden, self.router_momentum)
+
+
+def t2mir_of(config: Any, spec: DatasetSpec) -> T2MIR | None:
+    """The T2MIR layers an AD or DPT Config asks for on `spec`'s data, or None for the dense model; fields that
+    disagree with each other or with the data are one OffbenchError line."""
+    if config.moe != "t2mir":
+        return None
+    if config.moe_layers > config.num_layers:
+        raise OffbenchError(f"moe = 't2mir': moe_layers {config.moe_layers} is more than the model's num_layers {config.num_layers}")
+    if config.top_k > min(config.num_experts, config.task_experts):
+        raise OffbenchError(f"moe = 't2mir': top_k {config.top_k} is more than a mixture's experts (num_experts "
+                            f"{config.num_experts}, task_experts {config.task_experts})")
+    if config.contrastive_weight > 0 and spec.num_tasks <= 1:
+        raise OffbenchError("moe = 't2mir' ties its task router to the task, but this dataset has one task (no task_id column "
+                            "or a single id): set contrastive_weight = 0 or train on multi-task data")
+    return T2MIR(config.moe_layers, config.num_experts, config.task_experts, config.top_k, config.expert_hidden, config.router_momentum)
+
+
+ROUTING_LOSSES = ("balance_loss", "contrastive_loss")
+
+
+def with_routing_losses(values: dict[str, torch.Tensor], routing: list[Routing], task_ids: torch.Tensor | None,
+                        config: Any) -> dict[str, torch.Tensor]:
+    """A T2MIR training pass's `values` with the routing terms added to the objective "loss" at the Config's
+    weights (balance_weight, contrastive_weight): the action loss alone stays as action_loss, and each term is also
+    given unweighted, as the reference logs them. The contrastive term needs the batch's task ids."""
+    if config.contrastive_weight > 0 and task_ids is None:
+        raise ValueError("moe = 't2mir' with contrastive_weight > 0: the batch must carry task_ids")
+    terms = routing_losses(routing, task_ids)
+    objective = values["loss"] + config.balance_weight * terms["balance_loss"]
+    if config.contrastive_weight > 0:
+        objective = objective + config.contrastive_weight * terms["contrastive_loss"]
+    return {**values, "loss": objective, "action_loss": values["loss"], **terms}
+
+
+def logged_losses(logged: dict[str, torch.Tensor]) -> dict[str, float]:
+    """An update's losses to log: the action loss (the objective less any routing terms) and T2MIR's terms."""
+    return {"action_loss": logged.get("action_loss", logged["loss"]).item(),
+            **{name: logged[name].item() for name in ROUTING_LOSSES if name in logged}}
+
+
+def routing_batch_coupling(config: Any) -> str | None:
+    """Why T2MIR's terms tie a batch's rows together (so micro-batches cannot add up to its gradient), or None."""
+    if config.moe == "t2mir":
+        return "moe = 't2mir' balances the routers over the whole batch's tokens and contrasts its rows with each other"
+    return None
+
+
 class CausalTransformer(nn.Module):
-    """Learned positions + embedding dropout + blocks + final LayerNorm over already-embedded tokens (B, L, dim)."""
+    """Learned positions + embedding dropout + blocks + final LayerNorm over already-embedded tokens (B, L, dim);
+    with `t2mir`, its last blocks have T2MIR's mixtures of experts instead of an MLP."""
 
     def __init__(self, dim: int, num_layers: int, num_heads: int, max_tokens: int,
-                 attention_dropout: float = 0.0, residual_dropout: float = 0.0, embedding_dropout: float = 0.0):
+                 attention_dropout: float = 0.0, residual_dropout: float = 0.0, embedding_dropout: float = 0.0,
+                 t2mir: T2MIR | None = None):
         super().__init__()
         self.dim, self.num_heads, self.max_tokens = dim, num_heads, max_tokens
         self.positions = nn.Embedding(max_tokens, dim)
         self.embedding_dropout = nn.Dropout(embedding_dropout)
-        self.blocks = nn.ModuleList(Block(dim, num_heads, attention_dropout, residual_dropout, nn.Dropout) for _ in range(num_layers))
+        first_moe = num_layers - t2mir.layers if t2mir is not None else num_layers
+        self.blocks = nn.ModuleList(
+            Block(dim, num_heads, attention_dropout, residual_dropout, nn.Dropout, t2mir.feed_forward(dim) if layer >= first_moe else None)
+            for layer in range(num_layers)
+        )
         self.norm = nn.LayerNorm(dim)
 
     def new_cache(self, batch: int, max_tokens: int | None = None) -> KVCache:
@@ -148,17 +231,24 @@ class CausalTransformer(nn.Module):
         return KVCache(len(self.blocks), batch, self.num_heads, max_tokens or self.max_tokens, self.dim // self.num_heads,
                        reference.device, reference.dtype)
 
-    def forward(self, tokens: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, cache: KVCache | None = None, routing: list[Routing] | None = None) -> torch.Tensor:
+        """Outputs (B, L, dim) of the tokens after `cache`'s; T2MIR blocks append their `Routing` to `routing`."""
         start = cache.length if cache is not None else 0
         length = tokens.shape[1]
         if start + length > (cache.max_tokens if cache is not None else self.max_tokens):
             raise ValueError(f"context of {start + length} tokens is longer than the model's {self.max_tokens}")
         x = self.embedding_dropout(tokens + self.positions(torch.arange(start, start + length, device=tokens.device)))
         for layer, block in enumerate(self.blocks):
-            x = block(x, cache=cache, layer=layer)
+            x = block(x, cache=cache, layer=layer, routing=routing)
         if cache is not None:
             cache.length += length
         return self.norm(x)
+
+    def follow_task_routers(self) -> None:
+        """After an optimiser step: each T2MIR block's momentum task router follows the trained one."""
+        for block in self.blocks:
+            if block.feed_forward is not None:
+                block.feed_forward.follow_task_router()
 
 
 def warmup_cosine(warmup_steps: int, cosine_steps: int):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -182,10 +183,12 @@ class Block(nn.Module):
     - causal, without `bias` (AD, DPT): the fused kernel throughout (attention dropout its own draws), appending
       this call's keys and values to `cache` (layer `layer`) and attending to everything cached when one is given.
 
-    `dropout` makes the dropout modules: `Dropout`, or nn.Dropout for the models trained with its draws (AD, DPT)."""
+    `dropout` makes the dropout modules: `Dropout`, or nn.Dropout for the models trained with its draws (AD, DPT).
+    `feed_forward` (AD, DPT with `moe = "t2mir"`) replaces the MLP: a `T2MIRFeedForward`, its output under the
+    residual dropout, its routing statistics appended to `routing` when one is given."""
 
     def __init__(self, dim: int, num_heads: int, attention_dropout: float, residual_dropout: float,
-                 dropout: Callable[[float], nn.Module] = Dropout):
+                 dropout: Callable[[float], nn.Module] = Dropout, feed_forward: T2MIRFeedForward | None = None):
         super().__init__()
         if dim % num_heads:
             raise ValueError(f"hidden size {dim} must be divisible by num_heads {num_heads}")
@@ -193,7 +196,9 @@ class Block(nn.Module):
         self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
         self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
         self.attention_dropout, self.drop = dropout(attention_dropout), dropout(residual_dropout)
-        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim), dropout(residual_dropout))
+        self.feed_forward = feed_forward
+        self.mlp = None if feed_forward is not None else (
+            nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim), dropout(residual_dropout)))
 
     def keys_values(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The attention keys and values (B, L, dim) this block makes of its input tokens x."""
@@ -207,6 +212,7 @@ class Block(nn.Module):
     def forward(
         self, x: torch.Tensor, bias: torch.Tensor | None = None, queries: slice | None = None,
         past: tuple[torch.Tensor, torch.Tensor] | None = None, cache: KVCache | None = None, layer: int = 0,
+        routing: list[Routing] | None = None,
     ) -> torch.Tensor:
         batch, _, dim = x.shape
         h = grouped_layer_norm(x, self.norm1)
@@ -222,6 +228,8 @@ class Block(nn.Module):
         q, k, v = heads(q), heads(k), heads(v)
         attended = self.causal_attention(q, k, v, cache, layer) if bias is None else self.biased_attention(q, k, v, bias)
         x = x + self.drop(grouped_linear(attended.transpose(1, 2).reshape(batch, -1, dim), self.proj.weight, self.proj.bias))
+        if self.feed_forward is not None:
+            return x + self.drop(self.feed_forward(self.norm2(x), routing))
         expand, activation, contract, drop = self.mlp
         hidden = activation(grouped_linear(grouped_layer_norm(x, self.norm2), expand.weight, expand.bias))
         return x + drop(grouped_linear(hidden, contract.weight, contract.bias))
@@ -252,3 +260,206 @@ class Block(nn.Module):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, dropout_p=dropout)
 
 
+
+
+# ----------------------------------------------------------------------------- T2MIR: token- and task-wise experts
+# Token- and Task-wise Mixture of experts for In-context RL (NJU-RL/T2MIR; files read: T2MIR-AD/algorithms/moe.py,
+# T2MIR-AD/algorithms/transformers_moe.py, T2MIR-AD/train.py, T2MIR-AD/configs/args_darkroom_v0.yaml,
+# T2MIR-DPT/algorithms/gpt2moe_model.py, T2MIR-DPT/configs/args_darkroom_v0.yaml). The feed-forward layer becomes two
+# mixtures side by side, each writing half of the model width, their outputs concatenated (no projection back):
+# - token-wise: a noisy top-k router per token, kept balanced by cv^2(importance) + cv^2(load) (the reference's
+#   TopKBalancedNoisyGate, weight 0.1 for AD and 0.01 for DPT on Dark Room);
+# - task-wise: a clean top-k router per token whose probabilities, averaged over a sequence, are the sequence's task
+#   embedding, tied to the task by a contrastive loss against a momentum copy of the router (EMA rate 0.005; the
+#   similarity is a learned bilinear q^T W k, CURL-style, with no temperature). The reference balances it not at all.
+# Differences: the reference pairs row i with row i + B/2, which its sampler draws from the same task; here the
+# positives of a row are every other row of its task in the batch (supervised contrastive), so any sampler's batches
+# serve. Experts are GELU MLPs as the dense block's (the reference's leaky ReLU), with GPT-2 initialisation.
+
+NOISE_FLOOR = 1e-2  # the least standard deviation of the token router's noise (the reference's noise_epsilon)
+
+
+def top_k_gates(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(N, E) router logits -> (N, k) the experts each token goes to, its k highest logits, and their weights: a
+    softmax over those k logits alone, so a token's weights sum to one and every other expert gets none."""
+    top, experts = logits.topk(k, dim=-1)
+    return experts, torch.softmax(top.float(), dim=-1)
+
+
+def squared_variation(values: torch.Tensor) -> torch.Tensor:
+    """The squared coefficient of variation var / mean^2 of (E,) per-expert totals: 0 when they are all equal."""
+    if values.numel() == 1:
+        return values.new_zeros(())
+    return values.float().var() / (values.float().mean() ** 2 + 1e-10)
+
+
+def load_balancing_loss(importance: torch.Tensor, load: torch.Tensor) -> torch.Tensor:
+    """Shazeer et al. (2017)'s balance term: uneven gate weight per expert (`importance`) plus uneven token counts
+    per expert (`load`); 0 for uniform routing, largest when every token goes to the same experts."""
+    return squared_variation(importance) + squared_variation(load)
+
+
+def gate_logits(x: torch.Tensor, gate_in: torch.Tensor, gate_out: torch.Tensor) -> torch.Tensor:
+    """The router's gate network: Linear, tanh, Linear, without biases (the reference's "mlp" gate)."""
+    return F.linear(torch.tanh(F.linear(x, gate_in)), gate_out)
+
+
+@dataclass
+class Routed:
+    """One router's choice for N tokens: `experts` and `weights` (N, k), the clean `logits` (N, E), and the
+    per-expert `importance` (summed weights) and `load` (tokens routed, or its differentiable expectation)."""
+
+    experts: torch.Tensor
+    weights: torch.Tensor
+    logits: torch.Tensor
+    importance: torch.Tensor
+    load: torch.Tensor
+
+
+class Router(nn.Module):
+    """Sends each token to its top-k of E experts. With `noisy`, training adds Gaussian noise of a learned,
+    token-dependent scale (softplus of a zero-initialised Linear, plus NOISE_FLOOR) to the logits before choosing,
+    and the load is each expert's probability of being chosen under that noise, summed over tokens (differentiable,
+    so the balance term trains the gate); otherwise the load counts the tokens each expert got."""
+
+    def __init__(self, dim: int, num_experts: int, top_k: int, noisy: bool):
+        super().__init__()
+        if not 1 <= top_k <= num_experts:
+            raise ValueError(f"top_k {top_k} must be between 1 and the number of experts {num_experts}")
+        self.top_k = top_k
+        self.gate_in = nn.Parameter(torch.randn(num_experts, dim) * 0.02)  # GPT-2's N(0, 0.02)
+        self.gate_out = nn.Parameter(torch.randn(num_experts, num_experts) * 0.02)
+        self.noise = nn.Parameter(torch.zeros(num_experts, dim)) if noisy else None
+
+    def forward(self, x: torch.Tensor) -> Routed:
+        clean = gate_logits(x, self.gate_in, self.gate_out).float()
+        noisy = self.noise is not None and self.training
+        if noisy:
+            scale = F.softplus(F.linear(x, self.noise).float()) + NOISE_FLOOR
+            logits = clean + torch.randn_like(clean) * scale
+        else:
+            logits = clean
+        experts, weights = top_k_gates(logits, self.top_k)
+        chosen = torch.zeros_like(logits, dtype=torch.bool).scatter(1, experts, True)
+        importance = torch.zeros_like(logits).scatter(1, experts, weights).sum(0)
+        if noisy and self.top_k < logits.shape[1]:
+            # an expert is chosen when its noisy logit beats the k-th best of the others': the (k+1)-th best logit
+            # when it is among the top k, the k-th when not; the chance of that over its own noise is a normal CDF
+            best = logits.topk(self.top_k + 1, dim=-1).values
+            threshold = torch.where(chosen, best[:, self.top_k :], best[:, self.top_k - 1 : self.top_k])
+            load = torch.special.ndtr((clean - threshold) / scale).sum(0)
+        else:
+            load = chosen.float().sum(0)
+        return Routed(experts, weights, clean, importance, load)
+
+
+class Experts(nn.Module):
+    """E two-layer GELU networks dim -> hidden -> out with their weights stacked; each token goes through the experts
+    it was routed to, their outputs weighted by its gate weights and summed. A token costs k experts' work."""
+
+    def __init__(self, num_experts: int, dim: int, hidden: int, out: int):
+        super().__init__()
+        self.up = nn.Parameter(torch.randn(num_experts, hidden, dim) * 0.02)
+        self.up_bias = nn.Parameter(torch.zeros(num_experts, hidden))
+        self.down = nn.Parameter(torch.randn(num_experts, out, hidden) * 0.02)
+        self.down_bias = nn.Parameter(torch.zeros(num_experts, out))
+
+    def parameters_per_expert(self) -> int:
+        return sum(p[0].numel() for p in (self.up, self.up_bias, self.down, self.down_bias))
+
+    def forward(self, x: torch.Tensor, experts: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """(N, dim) tokens, (N, k) experts and weights -> (N, out)."""
+        out = x.new_zeros(x.shape[0], self.down.shape[1], dtype=weights.dtype)
+        for e in range(self.up.shape[0]):
+            token, slot = (experts == e).nonzero(as_tuple=True)
+            y = F.linear(F.gelu(F.linear(x[token], self.up[e], self.up_bias[e])), self.down[e], self.down_bias[e])
+            out = out.index_add(0, token, y * weights[token, slot, None])
+        return out
+
+
+@dataclass
+class Routing:
+    """What one T2MIR layer's training pass leaves for its losses: the token router's `balance` term, and the task
+    router's embedding of each sequence (B, E) by the router (`task_query`) and by its momentum copy (`task_key`, no
+    gradient), compared through the layer's `bilinear` map."""
+
+    balance: torch.Tensor
+    task_query: torch.Tensor
+    task_key: torch.Tensor
+    bilinear: torch.Tensor
+
+
+class T2MIRFeedForward(nn.Module):
+    """T2MIR's feed-forward layer (see the section comment above): [token experts' half, task experts' half]. The
+    task router's momentum copy is kept in buffers (saved in checkpoints) and follows it by `follow_task_router`
+    after each optimiser step; it is used only for the contrastive loss's keys."""
+
+    def __init__(self, dim: int, token_experts: int, task_experts: int, top_k: int, expert_hidden: int, router_momentum: float):
+        super().__init__()
+        half = dim // 2
+        self.token_router = Router(dim, token_experts, top_k, noisy=True)
+        self.token_experts = Experts(token_experts, dim, expert_hidden, half)
+        self.task_router = Router(dim, task_experts, top_k, noisy=False)
+        self.task_experts = Experts(task_experts, dim, expert_hidden, dim - half)
+        self.register_buffer("target_gate_in", self.task_router.gate_in.detach().clone())
+        self.register_buffer("target_gate_out", self.task_router.gate_out.detach().clone())
+        self.bilinear = nn.Parameter(torch.randn(task_experts, task_experts))  # the reference's W
+        self.router_momentum = router_momentum
+
+    def forward(self, h: torch.Tensor, routing: list[Routing] | None = None) -> torch.Tensor:
+        """(B, L, dim) normalised tokens -> (B, L, dim); appends this pass's `Routing` to `routing` if given."""
+        batch, dim = h.shape[0], h.shape[-1]
+        x = h.reshape(-1, dim)
+        token, task = self.token_router(x), self.task_router(x)
+        out = torch.cat([self.token_experts(x, token.experts, token.weights), self.task_experts(x, task.experts, task.weights)], dim=-1)
+        if routing is not None:
+            with torch.no_grad():
+                key_logits = gate_logits(x, self.target_gate_in, self.target_gate_out).float()
+            embed = lambda logits: torch.softmax(logits, dim=-1).view(batch, -1, logits.shape[-1]).mean(1)  # noqa: E731
+            routing.append(Routing(load_balancing_loss(token.importance, token.load), embed(task.logits), embed(key_logits), self.bilinear))
+        return out.view(*h.shape[:-1], -1)
+
+    @torch.no_grad()
+    def follow_task_router(self) -> None:
+        """The momentum copy moves `router_momentum` of the way to the task router (the reference's soft update)."""
+        self.target_gate_in.lerp_(self.task_router.gate_in, self.router_momentum)
+        self.target_gate_out.lerp_(self.task_router.gate_out, self.router_momentum)
+
+    def inactive_parameters(self) -> int:
+        """Parameters a token's evaluation pass leaves unused: the experts its routers did not pick, the noise scale
+        (training only) and the bilinear map (a loss term only)."""
+        unused_experts = sum((experts.up.shape[0] - router.top_k) * experts.parameters_per_expert()
+                             for router, experts in ((self.token_router, self.token_experts), (self.task_router, self.task_experts)))
+        return unused_experts + self.token_router.noise.numel() + self.bilinear.numel()
+
+
+def contrastive_task_loss(query: torch.Tensor, key: torch.Tensor, bilinear: torch.Tensor, task_ids: torch.Tensor) -> torch.Tensor:
+    """InfoNCE that ties the task router to the task: row i's embedding `query` (B, E) scores every other row's `key`
+    as q_i^T W k_j; the other rows of row i's task are its positives, the rest negatives, and row i's loss is the mean
+    over its positives of -log softmax (supervised contrastive). Rows without a positive in the batch are left out;
+    0 when no row has one."""
+    others = ~torch.eye(len(task_ids), dtype=torch.bool, device=task_ids.device)
+    positives = (task_ids[:, None] == task_ids[None, :]) & others
+    counts = positives.sum(1)
+    has = counts > 0
+    if not has.any():
+        return query.new_zeros((), dtype=torch.float32)
+    scores = query.float() @ bilinear.float() @ key.float().T
+    log_p = torch.log_softmax(scores.masked_fill(~others, float("-inf")), dim=1)
+    return (-log_p.masked_fill(~positives, 0.0).sum(1)[has] / counts[has]).mean()
+
+
+def routing_losses(routing: list[Routing], task_ids: torch.Tensor | None) -> dict[str, torch.Tensor]:
+    """The T2MIR layers' terms summed over layers, as the reference sums them: `balance_loss`, and with task ids
+    `contrastive_loss`."""
+    losses = {"balance_loss": sum(r.balance for r in routing)}
+    if task_ids is not None:
+        losses["contrastive_loss"] = sum(contrastive_task_loss(r.task_query, r.task_key, r.bilinear, task_ids) for r in routing)
+    return losses
+
+
+def active_parameters(model: nn.Module) -> int:
+    """Parameters a token's forward pass uses at evaluation: all of a dense model's; with T2MIR layers, all but what
+    each leaves unused (`T2MIRFeedForward.inactive_parameters`). Compares a mixture with a dense model of equal cost."""
+    total = sum(p.numel() for p in model.parameters())
+    return total - sum(layer.inactive_parameters() for layer in model.modules() if isinstance(layer, T2MIRFeedForward))
