@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from offbench.baselines.base import micro_batches
 from offbench.errors import OffbenchError
 from offbench.utils import die_with_parent
 
@@ -65,9 +66,7 @@ class ShardedSampler:
         self.batch_size = inner.batch_size // world_size
 
     def sample(self) -> dict[str, Any]:
-        batch = self.inner.sample()
-        start = self.rank * self.batch_size
-        return {key: value[start:start + self.batch_size] if _batched(value, self.inner.batch_size) else value for key, value in batch.items()}
+        return micro_batches(self.inner.sample(), self.batch_size)[self.rank]
 
     def state_dict(self) -> dict[str, Any]:
         return self.inner.state_dict()
@@ -76,25 +75,35 @@ class ShardedSampler:
         self.inner.load_state_dict(state)
 
 
-def _batched(value: Any, rows: int) -> bool:
-    return isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape[0] == rows
+def optimizers(baseline) -> list[torch.optim.Optimizer]:
+    """The torch optimisers among the baseline's attributes, held directly or in a dict, list or tuple (IQL and
+    MOORE-IQL keep one per network in a dict), so the seam needs nothing declared by a baseline."""
+    found = []
+    for value in vars(baseline).values():
+        held = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else [value]
+        found += [item for item in held if isinstance(item, torch.optim.Optimizer)]
+    return found
 
 
 def trained_parameters(baseline) -> list[torch.nn.Parameter]:
-    """Every parameter an optimiser of the baseline updates (found among its attributes), each once."""
+    """Every parameter an optimiser of the baseline updates, each once."""
     seen: dict[int, torch.nn.Parameter] = {}
-    for value in vars(baseline).values():
-        if isinstance(value, torch.optim.Optimizer):
-            for group in value.param_groups:
-                for param in group["params"]:
-                    seen.setdefault(id(param), param)
+    for optimizer in optimizers(baseline):
+        for group in optimizer.param_groups:
+            for param in group["params"]:
+                seen.setdefault(id(param), param)
     if not seen:
-        raise OffbenchError(f"baseline '{baseline.name}' keeps no torch optimiser as an attribute: data-parallel training cannot find its parameters")
+        raise OffbenchError(f"baseline '{baseline.name}' keeps no torch optimiser among its attributes (directly, or in a dict, list or tuple): "
+                            "data-parallel training cannot find its parameters")
     return list(seen.values())
 
 
-def modules(baseline) -> list[torch.nn.Module]:
-    return [value for value in vars(baseline).values() if isinstance(value, torch.nn.Module)]
+def shared_tensors(baseline) -> list[torch.Tensor]:
+    """What every rank must hold as rank 0 does: the parameters and buffers of the baseline's modules, and trained
+    parameters kept outside any module (MOORE-IQL's log std), each once."""
+    modules = [value for value in vars(baseline).values() if isinstance(value, torch.nn.Module)]
+    tensors = [tensor for module in modules for tensor in [*module.parameters(), *module.buffers()]] + trained_parameters(baseline)
+    return list({id(tensor): tensor for tensor in tensors}.values())
 
 
 class DataParallel(SingleProcess):
@@ -109,9 +118,8 @@ class DataParallel(SingleProcess):
         import torch.distributed as dist
 
         with torch.no_grad():
-            for module in modules(baseline):
-                for tensor in [*module.parameters(), *module.buffers()]:
-                    dist.broadcast(tensor.data, src=0)
+            for tensor in shared_tensors(baseline):
+                dist.broadcast(tensor.data, src=0)
         for param in trained_parameters(baseline):
             param.register_post_accumulate_grad_hook(self._average_gradient)
         if self.rank:
