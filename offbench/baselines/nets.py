@@ -444,7 +444,8 @@ def contrastive_task_loss(query: torch.Tensor, key: torch.Tensor, bilinear: torc
     has = counts > 0
     if not has.any():
         return query.new_zeros((), dtype=torch.float32)
-    scores = query.float() @ bilinear.float() @ key.float().T
+    with torch.autocast(query.device.type, enabled=False):  # full precision under mixed-precision training
+        scores = query.float() @ bilinear.float() @ key.float().T
     log_p = torch.log_softmax(scores.masked_fill(~others, float("-inf")), dim=1)
     return (-log_p.masked_fill(~positives, 0.0).sum(1)[has] / counts[has]).mean()
 
