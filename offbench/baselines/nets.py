@@ -442,10 +442,10 @@ def contrastive_task_loss(query: torch.Tensor, key: torch.Tensor, bilinear: torc
     positives = (task_ids[:, None] == task_ids[None, :]) & others
     counts = positives.sum(1)
     has = counts > 0
-    if not has.any():
-        return query.new_zeros((), dtype=torch.float32)
     with torch.autocast(query.device.type, enabled=False):  # full precision under mixed-precision training
         scores = query.float() @ bilinear.float() @ key.float().T
+    if not has.any():  # 0, but still of the inputs: every data-parallel rank's bilinear map gets a gradient to average
+        return scores.sum() * 0.0
     log_p = torch.log_softmax(scores.masked_fill(~others, float("-inf")), dim=1)
     return (-log_p.masked_fill(~positives, 0.0).sum(1)[has] / counts[has]).mean()
 

@@ -105,7 +105,11 @@ def test_contrastive_task_loss_rewards_same_task_embeddings_and_takes_same_task_
     pair = contrastive_task_loss(by_task[:3], by_task[:3], bilinear, three)
     expected = -torch.log_softmax(torch.tensor([5.0, 0.0]), 0)[0]  # row 0: row 1 (same task) against row 2
     torch.testing.assert_close(pair, expected)
-    assert contrastive_task_loss(by_task, by_task, bilinear, torch.arange(6)) == 0
+    trained = bilinear.clone().requires_grad_()
+    alone = contrastive_task_loss(by_task, by_task, trained, torch.arange(6))
+    assert alone == 0
+    alone.backward()  # a zero gradient, not none: data-parallel ranks average it with the others'
+    assert torch.equal(trained.grad, torch.zeros(3, 3))
 
 
 def test_the_two_mixtures_each_write_half_of_the_output():
