@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -161,21 +162,29 @@ def run_histories(bench: Benchmark, recipe: ContextualRecipe, config: Any, train
     row_task = np.repeat(np.arange(len(train), dtype=np.int32), recipe.histories_per_task)
     env = bench.make_batch([train[i] for i in row_task], seed=env_seed)
     learner = ALGORITHMS[recipe.algo](env, np.random.default_rng(algo_seed), config)
-    pulls, rows = recipe.episodes or bench.default_episodes, np.arange(env.num_envs)
+    pulls = recipe.episodes or bench.default_episodes
+    with progress_bar(quiet, f"{bench.name} {recipe.algo}", pulls, unit="pulls") as advance:
+        return play(env, learner, pulls, row_task, advance)
+
+
+def play(env, learner, pulls: int, row_task: np.ndarray, advance: Callable[[int], Any] = lambda _: None) -> Histories:
+    """`pulls` pulls of `learner` on every row of a contextual bandit batch (row k plays task row_task[k]), every
+    pull recorded; `advance(1)` after each (a progress bar). The generators' histories and the regret figure's
+    references (offbench.generators.references) are both this loop."""
+    rows = np.arange(env.num_envs)
     shape, action_dtype = (env.num_envs, pulls), np.min_scalar_type(env.num_actions - 1)
     out = Histories(np.empty((*shape, env.context_dim), np.float32), np.empty(shape, action_dtype), np.empty(shape, np.float32),
                     np.empty(shape), np.empty(shape), np.empty(shape, action_dtype), row_task)
     contexts = env.reset()
-    with progress_bar(quiet, f"{bench.name} {recipe.algo}", pulls, unit="pulls") as advance:
-        for t in range(pulls):
-            actions = learner.act(contexts)
-            out.contexts[:, t], out.actions[:, t] = contexts, actions
-            out.optimal_actions[:, t], out.optimal_expected_rewards[:, t] = env.optimal_actions(), env.optimal_expected_rewards()
-            _, rewards, _, _ = env.step(actions)
-            out.rewards[:, t], out.expected_rewards[:, t] = rewards, env.expected_rewards(rows, actions, rewards)
-            learner.update(contexts, actions, rewards)
-            contexts = env.reset()
-            advance(1)
+    for t in range(pulls):
+        actions = learner.act(contexts)
+        out.contexts[:, t], out.actions[:, t] = contexts, actions
+        out.optimal_actions[:, t], out.optimal_expected_rewards[:, t] = env.optimal_actions(), env.optimal_expected_rewards()
+        _, rewards, _, _ = env.step(actions)
+        out.rewards[:, t], out.expected_rewards[:, t] = rewards, env.expected_rewards(rows, actions, rewards)
+        learner.update(contexts, actions, rewards)
+        contexts = env.reset()
+        advance(1)
     return out
 
 

@@ -1,22 +1,26 @@
 """The classic bandit algorithms' regret on given tasks: the references a regret figure draws beside in-context
-runs (UCB1, Thompson sampling, uniform random).
+runs. Multi-armed bandits: UCB1, Thompson sampling, uniform random. Contextual bandits: LinUCB, linear Thompson
+sampling, uniform random.
 
-They run the source algorithms that generate the learning histories (`offbench.generators.sources`) with their
-default hyper-parameters, on the environments the generators build; random's curve is its exact expectation
-(best mean minus the mean over arms, every pull). Computed here, where the generators are, so that the figures
-only draw.
+They run the source algorithms that generate the learning histories (`offbench.generators.sources`,
+`offbench.generators.contextual`) with their default hyper-parameters, on the environments the generators build;
+random's curve is its exact expectation (best mean minus the mean over arms, every pull; for a contextual bandit
+against each pull's context). Computed here, where the generators are, so that the figures only draw.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from offbench.envs import bandits
+from offbench.envs import bandits, contextual_bandits
 from offbench.envs.benchmarks import benchmark_for_env, card_tasks, make_batch_env
 from offbench.errors import OffbenchError
+from offbench.evaluation.rollout import evaluation_seed
+from offbench.generators import contextual
 from offbench.generators.sources import ALGORITHMS, RowStreams, make_config
 
 REFERENCES = {"UCB1": "ucb", "Thompson sampling": "thompson"}
+CONTEXTUAL_REFERENCES = {"LinUCB": "linucb", "linear Thompson sampling": "linear-thompson"}
 
 
 def reference_pulls(env_spec: dict, tasks: list[dict], algo: str, pulls: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -52,11 +56,39 @@ def reference_regret(env_spec: dict, tasks: list[dict], pulls: int, seed: int = 
     return curves
 
 
-def card_reference_regret(card, tasks: str, pulls: int) -> dict[str, np.ndarray]:
-    """`reference_regret` on a bandit card's training tasks (`tasks` "train") or held-out ones (anything else: the
-    in-context protocol's default), as its runs were evaluated; one line for a card that is no bandit."""
+def contextual_reference_regret(env_spec: dict, tasks: list[dict], pulls: int, env_seeds: list[int]) -> dict[str, np.ndarray]:
+    """Mean over `tasks` and `env_seeds` of the cumulative regret after each of `pulls` pulls (each pull's
+    max_a theta_a . x - theta_{a_t} . x) of LinUCB and linear Thompson sampling (default hyper-parameters), and
+    random's expectation against the same contexts. The batch of `tasks` is seeded with each of `env_seeds`, as an
+    in-context evaluation's is: it draws every row's context and reward noise whatever the arms pulled, so the
+    references face the very contexts and noise that evaluation did. Thompson sampling draws from a stream spawned
+    from the seed, apart from the environment's."""
+    bench = benchmark_for_env(env_spec["id"])
+    thetas = np.array([task["thetas"] for task in tasks], dtype=np.float64)
+    per_pull = {name: [] for name in [*CONTEXTUAL_REFERENCES, "random"]}
+    for seed in env_seeds:
+        for name, algo in CONTEXTUAL_REFERENCES.items():
+            env = bench.make_batch(tasks, seed=seed)
+            algo_rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(1)[0])
+            histories = contextual.play(env, contextual.ALGORITHMS[algo](env, algo_rng, contextual.ALGORITHMS[algo].Config()),
+                                        pulls, np.arange(len(tasks)))
+            per_pull[name].append(histories.regret.mean(axis=0))
+        means = np.einsum("rad,rpd->rpa", thetas, histories.contexts.astype(np.float64))  # every learner saw these contexts
+        per_pull["random"].append((means.max(axis=2) - means.mean(axis=2)).mean(axis=0))
+    return {name: np.cumsum(np.mean(curves, axis=0)) for name, curves in per_pull.items()}
+
+
+def card_reference_regret(card, tasks: str, pulls: int, run_seeds: list[int]) -> dict[str, np.ndarray]:
+    """The references on a bandit card's training tasks (`tasks` "train") or held-out ones (anything else: the
+    in-context protocol's default), as its runs were evaluated; one line for a card that is no bandit. A contextual
+    card's references run on the evaluation's own environment seeds (`evaluation_seed(s, 0)` of each run seed s:
+    the same contexts as the runs); a multi-armed bandit's average ten histories of their own (`reference_regret`)."""
     env = dict(card.env)
-    if env.get("suite") != "offbench" or benchmark_for_env(env.get("id")).family is not bandits:
+    family = benchmark_for_env(env.get("id")).family if env.get("suite") == "offbench" else None
+    if family not in (bandits, contextual_bandits):
         raise OffbenchError(f"regret curves are for bandit runs; '{card.id}' is not a bandit dataset (use --kind in-context)")
     train, held_out = card_tasks(card)
-    return reference_regret(env, train if tasks == "train" else held_out, pulls)
+    chosen = train if tasks == "train" else held_out
+    if family is contextual_bandits:
+        return contextual_reference_regret(env, chosen, pulls, [evaluation_seed(seed, 0) for seed in run_seeds])
+    return reference_regret(env, chosen, pulls)

@@ -80,16 +80,18 @@ def _frames(runs: list[FinishedRun], field: str, which: str):
 
 
 def _regret_references(runs: list[FinishedRun], regret, which: str) -> dict:
-    """UCB1, Thompson sampling and random on the tasks each dataset's runs were evaluated on (computed by the
-    generators' module; the figure only draws them)."""
+    """The reference algorithms (bandits: UCB1, Thompson sampling, random; contextual bandits: LinUCB, linear
+    Thompson sampling, random) on the tasks each dataset's runs were evaluated on, with those runs' seeds (computed
+    by the generators' module; the figure only draws them)."""
     from offbench.data.cards import get_card
     from offbench.generators.references import card_reference_regret
 
     references = {}
     for dataset in regret["dataset"].unique():
-        run = next(r for r in runs if r.dataset_id == dataset)
+        dataset_runs = [r for r in runs if r.dataset_id == dataset]
         pulls = int(regret[regret.dataset == dataset]["pull"].max())
-        references[dataset] = card_reference_regret(get_card(dataset), _summary_row_field(run, which, "tasks"), pulls)
+        seeds = sorted({r.seed for r in dataset_runs})
+        references[dataset] = card_reference_regret(get_card(dataset), _summary_row_field(dataset_runs[0], which, "tasks"), pulls, seeds)
     return references
 
 

@@ -1,9 +1,10 @@
 """Bandit regret curves: the cumulative pseudo-regret per pull of in-context runs (AD, DPT), beside reference
-algorithms' curves on the same tasks (UCB1, Thompson sampling, uniform random: computed by
-`offbench.generators.references`, this module only draws them).
+algorithms' curves on the same tasks (multi-armed bandits: UCB1, Thompson sampling, uniform random; contextual
+bandits: LinUCB, linear Thompson sampling, uniform random; computed by `offbench.generators.references`, this module
+only draws them).
 
-Pseudo-regret of a pull = the best arm's mean minus the pulled arm's mean (the in-context protocol's
-`in_context_regret` is its running sum, averaged over tasks).
+Pseudo-regret of a pull = the best arm's mean minus the pulled arm's mean, both against the pull's context on a
+contextual bandit (the in-context protocol's `in_context_regret` is its running sum, averaged over tasks).
 """
 
 from __future__ import annotations
