@@ -79,3 +79,11 @@ def test_the_published_ad_config_does_not_fit_24_gb_and_stays_one_config_away(sp
     assert estimate_update_bytes(cls, config, specs["darkroom"], "cpu").total > MACHINE
     readme = (builtin_dir("baselines") / "README.md").read_text()
     assert "--config baselines/ad/default.toml" in readme and "--config baselines/dpt/default.toml" in readme
+
+
+def test_the_icrl_card_table_lists_every_card_in_its_folder():
+    from offbench.paths import builtin_dir
+
+    folder = builtin_dir("datasets") / "icrl"
+    rows = {line.split("|")[1].strip().strip("`") for line in (folder / "README.md").read_text().splitlines() if line.startswith("| `")}
+    assert rows == {path.stem for path in folder.glob("*.toml")}
