@@ -32,9 +32,12 @@ Where this differs from the reference code:
 Variable action spaces: a batch may carry `num_actions` (B,), the actions available in each row's sequence
 (the first `num_actions[i]` indices); without it every row has the dataset's `spec.action_dim`. The policy acts
 with `num_actions` actions per row (`HeadlessAD.policy(options, num_actions=...)`, by default the dataset's), any
-number up to `embedding_dim`: it draws one set of embeddings per row at `reset` (seeded, so evaluations repeat)
-and keeps it for the whole evaluation. Evaluation sees the last `context_steps` steps of its history (a sliding
-window, recomputed every step: the prompt's two-way attention leaves no causal cache to extend).
+number up to `embedding_dim`: it draws one set of embeddings per row at `reset` (seeded with the run's seed, so
+evaluations repeat) and keeps it for the whole evaluation. Evaluation sees the last `context_steps` steps of its
+history (a sliding window, recomputed every step: the prompt's two-way attention leaves no causal cache to extend).
+
+Training draws a batch's embeddings before any split into micro-batches (`TrainConfig.micro_batch`), and each
+row's contrastive loss is over its own actions, so micro-batches add up to the whole batch's gradient.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from offbench.baselines.base import MicroBatching, TransformerShape, accumulate_backward
 from offbench.baselines.incontext import CausalTransformer, ObservationEmbedding, autocast, init_gpt_weights, warmup_cosine
 from offbench.baselines.nets import fused_adam, load_part_states, part_states
 from offbench.data.spec import DatasetSpec
@@ -143,7 +147,7 @@ def prompt_attention_bias(available: torch.Tensor, steps: int) -> torch.Tensor:
     return zeros.masked_fill(~allowed, float("-inf")).unsqueeze(1)
 
 
-class HeadlessAD:
+class HeadlessAD(MicroBatching):
     name = "headless-ad"
     Config = HeadlessADConfig
     summary = (
@@ -156,6 +160,7 @@ class HeadlessAD:
     action_kinds = ("discrete",)
     evaluation_protocols = ("in-context",)
     return_conditioned = False
+    evaluation_seed = 0  # seeds its policies' action embeddings and sampled actions; a run sets its own seed (offbench/training/trainer.py)
 
     def __init__(self, config: HeadlessADConfig, spec: DatasetSpec, device: str | torch.device = "cpu"):
         if spec.discrete and spec.action_dim > config.embedding_dim:
@@ -168,6 +173,13 @@ class HeadlessAD:
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, warmup_cosine(config.warmup_steps, config.cosine_steps))
 
+    @classmethod
+    def memory_shape(cls, config: HeadlessADConfig) -> TransformerShape:
+        """The action-set prompt and a token per step; the prompt holds at most embedding_dim actions, which the
+        estimate takes (it sees the config, not the data). Attention written out (the prompt's bias)."""
+        return TransformerShape(config.context_steps + config.embedding_dim, config.hidden_dim, config.num_layers, config.num_heads, "explicit",
+                                config.attention_dropout)
+
     def sampler_options(self) -> dict[str, Any]:
         return {"window_length": self.config.context_steps}
 
@@ -175,24 +187,29 @@ class HeadlessAD:
         """A fresh draw of (rows, spec.action_dim, d) action embeddings (training: from torch's global RNG)."""
         return random_action_embeddings(rows, self.spec.action_dim, self.config.embedding_dim, self.config.action_embeddings, self.device, generator)
 
-    def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
-        self.model.train()
+    def losses(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The contrastive loss of every step's action against the other actions of its row (`batch` carries each
+        row's `action_embeddings`), and the accuracy of the most similar action."""
         actions = batch["actions"]
         rows = len(actions)
         num_actions = batch.get("num_actions", torch.full((rows,), self.spec.action_dim, device=self.device))
         available = available_mask(num_actions, self.spec.action_dim)
-        embeddings = self.embeddings_for(rows)
         with autocast(self.device):
-            logits = self.model(batch["observations"], actions, batch["rewards"], embeddings, available)
+            logits = self.model(batch["observations"], actions, batch["rewards"], batch["action_embeddings"], available)
         loss = F.cross_entropy(logits.flatten(0, 1), actions.flatten())
+        return {"loss": loss, "accuracy": (logits.argmax(-1) == actions).float().mean()}
+
+    def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+        """One step; the embeddings are drawn for the whole batch before any split into micro-batches, so each row
+        has the same ones however the batch is split (its loss is over its own actions only)."""
+        self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        logged = accumulate_backward(self.losses, {**batch, "action_embeddings": self.embeddings_for(len(batch["actions"]))}, self.micro_batch)
         if self.config.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
         self.optimizer.step()
         self.scheduler.step()
-        accuracy = (logits.argmax(-1) == actions).float().mean()
-        return {"contrastive_loss": loss.item(), "accuracy": accuracy.item(), "learning_rate": self.scheduler.get_last_lr()[0]}
+        return {"contrastive_loss": logged["loss"].item(), "accuracy": logged["accuracy"].item(), "learning_rate": self.scheduler.get_last_lr()[0]}
 
     def policy(self, options: PolicyOptions, num_actions: int | np.ndarray | None = None) -> HeadlessADPolicy:
         """A policy acting with `num_actions` available actions per row (one number, or one per row; by default the
@@ -208,9 +225,10 @@ class HeadlessAD:
 
 class HeadlessADPolicy:
     """Acts in N environments with each row's own history as context (the last `context_steps` steps) and its own
-    action embeddings, drawn at `reset` from a generator seeded there (as the sampled actions), so an evaluation is
-    reproducible and leaves the training RNG alone. `embeddings` (N, A, d) may be replaced after `reset`;
-    `last_probabilities` holds the (N, A) policy of the latest `act`."""
+    action embeddings, drawn at `reset` from a generator seeded there with the baseline's `evaluation_seed` (the
+    run's seed; the sampled actions draw from it too), so an evaluation is reproducible, leaves the training RNG
+    alone, and runs of other seeds draw other embeddings and actions. `embeddings` (N, A, d) may be replaced
+    after `reset`; `last_probabilities` holds the (N, A) policy of the latest `act`."""
 
     def __init__(self, headless: HeadlessAD, num_actions: int | np.ndarray, deterministic: bool = True):
         self.headless, self.deterministic = headless, deterministic
@@ -223,7 +241,7 @@ class HeadlessADPolicy:
         counts = torch.as_tensor(np.broadcast_to(self.num_actions, (num_envs,)).copy(), device=device)
         width = int(counts.max())
         self.available = available_mask(counts, width)
-        self.generator = torch.Generator(device).manual_seed(0)
+        self.generator = torch.Generator(device).manual_seed(self.headless.evaluation_seed)
         self.embeddings = random_action_embeddings(num_envs, width, config.embedding_dim, config.action_embeddings, device, self.generator)
         self.observations = torch.zeros(num_envs, 0, *self.headless.spec.observation_shape, device=device)
         self.actions = torch.zeros(num_envs, 0, dtype=torch.long, device=device)

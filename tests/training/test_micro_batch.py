@@ -28,7 +28,7 @@ RTOL, ATOL = 1e-5, 1e-6
 
 
 def without_dropout(config):
-    """`config` with every dropout field at 0 (DT's three, AD's three, DPT's one)."""
+    """`config` with every dropout field at 0 (DT's three, AD's and Headless-AD's three, DPT's one)."""
     return dataclasses.replace(config, **{f.name: 0.0 for f in dataclasses.fields(config) if f.name.endswith("dropout")})
 
 
@@ -82,6 +82,18 @@ def test_an_update_in_micro_batches_equals_the_whole_batch_update(name, rows, mi
     assert_same(whole[0], split[0])
     assert_same(whole[1], split[1], "gradients")
     assert split[2] == pytest.approx(whole[2], rel=1e-5, abs=1e-7)
+
+
+def test_headless_ad_draws_the_action_embeddings_of_the_whole_batch_before_splitting_it(pendulum):
+    """Each row's random action embeddings are the same however the batch is split, also where drawing them per
+    micro-batch would take other numbers from the stream (5 actions x embedding_dim 7 per row)."""
+    cls = get_baseline("headless-ad")
+    store = contract_store("headless-ad", pendulum)
+    config = without_dropout(dataclasses.replace(tiny("headless-ad", cls), embedding_dim=7))
+    spec = DatasetSpec.from_store(store)
+    batch = make_sampler(cls.sampler, store, 10, 0, window_length=config.context_steps).sample()
+    whole, split = (one_update(cls, config, spec, batch, size) for size in (None, 3))
+    assert_same(whole[0], split[0])
 
 
 def test_micro_batches_are_weighted_by_their_share_of_what_the_loss_averages():
