@@ -1,5 +1,6 @@
 """Headless-AD: random action embeddings drawn per sequence, a policy equivariant to the order of the available
-actions, one model acting in an action space it never saw, and its contrastive loss falling."""
+actions, one model acting in an action space it never saw, its contrastive loss falling, and sampled evaluations
+drawn from the run's seed."""
 
 from __future__ import annotations
 
@@ -118,6 +119,38 @@ def test_one_model_acts_and_learns_in_context_with_more_actions_than_it_trained_
 def test_the_contrastive_loss_falls_on_a_tiny_run(trained):
     _, losses = trained
     assert np.mean(losses[-10:]) < 0.85 * np.mean(losses[:10])
+
+
+def sampled_pulls(headless: HeadlessAD, seed: int) -> np.ndarray:
+    """(PULLS, 20) actions of a sampled evaluation with `evaluation_seed` = seed on fixed 6-armed bandits."""
+    headless.evaluation_seed = seed
+    means = np.random.default_rng(6).uniform(size=(20, 6))
+    env, policy = BanditBatch(means, seed=0), headless.policy(PolicyOptions(deterministic=False), num_actions=6)
+    policy.reset(20)
+    pulled = []
+    for _ in range(PULLS):
+        actions = policy.act(np.zeros((20, 1), np.float32))
+        _, rewards, _, _ = env.step(actions)
+        policy.observe(rewards, np.ones(20, bool))
+        pulled.append(actions)
+    return np.stack(pulled)
+
+
+def test_sampled_evaluation_draws_from_the_run_seed(trained, darkroom, tmp_path):
+    """A run sets its seed on the baseline, and the policy's embeddings and sampled actions follow it: the same seed
+    repeats an evaluation, seeds of a run differ in their evaluation noise too."""
+    from offbench.training.trainer import start_run
+
+    run = start_run("headless-ad", "darkroom-small", seed=3, out=tmp_path)
+    run.lock.release()
+    assert run.build_baseline().evaluation_seed == 3
+    headless, _ = trained
+    try:
+        first, again, other = (sampled_pulls(headless, seed) for seed in (0, 0, 3))
+    finally:
+        headless.evaluation_seed = HeadlessAD.evaluation_seed
+    assert np.array_equal(first, again)
+    assert not np.array_equal(first, other)
 
 
 def test_a_row_is_never_offered_more_actions_than_embedding_dim(trained):

@@ -140,6 +140,28 @@ def test_a_baseline_states_its_own_memory_shape(darkroom):
     assert "Linear features" in flat.formula
 
 
+def test_headless_ad_counts_its_action_prompt_and_keeps_its_attention_written_out(darkroom):
+    """Headless-AD's training sequence is the action-set prompt (at most embedding_dim actions: the estimate takes the
+    most) and a token per step; its prompt bias writes the attention out, so the s x s matrix is counted even
+    without attention dropout."""
+    from offbench.baselines import get_baseline
+    from offbench.baselines.base import TransformerShape
+    from offbench.data.spec import DatasetSpec
+    from offbench.training.config import resolve_config
+    from offbench.training.memory import estimate_update_bytes
+
+    cls = get_baseline("headless-ad")
+    config, spec = resolve_config(cls, "darkroom-small"), DatasetSpec.from_store(darkroom)
+    model = config.baseline
+    assert model.attention_dropout == 0
+    assert cls.memory_shape(model) == TransformerShape(model.context_steps + model.embedding_dim, model.hidden_dim, model.num_layers,
+                                                       model.num_heads, "explicit", 0.0)
+    estimate = estimate_update_bytes(cls, config, spec)
+    assert f"s={model.context_steps + model.embedding_dim}" in estimate.formula and "16 H s^2" in estimate.formula
+    wider = estimate_update_bytes(cls, resolve_config(cls, "darkroom-small", None, [f"embedding_dim={2 * model.embedding_dim}"]), spec)
+    assert wider.per_row > estimate.per_row  # a longer prompt: more tokens per row
+
+
 def test_auto_picks_the_largest_micro_batch_that_fits_and_run_json_records_it(darkroom, cli, tmp_path, monkeypatch):
     """OFFBENCH_MEMORY_LIMIT below the whole batch's update: `micro_batch = "auto"` trains in the largest micro-batch
     that fits instead of refusing; the same config without it is refused, naming that micro-batch."""
