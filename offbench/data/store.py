@@ -32,7 +32,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeGuard, TypeVar, runtime_checkable
 
 import gymnasium as gym
 import h5py
@@ -44,6 +44,8 @@ from offbench.utils import atomic_path, reserve_space
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from offbench.data.spec import DatasetSpec
 
 FORMAT_NAME = "offbench"
 FORMAT_VERSION = 1
@@ -65,11 +67,15 @@ class Store(Protocol):
 
     read_in_place: ClassVar[bool]
     """True: the published file is the dataset, opened where it lies and too large to convert or to pass over
-    whole, so callers describe, check, specify and plot it through its own methods (`summary_rows`, `verify`,
-    `dataset_spec`, `history_episode_returns`) instead of from episode arrays; the format it was loaded by says the
-    same (`offbench.data.formats.Format.read_in_place`). False: an `EpisodeStore`."""
-    path: Path | None
+    whole, so callers describe, check, specify and plot it through its own methods (an `InPlaceStore`) instead of
+    from episode arrays; the format it was loaded by says the same (`offbench.data.formats.Format.read_in_place`).
+    False: an `EpisodeStore`. A loader returns one or the other: `isinstance(store, EpisodeStore)` tells them
+    apart for a type checker too."""
     card: dict[str, Any]
+
+    @property
+    def path(self) -> Path | None:
+        """The file the dataset was opened from (None: built in memory and not saved)."""
 
     @property
     def id(self) -> str | None:
@@ -86,12 +92,36 @@ class Store(Protocol):
 
     def __len__(self) -> int:
         """The units the dataset is made of: episodes (learning histories for an XLand file)."""
+        ...
 
     def validate(self) -> None:
         """Check the structure against the format (a one-line OffbenchError naming the file and the problem)."""
 
     def content_sha256(self) -> str:
         """The data's identity, what a run records and a replay compares."""
+        ...
+
+
+class InPlaceStore(Store, Protocol):
+    """A published file opened where it lies (`read_in_place` True, e.g. `offbench.data.xland.XLandHistories`): what
+    callers ask of it in place of the episode arrays an `EpisodeStore` has."""
+
+    def summary_rows(self) -> list[tuple[str, str]]:
+        """(name, value) rows `offbench info` shows, from shapes and attributes (nothing decompressed)."""
+        ...
+
+    def verify(self, expected_sha256: str | None, source: str, full: bool = False) -> str:
+        """`offbench verify`: check the file against its layout and `expected_sha256` (named by `source`); the
+        one-line report, or a one-line OffbenchError."""
+        ...
+
+    def dataset_spec(self) -> DatasetSpec:
+        """What a baseline builds its networks from, without a pass over the data."""
+        ...
+
+    def history_episode_returns(self, tasks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(episode index within its history, return) of every finished episode of every history of `tasks`."""
+        ...
 
 
 def dataset_id(card: dict[str, Any] | None, path: Path | None) -> str | None:
@@ -446,7 +476,7 @@ def dataset_repr(dataset: Store, **counts: int) -> str:
 def _short_space(space: gym.Space | None) -> str:
     """The space as gymnasium prints it, or its type, shape and dtype where that would spell out bound arrays."""
     text = str(space)
-    if len(text) <= 60:
+    if space is None or len(text) <= 60:
         return text
     return f"{type(space).__name__}(shape={space.shape}, dtype={space.dtype})"
 
@@ -581,20 +611,27 @@ def task_count(card: dict[str, Any]) -> tuple[int | None, str]:
     """How many tasks a card's `task_id` column may index, and where the card says so: the multi-task task list
     (env.kwargs.tasks), else a learning-history split (split.train, or the recipe's tasks - held_out); (None, "")
     when the card does not say."""
-    env = card.get("env") if isinstance(card.get("env"), dict) else {}
-    listed = env.get("kwargs", {}).get("tasks") if isinstance(env.get("kwargs"), dict) else None
+    listed = _table(_table(card, "env"), "kwargs").get("tasks")
     if isinstance(listed, list) and listed:
         return len(listed), "env.kwargs.tasks"
-    split = card.get("split") if isinstance(card.get("split"), dict) else {}
-    if isinstance(split.get("train"), list) and split["train"]:
-        return len(split["train"]), "split.train"
-    source = card.get("source") if isinstance(card.get("source"), dict) else {}
-    recipe = source.get("recipe") if isinstance(source.get("recipe"), dict) else {}
-    params = recipe.get("params") if isinstance(recipe.get("params"), dict) else {}
+    train = _table(card, "split").get("train")
+    if isinstance(train, list) and train:
+        return len(train), "split.train"
+    params = _table(_table(_table(card, "source"), "recipe"), "params")
     tasks, held_out = params.get("tasks"), params.get("held_out", 0)
-    if all(isinstance(n, int) and not isinstance(n, bool) for n in (tasks, held_out)) and tasks > held_out >= 0:
+    if _is_integer(tasks) and _is_integer(held_out) and tasks > held_out >= 0:
         return tasks - held_out, "recipe's tasks - held_out"
     return None, ""
+
+
+def _table(table: dict[str, Any], key: str) -> dict[str, Any]:
+    """`table[key]` when it is a table, else an empty one: a card read unchecked may hold anything there."""
+    value = table.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def _is_integer(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _integer_bounds(space: gym.Space | None) -> tuple[np.ndarray, np.ndarray] | None:
@@ -677,6 +714,18 @@ def open_hdf5(path: Path) -> h5py.File:
         raise OffbenchError(f"{path}: not a readable HDF5 file ({exc.__class__.__name__}: truncated or corrupt?)") from None
 
 
+Node = TypeVar("Node", h5py.Group, h5py.Dataset)
+
+
+def hdf5_node(node: h5py.Group | h5py.Dataset | h5py.Datatype, kind: type[Node]) -> Node:
+    """`node` as the kind the layout puts there (an array: `h5py.Dataset`, a folder: `h5py.Group`), or a one-line
+    error naming the file and the node: a malformed file can hold anything under a name."""
+    if not isinstance(node, kind):
+        wanted = "an array (dataset)" if kind is h5py.Dataset else "a group"
+        raise OffbenchError(f"{node.file.filename}: {node.name} is an HDF5 {type(node).__name__.lower()}, expected {wanted}")
+    return node
+
+
 def load_native(path: str | Path, mmap: bool = True) -> EpisodeStore:
     """Open a native file. Contiguous uncompressed arrays are memory-mapped (nothing read until used)."""
     path = Path(path)
@@ -694,7 +743,7 @@ def load_native(path: str | Path, mmap: bool = True) -> EpisodeStore:
         if missing:
             raise OffbenchError(f"{path}: missing array(s) {', '.join(missing)}")
         try:
-            core = {name: _read_array(path, f[name], mmap) for name in CORE_ARRAYS}
+            core = {name: _read_array(path, hdf5_node(f[name], h5py.Dataset), mmap) for name in CORE_ARRAYS}
             columns = _read_group(path, f, "columns", mmap)
             episode_columns = _read_group(path, f, "episode_columns", mmap)
             card = json.loads(_text_attr(path, f, "card", "{}"))
@@ -721,7 +770,8 @@ def native_header(path: str | Path) -> tuple[dict[str, Any], int, int]:
     writer of a file just written: nothing is validated or read)."""
     path = Path(path)
     with open_hdf5(path) as f:
-        return json.loads(_text_attr(path, f, "card", "{}")), len(f["episode_starts"]) - 1, len(f["actions"])
+        card = json.loads(_text_attr(path, f, "card", "{}"))
+        return card, len(hdf5_node(f["episode_starts"], h5py.Dataset)) - 1, len(hdf5_node(f["actions"], h5py.Dataset))
 
 
 def stored_checksum(path: str | Path) -> str | None:
@@ -735,18 +785,21 @@ def _read_group(path: Path, f: h5py.File, group: str, mmap: bool) -> dict[str, n
     """Every dataset under `group`, keyed by its path inside the group (e.g. "infos/success")."""
     arrays: dict[str, np.ndarray] = {}
     if group in f:
-        f[group].visititems(
+        hdf5_node(f[group], h5py.Group).visititems(
             lambda name, obj: arrays.__setitem__(name, _read_array(path, obj, mmap)) if isinstance(obj, h5py.Dataset) else None
         )
     return arrays
 
 
 def _read_array(path: Path, ds: h5py.Dataset, mmap: bool) -> np.ndarray:
+    size = ds.size
+    if size is None or ds.ndim == 0:
+        raise ValueError(f"array {ds.name} has no rows (a scalar or empty dataspace)")
     if ds.dtype.kind == "O" or h5py.check_string_dtype(ds.dtype) is not None:
-        return ds.asstr()[()] if ds.size else np.array([], dtype=str)
+        return np.asarray(ds.asstr()[()]) if size else np.array([], dtype=str)  # an array: ds has rows
     offset = ds.id.get_offset()
-    if mmap and ds.chunks is None and ds.compression is None and offset is not None and ds.size > 0:
-        expected = offset + ds.size * ds.dtype.itemsize
+    if mmap and ds.chunks is None and ds.compression is None and offset is not None and size > 0:
+        expected = offset + size * ds.dtype.itemsize
         if expected > path.stat().st_size:
             raise OSError(f"array {ds.name} runs past the end of the file (truncated)")
         return np.memmap(path, dtype=ds.dtype, mode="r", offset=offset, shape=ds.shape)
