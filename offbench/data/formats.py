@@ -11,21 +11,30 @@ from typing import Callable, Protocol
 import h5py
 
 from offbench.data import d4rl_format, minari_format
-from offbench.data.store import EpisodeStore, Store, is_native, load_native, open_hdf5
+from offbench.data.store import EpisodeStore, InPlaceStore, is_native, load_native, open_hdf5
 from offbench.errors import OffbenchError
 from offbench.registry import lookup, register
 
 
 class Format(Protocol):
-    name: str
-    read_in_place: bool  # the loaded store's `Store.read_in_place`: never converted to the native format on download
-    writes: bool  # False: a published layout offbench reads but does not write (export says so)
+    @property
+    def name(self) -> str: ...
 
-    def detect(self, path: Path) -> bool: ...
+    @property
+    def read_in_place(self) -> bool:
+        """The loaded store's `Store.read_in_place`: never converted to the native format on download."""
+        ...
 
-    def load(self, path: Path) -> Store: ...
+    @property
+    def writes(self) -> bool:
+        """False: a published layout offbench reads but does not write (export says so)."""
+        ...
 
-    def export(self, store: EpisodeStore, out: Path) -> Path: ...
+    def detect(self, path: Path, /) -> bool: ...
+
+    def load(self, path: Path, /) -> EpisodeStore | InPlaceStore: ...
+
+    def export(self, store: EpisodeStore, out: Path, /) -> Path: ...
 
 
 @dataclass(frozen=True)
@@ -77,10 +86,10 @@ class LazyFormat:
     def detect(self, path: Path) -> bool:
         return self._format.detect(path)
 
-    def load(self, path: Path):
+    def load(self, path: Path) -> EpisodeStore | InPlaceStore:
         return self._format.load(path)
 
-    def export(self, store, out: Path) -> Path:
+    def export(self, store: EpisodeStore, out: Path) -> Path:
         return self._format.export(store, out)
 
 
@@ -106,7 +115,7 @@ def detect_format(path: Path) -> str:
     raise OffbenchError(f"{path}: not a dataset in any known format ({', '.join(FORMATS)})")
 
 
-def load_path(path: str | Path, format: str | None = None) -> Store:
+def load_path(path: str | Path, format: str | None = None) -> EpisodeStore | InPlaceStore:
     path = Path(path)
     name = format or detect_format(path)
     return lookup(FORMATS, name, "format").load(path)

@@ -1,4 +1,5 @@
-"""From a dataset id or a path to an EpisodeStore: download or generate on first use, then open."""
+"""From a dataset id or a path to an opened dataset (an EpisodeStore, or an InPlaceStore for a file read in place):
+download or generate on first use, then open."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from rich.console import Console
 
 from offbench.data.cards import DatasetCard, card_from_dict, get_card
 from offbench.data.formats import detect_format, load_path, reads_in_place
-from offbench.data.store import EpisodeStore, is_native
+from offbench.data.store import EpisodeStore, InPlaceStore, Store, is_native
 from offbench.errors import OffbenchError
 from offbench.paths import data_dir
 from offbench.utils import ensure_dir
@@ -78,16 +79,16 @@ def _local_copy(card: DatasetCard, target: Path) -> Path | None:
 
 def _preparation(card: DatasetCard, target: Path, mirror: str | None, quiet: bool) -> Callable[[], Path]:
     """What makes the card's local copy, after the checks that need neither disk nor network."""
-    if card.source_kind == "import":
-        imported = card.source.import_
+    imported, recipe = card.source.import_, card.source.recipe  # a card's source is exactly one kind
+    if imported is not None:
         raise OffbenchError(
             f"{card.id}: its data file {target} is missing; it was imported, import it again: "
             f"offbench import {imported.format} {imported.from_} --id {card.id}"
         )
-    if card.source_kind == "recipe":
+    if recipe is not None:
         from offbench.generators import generate_from_card, get_generator
 
-        get_generator(card.source.recipe.generator)
+        get_generator(recipe.generator)
         return partial(generate_from_card, card, target, quiet=quiet)
     from offbench.data.download import fetch_card, fetchable_files
 
@@ -107,11 +108,11 @@ class Dataset:
     id: str  # the card's id; for a path without a stored card, the file's stem
     path: Path  # the file or folder opened (a registered id's native copy), absolute
     format: str  # the format of `path`, detected once
-    store: EpisodeStore
+    store: EpisodeStore | InPlaceStore
     card: DatasetCard | None  # the registered card, or for a path the card stored in the file (None if none)
 
 
-def _stored_card(store: EpisodeStore) -> DatasetCard | None:
+def _stored_card(store: Store) -> DatasetCard | None:
     """The card a file carries (written at conversion or generation), when it is a valid one."""
     if not store.card:
         return None
@@ -138,5 +139,5 @@ def open_dataset(id_or_path: str | Path, mirror: str | None = None, quiet: bool 
     return Dataset(card.id, local.resolve(), fmt, store, card)
 
 
-def resolve(id_or_path: str | Path, mirror: str | None = None, quiet: bool = False) -> EpisodeStore:
+def resolve(id_or_path: str | Path, mirror: str | None = None, quiet: bool = False) -> EpisodeStore | InPlaceStore:
     return open_dataset(id_or_path, mirror=mirror, quiet=quiet).store

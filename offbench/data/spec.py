@@ -8,15 +8,17 @@ from typing import TYPE_CHECKING
 import gymnasium as gym
 import numpy as np
 
+from offbench.errors import OffbenchError
+
 if TYPE_CHECKING:
-    from offbench.data.store import Store
+    from offbench.data.store import EpisodeStore, InPlaceStore
 
 
 @dataclass(frozen=True)
 class DatasetSpec:
     """What a baseline needs to know about its data to build networks (no arrays)."""
 
-    observation_space: gym.Space
+    observation_space: gym.Space | None  # None: the file records none (observation_shape still holds)
     action_space: gym.Space
     observation_shape: tuple[int, ...]
     action_dim: int  # size of a continuous action, or number of discrete actions
@@ -31,10 +33,14 @@ class DatasetSpec:
     return_range: tuple[float, float] | None = None
 
     @classmethod
-    def from_store(cls, store: Store) -> DatasetSpec:
-        if store.read_in_place:  # too large for a pass over the data (XLand): the store says
+    def from_store(cls, store: EpisodeStore | InPlaceStore) -> DatasetSpec:
+        from offbench.data.store import EpisodeStore
+
+        if not isinstance(store, EpisodeStore):  # read in place, too large for a pass over the data (XLand): the store says
             return store.dataset_spec()
         space = store.action_space
+        if space is None or space.shape is None:
+            raise OffbenchError(f"{store.path or 'the dataset'}: a baseline sizes its networks by an action space of fixed shape, got {space}")
         discrete = isinstance(space, gym.spaces.Discrete)
         action_dim = int(space.n) if discrete else int(np.prod(space.shape))
         num_tasks = int(np.max(store.columns["task_id"])) + 1 if "task_id" in store.columns else 1

@@ -6,19 +6,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import gymnasium as gym
 import h5py
 import numpy as np
 
-from offbench.data.store import dataset_id, dataset_repr
+from offbench.data.store import dataset_id, dataset_repr, hdf5_node
 from offbench.data.xland import file_facts
 from offbench.data.xland.codec import NUM_ACTIONS, NUM_COLORS, NUM_TILES, VIEW, max_episode_steps
 from offbench.data.xland.layout import ATTRS, LAYOUT, checked_layout, detect_xland, plain_attr
 from offbench.data.xland.reader import DEFAULT_CACHE_MB, ChunkReader
 from offbench.errors import OffbenchError
 from offbench.utils import progress_bar
+
+if TYPE_CHECKING:
+    from offbench.data.spec import DatasetSpec
 
 
 class XLandHistories:
@@ -87,7 +90,8 @@ class XLandHistories:
         index, returns = [], []
         with h5py.File(self.path, "r") as f:
             for task in np.asarray(tasks):
-                rewards, dones = f[f"{task}/rewards"][:].astype(np.float64), f[f"{task}/dones"][:]
+                rewards = np.asarray(hdf5_node(f[f"{task}/rewards"], h5py.Dataset)[:], np.float64)
+                dones = np.asarray(hdf5_node(f[f"{task}/dones"], h5py.Dataset)[:])
                 for history_rewards, history_dones in zip(rewards, dones):
                     ends = np.flatnonzero(history_dones)
                     totals = np.cumsum(history_rewards)[ends]
@@ -189,7 +193,7 @@ class XLandHistories:
             ("episodes", "not counted (whole learning histories; `dones` marks episode ends)"),
         ]
 
-    def dataset_spec(self):
+    def dataset_spec(self) -> DatasetSpec:
         """What a baseline builds its networks from (no pass over the data: episode length is the env's limit)."""
         from offbench.data.spec import DatasetSpec
 
