@@ -16,16 +16,19 @@ from __future__ import annotations
 import copy
 import inspect
 import os
+from abc import abstractmethod
 from collections.abc import Callable, Iterator
 from functools import partial
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 import torch
 
-from offbench.data.store import EpisodeStore, Store
+from offbench.data.store import EpisodeStore, InPlaceStore, Store
 from offbench.errors import OffbenchError
 from offbench.registry import lookup, register
+
+S = TypeVar("S", bound=Store)
 
 # ----------------------------------------------------------------------------- registry
 
@@ -50,11 +53,17 @@ register_sampler = partial(register, SAMPLERS)  # @register_sampler("kind"); the
 
 
 def register_store_sampler(kind: str, store: type) -> Callable[[type], type]:
-    """@register_store_sampler("ad_windows", XLandHistories): the sampler of `kind` for a dataset type read in place."""
-    return register(STORE_SAMPLERS, (kind, store))
+    """@register_store_sampler("ad_windows", XLandHistories): the sampler of `kind` for a dataset type read in place
+    (keyed by kind and type, where `offbench.registry.register` keys by name)."""
+
+    def add(sampler_class: type) -> type:
+        STORE_SAMPLERS[(kind, store)] = sampler_class
+        return sampler_class
+
+    return add
 
 
-def make_sampler(kind: str, store: EpisodeStore, batch_size: int, seed: int, device: str | torch.device = "cpu", **opts: Any) -> Sampler:
+def make_sampler(kind: str, store: EpisodeStore | InPlaceStore, batch_size: int, seed: int, device: str | torch.device = "cpu", **opts: Any) -> Sampler:
     """Build the sampler registered under `kind`; unknown kinds and options are one-line OffbenchErrors."""
     cls = lookup(SAMPLERS, kind, "sampler kind")
     if not isinstance(store, EpisodeStore):
@@ -91,7 +100,8 @@ def sampler(dataset: Any, kind: str, *, batch_size: int, seed: int = 0, device: 
                      the end of one of the row's task's best episodes (Prompt-DT). Needs a task_id column.
     ad_windows       window_length (required). observations (B,T,*obs), actions (B,T,*act), rewards (B,T): T
                      consecutive steps of one learning history, across episodes (Algorithm Distillation). Needs
-                     a history_id column.
+                     a history_id column; a num_actions column (bandits of several arm counts) adds
+                     num_actions (B,) int64, the actions of each window's task.
     dpt              context_size (required), context="window" | "random" | "shuffled", label="optimal" |
                      "posterior". query_observations (B,*obs): a state drawn uniformly over the environment's
                      states, independent of the context; context_{observations,actions,rewards,
@@ -110,7 +120,7 @@ def sampler(dataset: Any, kind: str, *, batch_size: int, seed: int = 0, device: 
     from offbench.data.resolve import resolve
 
     if isinstance(dataset, (str, os.PathLike)):
-        dataset = resolve(dataset)
+        dataset = resolve(os.fspath(dataset))
     readable = (EpisodeStore, *(store_type for _, store_type in STORE_SAMPLERS))
     if not isinstance(dataset, readable):
         raise OffbenchError(f"offbench.sampler samples a dataset (offbench.load's result, an id or a path), not a {type(dataset).__name__}")
@@ -120,13 +130,13 @@ def sampler(dataset: Any, kind: str, *, batch_size: int, seed: int = 0, device: 
 # ----------------------------------------------------------------------------- shared machinery
 
 
-class _SeededSampler(torch.utils.data.IterableDataset):
-    """What every sampler shares, whatever its dataset: the seeded RNG, resume, endless iteration (DataLoader
-    workers included) and tensor conversion."""
+class _SeededSampler(torch.utils.data.IterableDataset[dict[str, torch.Tensor]], Generic[S]):
+    """What every sampler shares, whatever its dataset (`S`: the store type it reads): the seeded RNG, resume,
+    endless iteration (DataLoader workers included) and tensor conversion."""
 
     kind: str
 
-    def __init__(self, store: Store, batch_size: int, seed: int, device: str | torch.device):
+    def __init__(self, store: S, batch_size: int, seed: int, device: str | torch.device):
         if int(batch_size) < 1:
             raise OffbenchError(f"batch_size must be at least 1, got {batch_size}")
         self.store = store
@@ -143,6 +153,10 @@ class _SeededSampler(torch.utils.data.IterableDataset):
         if state.get("kind") != self.kind:
             raise OffbenchError(f"sampler state is for kind '{state.get('kind')}', not '{self.kind}'")
         self.rng.bit_generator.state = copy.deepcopy(state["rng"])
+
+    @abstractmethod
+    def sample(self) -> dict[str, torch.Tensor]:
+        """The next batch, drawn as the sampler's kind draws."""
 
     # -- torch.utils.data
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
@@ -168,7 +182,7 @@ class _SeededSampler(torch.utils.data.IterableDataset):
         return torch.from_numpy(array).to(self.device)
 
 
-class _StoreSampler(_SeededSampler):
+class _StoreSampler(_SeededSampler[EpisodeStore]):
     """The arrays of an EpisodeStore and the s' lookup shared by every kind that samples one. Observations come in
     dataset units: baselines normalise them in their networks (offbench.baselines.nets.ObservationNormalizer)."""
 
@@ -416,7 +430,7 @@ class PromptSegmentSampler(SegmentSampler):
         return {key: value for key, value in steps.items() if key != "rewards"}
 
     def sample(self) -> dict[str, torch.Tensor]:
-        if self.one_task_per_batch:
+        if self.task_steps is not None:  # one_task_per_batch
             steps = self.task_steps[int(self.tasks[self.batches % len(self.tasks)])]
             batch = self.segments(steps[self.rng.integers(0, len(steps), self.batch_size)])
         else:
@@ -439,7 +453,9 @@ class ADWindowSampler(_StoreSampler):
 
     Algorithm Distillation learns the improvement operator from windows spanning several episodes of
     a source algorithm's history, so a window must never mix two histories. The window's first step
-    is uniform over every valid position of every history (each full window equally likely).
+    is uniform over every valid position of every history (each full window equally likely). A dataset
+    with a `num_actions` column (bandit histories of several arm counts) adds each window's num_actions (B,),
+    its first step's (one history has one arm count).
     """
 
     kind = "ad_windows"
@@ -471,13 +487,17 @@ class ADWindowSampler(_StoreSampler):
         self.history_first = bounds[:-1]
         self.windows_before = np.concatenate([[0], np.cumsum(windows)])
         self.offsets = np.arange(self.window_length, dtype=np.int64)
+        self.num_actions = np.asarray(store.columns["num_actions"]) if "num_actions" in store.columns else None
 
     def sample(self) -> dict[str, torch.Tensor]:
         draw = np.sort(self.rng.integers(0, self.windows_before[-1], self.batch_size))
         history = np.searchsorted(self.windows_before, draw, side="right") - 1
         first = self.history_first[history] + (draw - self.windows_before[history])
         index = first[:, None] + self.offsets  # (B, T)
-        return self.with_task_ids(self.step_tensors(index), first)
+        batch = self.with_task_ids(self.step_tensors(index), first)
+        if self.num_actions is not None:
+            batch["num_actions"] = self.tensor(self.gather(self.num_actions, first), np.int64)
+        return batch
 
 
 # ----------------------------------------------------------------------------- DPT in-context sets
@@ -535,7 +555,8 @@ class DPTSampler(_StoreSampler):
         super().__init__(store, batch_size, seed, device)
         if "optimal_action" not in store.columns:
             raise OffbenchError(f"{self.where}dpt needs an 'optimal_action' column (the query labels); this dataset has none")
-        if self.task_ids is None:
+        task_ids = self.task_ids
+        if task_ids is None:
             raise OffbenchError(f"{self.where}dpt labels each query with its group's task: the dataset has no 'task_id' column")
         group_by = "history_id" if "history_id" in store.columns else "task_id"
         if context not in CONTEXT_SAMPLINGS:
@@ -553,7 +574,7 @@ class DPTSampler(_StoreSampler):
         self.tasks = TaskStates.of_env(env)
         self.posterior = OptimalActionPosterior.for_card(card, env, self.where) if label == "posterior" else None
         self.query_observations = self.observation_array(self.tasks.observations)
-        self.check_labels(np.asarray(store.columns["optimal_action"]), card.get("id", "?"))
+        self.check_labels(np.asarray(store.columns["optimal_action"]), task_ids, card.get("id", "?"))
 
         groups = np.asarray(store.columns[group_by])
         self.rows = np.argsort(groups, kind="stable")  # rows of each group, in time order
@@ -569,10 +590,10 @@ class DPTSampler(_StoreSampler):
             )
         self.offsets = np.arange(self.context_size, dtype=np.int64)
 
-    def check_labels(self, labels: np.ndarray, card_id: str) -> None:
+    def check_labels(self, labels: np.ndarray, task_ids: np.ndarray, card_id: str) -> None:
         """The card's tasks give the stored labels on `LABEL_CHECK_ROWS` evenly spaced rows (task ids in range too)."""
         rows = np.unique(np.linspace(0, len(labels) - 1, min(len(labels), self.LABEL_CHECK_ROWS)).astype(np.int64))
-        tasks = self.gather(self.task_ids, rows).astype(np.int64)
+        tasks = self.gather(task_ids, rows).astype(np.int64)
         num_tasks = len(self.tasks.optimal_actions)
         if tasks.min() < 0 or tasks.max() >= num_tasks:
             raise OffbenchError(f"{self.where}task_id {tasks.max() if tasks.max() >= num_tasks else tasks.min()} is not one of "

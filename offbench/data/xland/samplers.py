@@ -15,7 +15,7 @@ from offbench.data.xland.reader import DEFAULT_CACHE_MB
 from offbench.errors import OffbenchError
 
 
-class _XLandSampler(_SeededSampler):
+class _XLandSampler(_SeededSampler[XLandHistories]):
     """The chunk reader and observation decoding shared by the XLand samplers (same keys as the native ones;
     nothing of the file is read up front).
 
