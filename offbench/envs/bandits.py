@@ -14,6 +14,7 @@ The task is the vector of arm means.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -43,19 +44,25 @@ def _adversarial_means(n: int, num_arms: int, favour_odd: bool, rng: np.random.G
 
 
 def sample_split(
-    num_tasks: int, num_held_out: int, rng: np.random.Generator, num_arms: int = 10, variant: str = "uniform", **_: Any
+    num_tasks: int, num_held_out: int, rng: np.random.Generator, num_arms: int | Sequence[int] = 10, variant: str = "uniform",
+    held_out_arms: int | None = None, **_: Any
 ):
     """Held-out tasks are drawn first, then training tasks, so the held-out set does not depend on how
-    many training tasks are asked for."""
-    num_train = num_tasks - num_held_out
-    if variant == "adversarial":
-        held_out = _adversarial_means(num_held_out, num_arms, favour_odd=False, rng=rng)
-        train = _adversarial_means(num_train, num_arms, favour_odd=True, rng=rng)
-    else:
-        held_out = rng.uniform(0.0, 1.0, (num_held_out, num_arms))
-        train = rng.uniform(0.0, 1.0, (num_train, num_arms))
+    many training tasks are asked for. `num_arms` may list several arm counts: the training tasks are then cut
+    into that many consecutive runs, one per count in the order given (np.array_split's sizes), drawn in that
+    order; held-out tasks have `held_out_arms` arms (by default the one count, or the largest listed)."""
+    counts = [num_arms] if isinstance(num_arms, int) else list(num_arms)
+    held_out_arms = max(counts) if held_out_arms is None else held_out_arms
+
+    def draw(n: int, arms: int, training: bool) -> np.ndarray:
+        if variant == "adversarial":
+            return _adversarial_means(n, arms, favour_odd=training, rng=rng)
+        return rng.uniform(0.0, 1.0, (n, arms))
+
+    held_out = draw(num_held_out, held_out_arms, training=False)
+    runs = np.array_split(np.arange(num_tasks - num_held_out), len(counts))
     as_tasks = lambda means: [{"means": row.tolist()} for row in means]  # noqa: E731
-    return as_tasks(train), as_tasks(held_out)
+    return [task for run, arms in zip(runs, counts) for task in as_tasks(draw(len(run), arms, training=True))], as_tasks(held_out)
 
 
 def task_space_size(**_: Any) -> None:
@@ -95,7 +102,7 @@ class BanditBatch:
 
     score_name = "mean reward of the pulled arm"  # what expected_rewards sums to per episode (the learning check's score)
 
-    def __init__(self, means: np.ndarray, noise: str = "bernoulli", sigma: float = 0.3, seed: int | None = None):
+    def __init__(self, means: np.ndarray, noise: str = "bernoulli", sigma: float = 0.3, seed: int | np.random.SeedSequence | np.random.Generator | None = None):
         self.means = np.asarray(means, dtype=np.float64)
         for row in self.means:
             _check_means(row, noise)
@@ -113,7 +120,7 @@ class BanditBatch:
         self._zeros = np.zeros((self.num_envs, 1), dtype=np.float32)
 
     @classmethod
-    def from_tasks(cls, tasks: list[dict], seed: int | None = None, **kwargs: Any) -> BanditBatch:
+    def from_tasks(cls, tasks: list[dict], seed: int | np.random.SeedSequence | np.random.Generator | None = None, **kwargs: Any) -> BanditBatch:
         return cls(np.array([t["means"] for t in tasks]), seed=seed, **kwargs)
 
     def reset(self, mask: np.ndarray | None = None) -> np.ndarray:

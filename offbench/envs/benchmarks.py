@@ -21,33 +21,51 @@ from typing import Any, Protocol
 import gymnasium as gym
 import numpy as np
 
-from offbench.envs import bandits, contextual_bandits, darkroom, keydoor
+from offbench.envs import bandits, contextual_bandits, darkroom, gridworld, keydoor
 from offbench.envs.factory import register_suite
 from offbench.errors import OffbenchError
 
 
 class BatchEnv(Protocol):
-    """The batched form every benchmark has (DarkRoomBatch, KeyDoorBatch, BanditBatch): N tasks, one row each,
-    stepped together. Rows are tabular: `state_index()` numbers each row's state in [0, num_states)."""
+    """The batched form every in-context environment has (tabular worlds, bandits, contextual bandits, XLand):
+    N tasks, one row each, stepped together; what evaluation in context and the generators' writers use."""
 
     num_envs: int
-    num_states: int
     num_actions: int
     horizon: int
-    optimal_returns: np.ndarray  # (N,) exact best return of each row's task
     score_name: str  # what expected_rewards() adds up to per episode
+
+    @property  # read-only (each batch has its own kind of space), so a Box or Discrete attribute meets it
+    def single_observation_space(self) -> gym.spaces.Space: ...
+
+    @property
+    def single_action_space(self) -> gym.spaces.Space: ...
+
+    @property
+    def optimal_returns(self) -> np.ndarray: ...  # (N,) exact best return of each row's task; NaN where unknown (XLand)
 
     def reset(self, mask: np.ndarray | None = None) -> np.ndarray: ...  # reset rows in mask (all if None); all observations
 
     def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]: ...  # obs, rewards, terminated, truncated
 
+    def expected_rewards(self, rows: np.ndarray, actions: np.ndarray, rewards: np.ndarray) -> np.ndarray: ...
+
+
+class TabularBatchEnv(BatchEnv, Protocol):
+    """A BatchEnv of a small tabular world (DarkRoomBatch, KeyDoorBatch, BanditBatch): `state_index()` numbers each
+    row's state in [0, num_states), and `tables()` gives its exact dynamics, which the history generators step."""
+
+    num_states: int
+
     def state_index(self) -> np.ndarray: ...
 
     def optimal_actions(self, states: np.ndarray | None = None, rows: np.ndarray | None = None) -> np.ndarray: ...
 
+    def optimal_action_table(self) -> np.ndarray: ...  # (N * num_states,) optimal action of each (row, state), flat
+
     def observations_of(self, states: np.ndarray) -> np.ndarray: ...
 
-    def expected_rewards(self, rows: np.ndarray, actions: np.ndarray, rewards: np.ndarray) -> np.ndarray: ...
+    def tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...  # next state, reward, terminated: each (N, states, actions)
 
 
 @dataclass(frozen=True)
@@ -67,10 +85,21 @@ class Benchmark:
     def task_space_size(self) -> int | None:
         return self.family.task_space_size(**self.env_kwargs)
 
-    def make_batch(self, tasks: list[dict], seed: int | np.random.Generator | None = None, **overrides: Any) -> BatchEnv:
+    def make_batch(self, tasks: list[dict], seed: int | np.random.SeedSequence | np.random.Generator | None = None, **overrides: Any) -> BatchEnv:
         """The batched form for `tasks`; `overrides` replace environment keyword arguments (a generator's
-        one-step episodes: horizon=1)."""
+        one-step episodes: horizon=1). Its tasks have one arm count (`arm_runs`)."""
+        if len(arm_runs(tasks)) > 2:
+            counts = sorted({len(task["means"]) for task in tasks})
+            raise OffbenchError(f"{self.name}: tasks of {', '.join(map(str, counts))} arms cannot share one batch (a batch steps one arm count)")
         return self.batch_class.from_tasks(tasks, seed=seed, **{**self.env_kwargs, **overrides})
+
+
+def arm_runs(tasks: list[dict]) -> np.ndarray:
+    """First task of every run of consecutive tasks with one arm count, then len(tasks): the tasks one batch can
+    hold (a mixed-arms bandit split puts each count's tasks in one run, `bandits.sample_split`; tasks without arm
+    means, other benchmarks', are one run)."""
+    counts = np.array([len(task.get("means", ())) for task in tasks])
+    return np.append(np.flatnonzero(np.diff(counts, prepend=-1)), len(tasks))
 
 
 GRID_ALGOS = ("q-learning", "ad-epsilon", "uniform-states")
@@ -128,13 +157,19 @@ def benchmark_for_env(env_id: str) -> Benchmark:
     return _BY_ENV_ID[env_id]
 
 
-def split_tasks(benchmark: Benchmark, num_tasks: int, num_held_out: int, split_seed: int = 0, variant: str | None = None):
-    """(train, held_out) task lists: the benchmark's seeded split (see the module docstring)."""
+def split_tasks(benchmark: Benchmark, num_tasks: int, num_held_out: int, split_seed: int = 0, variant: str | None = None,
+                num_arms: int | list[int] | None = None, held_out_arms: int | None = None):
+    """(train, held_out) task lists: the benchmark's seeded split (see the module docstring). A tabular bandit's
+    arm count may be set: `num_arms` one count, or a list of counts for the training tasks (consecutive runs of
+    tasks, one per count), `held_out_arms` the held-out tasks' (`bandits.sample_split`)."""
     rng = np.random.default_rng(split_seed)
     options = {**benchmark.env_kwargs, **benchmark.split_kwargs}
     if benchmark.variants:
         options["variant"] = variant or benchmark.variants[0]
-    return benchmark.family.sample_split(num_tasks, num_held_out, rng, **options)
+    arms = {name: value for name, value in (("num_arms", num_arms), ("held_out_arms", held_out_arms)) if value is not None}
+    if arms and benchmark.family is not bandits:
+        raise OffbenchError(f"{benchmark.name}: {' and '.join(arms)} apply to the multi-armed bandits only")
+    return benchmark.family.sample_split(num_tasks, num_held_out, rng, **{**options, **arms})
 
 
 def card_tasks(card) -> tuple[list[dict], list[dict]]:
@@ -153,7 +188,8 @@ def card_tasks(card) -> tuple[list[dict], list[dict]]:
     benchmark = get_benchmark(recipe.get("generator", ""))
     if "tasks" not in params or "held_out" not in params:
         raise OffbenchError(f"card {data.get('id', '?')}: neither split.train / split.held_out nor a recipe with tasks and held_out")
-    return split_tasks(benchmark, int(params["tasks"]), int(params["held_out"]), int(params.get("split_seed", 0)), params.get("variant"))
+    return split_tasks(benchmark, int(params["tasks"]), int(params["held_out"]), int(params.get("split_seed", 0)), params.get("variant"),
+                       params.get("num_arms"), params.get("held_out_arms"))
 
 
 def make_batch_env(env_spec: dict[str, Any], tasks: list[dict], seed: int | None = None) -> BatchEnv:
@@ -163,6 +199,14 @@ def make_batch_env(env_spec: dict[str, Any], tasks: list[dict], seed: int | None
 
         return make_xland_batch(env_spec, tasks, seed=seed)
     return benchmark_for_env(env_spec["id"]).make_batch(tasks, seed=seed)
+
+
+def tabular(env: BatchEnv, needs: str) -> TabularBatchEnv:
+    """`env` as the tabular world that `needs` (what asks, as the start of a sentence) requires; one line for a batch
+    without tables of states (a contextual bandit, XLand)."""
+    if not isinstance(env, (bandits.BanditBatch, gridworld.GridBatch)):
+        raise OffbenchError(f"{needs} a tabular environment (Dark Room, Key-to-Door, a bandit); {type(env).__name__} has no table of states")
+    return env
 
 
 @register_suite("offbench")

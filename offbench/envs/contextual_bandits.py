@@ -114,11 +114,11 @@ class ContextualBanditEnv(gym.Env):
 class ContextualBanditBatch:
     """N contextual bandit tasks pulled together: `reset` draws the contexts of the rows it resets, `step` pulls
     against the contexts shown; one seeded generator draws contexts and reward noise, row by row in order.
-    Not provided, as contexts are continuous: the tabular parts of BatchEnv (num_states, state_index, observations_of)."""
+    Not a TabularBatchEnv, as contexts are continuous (no num_states, state_index, observations_of)."""
 
     score_name = "mean reward of the pulled arm"  # what expected_rewards sums to per episode (the learning check's score)
 
-    def __init__(self, thetas: np.ndarray, sigma: float = 0.3, seed: int | None = None):
+    def __init__(self, thetas: np.ndarray, sigma: float = 0.3, seed: int | np.random.SeedSequence | np.random.Generator | None = None):
         self.thetas = np.asarray(thetas, dtype=np.float64)
         for task in self.thetas:
             _check_thetas(task)
@@ -133,7 +133,7 @@ class ContextualBanditBatch:
         self._rows = np.arange(self.num_envs)
 
     @classmethod
-    def from_tasks(cls, tasks: list[dict], seed: int | None = None, **kwargs: Any) -> ContextualBanditBatch:
+    def from_tasks(cls, tasks: list[dict], seed: int | np.random.SeedSequence | np.random.Generator | None = None, **kwargs: Any) -> ContextualBanditBatch:
         return cls(np.array([t["thetas"] for t in tasks], dtype=np.float64), seed=seed, **kwargs)
 
     @cached_property

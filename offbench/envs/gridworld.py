@@ -7,6 +7,7 @@ order; this one is ours). A move into a wall leaves the agent where it is.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from functools import cache
 
 import gymnasium as gym
@@ -89,7 +90,7 @@ def move(pos: tuple[int, int], action, size: int) -> tuple[int, int]:
     return min(max(pos[0] + int(dx), 0), size - 1), min(max(pos[1] + int(dy), 0), size - 1)
 
 
-class GridBatch:
+class GridBatch(ABC):
     """What the batched grid worlds share: N rows on one size x size grid, each in a tabular state that
     indexes a table of observations (`_obs`, states x obs) and a per-row table of optimal actions
     (`_policy`, rows x states); a move is one lookup in the grid's next-cell table."""
@@ -140,8 +141,14 @@ class GridBatch:
         side): what datasets store, cast back to the environment's dtype by readers that need it."""
         return self._obs.astype(np.min_scalar_type(self._obs.max()))
 
-    # tables() -> (next state, reward, terminated), each (rows, states, actions): the batch as a deterministic
-    # tabular MDP, for the generators' loop; each grid defines it (tests check it against step()).
+    @abstractmethod
+    def state_index(self) -> np.ndarray:
+        """Tabular state of every row; each grid numbers its own states."""
+
+    @abstractmethod
+    def tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(next state, reward, terminated), each (rows, states, actions): the batch as a deterministic tabular MDP,
+        for the generators' loop; each grid defines it (tests check it against step())."""
 
     def expected_rewards(self, rows: np.ndarray, actions: np.ndarray, rewards: np.ndarray) -> np.ndarray:
         """The grids are deterministic: the reward received is its expectation."""

@@ -142,9 +142,9 @@ class KeyDoorBatch(GridBatch):
         return cls(np.array([t["key"] for t in tasks]), np.array([t["door"] for t in tasks]), **kwargs)
 
     def reset(self, mask: np.ndarray | None = None) -> np.ndarray:
-        mask = slice(None) if mask is None else mask
-        self._reset_grid(mask)
-        self.has_key[mask] = False
+        rows = slice(None) if mask is None else mask
+        self._reset_grid(rows)
+        self.has_key[rows] = False
         return self._obs[self.state_index()]
 
     def step(self, actions: np.ndarray):

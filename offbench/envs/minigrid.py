@@ -66,7 +66,9 @@ class EgocentricObservation(gym.ObservationWrapper):
         if observation not in OBSERVATIONS:
             raise OffbenchError(f"unknown MiniGrid observation '{observation}' (known: {', '.join(OBSERVATIONS)})")
         self.flat = observation == "flat"
-        image = env.observation_space["image"]
+        image = env.observation_space.spaces.get("image") if isinstance(env.observation_space, gym.spaces.Dict) else None
+        if not isinstance(image, gym.spaces.Box):
+            raise OffbenchError(f"{env.spec.id if env.spec else env}: not a MiniGrid environment (its observations have no image)")
         if self.flat:  # (one bound for all: the direction's 0..3 fits, and the space prints in one line)
             self.observation_space = gym.spaces.Box(0, 255, (int(np.prod(image.shape)) + 1,), np.uint8)
         else:
@@ -84,7 +86,7 @@ class SuccessInfo(gym.Wrapper):
 
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
-        return obs, reward, terminated, truncated, {**info, "success": bool(terminated and reward > 0)}
+        return obs, reward, terminated, truncated, {**info, "success": bool(terminated and float(reward) > 0)}
 
 
 @register_suite("minigrid")

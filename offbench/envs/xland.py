@@ -1,14 +1,14 @@
 """XLand-MiniGrid rulesets as a batched in-context benchmark (suite "xland"), backed by `xminigrid` (JAX, on CPU).
 
 A task is one ruleset of an xminigrid benchmark (`{"ruleset": 123}`); `XLandBatch` steps N of them together,
-one row each, under the `BatchEnv` protocol of offbench.envs.benchmarks as far as it applies:
+one row each, under the `BatchEnv` protocol of offbench.envs.benchmarks:
 
     reset(mask) -> observations (N, 5, 5, 2) uint8      rows in mask get a fresh episode (all if None)
     step(actions) -> observations, rewards, terminated, truncated
     optimal_returns: (N,) NaN                            the best return of a ruleset is not known
     expected_rewards(rows, actions, rewards) -> rewards  the environment is deterministic given its state
 
-Not provided (they presume a small tabular world): num_states, state_index, optimal_actions, observations_of.
+Not a `TabularBatchEnv` (no num_states, state_index, optimal_actions, observations_of: a world too large for tables).
 The optimum is unknown because it needs planning over the ruleset's rules; an upper bound is 1 per episode
 (reward 1 - 0.9 * steps / max_steps on reaching the goal, 0 otherwise), `reward_ceiling` says so.
 
@@ -33,7 +33,7 @@ import bz2
 import functools
 import pickle
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import gymnasium as gym
 import numpy as np
@@ -87,8 +87,8 @@ def read_rulesets(path: str | Path) -> dict[str, np.ndarray]:
 
 
 @functools.lru_cache(maxsize=2)
-def _read_rulesets(path: str, size: int, mtime_ns: int) -> dict[str, np.ndarray]:
-    path = Path(path)
+def _read_rulesets(resolved: str, size: int, mtime_ns: int) -> dict[str, np.ndarray]:
+    path = Path(resolved)
     try:
         with bz2.open(path, "rb") as handle:
             data = _ArraysOnly(handle).load()
@@ -124,12 +124,20 @@ def rulesets_path(benchmark_id: str, mirror: str | None = None) -> Path:
     import requests
     from rich.progress import Progress
 
-    from offbench.data.download import RemoteFile, fetch_file
+    from offbench.data.download import RemoteFile, _record_sums, fetch_file
 
     folder.mkdir(parents=True, exist_ok=True)
     remote = RemoteFile(RULESETS_URL.format(file=BENCHMARK_FILES[benchmark_id]), BENCHMARK_FILES[benchmark_id])
     with requests.Session() as session, Progress(disable=True) as progress:
-        return fetch_file(session, remote, folder, mirror, progress)
+        path, unrecorded = fetch_file(session, remote, folder, mirror, progress)
+    if unrecorded is not None:  # a first download is trusted, and its sha256 recorded, only once it reads as rulesets
+        try:
+            read_rulesets(path)
+        except OffbenchError:
+            path.unlink()
+            raise
+        _record_sums(folder, {remote.relpath: unrecorded})
+    return path
 
 
 def held_out_rulesets(num_rulesets: int, train_rulesets: np.ndarray, count: int, seed: int = 0) -> np.ndarray:
@@ -149,10 +157,10 @@ def _compiled(env_id: str, max_steps: int | None):
     Two compiled functions (the reset, and the choice of rows), not a dispatch per operation and leaf, each of
     which JAX would compile on its own."""
     import jax
-    import xminigrid
+    from xminigrid.registration import make
 
     try:
-        env, params = xminigrid.make(env_id, **({} if max_steps is None else {"max_steps": max_steps}))
+        env, params = make(env_id, **({} if max_steps is None else {"max_steps": max_steps}))
     except ValueError as exc:
         raise OffbenchError(f"cannot make XLand-MiniGrid environment '{env_id}': {str(exc).splitlines()[0]}") from None
     env_reset = jax.vmap(env.reset, in_axes=(0, 0))
@@ -198,6 +206,8 @@ class XLandBatch:
         self.env_id = env_id
         self.num_envs = len(self.ruleset_ids)
         self.single_observation_space = gym.spaces.Box(0, 255, (5, 5, 2), np.uint8)  # (tile, colour) codes
+        self.single_action_space = gym.spaces.Discrete(self.num_actions)
+        assert self.params.max_steps is not None  # xminigrid's default params always set it (its own step() asserts so)
         self.horizon = int(self.params.max_steps)
         self.optimal_returns = np.full(self.num_envs, np.nan)
         self._keys = jax.random.split(jax.random.PRNGKey(int(seed)), self.num_envs)
@@ -238,7 +248,7 @@ class XLandEnv(gym.Env):
 
     metadata: dict[str, Any] = {"render_modes": []}
 
-    def __init__(self, batch_factory, max_steps: int | None = None):
+    def __init__(self, batch_factory: Callable[[int | None], XLandBatch], max_steps: int | None = None):
         self._factory = batch_factory
         self._batch: XLandBatch | None = None
         self.observation_space = gym.spaces.Box(0, 255, (5, 5, 2), np.uint8)
@@ -251,6 +261,8 @@ class XLandEnv(gym.Env):
         return self._batch.reset()[0], {}
 
     def step(self, action):
+        if self._batch is None:
+            raise OffbenchError("XLandEnv.step before reset")
         obs, reward, terminated, truncated = self._batch.step(np.array([int(action)]))
         return obs[0], float(reward[0]), bool(terminated[0]), bool(truncated[0]), {}
 
@@ -278,9 +290,12 @@ def xland_card_tasks(card: dict[str, Any]) -> tuple[list[dict], list[dict]]:
     """(train, held-out) tasks of an XLand card: the rulesets of its data file (opened in place, fetched on
     first use) and `split.held_out` rulesets of the benchmark it never uses, drawn with `split.seed`."""
     from offbench.data.resolve import open_dataset
+    from offbench.data.xland.histories import XLandHistories
 
     split = card.get("split", {})
     if "held_out" not in split:
         raise OffbenchError(f"card {card.get('id', '?')}: an XLand card's [split] needs held_out (how many unused rulesets to evaluate on)")
     data = open_dataset(str(card["id"])).store
+    if not isinstance(data, XLandHistories):
+        raise OffbenchError(f"card {card['id']}: an XLand card's data is an XLand histories file, got a {type(data).__name__}")
     return xland_split(card["env"], data.ruleset_ids, int(split["held_out"]), int(split.get("seed", 0)))
