@@ -57,7 +57,7 @@ def declared_baselines(source: str) -> list[str]:
     starts = [match.start() for match in CLASS_LINE.finditer(source)] + [len(source)]
     names = []
     for start, end in itertools.pairwise(starts):
-        attributes = dict(match.groups() for match in CLASS_ATTRIBUTE.finditer(source, start, end))
+        attributes = {match.group(1): match.group(2) for match in CLASS_ATTRIBUTE.finditer(source, start, end)}
         literal = STRING.fullmatch(attributes.get("name", ""))
         if "Config" in attributes and literal:
             names.append(literal.group(2))
@@ -167,8 +167,10 @@ def contract_problems(cls: Any, name: str | None = None) -> list[str]:
     elif name is not None and own_name != name:
         problems.append(f"its class attribute name is '{own_name}', not the registered '{name}'")
     config = getattr(cls, "Config", None)
-    has_config = isinstance(config, type) and dataclasses.is_dataclass(config)
-    if not has_config:
+    config_fields = (
+        {field.name for field in dataclasses.fields(config)} if isinstance(config, type) and dataclasses.is_dataclass(config) else None
+    )
+    if config_fields is None:
         problems.append("it has no Config dataclass (class attribute Config)")
     missing = [attribute for attribute in ("sampler", "action_kinds", "evaluation_protocols", "return_conditioned") if not hasattr(cls, attribute)]
     missing += [method for method in METHODS if not callable(getattr(cls, method, None))]
@@ -181,10 +183,11 @@ def contract_problems(cls: Any, name: str | None = None) -> list[str]:
         value = getattr(cls, attribute, None)
         if attribute not in missing and not (isinstance(value, (tuple, list)) and value and set(value) <= set(allowed)):
             problems.append(f"its {attribute} must be a non-empty tuple of {', '.join(allowed)}, got {value!r}")
-    if "return_conditioned" not in missing and not isinstance(getattr(cls, "return_conditioned"), bool):
-        problems.append(f"its return_conditioned must be true or false, got {getattr(cls, 'return_conditioned')!r}")
+    return_conditioned = getattr(cls, "return_conditioned", None)
+    if "return_conditioned" not in missing and not isinstance(return_conditioned, bool):
+        problems.append(f"its return_conditioned must be true or false, got {return_conditioned!r}")
     tiny = getattr(cls, "tiny_config", {})  # optional: tests' and check_baseline's small model
-    unknown = sorted(set(tiny) - {field.name for field in dataclasses.fields(config)}) if has_config and isinstance(tiny, dict) else []
+    unknown = sorted(set(tiny) - config_fields) if config_fields is not None and isinstance(tiny, dict) else []
     if not isinstance(tiny, dict):
         problems.append(f"its tiny_config must be a dict of Config fields, got {tiny!r}")
     elif unknown:

@@ -147,7 +147,7 @@ class AlgorithmDistillation(MicroBatching):
         self.model = ADModel(config, spec).to(self.device)
         self.train_forward = torch.compile(self.model) if config.compile else self.model
         self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=config.learning_rate, betas=tuple(config.betas), weight_decay=config.weight_decay,
+            self.model.parameters(), lr=config.learning_rate, betas=(config.betas[0], config.betas[1]), weight_decay=config.weight_decay,
             fused=fused_adam(self.device),
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, warmup_cosine(config.warmup_steps, config.cosine_steps))
@@ -185,7 +185,7 @@ class AlgorithmDistillation(MicroBatching):
         self.optimizer.step()
         self.model.transformer.follow_task_routers()
         self.scheduler.step()
-        return {**logged_losses(logged), "accuracy": logged["accuracy"].item(), "learning_rate": self.scheduler.get_last_lr()[0]}
+        return {**logged_losses(logged), "accuracy": logged["accuracy"].item(), "learning_rate": float(self.scheduler.get_last_lr()[0])}
 
     def policy(self, options: PolicyOptions) -> ADPolicy:
         return ADPolicy(self, deterministic=options.deterministic)

@@ -9,8 +9,9 @@ gives logits, trained with cross-entropy, acting greedily.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -33,6 +34,13 @@ class BCConfig:
     gradient: str = "mean"  # multi-task data: "pcgrad" for gradient surgery over the tasks of each batch (MTBC+PCGrad)
 
 
+class BCTrainingConfig(Protocol):
+    """What BC's own code reads of a config; its Actor reads the rest (BCConfig, or MOORE-BC's MooreBCConfig)."""
+
+    learning_rate: float
+    gradient: str
+
+
 class Actor(nn.Module):
     def __init__(self, config: BCConfig, spec: DatasetSpec):
         super().__init__()
@@ -48,7 +56,9 @@ class Actor(nn.Module):
 
 class BC(MicroBatching):
     name = "bc"
-    Actor = Actor  # the network; a subclass (MOORE-BC) brings its own with the same forward(observations, task_ids)
+    # the network, built from the baseline's own Config; a subclass (MOORE-BC) brings its own with the same
+    # forward(observations, task_ids)
+    Actor: Callable[[Any, DatasetSpec], nn.Module] = Actor
     Config = BCConfig
     summary = (
         "Behaviour cloning: an MLP actor regressed onto the dataset's actions; MTBC on multi-task cards (the task's "
@@ -60,7 +70,7 @@ class BC(MicroBatching):
     evaluation_protocols = SINGLE_AND_MULTI_TASK
     return_conditioned = False
 
-    def __init__(self, config: BCConfig, spec: DatasetSpec, device: str | torch.device = "cpu"):
+    def __init__(self, config: BCTrainingConfig, spec: DatasetSpec, device: str | torch.device = "cpu"):
         pcgrad.check_gradient_mode(config.gradient, self.name, spec.num_tasks)
         self.config, self.spec, self.device = config, spec, torch.device(device)
         self.actor = self.Actor(config, spec).to(self.device)

@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from offbench.baselines.base import SINGLE_AND_MULTI_TASK, DatasetSpec, MicroBatching, accumulate_backward
-from offbench.baselines.nets import fused_adam, mlp
+from offbench.baselines.nets import fused_adam, mlp, part
 from offbench.baselines.q_learning import (
     NUM_CRITICS,
     DataTransform,
@@ -229,17 +229,17 @@ class CQL(MicroBatching):
         }
 
     def _losses(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        transitions = self.nets["transform"].transitions(batch)
+        transitions = part(self.nets, "transform", DataTransform).transitions(batch)
         return self._discrete_losses(*transitions) if self.discrete else self._continuous_losses(*transitions, batch)
 
     def _continuous_losses(self, obs, actions, rewards, next_obs, not_done, noise: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        cfg, actor, critic = self.config, self.nets["actor"], self.nets["critic"]
+        cfg, actor, critic = self.config, self.nets["actor"], part(self.nets, "critic", EnsembleMLP)
         n, act_dim = cfg.cql_n_actions, actions.shape[-1]
 
         # SAC actor and temperature
         mean, log_std = actor(obs)
         new_actions, log_pi = sample_tanh_gaussian(mean, log_std, noise["noise_policy"])
-        log_alpha = self.nets["log_alpha"].value
+        log_alpha = part(self.nets, "log_alpha", _Scalar).value
         alpha = log_alpha.detach().exp() * cfg.alpha_multiplier
         alpha_loss = -(log_alpha * (log_pi.detach() + self.target_entropy)).mean()
         if self.step <= cfg.bc_steps:
@@ -253,7 +253,7 @@ class CQL(MicroBatching):
             next_mean, next_log_std = actor(next_obs)
             if cfg.cql_max_target_backup:
                 target_actions, target_log_pi = sample_tanh_gaussian(next_mean, next_log_std, noise["noise_target"])
-                target_all = self._critic_at(self.nets["target_critic"], next_obs, target_actions).min(0).values
+                target_all = self._critic_at(part(self.nets, "target_critic", EnsembleMLP), next_obs, target_actions).min(0).values
                 target_q, best = target_all.max(-1)
                 target_log_pi = target_log_pi.gather(-1, best.unsqueeze(-1)).squeeze(-1)
             else:
@@ -284,7 +284,7 @@ class CQL(MicroBatching):
             diff = diff.clamp(cfg.cql_clip_diff_min, cfg.cql_clip_diff_max)
         gap = diff.mean(-1)  # per critic
         if cfg.cql_lagrange:
-            alpha_prime = self.nets["log_alpha_prime"].value.exp().clamp(0.0, 1e6)
+            alpha_prime = part(self.nets, "log_alpha_prime", _Scalar).value.exp().clamp(0.0, 1e6)
             conservative = alpha_prime.detach() * cfg.cql_alpha * (gap - cfg.cql_target_action_gap)
             alpha_prime_loss = -0.5 * (alpha_prime * cfg.cql_alpha * (gap.detach() - cfg.cql_target_action_gap)).sum()
         else:
@@ -342,7 +342,7 @@ class CQL(MicroBatching):
         return MarkovPolicy(self._act, self.spec.action_space, self.device, options)
 
     def _act(self, observations: torch.Tensor, task_ids: torch.Tensor | None = None) -> torch.Tensor:
-        transform = self.nets["transform"]
+        transform = part(self.nets, "transform", DataTransform)
         obs = transform.observations(observations, task_ids)
         if self.discrete:
             q = self.nets["critic"](obs).view(obs.shape[0], -1, self.config.n_quantiles).mean(-1)

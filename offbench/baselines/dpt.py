@@ -122,7 +122,8 @@ class DPTModel(nn.Module):
         ], dim=-1)
         query_token = F.pad(self.features(query), (0, transitions.shape[-1] - self.feature_dim))
         tokens = self.embed_transition(torch.cat([query_token.unsqueeze(1), transitions], dim=1))
-        if self.state_table is not None:  # the query is [s_query, 0, 0, 0]: its state goes through s's table
+        if self.state_table is not None and self.next_state_table is not None:  # both or neither
+            # the query is [s_query, 0, 0, 0]: its state goes through s's table
             states = torch.cat([query.unsqueeze(1), observations], dim=1)
             next_states = F.pad(self.next_state_table(next_observations), (0, 0, 1, 0))  # none for the query
             tokens = tokens + self.state_table(states) + next_states
@@ -192,7 +193,7 @@ class DecisionPretrainedTransformer(MicroBatching):
         self.model.transformer.follow_task_routers()
         self.scheduler.step()
         return {**logged_losses(logged), "full_context_accuracy": logged["full_context_accuracy"].item(),
-                "learning_rate": self.scheduler.get_last_lr()[0]}
+                "learning_rate": float(self.scheduler.get_last_lr()[0])}
 
     def prefix_labels(self, batch: dict[str, torch.Tensor], prefixes: int) -> torch.Tensor:
         """(B, prefixes) labels: the optimal action for every prefix, so one pass trains every context length, or

@@ -24,7 +24,7 @@ in the last block everything but the keys and values at the R and a tokens (only
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -100,6 +100,8 @@ class DecisionTransformerModel(nn.Module):
         batch, k = mask.shape
         time = self.timestep_embedding(timesteps.clamp(0, self.max_timestep - 1))
         if self.task_embedding is not None:
+            if task_ids is None:
+                raise ValueError("multi-task data: the batch or the policy options must carry task_ids")
             time = time + self.task_embedding(task_ids.long()).unsqueeze(1)
         states = self.state_embedding(self.normalize(observations)) + time
         acts = self.action_embedding(actions.long() if self.discrete else actions.reshape(batch, k, -1)) + time
@@ -158,7 +160,7 @@ class DecisionTransformer(MicroBatching):
         self.config, self.spec, self.device = config, spec, torch.device(device)
         self.model = DecisionTransformerModel(config, spec).to(self.device)
         self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay, betas=tuple(config.betas),
+            self.model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay, betas=(config.betas[0], config.betas[1]),
             fused=fused_adam(self.device),
         )
         warmup = max(1, config.warmup_steps)
@@ -191,7 +193,7 @@ class DecisionTransformer(MicroBatching):
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
         self.optimizer.step()
         self.scheduler.step()
-        return {"action_loss": loss.item(), "learning_rate": self.scheduler.get_last_lr()[0]}
+        return {"action_loss": loss.item(), "learning_rate": float(self.scheduler.get_last_lr()[0])}
 
     def policy(self, options: PolicyOptions) -> DTPolicy:
         """Conditioned on `options.target_return` (one per row on multi-task data); greedy for discrete actions."""
@@ -208,12 +210,25 @@ class DecisionTransformer(MicroBatching):
         load_part_states(state, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler)
 
 
+class SegmentBaseline(Protocol):
+    """What DTPolicy reads of its baseline: DT's, or Prompt-DT's and HarmoDT's (whose configs extend DTConfig)."""
+
+    spec: DatasetSpec
+    device: torch.device
+
+    @property
+    def config(self) -> DTConfig: ...
+
+    @property
+    def model(self) -> nn.Module: ...
+
+
 class DTPolicy:
     """Acts in N environments at once, keeping each one's last K (R, s, a) steps, left-padded like training."""
 
     CONTEXT = ("observations", "actions", "returns_to_go", "timesteps", "mask")  # (N, K, ...) buffers, the model's inputs
 
-    def __init__(self, dt: DecisionTransformer, options: PolicyOptions):
+    def __init__(self, dt: SegmentBaseline, options: PolicyOptions):
         self.dt, self.target_return = dt, options.target_return
         self.task_ids = None if options.task_ids is None else torch.as_tensor(np.asarray(options.task_ids), dtype=torch.long, device=dt.device)
 

@@ -103,6 +103,7 @@ class HarmoDT(PromptDT):
     tiny_config = {"segment_length": 4, "prompt_length": 2, "prompt_pool": 2, "embedding_dim": 16, "num_layers": 2, "num_heads": 2,
                    "warmup_steps": 10, "mask_interval": 10, "max_change": 20, "steps": 40}
     one_task_per_batch = True  # the sampler's round robin: batch i holds task i mod T
+    config: HarmoDTConfig  # PromptDT's __init__ keeps the config it is given, here a HarmoDTConfig
 
     def __init__(self, config: HarmoDTConfig, spec: DatasetSpec, device: str | torch.device = "cpu"):
         if config.gradient != "mean":
@@ -118,7 +119,7 @@ class HarmoDT(PromptDT):
         densities = erk_densities({name: tuple(p.shape) for name, p in self.masked}, 1 - config.sparsity)
         masks = torch.zeros(spec.num_tasks, self.bounds[-1], dtype=torch.bool)
         for task in range(spec.num_tasks):
-            for (name, p), lo, hi in zip(self.masked, self.bounds[:-1], self.bounds[1:]):
+            for (name, p), lo in zip(self.masked, self.bounds[:-1]):
                 active = round(densities[name] * p.numel())
                 masks[task, lo + torch.randperm(p.numel())[:active]] = True
         self.masks = masks.to(self.device)  # (T, N): task t's mask over the flattened transformer weights
@@ -167,7 +168,8 @@ class HarmoDT(PromptDT):
         self.clip_gradients()
         with torch.no_grad():
             for (_, p), mask in zip(self.masked, self.mask_views(task)):
-                p.grad.mul_(mask)  # apply_mask_grad
+                if p.grad is not None:
+                    p.grad.mul_(mask)  # apply_mask_grad
         self.optimizer.step()
         self.restore(originals, keep_task=task)
         self.scheduler.step()
@@ -175,7 +177,7 @@ class HarmoDT(PromptDT):
         scheduled = change_count(self.iteration - 1, self.config.steps, self.config.min_change, self.config.max_change)
         if self.iteration % self.config.mask_interval == 0:
             self.update_masks(scheduled)
-        return {"action_loss": loss.item(), "learning_rate": self.scheduler.get_last_lr()[0], "mask_change": float(scheduled)}
+        return {"action_loss": loss.item(), "learning_rate": float(self.scheduler.get_last_lr()[0]), "mask_change": float(scheduled)}
 
     def clip_gradients(self) -> None:
         """The official code's clip_grad_norm_; grad_clip = 0 turns it off, as in DT and Prompt-DT (a clip to norm 0
@@ -238,7 +240,8 @@ class HarmoDT(PromptDT):
                 per_task.append(self.model.prompt_states({key: value[task : task + 1] for key, value in prompts.items()}))
             finally:
                 self.restore(originals)
-        return [tuple(torch.cat([states[block][i] for states in per_task]) for i in (0, 1)) for block in range(len(self.model.blocks))]
+        return [(torch.cat([states[block][0] for states in per_task]), torch.cat([states[block][1] for states in per_task]))
+                for block in range(len(self.model.blocks))]
 
     def act_rows(self, batch: dict[str, torch.Tensor], task_ids: torch.Tensor, prompt_states: PromptStates | None = None) -> torch.Tensor:
         """Every row through the network under its task's mask, all tasks in one pass: rows grouped by task (padded

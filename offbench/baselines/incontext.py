@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -80,6 +80,8 @@ class GridCodeEmbedding(nn.Module):
     """(..., *grid, channels) codes -> (..., cells * channels * width): each channel's code through its own table,
     shared by every cell, concatenated per cell, then flattened over the cells."""
 
+    low: torch.Tensor
+
     def __init__(self, spec: DatasetSpec, low: np.ndarray, sizes: np.ndarray, width: int = CODE_EMBEDDING_DIM):
         super().__init__()
         self.tables = nn.ModuleList(nn.Embedding(int(n), width) for n in sizes)
@@ -106,7 +108,9 @@ def observation_features(spec: DatasetSpec) -> tuple[GridCodeEmbedding | None, O
 
 def features_of(codes: GridCodeEmbedding | None, normalize: ObservationNormalizer | None, observations: torch.Tensor) -> torch.Tensor:
     """Flat features of observations through the pair `observation_features` made."""
-    return codes(observations) if codes is not None else normalize(observations)
+    if codes is not None:
+        return codes(observations)
+    return cast(ObservationNormalizer, normalize)(observations)  # observation_features makes one of the two
 
 
 def state_index_layout(spec: DatasetSpec) -> tuple[np.ndarray, np.ndarray, int] | None:
@@ -125,6 +129,9 @@ def state_index_layout(spec: DatasetSpec) -> tuple[np.ndarray, np.ndarray, int] 
 class ObservationEmbedding(nn.Module):
     """Observations -> vectors. A small integer grid (Dark Room's (x, y)) gets one learned vector per state, as
     ad-eps embeds the state index; anything else goes through a Linear layer after `observation_features`."""
+
+    low: torch.Tensor  # with a state table
+    strides: torch.Tensor
 
     def __init__(self, spec: DatasetSpec, dim: int):
         super().__init__()
@@ -219,9 +226,9 @@ class CausalTransformer(nn.Module):
         self.dim, self.num_heads, self.max_tokens = dim, num_heads, max_tokens
         self.positions = nn.Embedding(max_tokens, dim)
         self.embedding_dropout = nn.Dropout(embedding_dropout)
-        first_moe = num_layers - t2mir.layers if t2mir is not None else num_layers
         self.blocks = nn.ModuleList(
-            Block(dim, num_heads, attention_dropout, residual_dropout, nn.Dropout, t2mir.feed_forward(dim) if layer >= first_moe else None)
+            Block(dim, num_heads, attention_dropout, residual_dropout, nn.Dropout,
+                  t2mir.feed_forward(dim) if t2mir is not None and layer >= num_layers - t2mir.layers else None)
             for layer in range(num_layers)
         )
         self.norm = nn.LayerNorm(dim)
@@ -246,9 +253,9 @@ class CausalTransformer(nn.Module):
 
     def follow_task_routers(self) -> None:
         """After an optimiser step: each T2MIR block's momentum task router follows the trained one."""
-        for block in self.blocks:
-            if block.feed_forward is not None:
-                block.feed_forward.follow_task_router()
+        for layer in self.modules():
+            if isinstance(layer, T2MIRFeedForward):
+                layer.follow_task_router()
 
 
 def warmup_cosine(warmup_steps: int, cosine_steps: int):

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from offbench.baselines.base import SINGLE_AND_MULTI_TASK, DatasetSpec, MicroBatching, accumulate_backward
-from offbench.baselines.nets import mlp
+from offbench.baselines.nets import mlp, part
 from offbench.baselines.q_learning import (
     NUM_CRITICS,
     DataTransform,
@@ -171,7 +171,7 @@ class IQL(MicroBatching):
     def losses(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The value, critic and actor losses (their sum: "loss") and the logged means of `batch`."""
         cfg = self.config
-        obs, actions, rewards, next_obs, not_done = self.nets["transform"].transitions(batch)
+        obs, actions, rewards, next_obs, not_done = part(self.nets, "transform", DataTransform).transitions(batch)
         with torch.no_grad():
             target_q = self._q(self.nets["target_critic"], obs, actions).min(0).values
             next_v = self.nets["value"](next_obs).squeeze(-1)
@@ -182,7 +182,8 @@ class IQL(MicroBatching):
         q = self._q(self.nets["critic"], obs, actions)
         critic_loss = (q - td_target).pow(2).mean(-1).mean()  # mean over the twin critics, as CORL
         weights = torch.exp(cfg.beta * advantage.detach()).clamp(max=cfg.exp_adv_max)
-        actor_loss = (weights * self.nets["actor"].negative_log_likelihood(obs, actions)).mean()
+        actor = part(self.nets, "actor", (GaussianActor, CategoricalActor))
+        actor_loss = (weights * actor.negative_log_likelihood(obs, actions)).mean()
         return {"loss": value_loss + critic_loss + actor_loss, "value_loss": value_loss, "critic_loss": critic_loss, "actor_loss": actor_loss,
                 "advantage": advantage.mean(), "q_data": q.mean(), "adv_weight": weights.mean()}
 
@@ -207,7 +208,7 @@ class IQL(MicroBatching):
         return MarkovPolicy(self._act, self.spec.action_space, self.device, options)
 
     def _act(self, observations: torch.Tensor, task_ids: torch.Tensor | None = None) -> torch.Tensor:
-        transform = self.nets["transform"]
+        transform = part(self.nets, "transform", DataTransform)
         out = self.nets["actor"](transform.observations(observations, task_ids))
         return out.argmax(-1) if self.discrete else transform.actions_from_unit(out.clamp(-1.0, 1.0))
 

@@ -39,7 +39,7 @@ from offbench.baselines import pcgrad
 from offbench.baselines.base import DatasetSpec, MicroBatching, accumulate_backward, multi_task_spec
 from offbench.baselines.bc import BC
 from offbench.baselines.iql import LOG_STD_MAX, LOG_STD_MIN, SCHEDULES
-from offbench.baselines.nets import BoundedActions, ObservationNormalizer, flat_observation_dim
+from offbench.baselines.nets import BoundedActions, ObservationNormalizer, flat_observation_dim, part
 from offbench.baselines.pcgrad import GRADIENT_MODES
 from offbench.baselines.q_learning import DataTransform, EnsembleMLP, action_kind, polyak_update, reward_scale, target_copy
 from offbench.errors import OffbenchError
@@ -71,6 +71,7 @@ class MooreNetwork(nn.Module):
         self.experts = EnsembleMLP(in_dim, expert_dims[-1], expert_dims[:-1], num_experts)
         self.task_encoder = nn.Linear(num_tasks, num_experts, bias=False)
         nn.init.xavier_uniform_(self.task_encoder.weight)  # as MOORE
+        self.out_dim = out_dim
         self.heads = nn.ModuleList(nn.Linear(expert_dims[-1], out_dim) for _ in range(num_tasks))
 
     def features(self, x: torch.Tensor, task_ids: torch.Tensor) -> torch.Tensor:
@@ -83,7 +84,7 @@ class MooreNetwork(nn.Module):
 
     def forward(self, x: torch.Tensor, task_ids: torch.Tensor) -> torch.Tensor:
         z = self.features(x, task_ids)
-        out = z.new_empty(len(z), self.heads[0].out_features)
+        out = z.new_empty(len(z), self.out_dim)
         for task in torch.unique(task_ids).tolist():  # each task's rows through its own head
             rows = task_ids == task
             out[rows] = self.heads[task](z[rows])
@@ -241,12 +242,12 @@ class MooreIQL(MicroBatching):
         """Per row of `batch`: the value, critic and actor losses, the advantage, Q and advantage weight."""
         cfg = self.config
         task_ids = batch["task_ids"]
-        obs, actions, rewards, next_obs, not_done = self.nets["transform"].transitions(batch)
+        obs, actions, rewards, next_obs, not_done = part(self.nets, "transform", DataTransform).transitions(batch)
         with torch.no_grad():
-            target_q = self._q(self.nets["target_critic"], obs, actions, task_ids).min(0).values
+            target_q = self._q(part(self.nets, "target_critic", nn.ModuleList), obs, actions, task_ids).min(0).values
             td_target = rewards + not_done * cfg.discount * self.nets["value"](next_obs, task_ids).squeeze(-1)
         advantage = target_q - self.nets["value"](obs, task_ids).squeeze(-1)
-        q = self._q(self.nets["critic"], obs, actions, task_ids)
+        q = self._q(part(self.nets, "critic", nn.ModuleList), obs, actions, task_ids)
         weights = torch.exp(cfg.beta * advantage.detach()).clamp(max=cfg.exp_adv_max)
         return {
             "value_loss": torch.abs(cfg.expectile - (advantage < 0).float()) * advantage.pow(2),
@@ -283,7 +284,7 @@ class MooreIQL(MicroBatching):
         return dict(zip(names, torch.stack([logged[name] for name in names]).tolist()))
 
     def act(self, observations: torch.Tensor, task_ids: torch.Tensor) -> torch.Tensor:
-        transform = self.nets["transform"]
+        transform = part(self.nets, "transform", DataTransform)
         out = self.nets["actor"](transform.observations(observations), task_ids)
         return out.argmax(-1) if self.discrete else transform.actions_from_unit(torch.tanh(out))
 

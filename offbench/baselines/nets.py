@@ -6,8 +6,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, TypeVar, cast
 
+import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -62,12 +63,17 @@ class ObservationNormalizer(nn.Module):
     """(obs - mean) / (std + eps) with the dataset's statistics as buffers (saved in checkpoints), flattened
     to (..., D); the identity when disabled."""
 
+    mean: torch.Tensor
+    std: torch.Tensor
+
     def __init__(self, spec: DatasetSpec, eps: float, enabled: bool = True):
         super().__init__()
         dim = flat_observation_dim(spec)
-        use = enabled and spec.observation_mean is not None and spec.observation_std is not None
-        mean = spec.observation_mean if use else np.zeros(dim)
-        std = spec.observation_std + eps if use else np.ones(dim)
+        mean, std = spec.observation_mean, spec.observation_std
+        if enabled and mean is not None and std is not None:
+            std = std + eps
+        else:
+            mean, std = np.zeros(dim), np.ones(dim)
         self.register_buffer("mean", torch.as_tensor(np.reshape(mean, -1), dtype=torch.float32))
         self.register_buffer("std", torch.as_tensor(np.reshape(std, -1), dtype=torch.float32))
         self.batch_dims = len(spec.observation_shape)
@@ -77,14 +83,24 @@ class ObservationNormalizer(nn.Module):
         return (flat - self.mean) / self.std
 
 
+def action_bounds(spec: DatasetSpec) -> tuple[np.ndarray, np.ndarray]:
+    """The flattened (low, high) of a continuous action space, which every loader gives as a Box."""
+    space = spec.action_space
+    if not isinstance(space, gym.spaces.Box):
+        raise ValueError(f"continuous actions need a Box action space, got {space}")
+    return np.reshape(space.low, -1), np.reshape(space.high, -1)
+
+
 class BoundedActions(nn.Module):
     """Maps unbounded network outputs into a Box action space: tanh scaled to [low, high] when the
     bounds are finite (CORL's tanh * max_action for symmetric bounds), identity otherwise."""
 
+    centre: torch.Tensor
+    half_range: torch.Tensor
+
     def __init__(self, spec: DatasetSpec):
         super().__init__()
-        low = np.reshape(spec.action_space.low, -1).astype(np.float32)
-        high = np.reshape(spec.action_space.high, -1).astype(np.float32)
+        low, high = (bound.astype(np.float32) for bound in action_bounds(spec))
         self.bounded = bool(np.all(np.isfinite(low)) and np.all(np.isfinite(high)))
         self.register_buffer("centre", torch.as_tensor((high + low) / 2 if self.bounded else np.zeros_like(low)))
         self.register_buffer("half_range", torch.as_tensor((high - low) / 2 if self.bounded else np.ones_like(low)))
@@ -106,6 +122,18 @@ def with_task_onehot(features: torch.Tensor, task_ids: torch.Tensor | None, num_
     if task_ids is None:
         raise ValueError("multi-task data: the batch or the policy options must carry task_ids")
     return torch.cat([features, nn.functional.one_hot(task_ids.long(), num_tasks).to(features.dtype)], dim=-1)
+
+
+ModuleT = TypeVar("ModuleT", bound=nn.Module)
+
+
+def part(parts: nn.ModuleDict, name: str, kind: type[ModuleT] | tuple[type[ModuleT], ...]) -> ModuleT:
+    """`parts[name]` as the class it was built as: a ModuleDict types its items as any Module, which hides their
+    methods and attributes from type checks."""
+    module = parts[name]
+    if not isinstance(module, kind):
+        raise TypeError(f"{name!r} is a {type(module).__name__}, not a {kind}")
+    return module
 
 
 def part_states(**parts) -> dict:
@@ -188,7 +216,7 @@ class Block(nn.Module):
     residual dropout, its routing statistics appended to `routing` when one is given."""
 
     def __init__(self, dim: int, num_heads: int, attention_dropout: float, residual_dropout: float,
-                 dropout: Callable[[float], nn.Module] = Dropout, feed_forward: T2MIRFeedForward | None = None):
+                 dropout: Callable[[float], Dropout | nn.Dropout] = Dropout, feed_forward: T2MIRFeedForward | None = None):
         super().__init__()
         if dim % num_heads:
             raise ValueError(f"hidden size {dim} must be divisible by num_heads {num_heads}")
@@ -219,6 +247,8 @@ class Block(nn.Module):
         if queries is None:
             q, k, v = grouped_linear(h, self.qkv.weight, self.qkv.bias).split(dim, dim=-1)
         else:  # keys and values of every token, queries (and everything after attention) of the wanted ones only
+            if bias is None:
+                raise ValueError("picking queries needs an attention bias")
             k, v = self._keys_values(h)
             q = grouped_linear(h[:, queries], self.qkv.weight[..., :dim, :], self.qkv.bias[..., :dim])
             x, bias = x[:, queries], bias[:, :, queries]
@@ -230,7 +260,9 @@ class Block(nn.Module):
         x = x + self.drop(grouped_linear(attended.transpose(1, 2).reshape(batch, -1, dim), self.proj.weight, self.proj.bias))
         if self.feed_forward is not None:
             return x + self.drop(self.feed_forward(self.norm2(x), routing))
-        expand, activation, contract, drop = self.mlp
+        # without a feed_forward, __init__ built the MLP as (Linear, GELU, Linear, dropout)
+        expand, activation, contract, drop = cast(nn.Sequential, self.mlp)
+        expand, contract = cast(nn.Linear, expand), cast(nn.Linear, contract)
         hidden = activation(grouped_linear(grouped_layer_norm(x, self.norm2), expand.weight, expand.bias))
         return x + drop(grouped_linear(hidden, contract.weight, contract.bias))
 
@@ -333,16 +365,16 @@ class Router(nn.Module):
 
     def forward(self, x: torch.Tensor) -> Routed:
         clean = gate_logits(x, self.gate_in, self.gate_out).float()
-        noisy = self.noise is not None and self.training
-        if noisy:
-            scale = F.softplus(F.linear(x, self.noise).float()) + NOISE_FLOOR
+        noise = self.noise if self.training else None
+        if noise is not None:
+            scale = F.softplus(F.linear(x, noise).float()) + NOISE_FLOOR
             logits = clean + torch.randn_like(clean) * scale
         else:
             logits = clean
         experts, weights = top_k_gates(logits, self.top_k)
         chosen = torch.zeros_like(logits, dtype=torch.bool).scatter(1, experts, True)
         importance = torch.zeros_like(logits).scatter(1, experts, weights).sum(0)
-        if noisy and self.top_k < logits.shape[1]:
+        if noise is not None and self.top_k < logits.shape[1]:
             # an expert is chosen when its noisy logit beats the k-th best of the others': the (k+1)-th best logit
             # when it is among the top k, the k-th when not; the chance of that over its own noise is a normal CDF
             best = logits.topk(self.top_k + 1, dim=-1).values
@@ -394,6 +426,9 @@ class T2MIRFeedForward(nn.Module):
     task router's momentum copy is kept in buffers (saved in checkpoints) and follows it by `follow_task_router`
     after each optimiser step; it is used only for the contrastive loss's keys."""
 
+    target_gate_in: torch.Tensor
+    target_gate_out: torch.Tensor
+
     def __init__(self, dim: int, token_experts: int, task_experts: int, top_k: int, expert_hidden: int, router_momentum: float):
         super().__init__()
         half = dim // 2
@@ -430,7 +465,8 @@ class T2MIRFeedForward(nn.Module):
         (training only) and the bilinear map (a loss term only)."""
         unused_experts = sum((experts.up.shape[0] - router.top_k) * experts.parameters_per_expert()
                              for router, experts in ((self.token_router, self.token_experts), (self.task_router, self.task_experts)))
-        return unused_experts + self.token_router.noise.numel() + self.bilinear.numel()
+        noise_scales = sum(router.noise.numel() for router in (self.token_router, self.task_router) if router.noise is not None)
+        return unused_experts + noise_scales + self.bilinear.numel()
 
 
 def contrastive_task_loss(query: torch.Tensor, key: torch.Tensor, bilinear: torch.Tensor, task_ids: torch.Tensor) -> torch.Tensor:
@@ -452,10 +488,12 @@ def contrastive_task_loss(query: torch.Tensor, key: torch.Tensor, bilinear: torc
 
 def routing_losses(routing: list[Routing], task_ids: torch.Tensor | None) -> dict[str, torch.Tensor]:
     """The T2MIR layers' terms summed over layers, as the reference sums them: `balance_loss`, and with task ids
-    `contrastive_loss`."""
-    losses = {"balance_loss": sum(r.balance for r in routing)}
+    `contrastive_loss`. A T2MIR model has at least one such layer."""
+    balances = [r.balance for r in routing]
+    losses = {"balance_loss": sum(balances[1:], balances[0])}
     if task_ids is not None:
-        losses["contrastive_loss"] = sum(contrastive_task_loss(r.task_query, r.task_key, r.bilinear, task_ids) for r in routing)
+        contrastive = [contrastive_task_loss(r.task_query, r.task_key, r.bilinear, task_ids) for r in routing]
+        losses["contrastive_loss"] = sum(contrastive[1:], contrastive[0])
     return losses
 
 

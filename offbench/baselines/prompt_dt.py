@@ -18,7 +18,7 @@ baselines/prompt-dt/default.toml. Batches mix tasks (the sampler draws steps uni
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -27,6 +27,7 @@ from torch import nn
 from offbench.baselines.base import DatasetSpec, MicroBatching, TransformerShape, accumulate_backward, multi_task_spec
 from offbench.baselines.dt import DTConfig, DTPolicy, causal_bias, dt_blocks, real_steps
 from offbench.baselines.nets import (
+    Block,
     BoundedActions,
     Dropout,
     ObservationNormalizer,
@@ -127,7 +128,7 @@ class PromptDTModel(nn.Module):
         bias = causal_bias(prompt["mask"].repeat_interleave(3, dim=1))
         states = []
         for i, block in enumerate(self.blocks):
-            states.append(block.keys_values(x))
+            states.append(cast(Block, block).keys_values(x))  # dt_blocks holds Blocks
             if i < len(self.blocks) - 1:
                 x = block(x, bias)
         return states
@@ -153,7 +154,7 @@ class PromptDT(MicroBatching):
         self.config, self.spec, self.device = config, spec, torch.device(device)
         self.model = PromptDTModel(config, spec).to(self.device)
         self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay, betas=tuple(config.betas),
+            self.model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay, betas=(config.betas[0], config.betas[1]),
             fused=fused_adam(self.device),
         )
         warmup = max(1, config.warmup_steps)
@@ -230,7 +231,7 @@ class PromptDT(MicroBatching):
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
         self.optimizer.step()
         self.scheduler.step()
-        return {"action_loss": loss.item(), "learning_rate": self.scheduler.get_last_lr()[0]}
+        return {"action_loss": loss.item(), "learning_rate": float(self.scheduler.get_last_lr()[0])}
 
     @torch.no_grad()
     def task_prompt_states(self) -> PromptStates:
@@ -272,9 +273,12 @@ class PromptDTPolicy(DTPolicy):
     """DT's evaluation policy (the last K steps of every env row, left-padded like training), each row prompted
     with its task's evaluation prompt through the baseline's `act_rows` (HarmoDT's applies the task's mask)."""
 
+    dt: PromptDT
+
     def reset(self, num_envs: int) -> None:
         super().reset(num_envs)
         self.prompt_states = self.dt.task_prompt_states()
 
     def predict(self) -> torch.Tensor:
-        return self.dt.act_rows(self.context(), self.task_ids, self.prompt_states)
+        task_ids = cast(torch.Tensor, self.task_ids)  # PromptDT.policy refuses options without task ids
+        return self.dt.act_rows(self.context(), task_ids, self.prompt_states)

@@ -14,7 +14,14 @@ import torch
 from torch import nn
 
 from offbench.baselines.base import DatasetSpec
-from offbench.baselines.nets import ObservationNormalizer, flat_observation_dim, init_linear_, task_input_dim, with_task_onehot
+from offbench.baselines.nets import (
+    ObservationNormalizer,
+    action_bounds,
+    flat_observation_dim,
+    init_linear_,
+    task_input_dim,
+    with_task_onehot,
+)
 from offbench.errors import OffbenchError
 
 NUM_CRITICS = 2  # twin critics, the minimum of the two in targets (clipped double Q), as CORL's CQL and IQL
@@ -222,6 +229,9 @@ class DataTransform(nn.Module):
     task id's one-hot appended on multi-task data: `input_dim` wide), continuous actions affinely to [-1, 1]
     (the tanh range), rewards * scale + bias. Buffers, so they travel with state_dict() and .to(device)."""
 
+    act_center: torch.Tensor  # continuous actions only
+    act_half_range: torch.Tensor
+
     def __init__(self, spec: DatasetSpec, normalize_observations: bool, reward_scale: float, reward_bias: float):
         super().__init__()
         self.normalize = ObservationNormalizer(spec, eps=OBSERVATION_STD_EPS, enabled=normalize_observations)
@@ -230,8 +240,7 @@ class DataTransform(nn.Module):
         self.discrete = isinstance(spec.action_space, gym.spaces.Discrete)
         self.action_shape = tuple(spec.action_space.shape or ())
         if not self.discrete:
-            low = torch.as_tensor(spec.action_space.low, dtype=torch.float32).reshape(-1)
-            high = torch.as_tensor(spec.action_space.high, dtype=torch.float32).reshape(-1)
+            low, high = (torch.as_tensor(bound, dtype=torch.float32) for bound in action_bounds(spec))
             self.register_buffer("act_center", (high + low) / 2)
             self.register_buffer("act_half_range", (high - low) / 2)
         self.reward_scale, self.reward_bias = reward_scale, reward_bias
@@ -246,7 +255,7 @@ class DataTransform(nn.Module):
     def actions_from_unit(self, unit: torch.Tensor) -> torch.Tensor:
         return (unit * self.act_half_range + self.act_center).reshape(unit.shape[0], *self.action_shape)
 
-    def transitions(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    def transitions(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """(obs, actions, rewards, next_obs, not_done) in network units; actions int64 if discrete."""
         actions = batch["actions"].long().reshape(-1) if self.discrete else self.actions_to_unit(batch["actions"])
         task_ids = batch.get("task_ids")  # s and s' belong to the same task
