@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional, cast
 
 import typer
 
@@ -18,6 +18,7 @@ def export(
     """Write a dataset in a peer's format (never replaces an existing dataset)."""
     from offbench.data.formats import FORMATS
     from offbench.data.resolve import open_dataset
+    from offbench.data.store import EpisodeStore
 
     if format not in FORMATS:
         raise OffbenchError(f"unknown format '{format}' (known: {', '.join(FORMATS)})")
@@ -25,7 +26,7 @@ def export(
     store = dataset.store
     if not store.card.get("id"):  # data generated before ids were embedded: named as opened (the registered id)
         store.card = {**store.card, "id": dataset.id}
-    if store.read_in_place:
+    if not isinstance(store, EpisodeStore):  # read in place
         raise OffbenchError(f"{store.path}: {store.num_transitions:,} transitions read in place; offbench does not convert such a dataset to another format")
     target = FORMATS[format].export(store, out)
     typer.echo(f"wrote {format}: {target} ({store.num_episodes:,} episodes, {store.num_transitions:,} transitions)")
@@ -75,7 +76,8 @@ def import_mtdiff_command(
     store.card = card.to_dict()
     store.save(data_path)
     write_card(card, card_path)
-    typer.echo(f"{card.id}: {data_path} ({len(card.env.kwargs['tasks'])} tasks, {store.num_episodes:,} episodes, "
+    env_kwargs = cast(dict[str, Any], card.env.kwargs)  # import_mtdiff's card always lists its tasks there
+    typer.echo(f"{card.id}: {data_path} ({len(env_kwargs['tasks'])} tasks, {store.num_episodes:,} episodes, "
                f"{store.num_transitions:,} steps, env {card.env.id}); card {card_path}")
 
 

@@ -425,7 +425,8 @@ def fetchable_files(card: DatasetCard) -> list[RemoteFile]:
 def fetch_card(card: DatasetCard, target: Path, mirror: str | None = None, quiet: bool = False) -> Path:
     """Download a `files` / `minari_id` card's payload, verify it, convert it to the native file `target`. The
     caller (`resolve.ensure_local`) holds the dataset's lock, so no other process writes the same files."""
-    from offbench.data.formats import FORMATS, load_path
+    from offbench.data.formats import load_path
+    from offbench.data.store import EpisodeStore
 
     target = Path(target)
     mirror = mirror or os.environ.get("OFFBENCH_MIRROR") or None
@@ -453,7 +454,7 @@ def fetch_card(card: DatasetCard, target: Path, mirror: str | None = None, quiet
         raise OffbenchError(
             f"{exc}; this first download was not recorded and has been deleted: check {hint}, then run `offbench download {card.id}` again"
         ) from None
-    in_place = FORMATS[card.format].read_in_place  # too large to convert (XLand): the download is the dataset
+    in_place = not isinstance(store, EpisodeStore)  # too large to convert (XLand): the download is the dataset
     if not in_place:
         store.card = {**card.to_dict(), "import": store.card}
         store.save(target)

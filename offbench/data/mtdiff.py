@@ -154,7 +154,7 @@ def read_task(folder: Path, task_id: int, limit: int | None,
         arrays["next_observations"] = np.concatenate([e["next_observations"] for e in episodes]).astype(np.float32)
     extra = {
         "task_id": np.full(len(flags), task_id, np.int64),
-        "source_episode": np.repeat(np.array([int(EPISODE_FILE.fullmatch(p.name).group(1)) for p in files]), lengths),
+        "source_episode": np.repeat(np.arange(len(files)), lengths),  # episode_files gives 0.npz, 1.npz, ... in order
     }
     infos = {key: np.concatenate([e[key] for e in episodes]) for key in info_keys}
     store = from_d4rl_arrays(arrays, infos=infos, extra=extra, where=str(folder), name=folder.name)
