@@ -10,6 +10,15 @@ from __future__ import annotations
 
 import importlib
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # what `__getattr__` imports on first use, named here for type checkers only
+    from offbench.data.samplers import sampler
+    from offbench.evaluation.external import EvaluationResult
+    from offbench.evaluation.policy import Policy, PolicyOptions
+    from offbench.tracking.track import TrackedRun, evaluate, track
+
+    __version__: str
 
 _LAZY = {
     "sampler": "offbench.data.samplers",
