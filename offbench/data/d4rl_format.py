@@ -44,7 +44,7 @@ import h5py
 import numpy as np
 
 from offbench.data.spaces import space_from_json, space_to_json, widest_space
-from offbench.data.store import EpisodeStore, open_hdf5
+from offbench.data.store import EpisodeStore, hdf5_node, open_hdf5
 from offbench.errors import OffbenchError
 from offbench.utils import atomic_path, safe_component
 
@@ -83,8 +83,8 @@ def load_d4rl(path: Path) -> EpisodeStore:
         if missing:
             raise OffbenchError(f"{path}: not a complete D4RL file, missing {', '.join(missing)}")
         try:
-            arrays = {key: f[key][()] for key in STEP_KEYS if key in f}
-            groups = {name: _read_datasets(f[name]) if isinstance(f.get(name), h5py.Group) else {} for name in GROUPS}
+            arrays = {key: np.asarray(hdf5_node(f[key], h5py.Dataset)[()]) for key in STEP_KEYS if key in f}
+            groups = {name: _read_datasets(node) if isinstance(node := f.get(name), h5py.Group) else {} for name in GROUPS}
             extra = {
                 key: node[()]
                 for key, node in f.items()

@@ -46,14 +46,15 @@ import io
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import gymnasium as gym
 import h5py
 import numpy as np
+from gymnasium.envs.registration import EnvSpec
 
 from offbench.data.spaces import widest_space
-from offbench.data.store import EpisodeStore, open_hdf5
+from offbench.data.store import EpisodeStore, hdf5_node, open_hdf5
 from offbench.errors import OffbenchError, require
 from offbench.utils import atomic_dir
 
@@ -97,7 +98,7 @@ def space_to_minari(space: gym.Space) -> dict[str, Any]:
     raise OffbenchError(f"space {space} cannot be written in Minari's format")
 
 
-def _is_image_space(space: gym.Space) -> bool:
+def _is_image_space(space: gym.Space) -> TypeGuard[gym.spaces.Box]:
     """Minari's rule (minari.dataset.minari_storage.is_image_space) for which spaces it JPEG-encodes."""
     return (
         isinstance(space, gym.spaces.Box)
@@ -117,13 +118,15 @@ def _read_leaf(node: h5py.Dataset, space: gym.Space, jpeg: bool) -> np.ndarray:
     return node[()]
 
 
-def _read_flat(node: h5py.Group | h5py.Dataset, space: gym.Space, jpeg: bool) -> np.ndarray:
+def _read_flat(node: h5py.Group | h5py.Dataset | h5py.Datatype, space: gym.Space, jpeg: bool) -> np.ndarray:
     """Rows of a (possibly nested) space as a 2-D array in gymnasium.spaces.flatten's layout."""
     if isinstance(space, gym.spaces.Dict):
-        return np.concatenate([_read_flat(node[key], sub, jpeg) for key, sub in space.spaces.items()], axis=1)
+        group = hdf5_node(node, h5py.Group)
+        return np.concatenate([_read_flat(group[key], sub, jpeg) for key, sub in space.spaces.items()], axis=1)
     if isinstance(space, gym.spaces.Tuple):
-        return np.concatenate([_read_flat(node[f"_index_{i}"], sub, jpeg) for i, sub in enumerate(space.spaces)], axis=1)
-    rows = _read_leaf(node, space, jpeg)
+        group = hdf5_node(node, h5py.Group)
+        return np.concatenate([_read_flat(group[f"_index_{i}"], sub, jpeg) for i, sub in enumerate(space.spaces)], axis=1)
+    rows = _read_leaf(hdf5_node(node, h5py.Dataset), space, jpeg)
     if isinstance(space, gym.spaces.Discrete):
         return np.eye(int(space.n), dtype=space.dtype)[np.asarray(rows) - space.start]
     if isinstance(space, gym.spaces.MultiDiscrete):
@@ -139,10 +142,10 @@ def _flattened(space: gym.Space) -> gym.Space:
     return gym.spaces.flatten_space(space) if isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple)) else space
 
 
-def _read_space(node: h5py.Group | h5py.Dataset, space: gym.Space, flat_space: gym.Space, jpeg: bool) -> np.ndarray:
+def _read_space(node: h5py.Group | h5py.Dataset | h5py.Datatype, space: gym.Space, flat_space: gym.Space, jpeg: bool) -> np.ndarray:
     if isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple)):
         return _read_flat(node, space, jpeg).astype(flat_space.dtype, copy=False)
-    return _read_leaf(node, space, jpeg)
+    return _read_leaf(hdf5_node(node, h5py.Dataset), space, jpeg)
 
 
 # ---------------------------------------------------------------------------------------- detect
@@ -201,7 +204,7 @@ def _metadata_space(meta: dict[str, Any], key: str, meta_path: Path) -> gym.Spac
             return space_from_minari(json.loads(meta[key]) if isinstance(meta[key], str) else meta[key])
         if "env_spec" not in meta:
             raise OffbenchError(f"{meta_path}: missing metadata key {key} (and no env_spec to recover it from)")
-        spec = gym.envs.registration.EnvSpec.from_json(meta["env_spec"])
+        spec = EnvSpec.from_json(meta["env_spec"])
         return getattr(gym.make(spec), key)
     except OffbenchError:
         raise
@@ -371,11 +374,11 @@ def _env_spec_json(card: dict[str, Any]) -> str | None:
             text = gym.spec(env["id"]).to_json()
         else:
             env_id = env["id"] if "/" in env["id"] else f"{suite}/{env['id']}"
-            spec = gym.envs.registration.EnvSpec(
+            spec = EnvSpec(
                 env_id, FACTORY_ENTRY_POINT, kwargs={"env_spec": env}, order_enforce=False, disable_env_checker=True
             )
             text = spec.to_json()
-        gym.envs.registration.EnvSpec.from_json(text)
+        EnvSpec.from_json(text)
         return text
     except Exception:  # not registered here, or not JSON-serialisable: Minari then uses the stored spaces
         return None
