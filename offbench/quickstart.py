@@ -9,6 +9,7 @@ leaderboard and render its table, and draw the figures.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, cast
 
 from rich.console import Console
 
@@ -27,9 +28,10 @@ def sample_learning_histories(out: Path) -> Path:
     """Generate (first use) the small Dark Room histories, sample each batch kind, plot the source curve."""
     import offbench
     from offbench.data.samplers import make_sampler
+    from offbench.data.store import EpisodeStore
     from offbench.plotting.histories import plot_learning_histories
 
-    store = offbench.load(HISTORY_DATASET)
+    store = cast(EpisodeStore, offbench.load(HISTORY_DATASET))  # generated histories are native, never a file read in place
     learning = store.card.get("learning", {})
     console.print(
         f"{HISTORY_DATASET}: {store.num_episodes:,} episodes, {store.num_transitions:,} transitions, "
@@ -38,12 +40,13 @@ def sample_learning_histories(out: Path) -> Path:
         f"(optimum {learning.get('optimal_return', float('nan')):.2f})",
         highlight=False,
     )
-    for kind, options in (
+    sampler_options: tuple[tuple[str, dict[str, Any]], ...] = (  # each kind's own options (make_sampler's **opts)
         ("transitions", {}),
         ("segments", {"segment_length": 20}),
         ("ad_windows", {"window_length": 80}),
         ("dpt", {"context_size": 40}),
-    ):
+    )
+    for kind, options in sampler_options:
         batch = make_sampler(kind, store, batch_size=32, seed=0, **options).sample()
         shapes = ", ".join(f"{key} {tuple(value.shape)}" for key, value in batch.items())
         console.print(f"  {kind:<11} batch: {shapes}", highlight=False)

@@ -71,7 +71,7 @@ def score_matrices(scores: pd.DataFrame, datasets: list[str] | tuple[str, ...]) 
     seed counts differ between datasets, the row's lowest-numbered n seeds of each (n = its smallest count)."""
     out = {}
     for label, rows in scores.groupby("label", sort=True):
-        per_dataset = [rows[rows["dataset"] == d].sort_values("seed")["score"].to_numpy() for d in datasets]
+        per_dataset = [rows.loc[rows["dataset"] == d].sort_values("seed")["score"].to_numpy() for d in datasets]
         if all(len(v) for v in per_dataset):
             n = min(len(v) for v in per_dataset)
             out[str(label)] = np.stack([v[:n] for v in per_dataset], axis=1)

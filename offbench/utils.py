@@ -301,7 +301,7 @@ def progress_bar(
         *(TextColumn(f"{{task.fields[{name}]}}") for name in fields),
     )
     with Progress(*columns, console=console) as bar:
-        task = bar.add_task(label, total=total, completed=completed, **{name: "" for name in fields})
+        task = bar.add_task(label, start=True, total=total, completed=completed, visible=True, **{name: "" for name in fields})
         yield lambda n, **values: bar.update(task, advance=n, **values)
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from filelock import FileLock, Timeout
-from rich.console import Console, Group
+from rich.console import Console, Group, JustifyMethod
 from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
@@ -176,7 +176,8 @@ class Tracker:
     def table(self, title: str) -> Group:
         counts = " ".join(f"{s} {self.count(s)}" for s in (QUEUED, RUNNING, DONE, FAILED) if self.count(s) or s != FAILED)
         table = Table(box=None, header_style="bold", title=None)
-        for column, justify in (("run", "left"), ("state", "left"), ("step", "right"), ("rate", "right"), ("note", "left")):
+        columns: tuple[tuple[str, JustifyMethod], ...] = (("run", "left"), ("state", "left"), ("step", "right"), ("rate", "right"), ("note", "left"))
+        for column, justify in columns:
             table.add_column(column, justify=justify)
         shown = [r.name for r in self.runs if self.state[r.name] == RUNNING]
         shown += [r.name for r in self.runs if self.state[r.name] == FAILED]

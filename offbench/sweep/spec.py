@@ -41,7 +41,7 @@ import tomllib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import tomli_w
@@ -88,7 +88,7 @@ class Distribution:
         if self.log_uniform is not None:
             low, high = self.log_uniform
             return float(math.exp(rng.uniform(math.log(low), math.log(high))))
-        low, high = self.int_uniform  # check() leaves exactly one
+        low, high = cast(tuple[int, int], self.int_uniform)  # check() leaves exactly one kind set, and the others are None
         return int(rng.integers(low, high + 1))
 
 
@@ -265,13 +265,13 @@ def _protocol_values(pins: dict[str, Any], fixed: dict[str, Any], where: str, pa
     return values
 
 
-def _benchmark_terms(spec: SweepSpec, path: Path) -> tuple[tuple[str, ...], dict[str, dict[str, Any]]]:
-    """The datasets a spec on a benchmark runs (its own, or the benchmark's) and the config values the benchmark's
-    protocol pins for each baseline; a dataset not the benchmark's, or a varied key the protocol pins, is an error."""
+def _benchmark_terms(spec: SweepSpec, benchmark: str, path: Path) -> tuple[tuple[str, ...], dict[str, dict[str, Any]]]:
+    """The datasets a spec on `benchmark` (its `benchmark` key) runs (its own, or the benchmark's) and the config values the
+    benchmark's protocol pins for each baseline; a dataset not the benchmark's, or a varied key the protocol pins, is an error."""
     from offbench.leaderboard.spec import load_spec
 
-    bench = load_spec(spec.benchmark)
-    where = f"benchmark {spec.benchmark}'s protocol"
+    bench = load_spec(benchmark)
+    where = f"benchmark {benchmark}'s protocol"
     protocol = {baseline: _protocol_values(bench.protocol_for(baseline), spec.set, f"{where} for {baseline}", path)
                 for baseline in spec.baselines}
     pinned = sorted(spec.varied_keys() & set().union(*protocol.values()))
@@ -280,7 +280,7 @@ def _benchmark_terms(spec: SweepSpec, path: Path) -> tuple[tuple[str, ...], dict
     datasets = spec.datasets or tuple(bench.datasets)
     outside = [d for d in datasets if d not in bench.datasets]
     if outside:
-        raise OffbenchError(f"{path}: dataset '{outside[0]}' is not one of benchmark {spec.benchmark}'s ({', '.join(bench.datasets)})")
+        raise OffbenchError(f"{path}: dataset '{outside[0]}' is not one of benchmark {benchmark}'s ({', '.join(bench.datasets)})")
     return datasets, protocol
 
 
@@ -327,7 +327,7 @@ def load_sweep(path: str | Path, max_runs: int = MAX_RUNS) -> Sweep:
     except tomllib.TOMLDecodeError as exc:
         raise OffbenchError(f"{path}: malformed TOML ({exc})") from None
     spec = records.from_dict(SweepSpec, {"name": path.stem, **data}, str(path))  # the default name is checked as a given one
-    datasets, protocol = _benchmark_terms(spec, path) if spec.benchmark else (spec.datasets or (), {})
+    datasets, protocol = _benchmark_terms(spec, spec.benchmark, path) if spec.benchmark else (spec.datasets or (), {})
     sweep = Sweep(path, spec, datasets, protocol, _config_file(spec, path))
     _check_size(sweep, max_runs)
     return sweep
