@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import h5py
+import h5py.h5o  # a submodule h5py's __init__ does not import
 import numpy as np
 
+from offbench.data.store import hdf5_node
 from offbench.data.xland.codec import VIEW
 from offbench.data.xland.file_facts import LAYOUT_CHECKED, recall, remember
 from offbench.errors import OffbenchError
@@ -195,9 +197,10 @@ def _scan_dataset(ds: h5py.h5d.DatasetID, here: str, name: str, dtype: np.dtype,
 
 def group0_layout(f: h5py.File) -> Layout:
     """The shape of a file that passed `scan_layout` before, from group 0 alone (attributes left out)."""
-    first = f["0"]
-    histories, steps = (int(n) for n in first["rewards"].shape)
-    return Layout(len(f), histories, steps, {"states": first["states"].chunks}, {"states": first["states"].compression}, None)
+    first = hdf5_node(f["0"], h5py.Group)
+    rewards, states = (hdf5_node(first[name], h5py.Dataset) for name in ("rewards", "states"))
+    histories, steps = (int(n) for n in rewards.shape)
+    return Layout(len(f), histories, steps, {"states": states.chunks}, {"states": states.compression}, None)
 
 
 def checked_layout(path: Path, remembered: bool = True) -> Layout:

@@ -13,6 +13,7 @@ from typing import Any
 import h5py
 import numpy as np
 
+from offbench.data.store import hdf5_node
 from offbench.data.xland.codec import NUM_ACTIONS, NUM_COLORS, NUM_TILES
 from offbench.errors import OffbenchError
 
@@ -65,7 +66,7 @@ class ChunkReader:
     def _reset(self) -> None:
         self._file: h5py.File | None = None
         self._pid = -1
-        self._datasets: dict[tuple[int, str], tuple[h5py.Dataset, bool]] = {}
+        self._datasets: dict[tuple[int, str], tuple[h5py.Dataset, tuple[int, ...], bool, np.dtype, int]] = {}
         self._cache: OrderedDict[tuple[int, str, int, int], np.ndarray] = OrderedDict()
         self._cached_bytes = 0
         self.hits = 0
@@ -98,7 +99,7 @@ class ChunkReader:
         if self._pid != os.getpid():  # a forked child: drop the parent's handle, datasets and cache
             self.file()
         if key not in self._datasets:
-            ds = self.file()[f"{task}/{name}"]
+            ds = hdf5_node(self.file()[f"{task}/{name}"], h5py.Dataset)
             plain_gzip = ds.chunks is not None and ds.compression == "gzip" and not ds.shuffle and not ds.fletcher32 and ds.scaleoffset is None
             chunks = ds.chunks or ds.shape
             self._datasets[key] = (ds, chunks, plain_gzip, ds.dtype, int(np.prod(chunks)) * ds.dtype.itemsize)
