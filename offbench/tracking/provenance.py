@@ -137,6 +137,8 @@ def _import_script(spec: dict[str, Any]) -> Any:
     if name in sys.modules:
         return sys.modules[name]
     loaded = importlib.util.spec_from_file_location(name, path)
+    if loaded is None or loaded.loader is None:
+        raise OffbenchError(f"{path}: not a Python file that can be imported (the script that defines {spec.get('qualname')})")
     module = importlib.util.module_from_spec(loaded)
     sys.modules[name] = module
     try:

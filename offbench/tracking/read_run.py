@@ -170,8 +170,11 @@ class FinishedRun:
         }
 
     def entry(self, which: str) -> SummaryEntry:
-        """summary.json's `final` or `best` (read_run refuses a run without them)."""
-        return self.result.final if which == "final" else self.result.best
+        """summary.json's `final` or `best` (read_run refuses a run without them, through this)."""
+        entry = self.result.final if which == "final" else self.result.best
+        if entry is None:
+            raise _bad_summary(self, f"'{which}' needs at least a 'step'")
+        return entry
 
     def score(self, field: str, which: str) -> Any:
         """summary.json's `final` or `best` value of one field (may be None; callers check)."""
@@ -267,8 +270,9 @@ def _check_summary(run: FinishedRun) -> None:
         raise _bad_summary(run, f"steps {summary.steps} differ from the last evaluation's step {last} (every run is evaluated at its last step)")
     for which in ("final", "best"):
         _check_entry(run, which)
-    if summary.final.step != last:
-        raise _bad_summary(run, f"final step {summary.final.step} is not the last evaluation (step {last})")
+    final = run.entry("final")
+    if final.step != last:
+        raise _bad_summary(run, f"final step {final.step} is not the last evaluation (step {last})")
 
 
 def _bad_summary(run: FinishedRun, detail: str) -> Refused:
@@ -278,8 +282,6 @@ def _bad_summary(run: FinishedRun, detail: str) -> Refused:
 def _check_entry(run: FinishedRun, which: str) -> None:
     """summary.json `final` or `best` is a line of evaluations.jsonl at the headline target, and agrees with it."""
     entry = run.entry(which)
-    if entry is None:
-        raise _bad_summary(run, f"'{which}' needs at least a 'step'")
     if entry.target_return != run.headline_target:
         raise _bad_summary(run, f"{which}.target_return {entry.target_return!r} is not the headline target {run.headline_target!r}")
     line = next((line for line in run.lines if (line.step, line.target_return) == (entry.step, run.headline_target)), None)
@@ -329,7 +331,9 @@ def _check_episodes(returns: list[float], rate: float | None, episodes: int, ref
 
 
 def _same_rate(recorded: float | None, expected: float | None) -> bool:
-    return (recorded is None) == (expected is None) and (expected is None or same_number(recorded, expected))
+    if recorded is None or expected is None:
+        return recorded is None and expected is None
+    return same_number(recorded, expected)
 
 
 def _check_per_task(line: EvaluationRecord, tasks: Any, episodes: int, refuse: Refuse) -> None:
@@ -373,19 +377,19 @@ def _check_in_context(line: EvaluationRecord, episodes: int, task_ids: list[int]
     if task_ids is not None and len(line.returns) != len(task_ids):
         raise refuse("consistency", f"{len(line.returns)} returns, but run.json evaluates {len(task_ids)} tasks (one return each)")
     if line.task_returns is not None:
-        _check_task_returns(line, episodes, refuse)
+        _check_task_returns(line.task_returns, line.returns, curve, episodes, refuse)
     if line.regret is not None:
         regret_curve = line.in_context_regret
         if regret_curve is None or len(regret_curve) != episodes or not same_number(regret_curve[-1], line.regret):
             raise refuse("consistency", f"regret {line.regret} is not the end of in_context_regret (one value per episode)")
 
 
-def _check_task_returns(line: EvaluationRecord, episodes: int, refuse: Refuse) -> None:
-    """In-context `task_returns`: per task, one return per episode, the last in `returns`; their mean is the curve."""
-    rows = line.task_returns
-    if len(rows) != len(line.returns):
+def _check_task_returns(rows: list[list[float]], returns: list[float], curve: list[float], episodes: int, refuse: Refuse) -> None:
+    """In-context `task_returns` (`rows`): per task, one return per episode, the last in `returns`; their mean is the
+    `in_context_returns` curve."""
+    if len(rows) != len(returns):
         raise refuse("consistency", "'task_returns' needs one list of returns per task")
-    if any(len(r) != episodes for r in rows) or any(not same_number(r[-1], last) for r, last in zip(rows, line.returns)):
+    if any(len(r) != episodes for r in rows) or any(not same_number(r[-1], last) for r, last in zip(rows, returns)):
         raise refuse("consistency", "'task_returns' rows must have one return per in-context episode, the last equal to 'returns'")
-    if not all(same_number(sum(column) / len(column), mean) for column, mean in zip(zip(*rows), line.in_context_returns)):
+    if not all(same_number(sum(column) / len(column), mean) for column, mean in zip(zip(*rows), curve)):
         raise refuse("consistency", "in_context_returns is not the mean over tasks of task_returns")

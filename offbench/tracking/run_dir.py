@@ -8,7 +8,7 @@ import os
 import platform
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,16 @@ from offbench.evaluation.results import LOWER_IS_BETTER, EvaluationRecord, Evalu
 from offbench.records import from_dict, to_dict
 from offbench.tracking.read_run import evaluation_records, read_evaluations
 from offbench.tracking.run_files import (
-    RUN_FILE, SCHEMA, SUMMARY_FILE, CodeVersion, DatasetRecord, EnvironmentInfo, MethodRecord, RunRecord, RunSummary, SummaryEntry,
+    RUN_FILE,
+    SCHEMA,
+    SUMMARY_FILE,
+    CodeVersion,
+    DatasetRecord,
+    EnvironmentInfo,
+    MethodRecord,
+    RunRecord,
+    RunSummary,
+    SummaryEntry,
 )
 from offbench.utils import atomic_write_json, ensure_dir, user_fixable_write_errors
 
@@ -128,7 +137,7 @@ def write_run_json(run_dir: Path, record: RunRecord | Mapping[str, Any]) -> None
 
 
 def new_run_record(run_dir: Path, *, baseline: str, method: MethodRecord, dataset: Any, seed: int, config: dict[str, Any],
-                   config_sources: list[str], device: str, evaluation: EvaluationSettings, loggers: list[str] = ()) -> RunRecord:
+                   config_sources: list[str], device: str, evaluation: EvaluationSettings, loggers: Sequence[str] = ()) -> RunRecord:
     """run.json of a new run, whoever runs it (the trainer, `offbench.track`, `offbench.evaluate`): `dataset` is
     an opened `offbench.data.resolve.Dataset`."""
     return RunRecord(

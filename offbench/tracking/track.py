@@ -22,9 +22,9 @@ from offbench.evaluation.protocols import EvaluationSetup, build_protocol, proto
 from offbench.records import to_dict
 from offbench.tracking import run_dir as rd
 from offbench.tracking.loggers import LocalFiles
+from offbench.tracking.provenance import caller_frame, loader_of, source_of
 from offbench.tracking.read_run import read_evaluations
 from offbench.tracking.run_files import CHECKPOINT, LoaderRecord, MethodRecord, SourceRecord
-from offbench.tracking.provenance import caller_frame, loader_of, source_of
 from offbench.utils import atomic_write_bytes, ensure_dir, safe_component
 
 DEFAULT_EPISODES = 10  # the trainer's default eval_episodes (offbench.training.config.TrainConfig)
@@ -34,7 +34,9 @@ def open_for_evaluation(dataset: Any):
     """An id, a path, or a store `offbench.load` returned (opened again by its card's id, which brings the card)."""
     from offbench.data.resolve import open_dataset
 
-    if not isinstance(dataset, (str, os.PathLike)):
+    if isinstance(dataset, os.PathLike):
+        return open_dataset(Path(dataset))
+    if not isinstance(dataset, str):
         card = getattr(dataset, "card", None)
         if not isinstance(card, dict) or not card.get("id"):
             raise OffbenchError(f"dataset {type(dataset).__name__}: pass a registered id or a path (this store has no card to evaluate with)")
