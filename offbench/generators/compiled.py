@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from typing import Callable
 
 import numpy as np
 
@@ -94,7 +95,9 @@ def _span_loop(n, horizon, num_episodes, step0, state, start, t, episode, finish
         state[r], t[r], episode[r] = s, tr, er
 
 
-_greedy = _span = None  # numba's compiled _first_argmax and _span_loop, made on first use (see kernel())
+# The argmax _span_loop calls: numba's compiled _first_argmax from kernel() on, the Python one until then
+_greedy: Callable[[np.ndarray, int], int] = _first_argmax
+_span = None  # numba's compiled _span_loop, made on first use (see kernel())
 
 
 def kernel():
@@ -160,5 +163,5 @@ def compile_loop() -> None:
     u, random_actions = np.ones((rows, 1)), np.zeros((rows, 1), np.int64)
     for learn in (True, False):  # one compiled signature serves both sources
         tables = (np.ones(1), np.zeros((states, actions)), np.zeros(states, np.int64), learn, next_flat, rewards, terminal, 0.1, 0.9)
-        per_row = [np.zeros(rows, np.int64) for _ in range(5)]  # state, start, t, episode, finished_at
-        run_span(1, 1, 1, 0, *per_row, np.empty((rows, 1), np.int64), np.empty((rows, 1), bool), 0, u, random_actions, 0, tables)
+        state, start, t, episode, finished_at = (np.zeros(rows, np.int64) for _ in range(5))
+        run_span(1, 1, 1, 0, state, start, t, episode, finished_at, np.empty((rows, 1), np.int64), np.empty((rows, 1), bool), 0, u, random_actions, 0, tables)
