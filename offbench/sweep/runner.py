@@ -15,6 +15,8 @@ import json
 import os
 import time
 from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,7 +32,7 @@ from offbench.sweep.executors import EXIT_BAD_INPUT, Executor, Job, Outcome, for
 from offbench.sweep.spec import PlannedRun, Sweep
 from offbench.tracking.read_run import is_number, read_run_json
 from offbench.tracking.run_files import RUN_FILE, SUMMARY_FILE
-from offbench.utils import atomic_write_json, ensure_dir
+from offbench.utils import PLAIN_PROGRESS_EVERY_S, atomic_write_json, ensure_dir
 
 if TYPE_CHECKING:  # the leaderboard is imported by --submit alone
     from offbench.leaderboard.spec import BenchmarkSpec
@@ -225,7 +227,7 @@ def _execute_locked(spec, runs, folder, executor, console, retries) -> Tracker:
     by_name = {run.name: run for run in runs}
     title = f"sweep {spec.name} ({len(runs)} runs, {executor.slots} at once, {executor.threads} thread(s) each) -> {folder}"
     begin = time.monotonic()
-    with Live(tracker.table(title), console=console, refresh_per_second=2, transient=False) as live:
+    with _display(console, tracker, title) as show:
         try:
             while queue or tracker.count(RUNNING):
                 while queue and tracker.count(RUNNING) < executor.slots:
@@ -234,19 +236,49 @@ def _execute_locked(spec, runs, folder, executor, console, retries) -> Tracker:
                     tracker.state[run.name] = RUNNING
                 for ended in executor.wait(timeout=0.5):
                     _settle(tracker, by_name[ended.name], ended, retries, queue)
-                live.update(tracker.table(title))
+                    show(ended=ended.name)
+                show()
         except KeyboardInterrupt:
             executor.stop()
             for name, state in tracker.state.items():
                 if state == RUNNING:
                     tracker.state[name] = STOPPED
-            live.update(tracker.table(title))
+            show()
             tracker.save()
             raise
         finally:
             tracker.wall_s = time.monotonic() - begin
     tracker.save()
     return tracker
+
+
+@contextmanager
+def _display(console: Console, tracker: Tracker, title: str) -> Iterator[Callable[..., None]]:
+    """Yields `show(ended=None)`, called after each poll and with the name of each run that ended. On a terminal: the
+    live table. Off one (a log file under SLURM, a pipe): one plain line per run that ended, and the counts every
+    PLAIN_PROGRESS_EVERY_S seconds, so a log shows progress before the sweep ends."""
+    if console.is_terminal:
+        with Live(tracker.table(title), console=console, refresh_per_second=2, transient=False) as live:
+            yield lambda ended=None: live.update(tracker.table(title))
+        return
+    console.print(title, highlight=False, markup=False, soft_wrap=True)
+    last = time.monotonic()
+
+    def show(ended: str | None = None) -> None:
+        nonlocal last
+        now = time.monotonic()
+        if ended is not None:
+            state = tracker.state[ended]
+            note = f": {tracker.errors[ended]}" if ended in tracker.errors and state != DONE else ""
+            console.print(f"{time.strftime('%H:%M:%S')} {ended} {state}{note}", highlight=False, markup=False, soft_wrap=True)
+        elif now - last >= PLAIN_PROGRESS_EVERY_S:
+            counts = ", ".join(f"{tracker.count(s)} {s}" for s in (DONE, RUNNING, QUEUED, FAILED) if tracker.count(s))
+            console.print(f"{time.strftime('%H:%M:%S')} {counts}", highlight=False, markup=False, soft_wrap=True)
+        else:
+            return
+        last = now
+
+    yield show
 
 
 def _settle(tracker: Tracker, run: PlannedRun, ended: Outcome, retries: int, queue: deque[PlannedRun]) -> None:
@@ -266,10 +298,7 @@ def _settle(tracker: Tracker, run: PlannedRun, ended: Outcome, retries: int, que
 
 
 def print_summary(tracker: Tracker, console: Console) -> None:
-    """Counts, this invocation's throughput, then one line per failed run with its error. Off a terminal the live
-    table's last frame ends without a newline, so the summary starts its own line."""
-    if not console.is_terminal:
-        console.print()
+    """Counts, this invocation's throughput, then one line per failed run with its error."""
     rate = f", {3600 * len(tracker.finished) / tracker.wall_s:.0f} runs/hour" if tracker.finished and tracker.wall_s else ""
     counts = ", ".join(f"{tracker.count(s)} {s}" for s in (DONE, FAILED, STOPPED, QUEUED) if tracker.count(s) or s == DONE)
     console.print(f"[bold]summary[/]: {counts} ({len(tracker.finished)} finished in this sweep's {tracker.wall_s:.0f} s{rate}); "

@@ -176,3 +176,22 @@ def test_ctrl_c_stops_the_runs_cleanly_and_the_next_invocation_continues(pendulu
     code, _, err = cli("sweep", spec, "--runs", tmp_path / "runs")
     assert code == 0, err
     assert json.loads((tmp_path / "runs" / name / "run.json").read_text())["resumes"][0]["from_step"] >= 300
+
+
+def test_off_a_terminal_each_ended_run_and_the_counts_are_plain_lines(tmp_path, monkeypatch):
+    """A sweep logging to a file (SLURM) says what happened as it happens, not one table frame at the end."""
+    import io
+
+    monkeypatch.setattr(runner, "PLAIN_PROGRESS_EVERY_S", 0.0)
+    spec = load_sweep(write_spec(tmp_path, seeds=(0, 1), extra="retries = 0\n"))
+    runs = spec.expand()
+    pool = ScriptedExecutor(tmp_path / "runs", {runs[0].name: [0], runs[1].name: [1]})
+    log = io.StringIO()  # not a terminal
+    tracker = runner.execute(spec, runs, tmp_path / "runs", pool, Console(file=log, width=200))
+    runner.print_summary(tracker, Console(file=log, width=200))
+    lines = log.getvalue().splitlines()
+    assert "\x1b[" not in log.getvalue()
+    assert any(line.endswith(f"{runs[0].name} done") for line in lines)
+    assert any(line.endswith(f"{runs[1].name} failed: error 1") for line in lines)
+    assert any(line[8:].startswith(" 1 done, 1 failed") for line in lines)  # the periodic counts
+    assert lines[-2].startswith("summary: 1 done, 1 failed")  # its own line, then the failed run's
