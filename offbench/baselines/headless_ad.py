@@ -30,10 +30,12 @@ Where this differs from the reference code:
   positions, RMSNorm and LLaMA MLPs.
 
 Variable action spaces: a batch may carry `num_actions` (B,), the actions available in each row's sequence
-(the first `num_actions[i]` indices); without it every row has the dataset's `spec.action_dim`. The policy acts
-with `num_actions` actions per row (`HeadlessAD.policy(options, num_actions=...)`, by default the dataset's), any
-number up to `embedding_dim`: it draws one set of embeddings per row at `reset` (seeded with the run's seed, so
-evaluations repeat) and keeps it for the whole evaluation. Evaluation sees the last `context_steps` steps of its
+(the first `num_actions[i]` indices; the `ad_windows` sampler adds it from a dataset's num_actions column, as
+bandit histories of several arm counts have); without it every row has the dataset's `spec.action_dim`. The
+policy acts with `PolicyOptions.num_actions` actions per row (in-context evaluation gives the environment's; by
+default the dataset's), any number up to `embedding_dim`: it draws one set of embeddings per row at `reset`
+(seeded with the run's seed, so evaluations repeat) and keeps it for the whole evaluation. `variable_actions = True`
+tells the in-context protocol to accept held-out tasks with another action count than the data's. Evaluation sees the last `context_steps` steps of its
 history (a sliding window, recomputed every step: the prompt's two-way attention leaves no causal cache to extend).
 
 Training draws a batch's embeddings before any split into micro-batches (`TrainConfig.micro_batch`), and each
@@ -160,6 +162,7 @@ class HeadlessAD(MicroBatching):
     action_kinds = ("discrete",)
     evaluation_protocols = ("in-context",)
     return_conditioned = False
+    variable_actions = True  # acts in action spaces of other sizes than the data's (evaluation/protocols.py, InContext.check)
     evaluation_seed = 0  # seeds its policies' action embeddings and sampled actions; a run sets its own seed (offbench/training/trainer.py)
 
     def __init__(self, config: HeadlessADConfig, spec: DatasetSpec, device: str | torch.device = "cpu"):
@@ -211,10 +214,10 @@ class HeadlessAD(MicroBatching):
         self.scheduler.step()
         return {"contrastive_loss": logged["loss"].item(), "accuracy": logged["accuracy"].item(), "learning_rate": self.scheduler.get_last_lr()[0]}
 
-    def policy(self, options: PolicyOptions, num_actions: int | np.ndarray | None = None) -> HeadlessADPolicy:
-        """A policy acting with `num_actions` available actions per row (one number, or one per row; by default the
-        dataset's): actions 0 .. num_actions - 1 of each row."""
-        return HeadlessADPolicy(self, self.spec.action_dim if num_actions is None else num_actions, options.deterministic)
+    def policy(self, options: PolicyOptions) -> HeadlessADPolicy:
+        """A policy acting with `options.num_actions` available actions per row (by default the dataset's):
+        actions 0 .. num_actions - 1 of each row."""
+        return HeadlessADPolicy(self, self.spec.action_dim if options.num_actions is None else options.num_actions, options.deterministic)
 
     def state_dict(self) -> dict[str, Any]:
         return part_states(model=self.model, optimizer=self.optimizer, scheduler=self.scheduler)

@@ -21,6 +21,8 @@ class PolicyOptions:
     target_return: float | np.ndarray | None = None  # return-conditioned baselines: one number, or one per row
     deterministic: bool = True  # greedy / mean action; False samples from the policy's distribution
     row_labels: tuple[str, ...] | None = None  # what each row plays ("episode 3 (seed 10003)"): named in errors about a row
+    num_actions: np.ndarray | None = None  # (num_envs,) actions of each row's environment (the first ones of the action
+    # space), from in-context evaluation: a baseline for variable action spaces (`variable_actions = True`) acts on them
 
 
 @runtime_checkable

@@ -66,8 +66,9 @@ class EvaluationSetup:
 class EvaluationProtocol(Protocol):
     name: str
 
-    def check(self, spec: DatasetSpec) -> None:
-        """Before training: the environment builds and matches the data (one-line OffbenchError otherwise)."""
+    def check(self, spec: DatasetSpec, baseline_cls: type | None = None) -> None:
+        """Before training: the environment builds and matches the data (one-line OffbenchError otherwise), or
+        acts on another number of actions for a `baseline_cls` that declares `variable_actions = True` (in context)."""
 
     def describe(self) -> EvaluationSettings:
         """run.json's `evaluation` block."""
@@ -129,7 +130,7 @@ class SingleTask:
     def __init__(self, setup: EvaluationSetup):
         self.setup = setup
 
-    def check(self, spec: DatasetSpec) -> None:
+    def check(self, spec: DatasetSpec, baseline_cls: type | None = None) -> None:
         from offbench.envs.factory import make_env
 
         env_spec = _needs_env(self.setup)
@@ -177,7 +178,7 @@ class MultiTask:
         self.setup = setup
         self.tasks = task_names(_needs_env(setup)) if setup.env_spec else []
 
-    def check(self, spec: DatasetSpec) -> None:
+    def check(self, spec: DatasetSpec, baseline_cls: type | None = None) -> None:
         from offbench.envs.factory import make_env
 
         env_spec = _needs_env(self.setup)
@@ -324,14 +325,30 @@ class InContext:
 
         return make_batch_env(_needs_env(self.setup), self.task_list, seed=evaluation_seed(self.setup.seed, 0))
 
-    def check(self, spec: DatasetSpec) -> None:
+    def check(self, spec: DatasetSpec, baseline_cls: type | None = None) -> None:
+        """Also: the tasks evaluated have one arm count, which may differ from the data's only for a baseline for
+        variable action spaces (`variable_actions = True`: Headless-AD)."""
+        from offbench.envs.benchmarks import arm_runs
+
         if not self.task_list:
             raise OffbenchError(f"{self.setup.card.id}: the card's split has no {self.setup.tasks} tasks to evaluate in context")
+        if len(arm_runs(self.task_list)) > 2:
+            counts = sorted({len(task["means"]) for task in self.task_list})
+            raise OffbenchError(f"{self.setup.card.id}: its {self.setup.tasks} tasks have {', '.join(map(str, counts))} arms, and in-context "
+                                "evaluation runs one arm count (evaluate the held-out tasks)")
         env = self.make_env()
-        _check_shapes(self.setup.card.id, self.setup.env_spec["id"], [
-            ("observation", env.single_observation_space.shape, spec.observation_space.shape),
-            ("action", (env.num_actions,), _space_shape(spec.action_space)),
-        ])
+        _check_shapes(self.setup.card.id, self.setup.env_spec["id"], [("observation", env.single_observation_space.shape, spec.observation_space.shape)])
+        data_actions = _space_shape(spec.action_space)
+        if data_actions == (env.num_actions,) or (spec.discrete and getattr(baseline_cls, "variable_actions", False)):
+            return
+        if not spec.discrete:
+            _check_shapes(self.setup.card.id, self.setup.env_spec["id"], [("action", (env.num_actions,), data_actions)])
+        from offbench.baselines import baseline_names, get_baseline
+
+        variable = [name for name in baseline_names() if getattr(get_baseline(name), "variable_actions", False)]
+        name = getattr(baseline_cls, "name", "this baseline")
+        raise OffbenchError(f"{self.setup.card.id}: {name} is trained on {data_actions[0]} actions and the {self.setup.tasks} tasks have "
+                            f"{env.num_actions}; it acts only in the action space it trained on (for another size: {', '.join(variable)})")
 
     def describe(self) -> EvaluationSettings:
         return self.setup.settings(self.name, in_context_episodes=self.setup.episodes, tasks=self.setup.tasks, task_ids=self.task_ids,
@@ -340,7 +357,8 @@ class InContext:
     def evaluate(self, baseline: Any, step: int) -> list[dict[str, Any]]:
         env = self.make_env()
         options = PolicyOptions(task_ids=np.asarray(self.task_ids, dtype=np.int64), deterministic=self.setup.deterministic,
-                                row_labels=tuple(f"{self.setup.tasks} task {task_id}" for task_id in self.task_ids))
+                                row_labels=tuple(f"{self.setup.tasks} task {task_id}" for task_id in self.task_ids),
+                                num_actions=np.full(env.num_envs, env.num_actions, dtype=np.int64))
         policy = baseline.policy(options)
         results = run_in_context(policy, env, self.setup.episodes)
         optimal = np.asarray(env.optimal_returns, dtype=np.float64)

@@ -8,7 +8,9 @@ stored history by history, episodes in order, so a sampler can cut windows that 
 boundaries (what Algorithm Distillation trains on).
 
 Per-step columns besides the core arrays: task_id (position in the card's split.train), history_id,
-episode_in_history, optimal_action (the exact optimal action in the state, DPT's label).
+episode_in_history, optimal_action (the exact optimal action in the state, DPT's label), and on bandit data of
+several arm counts (a recipe's `num_arms` a list) num_actions, the arms of the step's task: the dataset's action
+space has the most arms, a task of fewer uses the first ones. Each batch of histories has one arm count.
 
 The generator checks that learning happened: per history, the mean score of the first and the last
 tenth of its episodes (score = return; for bandits the mean of the pulled arm, which removes reward
@@ -37,7 +39,7 @@ import numpy as np
 from rich.console import Console
 
 from offbench.data.store import EpisodeStore, Region, allocate_native, finish_native, load_native
-from offbench.envs.benchmarks import BENCHMARKS, Benchmark, get_benchmark, split_tasks
+from offbench.envs.benchmarks import BENCHMARKS, Benchmark, arm_runs, get_benchmark, split_tasks
 from offbench.errors import OffbenchError
 from offbench.generators import register_generator
 from offbench.generators.compiled import compile_loop, selected_loop
@@ -74,6 +76,8 @@ class HistoryRecipe:
     variant: str | None = None
     allow_unlearned: bool = False
     hyperparameters: dict[str, float] = field(default_factory=dict)
+    num_arms: int | tuple[int, ...] | None = None  # bandits: the training tasks' arm count, or counts (a mixed dataset)
+    held_out_arms: int | None = None  # bandits: the held-out tasks' arm count
 
     @classmethod
     def from_params(cls, benchmark: str, params: dict[str, Any]) -> HistoryRecipe:
@@ -102,6 +106,8 @@ class HistoryRecipe:
             variant=None if variant is None else str(variant),
             allow_unlearned=bool(params.get("allow_unlearned", False)),
             hyperparameters=dict(params.get("hyperparameters", {})),
+            num_arms=_arm_counts(params.get("num_arms")),
+            held_out_arms=None if params.get("held_out_arms") is None else _integer(params, "held_out_arms"),
         )
         recipe._check(bench)
         return recipe
@@ -125,6 +131,12 @@ class HistoryRecipe:
         if self.variant is not None and self.variant not in bench.variants:
             choices = ", ".join(bench.variants) or "none"
             raise OffbenchError(f"unknown variant '{self.variant}' for {bench.name} (choose from: {choices})")
+        arms = {"num-arms": self.num_arms, "held-out-arms": self.held_out_arms}
+        if any(value is not None for value in arms.values()) and "num_arms" not in bench.split_kwargs:
+            raise OffbenchError(f"{bench.name} has no arms: num-arms and held-out-arms apply to the bandits only")
+        for name, value in arms.items():
+            if any(count < 2 for count in np.atleast_1d(value if value is not None else 2)):
+                raise OffbenchError(f"{name} must be at least 2 (a bandit needs two arms to choose from), got {value}")
         try:
             make_config(self.algo, self.hyperparameters)
         except (TypeError, ValueError) as exc:
@@ -133,10 +145,22 @@ class HistoryRecipe:
     def to_params(self) -> dict[str, Any]:
         """TOML-ready recipe parameters (defaults that change nothing are left out)."""
         params = {k: v for k, v in asdict(self).items() if k != "benchmark"}
-        for key, unset in (("variant", None), ("allow_unlearned", False), ("hyperparameters", {})):
+        for key, unset in (("variant", None), ("allow_unlearned", False), ("hyperparameters", {}), ("num_arms", None), ("held_out_arms", None)):
             if params[key] == unset:
                 del params[key]
+        if isinstance(self.num_arms, tuple):
+            params["num_arms"] = list(self.num_arms)
         return params
+
+    @property
+    def mixed_arms(self) -> bool:
+        """Training tasks of several arm counts (`num_arms` a list): the dataset gets a per-step num_actions column."""
+        return isinstance(self.num_arms, tuple)
+
+    def split(self) -> tuple[list[dict], list[dict]]:
+        """The (train, held_out) tasks of the recipe (`split_tasks`)."""
+        return split_tasks(get_benchmark(self.benchmark), self.tasks, self.held_out, self.split_seed, self.variant,
+                           None if self.num_arms is None else (list(self.num_arms) if self.mixed_arms else self.num_arms), self.held_out_arms)
 
     @property
     def source_learns(self) -> bool:
@@ -152,7 +176,8 @@ class HistoryRecipe:
     def optimal_returns(self, tasks: list[dict]) -> np.ndarray:
         """The optimal return of each task's episodes as the card's environment runs them (its own horizon, the one
         evaluation uses), also for a roll-in whose own episodes are one step long (their optimum would say 0)."""
-        return np.asarray(get_benchmark(self.benchmark).make_batch(tasks).optimal_returns, np.float64)
+        runs, bench = arm_runs(tasks), get_benchmark(self.benchmark)
+        return np.concatenate([np.asarray(bench.make_batch(tasks[lo:hi]).optimal_returns, np.float64) for lo, hi in zip(runs[:-1], runs[1:])])
 
     def dataset_id(self, seed: int) -> str:
         """A readable id that changes whenever the data would."""
@@ -160,6 +185,10 @@ class HistoryRecipe:
         parts += [f"t{self.tasks}", f"ho{self.held_out}", f"h{self.histories_per_task}", f"e{self.episodes}"]
         if self.split_seed:
             parts.append(f"split{self.split_seed}")
+        if self.num_arms is not None:
+            parts.append("a" + "_".join(map(str, np.atleast_1d(self.num_arms))))
+        if self.held_out_arms is not None:
+            parts.append(f"hoa{self.held_out_arms}")
         if self.hyperparameters:
             parts.append(hashlib.sha256(json.dumps(self.hyperparameters, sort_keys=True).encode()).hexdigest()[:8])
         return "generated/" + "-".join(parts) + f"-s{seed}"
@@ -170,6 +199,16 @@ def _integer(params: dict[str, Any], name: str, default: int | None = None) -> i
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise OffbenchError(f"{name.replace('_', '-')} must be an integer (got {value!r})")
     return int(value)
+
+
+def _arm_counts(value: Any) -> int | tuple[int, ...] | None:
+    """A recipe's num_arms: one integer, or a non-empty list of distinct integers."""
+    if value is None or not isinstance(value, (list, tuple)):
+        return None if value is None else _integer({"num_arms": value}, "num_arms")
+    counts = tuple(_integer({"num_arms": count}, "num_arms") for count in value)
+    if not counts or len(set(counts)) < len(counts):
+        raise OffbenchError(f"num-arms must be one integer or a list of distinct ones, got {list(value)}")
+    return counts
 
 
 # ---------------------------------------------------------------------------------------------- rollout
@@ -186,7 +225,8 @@ class _Plan:
     """How the histories of a recipe are cut: streams of STREAM_HISTORIES histories (stream k draws from
     `SeedSequence(seed).spawn(streams)[k]`), and groups of consecutive streams, one per worker, each run
     as one batch. The data depends on the streams only, so any grouping (any number of workers) gives the
-    same bytes. In lockstep (no episode ends early) every history takes `capacity` steps."""
+    same bytes. In lockstep (no episode ends early) every history takes `capacity` steps. Training tasks of
+    several arm counts (`arm_runs`) start a new stream and a new group at each run, so a batch has one count."""
 
     recipe: HistoryRecipe
     seed: int
@@ -200,13 +240,19 @@ class _Plan:
     @classmethod
     def make(cls, recipe: HistoryRecipe, seed: int, train: list, workers: int) -> _Plan:
         row_task = np.repeat(np.arange(len(train), dtype=np.int32), recipe.histories_per_task)
-        stream_bounds = np.append(np.arange(0, len(row_task), STREAM_HISTORIES), len(row_task))
-        num_groups = min(workers, len(stream_bounds) - 1)
-        group_bounds = np.linspace(0, len(stream_bounds) - 1, num_groups + 1).round().astype(int)
-        env = recipe.source_batch(train)
-        capacity = recipe.episodes * env.horizon
-        loop = selected_loop(capacity, len(row_task) * capacity // num_groups)
-        return cls(recipe, seed, row_task, stream_bounds, group_bounds, lockstep(env), capacity, loop)
+        runs = arm_runs(train)
+        run_bounds = runs * recipe.histories_per_task
+        run_streams = [np.arange(lo, hi, STREAM_HISTORIES) for lo, hi in zip(run_bounds[:-1], run_bounds[1:])]
+        stream_bounds = np.append(np.concatenate(run_streams), len(row_task))
+        group_bounds, first_stream = [0], 0
+        for streams in map(len, run_streams):  # the workers shared out by streams, at least one group per run
+            groups = min(streams, -(-workers * streams // (len(stream_bounds) - 1)))
+            group_bounds += (first_stream + np.linspace(0, streams, groups + 1).round().astype(int)[1:]).tolist()
+            first_stream += streams
+        batches = [recipe.source_batch(train[lo:hi]) for lo, hi in zip(runs[:-1], runs[1:])]
+        capacity = recipe.episodes * batches[0].horizon
+        loop = selected_loop(capacity, len(row_task) * capacity // (len(group_bounds) - 1))
+        return cls(recipe, seed, row_task, stream_bounds, np.asarray(group_bounds), all(map(lockstep, batches)), capacity, loop)
 
     @property
     def num_groups(self) -> int:
@@ -217,8 +263,7 @@ class _Plan:
 
     def env(self, group: int):
         """The batch of the group's histories (one row each)."""
-        bench = get_benchmark(self.recipe.benchmark)
-        train, _ = split_tasks(bench, self.recipe.tasks, self.recipe.held_out, self.recipe.split_seed, self.recipe.variant)
+        train, _ = self.recipe.split()
         lo, hi = self.histories(group)
         return self.recipe.source_batch([train[i] for i in self.row_task[lo:hi]])
 
@@ -228,12 +273,15 @@ class _Plan:
         return np.arange(lo, hi, dtype=np.int32), self.row_task[lo:hi]
 
 
-def _dataset_arrays(one, histories: int, episodes: int, steps: int) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-    """(shape, dtype) of every array of the dataset (`one`: a batch of one task of the benchmark)."""
+def _dataset_arrays(one, histories: int, episodes: int, steps: int, mixed_arms: bool = False) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """(shape, dtype) of every array of the dataset (`one`: a batch of one task of the benchmark, with the most
+    actions); `mixed_arms` adds the num_actions column."""
     observation = one.compact_observations()
     action_dtype = np.min_scalar_type(one.num_actions - 1)
     per_step = {"observations": observation.dtype, "actions": action_dtype, "rewards": np.float32, "terminations": bool, "truncations": bool,
                 "columns/history_id": np.int32, "columns/task_id": np.int32, "columns/episode_in_history": np.int32, "columns/optimal_action": action_dtype}
+    if mixed_arms:
+        per_step["columns/num_actions"] = np.min_scalar_type(one.num_actions)
     arrays = {name: ((steps, *observation.shape[1:]) if name == "observations" else (steps,), np.dtype(dtype)) for name, dtype in per_step.items()}
     arrays["final_observations"] = ((histories * episodes, *observation.shape[1:]), observation.dtype)
     arrays["episode_starts"] = ((histories * episodes + 1,), np.dtype(np.int64))
@@ -247,6 +295,12 @@ def _group_part(regions: dict[str, Region], steps: slice, episodes: slice, popul
     part["final_observations"] = as_words(regions["final_observations"].open(rows=episodes, populate=populate))
     part["episode_ends"] = regions["episode_starts"].open(rows=slice(episodes.start + 1, episodes.stop + 1), populate=populate)
     return part
+
+
+def _write_num_actions(regions: dict[str, Region], steps: slice, env) -> None:
+    """A mixed-arms dataset's num_actions column over a group's steps (its rows share one arm count)."""
+    if "columns/num_actions" in regions:
+        regions["columns/num_actions"].open(rows=steps)[:] = env.num_actions
 
 
 def _fits_in_memory(num_bytes: int) -> bool:
@@ -319,6 +373,7 @@ def _run_group(plan: _Plan, group: int, regions: dict[str, Region] | None, stagi
     length = run_group(env, algo, recipe.episodes, env_streams, sink, plan.in_lockstep, _add_to_shared_count, plan.loop)
     if not plan.in_lockstep:
         return {"length": length}
+    _write_num_actions(regions, slice(lo * plan.capacity, hi * plan.capacity), env)
     return {"windows": learning_windows(sink.scores, sink.optimal_rate)}
 
 
@@ -328,8 +383,10 @@ def _lay_out_group(plan: _Plan, group: int, regions: dict[str, Region], staging:
     lo, hi = plan.histories(group)
     staged = {name: np.load(staging / f"{group:06d}-{name}.npy", mmap_mode="r")
               for name in staging_arrays(env, plan.capacity, hasattr(env, "noisy_rewards"))}
-    part = _group_part(regions, slice(first_step, first_step + int(length.sum())), slice(lo * plan.recipe.episodes, hi * plan.recipe.episodes))
+    steps = slice(first_step, first_step + int(length.sum()))
+    part = _group_part(regions, steps, slice(lo * plan.recipe.episodes, hi * plan.recipe.episodes))
     scores, optimal_rate = lay_out_staged(StepTables(env), staged, length, *plan.ids(group), plan.recipe.episodes, part, first_step)
+    _write_num_actions(regions, steps, env)
     return {"windows": learning_windows(scores, optimal_rate)}
 
 
@@ -342,20 +399,20 @@ def write_histories(recipe: HistoryRecipe, seed: int, out: Path, quiet: bool = T
     if seed < 0:
         raise OffbenchError(f"seed must be non-negative (got {seed})")
     bench = get_benchmark(recipe.benchmark)
-    train, held_out = split_tasks(bench, recipe.tasks, recipe.held_out, recipe.split_seed, recipe.variant)
+    train, held_out = recipe.split()
     workers = max(1, workers or default_workers())
     plan = _Plan.make(recipe, seed, train, workers)
     if plan.loop == "numba":
         compile_loop()  # before the workers fork, so they inherit the compiled loop
-    one = recipe.source_batch(train[:1])
+    one = max((recipe.source_batch([train[first]]) for first in arm_runs(train)[:-1]), key=lambda batch: batch.num_actions)
     histories, episodes = len(plan.row_task), recipe.episodes
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    layout = lambda steps: _dataset_arrays(one, histories, episodes, steps)  # noqa: E731
+    layout = lambda steps: _dataset_arrays(one, histories, episodes, steps, recipe.mixed_arms)  # noqa: E731
     need = sum(int(np.prod(shape)) * dtype.itemsize for shape, dtype in layout(histories * plan.capacity).values()) if plan.in_lockstep else None
     # named as every temporary is (utils.temp_prefix), so a run after a kill -9 removes this one's leftovers
     with user_fixable_write_errors(out), tempfile.TemporaryDirectory(prefix=temp_prefix(out), suffix=".tmp", dir=out.parent) as folder, \
-            atomic_path(out, need=need) as tmp, _Workers(plan.num_groups, quiet, f"{recipe.benchmark} {recipe.algo}", histories * episodes) as pool:
+            atomic_path(out, need=need) as tmp, _Workers(min(workers, plan.num_groups), quiet, f"{recipe.benchmark} {recipe.algo}", histories * episodes) as pool:
         staging = Path(folder)
         allocate = lambda steps: allocate_native(tmp, layout(steps), one.single_observation_space, one.single_action_space)  # noqa: E731
         regions = allocate(histories * plan.capacity) if plan.in_lockstep else None
@@ -475,11 +532,15 @@ def _card(recipe: HistoryRecipe, bench: Benchmark, seed: int, train: list, held_
     split = {"seed": recipe.split_seed, "train": train, "held_out": held_out}
     if recipe.variant:
         split["variant"] = recipe.variant
+    arms = ""
+    if recipe.num_arms is not None or recipe.held_out_arms is not None:
+        counts = lambda tasks: "/".join(str(len(tasks[first]["means"])) for first in arm_runs(tasks)[:-1]) if tasks else "no"  # noqa: E731
+        arms = f" Arms (not the summary's count): {counts(train)} in training tasks, {counts(held_out)} in held-out ones."
     return {
         "id": recipe.dataset_id(seed),
         "description": (
             f"{bench.summary}. {recipe.algo} learning histories: {len(train)} training tasks x "
-            f"{recipe.histories_per_task} histories x {recipe.episodes} episodes, {len(held_out)} held-out tasks."
+            f"{recipe.histories_per_task} histories x {recipe.episodes} episodes, {len(held_out)} held-out tasks.{arms}"
         ),
         "format": "offbench",
         "kind": "learning-history",

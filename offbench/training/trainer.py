@@ -58,7 +58,7 @@ def check_fit(baseline_cls: type, spec: DatasetSpec, dataset: Dataset, protocol:
         )
     check_protocol_support(baseline_cls, dataset.card, dataset.id)
     if evaluate:
-        protocol.check(spec)
+        protocol.check(spec, baseline_cls)
 
 
 def baseline_sampler(baseline, store, batch_size: int, seed: int, device: str = "cpu"):

@@ -84,7 +84,7 @@ def test_permuting_the_available_actions_permutes_the_policy_the_same_way(traine
     headless, _ = trained
     permutation = np.array([4, 2, 0, 5, 1, 3])  # label j of the second policy is action permutation[j] of the first
     inverse = np.argsort(permutation)
-    first, second = (headless.policy(PolicyOptions(), num_actions=6) for _ in range(2))
+    first, second = (headless.policy(PolicyOptions(num_actions=np.full(5, 6))) for _ in range(2))
     first.reset(5)
     second.reset(5)
     second.embeddings = first.embeddings[:, torch.as_tensor(permutation)]
@@ -101,7 +101,7 @@ def test_one_model_acts_and_learns_in_context_with_more_actions_than_it_trained_
     headless, _ = trained
     means = np.random.default_rng(5).uniform(size=(200, 6))
     env = BanditBatch(means, seed=0)
-    policy = headless.policy(PolicyOptions(deterministic=False), num_actions=6)
+    policy = headless.policy(PolicyOptions(deterministic=False, num_actions=np.full(200, 6)))
     policy.reset(200)
     pulled, regret = [], []
     for _ in range(PULLS):
@@ -125,7 +125,7 @@ def sampled_pulls(headless: HeadlessAD, seed: int) -> np.ndarray:
     """(PULLS, 20) actions of a sampled evaluation with `evaluation_seed` = seed on fixed 6-armed bandits."""
     headless.evaluation_seed = seed
     means = np.random.default_rng(6).uniform(size=(20, 6))
-    env, policy = BanditBatch(means, seed=0), headless.policy(PolicyOptions(deterministic=False), num_actions=6)
+    env, policy = BanditBatch(means, seed=0), headless.policy(PolicyOptions(deterministic=False, num_actions=np.full(20, 6)))
     policy.reset(20)
     pulled = []
     for _ in range(PULLS):
@@ -156,7 +156,7 @@ def test_sampled_evaluation_draws_from_the_run_seed(trained, darkroom, tmp_path)
 def test_a_row_is_never_offered_more_actions_than_embedding_dim(trained):
     headless, _ = trained
     with pytest.raises(OffbenchError, match="between 1 and embedding_dim"):
-        headless.policy(PolicyOptions(), num_actions=17)
+        headless.policy(PolicyOptions(num_actions=np.full(3, 17)))
 
 
 def test_headless_ad_meets_the_baseline_contract():
