@@ -16,6 +16,7 @@ import functools
 import io
 import os
 import random
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -40,7 +41,7 @@ def check_baseline(cls: type, tiny_config: Any, dataset: Any, *, num_envs: int =
     if isinstance(dataset, (str, os.PathLike)):
         import offbench
 
-        dataset = offbench.load(dataset)
+        dataset = offbench.load(dataset if isinstance(dataset, str) else Path(dataset))  # a string: an id or a path
     spec = DatasetSpec.from_store(dataset)
     kind = "discrete" if spec.discrete else "continuous"
     contract.require(kind in cls.action_kinds,

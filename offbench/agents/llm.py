@@ -32,6 +32,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -244,7 +245,7 @@ class LLMBanditPolicy:
     history is its own conversation state, and each step asks the endpoint once per row, `concurrency` at a time."""
 
     def __init__(self, config: LLMConfig, num_arms: int, cache_path: Path | None = None,
-                 demonstrations: list[BanditHistory] = ()):
+                 demonstrations: Sequence[BanditHistory] = ()):
         if num_arms < 2:
             raise OffbenchError(f"an LLM bandit player needs at least two arms, got {num_arms}")
         self.config, self.num_arms = config, num_arms

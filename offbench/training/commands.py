@@ -45,8 +45,14 @@ class RunRequest:
                                               ("--logger", self.logger)) if value]
             if given:
                 raise OffbenchError(f"--resume continues {self.resume} with its own settings; drop {', '.join(given)}")
-        elif self.dataset is None:
+        else:
+            self.new_run_dataset()
+
+    def new_run_dataset(self) -> str:
+        """--dataset, which a new run needs."""
+        if self.dataset is None:
             raise OffbenchError("--dataset is required (a dataset id or path)")
+        return self.dataset
 
     def all_overrides(self) -> list[str]:
         """--set's overrides, then --steps as one more."""
@@ -126,7 +132,8 @@ def _print_config(request: RunRequest) -> None:
     from offbench.training.config import resolve_config
 
     baseline_cls = get_baseline(request.name)
-    dataset_id = open_dataset(request.dataset).id if Path(request.dataset).exists() else get_card(request.dataset).id
+    dataset = request.new_run_dataset()
+    dataset_id = open_dataset(dataset).id if Path(dataset).exists() else get_card(dataset).id
     resolved = resolve_config(baseline_cls, dataset_id, request.config, request.all_overrides())
     values = resolved.as_dict()
     lines = [f"# offbench run baseline {request.name} --dataset {dataset_id} (seed {request.seed or 0}): the resolved config",
@@ -174,7 +181,7 @@ def _open(request: RunRequest, device: str | None = None):
     if request.resume is not None:
         return resume_run(request.resume, device, baseline=request.name)
     return start_run(
-        request.name, request.dataset, request.config, request.overrides, seed=request.seed or 0, steps=request.steps,
+        request.name, request.new_run_dataset(), request.config, request.overrides, seed=request.seed or 0, steps=request.steps,
         device=device or "cpu", out=request.out, name=request.run_name, loggers=request.logger,
     ), None
 
@@ -182,9 +189,9 @@ def _open(request: RunRequest, device: str | None = None):
 def _open_rank(launch, request: RunRequest):
     """Under torchrun: rank 0 starts (or resumes) the run and records the process count; the other ranks open
     the run directory it made, read-only, once it is there."""
+    from offbench.tracking import run_dir as rd
     from offbench.training import distributed
     from offbench.training.trainer import load_checkpoint, open_run
-    from offbench.tracking import run_dir as rd
 
     parallel, device = distributed.join(launch, request.device or "cpu")
     if parallel.is_main:
@@ -216,6 +223,7 @@ def evaluate_command(
     actions: Optional[str] = typer.Option(None, "--actions", help="greedy or sampled actions (default: the run's eval_deterministic)."),
 ) -> None:
     """Re-evaluate a run's last checkpoint under the run's own protocol (same seeds as in training); prints, writes nothing."""
+    from offbench.evaluation.protocols import build_protocol, with_overrides
     from offbench.training.config import MAX_EVAL_EPISODES
     from offbench.training.trainer import check_action_mode, check_fit, load_checkpoint, open_run
 
@@ -227,10 +235,11 @@ def evaluate_command(
         raise OffbenchError(f"{run_dir}: no checkpoint yet (checkpoints/last.pt)")
     if episodes is None and run.config.train.eval_episodes < 1:
         raise OffbenchError(f"{run_dir}: the run evaluates no episodes (eval_episodes = 0); give --episodes")
-    protocol = run.protocol(episodes, tasks, actions)
+    setup = with_overrides(run.setup, episodes, tasks, actions)
+    protocol = build_protocol(setup)
     check_fit(run.baseline_cls, run.spec, run.dataset, protocol, evaluate=True)
     baseline = run.restored_baseline(checkpoint)
-    check_action_mode(baseline, protocol.setup)
+    check_action_mode(baseline, setup)
     keep_freed_memory()
     for record in protocol.evaluate(baseline, checkpoint["step"]):
         console.print(evaluation_table(record))
