@@ -30,7 +30,7 @@ from offbench.data.spec import DatasetSpec
 from offbench.data.store import EpisodeStore
 from offbench.errors import OffbenchError
 from offbench.evaluation.policy import PolicyOptions
-from offbench.evaluation.protocols import EvaluationProtocol, EvaluationSetup, build_protocol, protocol_name, with_overrides
+from offbench.evaluation.protocols import EvaluationProtocol, EvaluationSetup, build_protocol, protocol_name
 from offbench.records import to_dict
 from offbench.tracking import run_dir as rd
 from offbench.tracking.loggers import LocalFiles, Logger, open_loggers, parse_logger_names
@@ -93,7 +93,7 @@ def check_protocol_support(baseline_cls: type, card: DatasetCard | None, dataset
     if wanted == "in-context" and card is not None and card.env:  # its split and evaluation need the suite's package
         from offbench.envs.factory import require_suite
 
-        require_suite(card.env)
+        require_suite(dict(card.env))
 
 
 def evaluation_setup(baseline_cls: type, config: ResolvedConfig, data: Dataset, seed: int) -> EvaluationSetup:
@@ -103,12 +103,16 @@ def evaluation_setup(baseline_cls: type, config: ResolvedConfig, data: Dataset, 
     task_targets = None
     if baseline_cls.return_conditioned:
         given = tuple(float(t) for t in config.baseline.target_returns)
+        store = data.store
         if given:
             targets = given
+        elif not isinstance(store, EpisodeStore):
+            raise OffbenchError(f"{data.id}: read in place, this dataset has no episode returns to take a target return from; "
+                                "give the baseline's target_returns")
         elif protocol_name(data.card) == "multi-task":
-            task_targets = tuple(float(r) for r in best_return_per_task(data.store))
+            task_targets = tuple(float(r) for r in best_return_per_task(store))
         else:
-            targets = (float(data.store.episode_returns().max()),)
+            targets = (float(store.episode_returns().max()),)
     train = config.train
     return EvaluationSetup(
         card=data.card, seed=seed, episodes=train.eval_episodes, every_steps=train.eval_every, target_returns=targets,
@@ -215,9 +219,9 @@ class Run:
     def setup(self) -> EvaluationSetup:
         return setup_from_record(self.record, self.dataset.card, self.config)
 
-    def protocol(self, episodes: int | None = None, tasks: str | None = None, actions: str | None = None) -> EvaluationProtocol:
-        """The run's evaluation protocol (with `offbench evaluate`'s overrides, if given)."""
-        return build_protocol(with_overrides(self.setup, episodes, tasks, actions))
+    def protocol(self) -> EvaluationProtocol:
+        """The run's evaluation protocol."""
+        return build_protocol(self.setup)
 
     def build_baseline(self):
         """The baseline of the run's config, with what the run sets on it: the micro-batch its updates split their
@@ -267,7 +271,7 @@ class Run:
         # a resumed run cuts its files back to the checkpoint (to nothing if it died before the first one)
         local = LocalFiles(self.run_dir, positions=(checkpoint["files"] if checkpoint else {}) if resumed else None) if main else None
         backends = open_loggers(self.loggers, self.run_dir, self.run_dir.name, self.config.as_dict(), state.step if resumed else None) if main else []
-        all_loggers: list[Logger] = [local, *backends] if main else []
+        all_loggers: list[Logger] = [local, *backends] if local is not None else []
         completed = False
         try:
             self._loop(baseline, sampler, state, local, all_loggers)
