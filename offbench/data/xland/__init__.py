@@ -28,7 +28,16 @@ Observations are decoded to (5, 5, 2) = (tile, colour), as `np.divmod(states, NU
 loaders.
 """
 
-from offbench.data.xland.codec import NUM_ACTIONS, NUM_COLORS, NUM_TILES, VIEW, decode_states, decode_states_as, encode_states, max_episode_steps
+from offbench.data.xland.codec import (
+    NUM_ACTIONS,
+    NUM_COLORS,
+    NUM_TILES,
+    VIEW,
+    decode_states,
+    decode_states_as,
+    encode_states,
+    max_episode_steps,
+)
 from offbench.data.xland.histories import XLandFormat, XLandHistories
 from offbench.data.xland.layout import ATTRS, LAYOUT, Layout, Problem, detect_xland, scan_layout
 from offbench.data.xland.reader import DEFAULT_CACHE_MB, ChunkReader, check_chunk
