@@ -171,7 +171,7 @@ class HeadlessAD(MicroBatching):
         self.config, self.spec, self.device = config, spec, torch.device(device)
         self.model = HeadlessADModel(config, spec).to(self.device)
         self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=config.learning_rate, betas=tuple(config.betas), weight_decay=config.weight_decay,
+            self.model.parameters(), lr=config.learning_rate, betas=(config.betas[0], config.betas[1]), weight_decay=config.weight_decay,
             fused=fused_adam(self.device),
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, warmup_cosine(config.warmup_steps, config.cosine_steps))
@@ -212,7 +212,7 @@ class HeadlessAD(MicroBatching):
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
         self.optimizer.step()
         self.scheduler.step()
-        return {"contrastive_loss": logged["loss"].item(), "accuracy": logged["accuracy"].item(), "learning_rate": self.scheduler.get_last_lr()[0]}
+        return {"contrastive_loss": logged["loss"].item(), "accuracy": logged["accuracy"].item(), "learning_rate": float(self.scheduler.get_last_lr()[0])}
 
     def policy(self, options: PolicyOptions) -> HeadlessADPolicy:
         """A policy acting with `options.num_actions` available actions per row (by default the dataset's):

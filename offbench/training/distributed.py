@@ -24,7 +24,7 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -131,8 +131,9 @@ class DataParallel(SingleProcess):
         # averaged correctly however often this runs before the optimiser step.
         import torch.distributed as dist
 
-        dist.all_reduce(param.grad, op=dist.ReduceOp.SUM)
-        param.grad.div_(self.world_size)
+        grad = cast(torch.Tensor, param.grad)  # a post-accumulate-grad hook runs once the gradient is there
+        dist.all_reduce(grad, op=dist.ReduceOp.SUM)
+        grad.div_(self.world_size)
 
     def mean(self, losses: dict[str, float]) -> dict[str, float]:
         import torch.distributed as dist
