@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import tomli_w
-
 from helpers import make_store
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -16,8 +16,8 @@ import h5py
 import numpy as np
 import pytest
 import typer
-
 from helpers import make_store
+
 from offbench import cli
 from offbench.data.store import EpisodeStore
 from offbench.paths import builtin_dir

@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from helpers import offbench_command, require_extra
+
 from offbench.errors import OffbenchError
 
 require_extra("minigrid", "minigrid")

@@ -6,8 +6,8 @@ import io
 import sys
 
 import pytest
-
 from helpers import make_store
+
 from offbench.data import cache
 from offbench.data.resolve import PREPARE_LOCK
 

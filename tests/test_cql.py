@@ -8,11 +8,11 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from helpers import bandit_batch, best_action_batch, box_spec, discrete_spec, greedy_accuracy
 
 from offbench.baselines.base import DatasetSpec
 from offbench.baselines.cql import CQL, CQLConfig
 from offbench.errors import OffbenchError
-from helpers import bandit_batch, best_action_batch, box_spec, discrete_spec, greedy_accuracy
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -10,8 +10,8 @@ Row layout used below (8 rows, obs[t] = [t, 10 * t]):
 import h5py
 import numpy as np
 import pytest
-
 from helpers import make_store
+
 from offbench.data.d4rl_format import export_d4rl, from_d4rl_arrays, load_d4rl
 from offbench.data.formats import detect_format
 

@@ -17,9 +17,9 @@ from urllib.parse import urlsplit
 import numpy as np
 import pytest
 import tomli_w
+from helpers import make_store
 
 import offbench
-from helpers import make_store
 from offbench.data import download as dl
 from offbench.data.cards import get_card
 from offbench.data.formats import FORMATS, FunctionFormat

@@ -7,8 +7,8 @@ import re
 import h5py
 import numpy as np
 import pytest
-
 from helpers import make_store
+
 from offbench.data.d4rl_format import export_d4rl
 from offbench.data.minari_format import export_minari
 
@@ -90,6 +90,7 @@ def test_generated_multitask_data_exports_under_its_own_id(tmp_path, run_cli):
     """A dataset made by `offbench generate` carries its id, so each export is named from it (not dataset-v0 or
     dataset.hdf5), and each loads back with the same arrays and card id."""
     from helpers import require_extra
+
     from offbench.data.cards import read_card
     from offbench.data.formats import load_path
     from offbench.data.store import load_native

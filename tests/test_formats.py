@@ -4,8 +4,8 @@ export never overwrites."""
 
 import numpy as np
 import pytest
-
 from helpers import make_store
+
 from offbench.data.formats import FORMATS, detect_format, load_path
 from offbench.errors import OffbenchError
 

@@ -2,8 +2,8 @@
 
 import numpy as np
 import pytest
-
 from helpers import make_store
+
 from offbench.errors import OffbenchError
 from offbench.generators.histories import HistoryRecipe, run_histories
 from offbench.plotting.histories import learning_curve, learning_histories_figure, plot_learning_histories

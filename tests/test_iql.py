@@ -8,10 +8,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
+from helpers import bandit_batch, best_action_batch, box_spec, discrete_spec, greedy_accuracy
 
 from offbench.baselines.iql import IQL, IQLConfig, expectile_loss
 from offbench.errors import OffbenchError
-from helpers import bandit_batch, best_action_batch, box_spec, discrete_spec, greedy_accuracy
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -10,7 +10,6 @@ import tomllib
 import numpy as np
 import pytest
 import scipy.stats
-
 from run_dirs import REPO_ROOT, make_bench, register_dataset, runs_of, snapshot, write_benchmark, write_run
 
 DATASETS = ["test/a", "test/b"]

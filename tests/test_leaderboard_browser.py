@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from cdp import Browser, chromium_path
 from run_dirs import make_bench, runs_of, write_benchmark
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from run_dirs import REPO_ROOT, make_bench, runs_of
 
 from offbench.tracking.read_run import Refused
-from run_dirs import REPO_ROOT, make_bench, runs_of
 
 
 @pytest.fixture

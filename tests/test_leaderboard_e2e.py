@@ -8,7 +8,6 @@ import sys
 
 import numpy as np
 import pytest
-
 from run_dirs import pendulum_board
 
 TINY = ["--steps", "20", "--set", "eval_every=10", "--set", "eval_episodes=1", "--set", "log_every=10", "--set", "checkpoint_every=20"]
@@ -29,10 +28,10 @@ def test_real_runs_are_submitted_and_rolled_up(tmp_path, monkeypatch, run_cli):
 
     # Submitted and rolled up in this process (the CLI paths are covered in test_leaderboard.py).
     from offbench.leaderboard.render import build_board
-    from offbench.tracking.read_run import expand_run_dirs
     from offbench.leaderboard.spec import load_spec
     from offbench.leaderboard.submit import submit
     from offbench.leaderboard.table import compute_results
+    from offbench.tracking.read_run import expand_run_dirs
 
     spec = load_spec("pendulum-scripted")
     submit(spec, expand_run_dirs([runs]), render=False)

@@ -7,10 +7,10 @@ import json
 import shutil
 
 import pytest
+from run_dirs import make_bench, runs_of, snapshot
 
 from offbench.errors import OffbenchError
 from offbench.tracking.read_run import Refused
-from run_dirs import REPO_ROOT, make_bench, runs_of, snapshot
 
 HOSTILE = "a|b\n<script>alert(1)</script> *x* _y_ `z` [l](http://e) $m$ & \\"
 
@@ -181,13 +181,13 @@ def test_the_same_runs_renamed_and_relabelled_are_duplicates(bench, tmp_path):
     copies = []
     for run in runs_of(bench, "bc"):
         copy = shutil.copytree(run, tmp_path / "copies" / (run.name + "-renamed"))
-        edit_json(copy / "run.json", lambda info: info.update(run_id=copy.name))
+        edit_json(copy / "run.json", lambda info, copy=copy: info.update(run_id=copy.name))
         copies.append(copy)
     refused(bench, copies, "duplicate", label="bc-again")
     # Seeds edited as well: the checkpoint still says it is the same run.
     for copy in copies:
         seed = json.loads((copy / "run.json").read_text())["seed"] + 10
-        edit_json(copy / "run.json", lambda info: (info.update(seed=seed), info["config"].update(seed=seed)))
+        edit_json(copy / "run.json", lambda info, seed=seed: (info.update(seed=seed), info["config"].update(seed=seed)))
     refused(bench, copies, "duplicate", label="bc-again")
 
 
@@ -201,8 +201,8 @@ def test_one_run_twice_in_one_submission_is_a_duplicate(bench, tmp_path):
 def test_entries_from_before_run_identities_still_catch_their_runs(bench):
     """An entry in the first format (no run identity, method or verification) still validates, and a run with one
     of its runs' seed, final and best evaluations and learning curve is that run."""
-    from offbench.leaderboard.spec import load_spec
     from offbench.leaderboard.entries import load_entries, same_run
+    from offbench.leaderboard.spec import load_spec
 
     [path] = submit(bench, runs_of(bench, "bc"))
     edit_json(path, lambda entry: (entry.pop("method"), [run.pop(key) for run in entry["runs"] for key in ("identity", "verification")]))

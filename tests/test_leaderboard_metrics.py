@@ -7,9 +7,9 @@ import json
 
 import numpy as np
 import pytest
+from run_dirs import register_dataset, write_benchmark, write_run
 
 from offbench.tracking.read_run import Refused
-from run_dirs import register_dataset, write_benchmark, write_run
 
 RATES = {"bc": {"reach-v3": [0.2, 0.4, 0.6], "push-v3": [0.0, 0.2, 0.2]},
          "dt": {"reach-v3": [0.4, 0.8, 1.0], "push-v3": [0.2, 0.4, 0.8]}}
@@ -191,8 +191,9 @@ def test_malformed_reported_rows_are_one_line_errors(tmp_path, change, problem):
 
 def test_the_repositorys_reported_rows_cover_their_benchmarks():
     """CORL's rows cover all nine D4RL datasets and cite the README at a commit; the MT50 rows are fractions."""
-    from offbench.leaderboard.spec import load_spec
     from run_dirs import REPO_ROOT
+
+    from offbench.leaderboard.spec import load_spec
 
     d4rl = load_spec("d4rl-locomotion", REPO_ROOT / "leaderboards")
     assert [row.label for row in d4rl.reported] == ["BC", "CQL", "IQL", "DT"]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from run_dirs import make_bench, runs_of, snapshot
 
 

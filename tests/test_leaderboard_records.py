@@ -8,13 +8,13 @@ import json
 import re
 
 import pytest
+from run_dirs import make_bench, runs_of, write_benchmark
 
 from offbench.errors import OffbenchError
 from offbench.leaderboard.entries import DOCS_PAGE, LEADERBOARD_RECORDS, entry_record, load_entries
 from offbench.leaderboard.spec import load_spec
 from offbench.records import fill_field_tables, to_dict
 from offbench.tracking.read_run import Refused
-from run_dirs import make_bench, runs_of, write_benchmark
 
 CHECKSUM = "ab" * 32
 

@@ -5,8 +5,8 @@ import json
 import gymnasium as gym
 import numpy as np
 import pytest
-
 from helpers import make_store, require_extra
+
 from offbench.data.formats import detect_format, load_path
 from offbench.data.minari_format import export_minari
 

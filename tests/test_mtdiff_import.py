@@ -15,7 +15,6 @@ import pytest
 import tomli_w
 
 import offbench
-
 from offbench.data.cards import read_card
 from offbench.data.formats import detect_format
 from offbench.data.mtdiff import import_mtdiff

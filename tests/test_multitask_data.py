@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from helpers import require_extra
+
 from offbench.data.cards import read_card
 from offbench.data.store import load_native
 from offbench.envs.multitask import episode_seed

@@ -7,7 +7,6 @@ import sys
 
 import numpy as np
 import pytest
-
 from helpers import make_store
 from run_dirs import write_benchmark, write_run
 
@@ -97,11 +96,10 @@ def test_in_context_curves_with_source_and_optimum(tmp_path):
 
 
 def test_in_context_benchmark_accepts_in_context_runs(tmp_path, monkeypatch):
-    from offbench.tracking.read_run import Refused
+    from offbench.baselines import BASELINES
     from offbench.leaderboard.spec import load_spec
     from offbench.leaderboard.submit import submit
-
-    from offbench.baselines import BASELINES
+    from offbench.tracking.read_run import Refused
 
     for name in ("ad", "dpt"):  # in-context baselines, registered or not yet in this checkout
         monkeypatch.setitem(BASELINES, name, f"offbench.baselines.{name}")

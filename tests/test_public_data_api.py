@@ -8,10 +8,10 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from torch.utils.data import DataLoader, IterableDataset
-
 from helpers import make_store
 from test_samplers import CONTRACT_OPTIONS, dpt_store
+from torch.utils.data import DataLoader, IterableDataset
+
 from offbench.data.samplers import SAMPLERS, sampler
 from offbench.data.store import EpisodeStore, load_native
 from offbench.data.xland import XLandHistories, write_xland_file

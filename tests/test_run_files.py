@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from run_dirs import write_run
 
 from offbench.errors import OffbenchError
 from offbench.evaluation.results import EvaluationRecord
@@ -15,8 +16,6 @@ from offbench.records import fill_field_tables, from_dict, to_dict
 from offbench.tracking.read_run import Refused, read_run, read_run_record
 from offbench.tracking.run_dir import write_run_json
 from offbench.tracking.run_files import DOCS_PAGE, RUN_DIRECTORY_RECORDS, RunRecord
-
-from run_dirs import write_run
 
 CHECKSUM = "ab" * 32
 

@@ -12,8 +12,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
 from helpers import make_store
+
 from offbench.errors import OffbenchError
 from offbench.utils import atomic_write_text, check_writable, remove_stale_temporaries, safe_component, temp_prefix
 

@@ -6,7 +6,6 @@ import csv
 import io
 
 import pytest
-
 from run_dirs import make_bench, runs_of
 
 DATASETS = ["test/a", "test/b"]

@@ -2,8 +2,8 @@ import gymnasium as gym
 import h5py
 import numpy as np
 import pytest
-
 from helpers import make_store
+
 import offbench.data.store as store_module
 from offbench.data.store import EpisodeStore, load_native
 from offbench.errors import OffbenchError

@@ -5,9 +5,9 @@ tests/test_cli_basics.py; the learning curve: tests/test_icrl_plot.py and tests/
 from __future__ import annotations
 
 import pytest
+from helpers import make_store
 
 import offbench
-from helpers import make_store
 from offbench.data.commands import export
 from offbench.data.formats import FORMATS, detect_format, reads_in_place
 from offbench.data.spec import DatasetSpec

@@ -10,8 +10,8 @@ import pickle
 
 import numpy as np
 import pytest
-
 from helpers import registered_xland_card, tiny_rulesets
+
 from offbench.envs.xland import held_out_rulesets, read_rulesets, rulesets_path, write_rulesets, xland_split
 from offbench.errors import OffbenchError
 
@@ -63,7 +63,7 @@ def test_batch_steps_rulesets_together_with_terminations_truncations_and_masked_
     first = batch.reset()
     assert first.shape == (4, 5, 5, 2) and first.dtype == np.uint8
     rng = np.random.default_rng(0)
-    ended_rows, lengths, steps = set(), np.zeros(4, int), np.zeros(4, int)
+    ended_rows, steps = set(), np.zeros(4, int)
     for _ in range(60):
         obs, rewards, terminated, truncated = batch.step(rng.integers(0, 6, 4))
         steps += 1

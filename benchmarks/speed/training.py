@@ -48,9 +48,8 @@ import torch
 import typer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout, for benchmarks.common
-from benchmarks.common import REPO, cli_help, machine, run_peer  # noqa: E402
-
 import offbench  # noqa: E402
+from benchmarks.common import REPO, cli_help, machine, run_peer  # noqa: E402
 from offbench.baselines import get_baseline  # noqa: E402
 from offbench.baselines.base import DatasetSpec  # noqa: E402
 from offbench.data.samplers import make_sampler  # noqa: E402

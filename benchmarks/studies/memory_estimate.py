@@ -76,8 +76,11 @@ def measure(case: str, updates: int) -> dict:
             "measured": (peak - before) * 1024, "rss_before": before * 1024, "formula": estimate.formula}
 
 
+CASES_HELP = f"cases to run (default all): {', '.join(CASES)}"
+
+
 def main(
-    case: list[str] = typer.Option(None, help=f"cases to run (default all): {', '.join(CASES)}"),
+    case: list[str] = typer.Option(None, help=CASES_HELP),
     updates: int = typer.Option(3, help="updates per case"),
     child: str = typer.Option("", hidden=True),
 ) -> None:

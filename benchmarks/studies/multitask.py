@@ -188,7 +188,6 @@ def command_evaluation_cost(args: argparse.Namespace) -> None:
     from offbench.data.cards import get_card
     from offbench.evaluation.lanes import evaluate_tasks
     from offbench.evaluation.policy import PolicyOptions
-
     from offbench.utils import keep_freed_memory
 
     torch.set_num_threads(args.threads)
@@ -218,7 +217,7 @@ def command_evaluation_cost(args: argparse.Namespace) -> None:
     fixed = lambda lanes, envs: FixedActions(len(lanes))  # noqa: E731
     timed(fixed)  # warm-up, untimed: imports, the suite's goal draws, compiled models (paid once per process)
     base_seconds, base_steps = timed(fixed)
-    print(f"| policy | seconds | env steps | ratio to env stepping |\n|---|---|---|---|")
+    print("| policy | seconds | env steps | ratio to env stepping |\n|---|---|---|---|")
     print(f"| fixed action (environments only) | {base_seconds:.1f} | {base_steps} | 1.00 |")
     for label in args.methods:
         baseline, _ = budget_baseline(label, args.dataset, spec)
@@ -230,7 +229,7 @@ def command_evaluation_cost(args: argparse.Namespace) -> None:
                 baseline.keep_task_prompts(sampler.sample())
         target = float(store.episode_returns().max()) if getattr(baseline, "return_conditioned", False) else None
 
-        def policy_for(lanes, envs):
+        def policy_for(lanes, envs, baseline=baseline, target=target):  # bound now: timed() calls it in this iteration
             return baseline.policy(PolicyOptions(task_ids=np.array([lane.task_id for lane in lanes]), target_return=target))
 
         seconds, steps = timed(policy_for)

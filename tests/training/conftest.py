@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 
-
 def generated_home(tmp_path_factory, *dataset_ids: str) -> Path:
     """A fresh OFFBENCH_HOME with `dataset_ids` generated in it (the caller's OFFBENCH_HOME is left as it was)."""
     home = tmp_path_factory.mktemp(dataset_ids[0].replace("/", "-") + "_home")

@@ -6,7 +6,7 @@ import gymnasium as gym
 import numpy as np
 
 from offbench.data.cards import get_card
-from offbench.evaluation.rollout import evaluation_seed, evaluation_record, run_episodes
+from offbench.evaluation.rollout import evaluation_record, evaluation_seed, run_episodes
 from offbench.generators.pendulum import rollout, scripted_action
 from offbench.records import to_dict
 

@@ -12,9 +12,9 @@ import tomllib
 
 import pytest
 import tomli_w
+from run_dirs import REPO_ROOT
 
 from offbench.tracking.read_run import read_run
-from run_dirs import REPO_ROOT
 
 EXAMPLES = REPO_ROOT / "examples"
 TD3_BC_TINY = ["--steps", "20", "--eval-every", "10", "--episodes", "2", "--log-every", "5"]

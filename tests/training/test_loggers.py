@@ -10,8 +10,8 @@ import subprocess
 import sys
 
 import pytest
-
 from helpers import TRAINING_CONFIGS, offbench_command
+
 from offbench.errors import OffbenchError
 from offbench.tracking.loggers import LOGGERS, parse_logger_names
 

@@ -10,9 +10,9 @@ import tomllib
 import numpy as np
 
 from offbench.data.cards import get_card
+from offbench.data.store import load_native
 from offbench.generators import get_generator
 from offbench.paths import builtin_dir
-from offbench.data.store import load_native
 
 REPO = builtin_dir("datasets").parent
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
-
 from helpers import interrupt_then_resume, logged_metrics, make_store
+
 from offbench.data.store import EpisodeStore
 
 REPO = Path(__file__).resolve().parents[2]
@@ -131,11 +131,12 @@ def test_sweep_runs_the_plugin_over_two_seeds_and_a_board_verifies_them(example,
 def submit_verified_then_catch_tampering(runs: list[Path], tmp_path: Path, monkeypatch) -> None:
     """The plugin's runs go on a board verified (replayed from their checkpoints), shown as the plugin's; a
     returned value edited in a copy's evaluations.jsonl (and everywhere else it shows) is caught by --verify."""
+    from run_dirs import pendulum_board
+
     from offbench.leaderboard.scoring import benchmark_card
     from offbench.leaderboard.spec import load_spec
     from offbench.leaderboard.submit import submit
     from offbench.tracking.read_run import Refused
-    from run_dirs import pendulum_board
 
     pendulum_board(tmp_path, monkeypatch, min_seeds=2, evaluation={"episodes": 1, "every_steps": 20, "steps": 20})
     tampered = [shutil.copytree(run, tmp_path / "tampered" / run.name) for run in runs]
@@ -244,8 +245,9 @@ def test_broken_plugins_stop_nothing_else(broken, pendulum, cli, run_cli, tmp_pa
 
 
 def test_check_baseline_passes_the_example_on_a_store_and_on_a_path(example, tmp_path):
-    from offbench.testing import check_baseline
     from offbench_example_plugin.linear_bc import LinearBC
+
+    from offbench.testing import check_baseline
 
     store = make_store(episode_lengths=(6, 5, 7))
     check_baseline(LinearBC, {"hidden_dim": 4}, store)
@@ -277,8 +279,9 @@ def discrete_store() -> EpisodeStore:
 
 @pytest.mark.parametrize("variant", sorted(BROKEN_VARIANTS))
 def test_check_baseline_names_the_rule_a_broken_class_breaks(example, variant):
-    from offbench.testing import check_baseline
     from offbench_example_plugin.linear_bc import LinearBC
+
+    from offbench.testing import check_baseline
 
     attributes, rule = BROKEN_VARIANTS[variant]
     broken_class = type("BrokenLinearBC", (LinearBC,), attributes)

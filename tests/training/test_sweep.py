@@ -12,9 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import TRAINING_CONFIGS as CONFIGS
+from helpers import offbench_command
 from rich.console import Console
 
-from helpers import TRAINING_CONFIGS as CONFIGS, offbench_command
 from offbench.sweep import runner
 from offbench.sweep.executors import Outcome
 from offbench.sweep.spec import load_sweep

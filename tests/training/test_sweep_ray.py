@@ -8,9 +8,10 @@ import os
 from pathlib import Path
 
 import pytest
-
-from helpers import TRAINING_CONFIGS as CONFIGS, require_extra
+from helpers import TRAINING_CONFIGS as CONFIGS
+from helpers import require_extra
 from run_dirs import pendulum_board
+
 from offbench.sweep.spec import load_sweep
 
 ray = require_extra("ray", "ray")

@@ -15,8 +15,9 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from helpers import TRAINING_CONFIGS, interrupt_then_resume, offbench_command, read_jsonl, require_extra
+from helpers import logged_metrics as losses
 
-from helpers import TRAINING_CONFIGS, interrupt_then_resume, logged_metrics as losses, offbench_command, read_jsonl, require_extra
 from offbench.baselines import get_baseline
 from offbench.errors import OffbenchError
 

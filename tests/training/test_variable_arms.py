@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from helpers import read_jsonl
+
 from offbench.envs.benchmarks import BENCHMARKS, card_tasks, split_tasks
 from offbench.errors import OffbenchError
 from offbench.generators.histories import HistoryRecipe, run_histories

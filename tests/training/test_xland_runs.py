@@ -12,8 +12,9 @@ import h5py
 import numpy as np
 import pytest
 import torch
+from helpers import TRAINING_CONFIGS as CONFIGS
+from helpers import assert_resume_repeats_the_run, read_jsonl, registered_xland_card, tiny_rulesets
 
-from helpers import TRAINING_CONFIGS as CONFIGS, assert_resume_repeats_the_run, read_jsonl, registered_xland_card, tiny_rulesets
 from offbench.baselines import get_baseline
 
 HELD_OUT = 2  # rulesets 2 and 3 of the four tiny ones; the file's two tasks use 0 and 1
@@ -25,10 +26,10 @@ def run_args(name: str, out: Path) -> list:
 
 
 def test_tile_and_colour_codes_are_embedded_as_categories(tmp_path):
+    import offbench
     from offbench.baselines.incontext import GridCodeEmbedding, observation_features
     from offbench.data.spec import DatasetSpec
     from offbench.data.xland import write_xland_file
-    import offbench
 
     spec = DatasetSpec.from_store(offbench.load(write_xland_file(tmp_path / "x.hdf5", 1, 1, 20, chunk_steps=16)))
     codes, normalize, width = observation_features(spec)
@@ -47,10 +48,10 @@ def test_tile_and_colour_codes_are_embedded_as_categories(tmp_path):
 ])
 def test_updates_on_xland_batches_fit_them(tmp_path, name, config):
     """Repeated updates on one batch of an XLand sampler drive its loss down (DPT's labels: the file's expert_actions)."""
+    import offbench
     from offbench.data.samplers import make_sampler
     from offbench.data.spec import DatasetSpec
     from offbench.data.xland import write_xland_file
-    import offbench
 
     store = offbench.load(write_xland_file(tmp_path / "x.hdf5", 2, 2, 200, chunk_steps=64))
     cls = get_baseline(name)
@@ -72,9 +73,9 @@ def test_a_machine_without_the_xland_extra_is_told_before_any_download(tmp_path,
 
 
 def test_plot_of_an_xland_file_draws_its_learning_histories(tmp_path, isolated_home, cli):
+    import offbench
     from offbench.data.xland import write_xland_file
     from offbench.plotting.histories import learning_curve
-    import offbench
 
     path = write_xland_file(tmp_path / "x.hdf5", 2, 2, 300, chunk_steps=128)
     store = offbench.load(path)

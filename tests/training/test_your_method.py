@@ -10,11 +10,11 @@ import shutil
 import numpy as np
 import pytest
 import torch
+from run_dirs import pendulum_board
 
 import offbench
 from offbench.errors import OffbenchError
 from offbench.tracking.read_run import Refused, read_run
-from run_dirs import pendulum_board
 
 TINY = ["--steps", "20", "--set", "eval_every=10", "--set", "eval_episodes=2", "--set", "log_every=10", "--set", "checkpoint_every=20"]
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
+from offbench_example_plugin.linear_bc import LinearBC
 
 from offbench.data.store import EpisodeStore
 from offbench.testing import check_baseline
-from offbench_example_plugin.linear_bc import LinearBC
 
 
 def tiny_store(discrete: bool, num_tasks: int = 1, episodes: int = 6, length: int = 10) -> EpisodeStore:
