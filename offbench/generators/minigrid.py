@@ -55,8 +55,8 @@ def breadth_first_plan(start: Hashable, successors: Callable[[Any], Iterator[tup
         for action, nxt in successors(state):
             if nxt is None:
                 plan = [action]
-                while parents[state] is not None:
-                    state, previous_action = parents[state]
+                while (parent := parents[state]) is not None:
+                    state, previous_action = parent
                     plan.append(previous_action)
                 return plan[::-1]
             if nxt not in parents:
@@ -72,7 +72,8 @@ class _PlanningWorld:
 
     def __init__(self, world: Any):
         from minigrid.core.world_object import Door, Key
-        from minigrid.envs import MemoryEnv, RedBlueDoorEnv
+        from minigrid.envs.memory import MemoryEnv
+        from minigrid.envs.redbluedoors import RedBlueDoorEnv
 
         self.world, self.grid = world, world.grid
         self.doors: list[tuple[tuple[int, int], Any]] = []

@@ -220,7 +220,8 @@ class TaskAgent:
             TrainingEpisodes(make_env(recipe.env, task_id), (episode_seed(seed, name, TRAINING + 1 + j + N_ENVS * k) for k in itertools.count()), record)
             for j in range(N_ENVS)
         ]
-        self.model = PPO("MlpPolicy", DummyVecEnv([lambda env=env: env for env in self.envs]), seed=episode_seed(seed, name, TRAINING) % 2**32,
+        self.vec_env = DummyVecEnv([lambda env=env: env for env in self.envs])
+        self.model = PPO("MlpPolicy", self.vec_env, seed=episode_seed(seed, name, TRAINING) % 2**32,
                          device="cpu", verbose=0, **copy.deepcopy(PPO_SETTINGS))
         self.pool = EnvPool(recipe.env)
 
@@ -252,7 +253,7 @@ class TaskAgent:
         return [Lane(self.task_id, e, episode_seed(self.recipe.seed, self.name, e)) for e in range(episodes)]
 
     def close(self) -> None:
-        self.model.get_env().close()
+        self.vec_env.close()
         self.pool.close()
 
 

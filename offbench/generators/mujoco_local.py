@@ -29,7 +29,7 @@ import random
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, cast
 
 import gymnasium as gym
 import numpy as np
@@ -41,6 +41,9 @@ from offbench.generators import register_generator
 from offbench.paths import offbench_home
 from offbench.records import Invalid, ranged
 from offbench.utils import atomic_dir, atomic_write_json, progress_bar
+
+if TYPE_CHECKING:  # gymnasium's MuJoCo module imports mujoco, which only this generator's runs need
+    from gymnasium.envs.mujoco.mujoco_env import MujocoEnv
 
 ENV_IDS = ("Hopper-v4", "HalfCheetah-v4", "Walker2d-v4")
 LEVELS = ("medium", "medium-replay", "medium-expert", "expert")
@@ -221,22 +224,23 @@ def write_checkpoint(model, recipe: MujocoLocalRecipe, workspace: Path, start: i
         model.save(tmp / "model.zip")
         buffer = model.replay_buffer
         slots = np.arange(start, step) % buffer.buffer_size
-        np.savez(tmp / "experience.npz", **{name: getattr(buffer, name)[slots, 0] for name in BUFFER_ARRAYS})
+        np.savez(tmp / "experience.npz", allow_pickle=False, **{name: getattr(buffer, name)[slots, 0] for name in BUFFER_ARRAYS})
         state, arrays = training_state(model)
-        np.savez(tmp / "state.npz", **arrays)
+        np.savez(tmp / "state.npz", allow_pickle=False, **arrays)
         (tmp / "state.json").write_text(json.dumps(state))
         returns = evaluate(model.actor, recipe, recipe.evaluation_episodes, EVALUATION_SEED)
         (tmp / "evaluation.json").write_text(json.dumps({"step": step, "returns": returns}))
     return Checkpoint(step, returns, checkpoint_folder(workspace, step))
 
 
-def _env_parts(venv) -> tuple[gym.Env, Any]:
-    """The training environment (sb3's one-env DummyVecEnv) and its TimeLimit wrapper."""
+def _env_parts(venv) -> tuple[gym.Env, gym.wrappers.TimeLimit, MujocoEnv]:
+    """The training environment (sb3's one-env DummyVecEnv), its TimeLimit wrapper and the MuJoCo simulation inside,
+    whose state a checkpoint saves."""
     env = venv.envs[0]
     wrapper = env
     while not isinstance(wrapper, gym.wrappers.TimeLimit):
         wrapper = wrapper.env
-    return env, wrapper
+    return env, wrapper, cast("MujocoEnv", env.unwrapped)  # a recipe's env_id is one of ENV_IDS, all MuJoCo environments
 
 
 def training_state(model) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
@@ -246,10 +250,10 @@ def training_state(model) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     import mujoco
     import torch
 
-    env, time_limit = _env_parts(model.env)
-    unwrapped = env.unwrapped
-    mj_state = np.empty(mujoco.mj_stateSize(unwrapped.model, mujoco.mjtState.mjSTATE_INTEGRATION))
-    mujoco.mj_getState(unwrapped.model, unwrapped.data, mj_state, mujoco.mjtState.mjSTATE_INTEGRATION)
+    _, time_limit, unwrapped = _env_parts(model.env)
+    # the ignores: mujoco's functions and enums come from compiled modules without type stubs
+    mj_state = np.empty(mujoco.mj_stateSize(unwrapped.model, mujoco.mjtState.mjSTATE_INTEGRATION))  # pyright: ignore[reportAttributeAccessIssue]
+    mujoco.mj_getState(unwrapped.model, unwrapped.data, mj_state, mujoco.mjtState.mjSTATE_INTEGRATION)  # pyright: ignore[reportAttributeAccessIssue]
     version, words, gauss = random.getstate()
     numpy_state = np.random.get_state(legacy=False)
     state = {
@@ -257,7 +261,7 @@ def training_state(model) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         "numpy_global": {**numpy_state, "state": {"pos": int(numpy_state["state"]["pos"])}},
         "action_space": model.action_space.np_random.bit_generator.state,
         "env": unwrapped.np_random.bit_generator.state,
-        "elapsed_steps": int(time_limit._elapsed_steps),
+        "elapsed_steps": cast(int, time_limit._elapsed_steps),  # sb3 reset the env before training: an episode is under way
     }
     arrays = {
         "numpy_global_key": numpy_state["state"]["key"],
@@ -285,10 +289,10 @@ def restore(recipe: MujocoLocalRecipe, checkpoints: list[Checkpoint], buffer=Non
     with np.load(folder / "state.npz") as saved:
         arrays = {name: saved[name] for name in saved.files}
 
-    env, time_limit = _env_parts(venv)
+    env, time_limit, unwrapped = _env_parts(venv)
     env.reset(seed=0)  # the wrappers want a reset before a step; everything it set is overwritten below
-    unwrapped = env.unwrapped
-    mujoco.mj_setState(unwrapped.model, unwrapped.data, arrays["mujoco"], mujoco.mjtState.mjSTATE_INTEGRATION)
+    # the ignores: mujoco's functions and enums come from compiled modules without type stubs
+    mujoco.mj_setState(unwrapped.model, unwrapped.data, arrays["mujoco"], mujoco.mjtState.mjSTATE_INTEGRATION)  # pyright: ignore[reportAttributeAccessIssue]
     time_limit._elapsed_steps = state["elapsed_steps"]
     unwrapped.np_random.bit_generator.state = state["env"]
     venv._reset_seeds()  # loading seeded the next reset; the run goes on with the environment's own stream

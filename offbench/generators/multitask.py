@@ -31,7 +31,7 @@ import threading
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -264,7 +264,13 @@ def _exit_with_parent(lifeline) -> None:
     os._exit(1)
 
 
-def _claim_work_dir(work: Path, recipe: Recipe) -> None:
+class Fingerprinted(Protocol):
+    """A recipe whose fingerprint names everything that determines its data: a work folder resumes only the same one."""
+
+    def fingerprint(self) -> str: ...
+
+
+def _claim_work_dir(work: Path, recipe: Fingerprinted) -> None:
     stamp = work / "recipe.json"
     if stamp.is_file():
         if stamp.read_text() != recipe.fingerprint():
@@ -378,5 +384,5 @@ def task_stats(store, names: list[str]) -> dict[str, dict[str, float]]:
 
 def _npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
     buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
+    np.savez(buffer, allow_pickle=False, **arrays)  # shards are read with allow_pickle=False
     return buffer.getvalue()

@@ -108,7 +108,7 @@ class Group:
         sa += action
         next_state = self.next_flat.take(sa)
         reward = self.rewards_flat.take(sa)
-        if self.noise is not None:
+        if self.noise is not None and self.reward_log is not None:  # both set, or neither, in __init__
             reward = self.reward_log[i] = self.env.noisy_rewards(reward, self.noise())
         terminated = self.terminal_flat.take(sa) if self.terminates else None
         self.algo.update(sa, reward, next_state, terminated)
@@ -117,6 +117,8 @@ class Group:
     def compiled_span(self, step: int) -> int:
         """Run the compiled loop from `step` over one span (within one block of log and one block of draws, a new
         block drawn when one starts); returns the step after it."""
+        if self.compiled is None:
+            raise ValueError("the compiled loop needs a compiled source (compiled_source)")
         per_block = RowStreams.BLOCK_STEPS
         if step % per_block == 0:
             self.draws[:] = self.compiled.draws()
@@ -153,7 +155,9 @@ class StagedRun:
     once the block it ended in is flushed."""
 
     def __init__(self, group: Group, progress: Callable[[int], None]):
-        self.group, self.progress = group, progress
+        if group.ended_log is None:
+            raise ValueError("a staged run reads the episode ends its group logs, which a group in lockstep does not")
+        self.group, self.progress, self.ended_log = group, progress, group.ended_log
         self.flushed_episodes = np.zeros(group.rows, dtype=np.int64)  # episodes each row had ended at the last flush
         self.flushed_step = 0
 
@@ -180,7 +184,7 @@ class StagedRun:
             next_state, terminated = group.one_step(step % group.block, episode_base + group.t)  # past its history, a row's nominal steps run on
             group.t += 1
             step += 1
-            ended = np.equal(group.t, group.horizon, out=group.ended_log[(step - 1) % group.block])
+            ended = np.equal(group.t, group.horizon, out=self.ended_log[(step - 1) % group.block])
             if terminated is not None:
                 ended |= terminated
             if ended.any():
@@ -203,7 +207,7 @@ class StagedRun:
         episode, num_episodes = group.episode, group.num_episodes
         finishing = np.flatnonzero((self.flushed_episodes < num_episodes) & (episode >= num_episodes))
         if len(finishing):
-            ends_so_far = self.flushed_episodes[finishing] + np.cumsum(group.ended_log[:n, finishing], axis=0)
+            ends_so_far = self.flushed_episodes[finishing] + np.cumsum(self.ended_log[:n, finishing], axis=0)
             group.length[finishing] = step - n + (ends_so_far < num_episodes).sum(axis=0) + 1
         self.progress(int(np.minimum(episode, num_episodes).sum() - np.minimum(self.flushed_episodes, num_episodes).sum()))
         self.flushed_episodes[:], self.flushed_step = episode, step
@@ -335,9 +339,9 @@ def lay_out_staged(tables: StepTables, staging: dict[str, np.ndarray], length: n
     for lo in range(0, rows, chunk):
         r = slice(lo, min(rows, lo + chunk))
         keep = np.arange(steps) < length[r, None]
-        staged = lambda name: staging[name][r, :steps][keep]  # noqa: E731
-        laid = lay_out(tables, staged("state_actions") + row_base[r].repeat(length[r]), staged("ended"),
-                       staged("rewards") if "rewards" in staging else None, history_ids[r], task_ids[r], length[r], 0)
+        staged = {name: array[r, :steps][keep] for name, array in staging.items()}  # the `staging_arrays` of these rows
+        laid = lay_out(tables, staged["state_actions"] + row_base[r].repeat(length[r]), staged["ended"], staged.get("rewards"),
+                       history_ids[r], task_ids[r], length[r], 0)
         n = int(length[r].sum())
         for name in STEP_ARRAYS:
             out[name][done : done + n] = laid[name]

@@ -227,11 +227,12 @@ class ThompsonSampling(ArmStatistics):
     def __init__(self, env, num_episodes: int, streams: RowStreams, config: ThompsonSampling.Config):
         super().__init__(env)
         self.config, self.streams = config, streams
-        self.bernoulli, self.sigma = env.noise == "bernoulli", env.sigma
-        self.normals = None if self.bernoulli else streams.per_step(np.random.Generator.standard_normal, env.num_actions)
+        self.sigma = env.sigma
+        # Gaussian arms draw one normal per arm at every step; Bernoulli arms (None) draw from their Beta posteriors
+        self.normals = None if env.noise == "bernoulli" else streams.per_step(np.random.Generator.standard_normal, env.num_actions)
 
     def act(self, states, steps):
-        if self.bernoulli:
+        if self.normals is None:
             successes, failures = 1.0 + self.sums, 1.0 + self.counts - self.sums
             samples = self.streams.each(lambda g, rows: g.beta(successes[rows], failures[rows]))
         else:
