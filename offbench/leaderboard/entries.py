@@ -395,7 +395,7 @@ def entry_provenance(entry: dict[str, Any]) -> str:
 
 def method_summary(entry: dict[str, Any]) -> str:
     """Where an entry's method comes from, in a few words: offbench, a plugin, someone's repository, a black box."""
-    method = entry.get("method") or {"kind": "built-in"}
+    method: dict[str, Any] = entry.get("method") or {"kind": "built-in"}
     kind = method.get("kind")
     if kind == "built-in":
         return "offbench"

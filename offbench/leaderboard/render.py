@@ -164,7 +164,7 @@ def _source_line(number: int, row) -> str:
 
 def _results_table(board: Board, results: Results) -> tuple[pd.DataFrame, dict[int, int]]:
     """Our rows then the reported ones in the same columns, and {row number: source number} of the reported."""
-    ours = main_table(board, results) if not board.scores.empty else pd.DataFrame(columns=["baseline", "method", "verified", *board.spec.datasets])
+    ours = main_table(board, results) if not board.scores.empty else pd.DataFrame(columns=["baseline", "method", "verified", *board.spec.datasets])  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns
     reported = reported_table(board).drop(columns="source")
     if reported.empty:
         return ours, {}

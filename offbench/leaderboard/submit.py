@@ -46,8 +46,8 @@ from offbench.leaderboard.entries import ENTRY_SCHEMA, check_against_accepted, e
 from offbench.leaderboard.scoring import ScoredRun, score_run
 from offbench.leaderboard.spec import BenchmarkSpec
 from offbench.leaderboard.verify import method_of, unverified, verify_run, weights_fingerprint
-from offbench.tracking.provenance import METHOD_KINDS
 from offbench.records import to_dict
+from offbench.tracking.provenance import METHOD_KINDS
 from offbench.tracking.read_run import CHECKPOINT, MAX_TEXT, FinishedRun, Refused, is_finite, read_run
 from offbench.utils import atomic_write_json, safe_component
 

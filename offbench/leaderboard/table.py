@@ -77,11 +77,11 @@ def board_from_entries(spec: BenchmarkSpec, entries: list[tuple[Path | None, dic
     }
     return Board(
         spec=spec,
-        scores=pd.DataFrame(scores, columns=columns["scores"]),
-        curves=pd.DataFrame(curves, columns=columns["curves"]),
-        in_context=pd.DataFrame(in_context, columns=columns["in_context"]),
+        scores=pd.DataFrame(scores, columns=columns["scores"]),  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns
+        curves=pd.DataFrame(curves, columns=columns["curves"]),  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns
+        in_context=pd.DataFrame(in_context, columns=columns["in_context"]),  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns
         optimum=optimum,
-        per_task=pd.DataFrame(per_task, columns=columns["per_task"]),
+        per_task=pd.DataFrame(per_task, columns=columns["per_task"]),  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns
         entries=summaries,
         methods=methods,
         verified={label: "yes" if flags == {True} else "no" if flags == {False} else "partly" for label, flags in verified.items()},
@@ -104,14 +104,14 @@ class Results:
 def compute_results(board: Board) -> Results:
     reps = board.spec.bootstrap_reps
     groups = {(str(label), str(dataset)): rows["score"].to_numpy()
-              for (label, dataset), rows in board.scores.groupby(["label", "dataset"], sort=True)}
+              for (label, dataset), rows in board.scores.groupby(["label", "dataset"], sort=True)}  # pyright: ignore[reportGeneralTypeIssues]  # pandas' hints: a key is Hashable, here a pair
     keyed = {f"{label}\x00{dataset}": values for (label, dataset), values in groups.items()}
     estimates = stats.cell_intervals(keyed, reps) if keyed else {}
     cells = pd.DataFrame(
         [{"label": label, "dataset": dataset, "mean": estimates[f"{label}\x00{dataset}"][0],
           "low": estimates[f"{label}\x00{dataset}"][1], "high": estimates[f"{label}\x00{dataset}"][2],
           "seeds": len(values)} for (label, dataset), values in groups.items()],
-        columns=["label", "dataset", "mean", "low", "high", "seeds"],
+        columns=["label", "dataset", "mean", "low", "high", "seeds"],  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns
     )
     matrices = score_matrices(board.scores, board.spec.datasets) if aggregates_meaningful(board.spec) else {}
     aggregate_rows, improvement_rows = [], []
@@ -125,8 +125,8 @@ def compute_results(board: Board) -> Results:
             improvement_rows.append({"x": x, "y": y, "probability": p, "low": low, "high": high})
     return Results(
         cells=cells,
-        aggregates=pd.DataFrame(aggregate_rows, columns=["label", "aggregate", "estimate", "low", "high", "seeds", "datasets"]),
-        improvement=pd.DataFrame(improvement_rows, columns=["x", "y", "probability", "low", "high"]),
+        aggregates=pd.DataFrame(aggregate_rows, columns=["label", "aggregate", "estimate", "low", "high", "seeds", "datasets"]),  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns
+        improvement=pd.DataFrame(improvement_rows, columns=["x", "y", "probability", "low", "high"]),  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns
         per_task=_per_task_cells(board.per_task),
     )
 
@@ -135,12 +135,12 @@ def _per_task_cells(per_task: pd.DataFrame) -> pd.DataFrame:
     """Mean over seeds per (label, dataset, task), tasks in the order the entries list them (task-id order)."""
     columns = ["label", "dataset", "task", "mean", "seeds"]
     if per_task.empty:
-        return pd.DataFrame(columns=columns)
+        return pd.DataFrame(columns=columns)  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns
     order = {task: i for i, task in enumerate(dict.fromkeys(per_task["task"]))}
     cells = (per_task.groupby(["label", "dataset", "task"], sort=False)["score"].agg(["mean", "count"]).reset_index()
              .rename(columns={"count": "seeds"}))
-    cells["order"] = cells["task"].map(order)
-    return cells.sort_values(["dataset", "order", "label"], kind="stable")[columns].reset_index(drop=True)
+    cells["order"] = cells["task"].map(order)  # pyright: ignore[reportArgumentType]  # pandas' hints: a column may be a frame
+    return cells.sort_values(["dataset", "order", "label"], kind="stable")[columns].reset_index(drop=True)  # pyright: ignore[reportReturnType]  # pandas' hints, as above
 
 
 def format_estimate(mean: float, low: float, high: float, digits: int = 1) -> str:
@@ -164,9 +164,9 @@ def ranked_labels(board: Board, results: Results) -> list[str]:
         means = results.cells.set_index("label")["mean"].to_dict()
     column = {dataset: i for i, dataset in enumerate(spec.datasets)}
     first_cell: dict[str, tuple[int, float]] = {}
-    for cell in results.cells.itertuples():
-        place = (column.get(cell.dataset, len(column)), -spec.metric.sign * cell.mean)
-        first_cell[cell.label] = min(first_cell.get(cell.label, place), place)
+    for cell in results.cells.to_dict("records"):
+        place = (column.get(cell["dataset"], len(column)), -spec.metric.sign * cell["mean"])
+        first_cell[cell["label"]] = min(first_cell.get(cell["label"], place), place)
 
     def key(label: str) -> tuple:
         if label in means:
@@ -198,12 +198,16 @@ def main_table(board: Board, results: Results) -> pd.DataFrame:
         if aggregates_meaningful(board.spec) and len(board.spec.datasets) > 1:
             for name in stats.AGGREGATES:
                 agg = results.aggregates[(results.aggregates["label"] == label) & (results.aggregates["aggregate"] == name)]
-                row[name] = "—" if agg.empty else format_estimate(*agg.iloc[0][["estimate", "low", "high"]], digits)
+                if agg.empty:
+                    row[name] = "—"
+                else:
+                    a = agg.iloc[0]
+                    row[name] = format_estimate(a["estimate"], a["low"], a["high"], digits)
         rows.append(row)
     columns = ["baseline", "method", "verified", *board.spec.datasets]
     if aggregates_meaningful(board.spec) and len(board.spec.datasets) > 1:
         columns += list(stats.AGGREGATES)
-    return pd.DataFrame(rows, columns=columns)
+    return pd.DataFrame(rows, columns=columns)  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns
 
 
 def improvement_heading(spec: BenchmarkSpec) -> str:
@@ -215,8 +219,8 @@ def improvement_table(board: Board, results: Results) -> pd.DataFrame:
     if results.improvement.empty:
         return pd.DataFrame()
     labels = [label for label in ranked_labels(board, results) if label in set(results.improvement["x"])]
-    table = pd.DataFrame("—", index=labels, columns=labels)
-    for _, r in results.improvement.iterrows():
+    table = pd.DataFrame("—", index=labels, columns=labels)  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns
+    for r in results.improvement.to_dict("records"):
         table.loc[r["x"], r["y"]] = format_estimate(r["probability"], r["low"], r["high"], 2)
     table.index.name = improvement_heading(board.spec)
     return table.reset_index()
@@ -251,7 +255,7 @@ def reported_table(board: Board) -> pd.DataFrame:
                 mean, spread = row.scores[dataset]
                 cells[dataset] = f"{mean:g}" + ("" if spread is None else f" ± {spread:g}")
         rows.append(cells)
-    return pd.DataFrame(rows, columns=["baseline", "source", *spec.datasets])
+    return pd.DataFrame(rows, columns=["baseline", "source", *spec.datasets])  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns
 
 
 def terminal_tables(title: str, frame: pd.DataFrame, width: int) -> list[Any]:
@@ -294,7 +298,7 @@ def results_json(board: Board, results: Results) -> dict[str, Any]:
     spec = board.spec
 
     def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
-        return [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
+        return [{str(k): (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
                 for row in frame.to_dict(orient="records")]
 
     return {

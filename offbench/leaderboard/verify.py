@@ -137,6 +137,8 @@ def replay(run: FinishedRun, method: dict[str, Any], device: str, step: int) -> 
         return list(evaluator.evaluate(policy, step, run.baseline).records)
     opened = open_run(run.path, device)
     checkpoint = load_checkpoint(opened.run_dir, opened.device)
+    if checkpoint is None:  # verify_run replays only a run with one; it went between the check and the replay
+        raise OffbenchError(f"{run.path / CHECKPOINT}: no such checkpoint to replay")
     return opened.protocol().evaluate(opened.restored_baseline(checkpoint), step)
 
 
