@@ -32,6 +32,7 @@ import tempfile
 from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from functools import partial
+from multiprocessing.sharedctypes import Synchronized
 from pathlib import Path
 from typing import Any, Callable
 
@@ -160,7 +161,7 @@ class HistoryRecipe:
     def split(self) -> tuple[list[dict], list[dict]]:
         """The (train, held_out) tasks of the recipe (`split_tasks`)."""
         return split_tasks(get_benchmark(self.benchmark), self.tasks, self.held_out, self.split_seed, self.variant,
-                           None if self.num_arms is None else (list(self.num_arms) if self.mixed_arms else self.num_arms), self.held_out_arms)
+                           list(self.num_arms) if isinstance(self.num_arms, tuple) else self.num_arms, self.held_out_arms)
 
     @property
     def source_learns(self) -> bool:
@@ -321,11 +322,11 @@ def _fits_in_memory(num_bytes: int) -> bool:
     return num_bytes <= limit // 2
 
 
-_shared_count = None  # in a worker process: episodes done by all workers (the parent shows it)
+_shared_count: Synchronized[int] | None = None  # in a worker process: episodes done by all workers (the parent shows it)
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc mallopt parameters
 
 
-def _start_worker(count) -> None:
+def _start_worker(count: Synchronized[int]) -> None:
     """In each worker process: death with the parent, the shared count of episodes done, and a malloc that keeps the memory it
     frees. Each block of steps allocates and frees a few MB of arrays, thousands of times; by default glibc
     returns that memory to the system after every block and faults it in again for the next, which
@@ -343,14 +344,16 @@ def _start_worker(count) -> None:
 
 
 def _add_to_shared_count(n: int) -> None:
+    if _shared_count is None:
+        raise RuntimeError("episodes are counted in a worker process, which _start_worker gives the shared count")
     with _shared_count.get_lock():
         _shared_count.value += n
 
 
 def _run_group(plan: _Plan, group: int, regions: dict[str, Region] | None, staging: Path) -> dict[str, np.ndarray]:
-    """Run one group of histories. In lockstep it writes its part of the dataset (`regions`) and returns
-    what the learning check needs; otherwise it stages its log in `staging` and returns the steps each
-    history took (`_lay_out_group` writes it)."""
+    """Run one group of histories. In lockstep (`regions`: the dataset's arrays, allocated before the groups run) it
+    writes its part of the dataset and returns what the learning check needs; otherwise (`regions` None) it stages its
+    log in `staging` and returns the steps each history took (`_lay_out_group` writes it)."""
     recipe = plan.recipe
     first_stream, last_stream = plan.group_bounds[group], plan.group_bounds[group + 1]
     seeds = np.random.SeedSequence(plan.seed).spawn(len(plan.stream_bounds) - 1)[first_stream:last_stream]
@@ -360,19 +363,17 @@ def _run_group(plan: _Plan, group: int, regions: dict[str, Region] | None, stagi
     algo = ALGORITHMS[recipe.algo](env, recipe.episodes, algo_streams, make_config(recipe.algo, recipe.hyperparameters))
     tables = StepTables(env)
     lo, hi = plan.histories(group)
-    if plan.in_lockstep:  # all parts are faulted in at once where they fit well in memory together
-        populate = _fits_in_memory(sum(region.dtype.itemsize * int(np.prod(region.shape)) for region in regions.values()))
-        part = _group_part(regions, slice(lo * plan.capacity, hi * plan.capacity), slice(lo * recipe.episodes, hi * recipe.episodes), populate)
-        sink = LaidOut(tables, {name: array.reshape(hi - lo, -1) for name, array in part.items()}, *plan.ids(group), lo * plan.capacity, env.horizon)
-    else:
+    if regions is None:
         staged = {}
         for name, (shape, dtype) in staging_arrays(env, plan.capacity, hasattr(env, "noisy_rewards")).items():
             staged[name] = np.lib.format.open_memmap(staging / f"{group:06d}-{name}.npy", "w+", dtype, shape)
             reserve_space(staging / f"{group:06d}-{name}.npy")
-        sink = Staged(tables, staged)
-    length = run_group(env, algo, recipe.episodes, env_streams, sink, plan.in_lockstep, _add_to_shared_count, plan.loop)
-    if not plan.in_lockstep:
-        return {"length": length}
+        return {"length": run_group(env, algo, recipe.episodes, env_streams, Staged(tables, staged), plan.in_lockstep, _add_to_shared_count, plan.loop)}
+    # all parts are faulted in at once where they fit well in memory together
+    populate = _fits_in_memory(sum(region.dtype.itemsize * int(np.prod(region.shape)) for region in regions.values()))
+    part = _group_part(regions, slice(lo * plan.capacity, hi * plan.capacity), slice(lo * recipe.episodes, hi * recipe.episodes), populate)
+    sink = LaidOut(tables, {name: array.reshape(hi - lo, -1) for name, array in part.items()}, *plan.ids(group), lo * plan.capacity, env.horizon)
+    run_group(env, algo, recipe.episodes, env_streams, sink, plan.in_lockstep, _add_to_shared_count, plan.loop)
     _write_num_actions(regions, slice(lo * plan.capacity, hi * plan.capacity), env)
     return {"windows": learning_windows(sink.scores, sink.optimal_rate)}
 
@@ -415,10 +416,11 @@ def write_histories(recipe: HistoryRecipe, seed: int, out: Path, quiet: bool = T
             atomic_path(out, need=need) as tmp, _Workers(min(workers, plan.num_groups), quiet, f"{recipe.benchmark} {recipe.algo}", histories * episodes) as pool:
         staging = Path(folder)
         allocate = lambda steps: allocate_native(tmp, layout(steps), one.single_observation_space, one.single_action_space)  # noqa: E731
-        regions = allocate(histories * plan.capacity) if plan.in_lockstep else None
-        results = pool.map(_run_group, [(plan, g, regions, staging) for g in range(plan.num_groups)])
-        if not plan.in_lockstep:
-            lengths = [r["length"] for r in results]
+        if plan.in_lockstep:
+            regions = allocate(histories * plan.capacity)
+            results = pool.map(_run_group, [(plan, g, regions, staging) for g in range(plan.num_groups)])
+        else:
+            lengths = [r["length"] for r in pool.map(_run_group, [(plan, g, None, staging) for g in range(plan.num_groups)])]
             regions = allocate(int(sum(length.sum() for length in lengths)))
             first_steps = np.cumsum([0] + [int(length.sum()) for length in lengths])
             results = pool.map(_lay_out_group, [(plan, g, regions, staging, int(first_steps[g]), lengths[g]) for g in range(plan.num_groups)])
