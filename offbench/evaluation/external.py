@@ -25,7 +25,9 @@ import gymnasium as gym
 import numpy as np
 
 from offbench.errors import OffbenchError
-from offbench.evaluation.policy import Policy, PolicyOptions
+from offbench.evaluation.policy import DroppingPolicy, Policy, PolicyOptions
+
+ActionSpace = gym.spaces.Discrete | gym.spaces.Box  # the spaces whose actions `CheckedPolicy` can check
 
 
 def method_name_of(policy: Any) -> str:
@@ -38,20 +40,20 @@ class CheckedPolicy:
     """A user's policy, with every call checked (see the module docstring). Counts steps per row (and episodes per
     row in context) only to name where something went wrong."""
 
-    def __init__(self, policy: Policy, action_space: gym.Space, name: str, options: PolicyOptions, in_context: bool):
+    def __init__(self, policy: Policy, action_space: ActionSpace, name: str, options: PolicyOptions, in_context: bool):
         self.policy, self.space, self.name = policy, action_space, name
         self.task_ids = options.task_ids
-        self.labels = list(options.row_labels) if options.row_labels is not None else None
+        self.labels = list(options.row_labels or ())  # made up at reset unless one per row was given
         self.in_context = in_context
         self._pass_task_ids = self.task_ids is not None and _takes_keyword(policy.reset, "task_ids")
 
     def reset(self, num_envs: int) -> None:
-        if self.labels is None or len(self.labels) != num_envs:
+        if len(self.labels) != num_envs:
             self.labels = [f"row {i}" for i in range(num_envs)]
         self.steps = np.zeros(num_envs, dtype=np.int64)
         self.episodes = np.zeros(num_envs, dtype=np.int64)
-        self._call("reset", lambda: self.policy.reset(num_envs, task_ids=np.asarray(self.task_ids)) if self._pass_task_ids
-                   else self.policy.reset(num_envs))
+        reset: Callable[..., None] = self.policy.reset  # takes task_ids when _pass_task_ids (its signature says so)
+        self._call("reset", lambda: reset(num_envs, task_ids=np.asarray(self.task_ids)) if self._pass_task_ids else reset(num_envs))
 
     def act(self, observations: np.ndarray) -> np.ndarray:
         actions = self._call("act", lambda: self.policy.act(observations))
@@ -74,7 +76,7 @@ class CheckedPolicy:
         except OffbenchError:
             raise
         except Exception as exc:  # noqa: BLE001 - any failure of user code is reported the same way, in one line
-            rows = len(self.labels or [])
+            rows = len(self.labels)
             where = f" at {self._where(0)}" + (f" (and {rows - 1} more rows)" if rows > 1 else "") if what != "reset" and rows else ""
             message = str(exc).splitlines()[0][:200] if str(exc) else ""
             raise OffbenchError(f"policy {self.name!r}: {what}() raised {exc.__class__.__name__}: {message}{where}") from None
@@ -115,8 +117,12 @@ class CheckedDroppingPolicy(CheckedPolicy):
     """A CheckedPolicy for a policy that can drop finished rows (`Policy.drop`): the evaluator then asks only for
     the rows still running, and so do the checks."""
 
+    def __init__(self, policy: DroppingPolicy, action_space: ActionSpace, name: str, options: PolicyOptions, in_context: bool):
+        super().__init__(policy, action_space, name, options, in_context)
+        self._drop = policy.drop
+
     def drop(self, keep: np.ndarray) -> None:
-        self._call("drop", lambda: self.policy.drop(keep))
+        self._call("drop", lambda: self._drop(keep))
         keep = np.asarray(keep, dtype=bool)
         self.labels = [label for label, kept in zip(self.labels, keep) if kept]
         self.steps, self.episodes = self.steps[keep], self.episodes[keep]
@@ -148,6 +154,8 @@ class ExternalMethod:
 
     def __init__(self, policy: Any, action_space: gym.Space, protocol: str, name: str | None = None):
         self.name = name or method_name_of(policy)
+        if not isinstance(action_space, ActionSpace):
+            raise OffbenchError(f"policy {self.name!r}: actions in {action_space} cannot be checked (a Discrete or Box action space can)")
         self.space, self.protocol = action_space, protocol
         if hasattr(policy, "policy") and callable(policy.policy):
             self.factory = policy.policy
@@ -163,8 +171,10 @@ class ExternalMethod:
         inner = self.factory(options)
         if not isinstance(inner, Policy):
             raise OffbenchError(f"policy {self.name!r}: policy(options) returned {type(inner).__name__}, which has no reset / act / observe")
-        checked = CheckedDroppingPolicy if hasattr(inner, "drop") else CheckedPolicy
-        return checked(inner, self.space, self.name, options, in_context=self.protocol == "in-context")
+        in_context = self.protocol == "in-context"
+        if isinstance(inner, DroppingPolicy):
+            return CheckedDroppingPolicy(inner, self.space, self.name, options, in_context)
+        return CheckedPolicy(inner, self.space, self.name, options, in_context)
 
 
 def _takes_keyword(function: Callable[..., Any], keyword: str) -> bool:

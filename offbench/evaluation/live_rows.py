@@ -4,7 +4,7 @@ its transformer over them to the end. Kept free of torch: dataset collection ste
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -18,7 +18,7 @@ class LiveRows:
 
     def __init__(self, policy: Policy, num_envs: int):
         self.policy, self.rows = policy, np.arange(num_envs)
-        self.dropping = hasattr(policy, "drop")
+        self._drop: Callable[[np.ndarray], None] | None = getattr(policy, "drop", None)  # `Policy`'s optional drop
         policy.reset(num_envs)
 
     def act(self, observations: np.ndarray) -> np.ndarray:
@@ -34,6 +34,6 @@ class LiveRows:
         """The step's rewards and dones; `running` marks the rows that play on (the others are finished for good)."""
         self.policy.observe(rewards[self.rows], dones[self.rows])
         keep = running[self.rows]
-        if self.dropping and not keep.all():
-            self.policy.drop(keep)
+        if self._drop is not None and not keep.all():
+            self._drop(keep)
             self.rows = self.rows[keep]

@@ -44,12 +44,19 @@ class Policy(Protocol):
     def observe(self, rewards: np.ndarray, dones: np.ndarray) -> None: ...
 
 
+@runtime_checkable
+class DroppingPolicy(Policy, Protocol):
+    """A `Policy` with the optional `drop(keep)`: the rows where `keep` is False are gone for good."""
+
+    def drop(self, keep: np.ndarray) -> None: ...
+
+
 def actions_to_numpy(actions: torch.Tensor, action_space: gym.Space) -> np.ndarray:
-    """A batch of actions from a network as the environment wants them: int64 indices, or the Box's shape and dtype."""
+    """A batch of actions from a network as the environment wants them: a Box's shape and dtype, else int64 indices."""
     array = actions.detach().cpu().numpy()
-    if isinstance(action_space, gym.spaces.Discrete):
-        return array.astype(np.int64)
-    return array.reshape(len(array), *action_space.shape).astype(action_space.dtype)
+    if isinstance(action_space, gym.spaces.Box):
+        return array.reshape(len(array), *action_space.shape).astype(action_space.dtype)
+    return array.astype(np.int64)
 
 
 class MarkovPolicy:

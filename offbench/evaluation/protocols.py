@@ -30,6 +30,8 @@ from offbench.evaluation.rollout import EPISODE_SEEDS_RULE, evaluation_record, e
 from offbench.records import to_dict
 
 if TYPE_CHECKING:
+    import gymnasium as gym
+
     from offbench.data.cards import DatasetCard
     from offbench.data.spec import DatasetSpec
 
@@ -56,9 +58,9 @@ class EvaluationSetup:
 
     def settings(self, name: str, **protocol_fields: Any) -> EvaluationSettings:
         """run.json's `evaluation` block: these settings and the protocol's own fields."""
+        targets = [target for target in self.target_returns if target is not None]  # none: (None,), not return-conditioned
         return EvaluationSettings(
-            protocol=name, episodes=self.episodes, every_steps=self.every_steps,
-            target_returns=None if self.target_returns == (None,) else list(self.target_returns),
+            protocol=name, episodes=self.episodes, every_steps=self.every_steps, target_returns=targets or None,
             deterministic=self.deterministic, env=self.env_spec, **protocol_fields,
         )
 
@@ -69,63 +71,63 @@ class EvaluationProtocol(Protocol):
     def check(self, spec: DatasetSpec, baseline_cls: type | None = None) -> None:
         """Before training: the environment builds and matches the data (one-line OffbenchError otherwise), or
         acts on another number of actions for a `baseline_cls` that declares `variable_actions = True` (in context)."""
+        ...
 
     def describe(self) -> EvaluationSettings:
         """run.json's `evaluation` block."""
+        ...
 
     def evaluate(self, baseline: Any, step: int) -> list[dict[str, Any]]:
         """Evaluate `baseline` (anything with `policy(PolicyOptions) -> Policy`); evaluations.jsonl lines as written."""
+        ...
 
     def score_metric(self, evaluations: list[dict[str, Any]]) -> str:
         """The headline field of its evaluation lines (summary.json `score_metric`)."""
-
-
-PROTOCOLS: dict[str, Callable[[EvaluationSetup], EvaluationProtocol]] = {}
-
-
-def register_protocol(name: str):
-    def add(cls):
-        cls.name = name
-        PROTOCOLS[name] = cls
-        return cls
-
-    return add
+        ...
 
 
 def protocol_name(card: DatasetCard | None) -> str:
     """The protocol a card's kind calls for (single-task for a file without a card)."""
-    kind = card.kind if card is not None else "offline"
-    if kind not in PROTOCOL_FOR_KIND:
-        raise OffbenchError(f"dataset card {card.id}: kind '{kind}' has no evaluation protocol (known kinds: {', '.join(PROTOCOL_FOR_KIND)})")
-    return PROTOCOL_FOR_KIND[kind]
+    if card is None:
+        return PROTOCOL_FOR_KIND["offline"]
+    if card.kind not in PROTOCOL_FOR_KIND:
+        raise OffbenchError(f"dataset card {card.id}: kind '{card.kind}' has no evaluation protocol (known kinds: {', '.join(PROTOCOL_FOR_KIND)})")
+    return PROTOCOL_FOR_KIND[card.kind]
 
 
 def build_protocol(setup: EvaluationSetup) -> EvaluationProtocol:
     return PROTOCOLS[protocol_name(setup.card)](setup)
 
 
-def _check_shapes(dataset_id: str, env_id: str, pairs: list[tuple[str, tuple, tuple | None]]) -> None:
+def _check_shapes(dataset_id: str, env_id: str, pairs: list[tuple[str, tuple[int, ...] | None, tuple[int, ...] | None]]) -> None:
     for what, env_shape, data_shape in pairs:
-        if data_shape is not None and tuple(env_shape) != tuple(data_shape):
-            raise OffbenchError(f"{dataset_id}: the dataset's {what} shape {tuple(data_shape)} differs from {env_id}'s {tuple(env_shape)}")
+        if data_shape is not None and env_shape != data_shape:
+            raise OffbenchError(f"{dataset_id}: the dataset's {what} shape {data_shape} differs from {env_id}'s {env_shape}")
+
+
+def _shape_of(space: gym.Space | None) -> tuple[int, ...] | None:
+    """A space's shape; None, nothing to compare, where the dataset records no space."""
+    return space.shape if space is not None else None
 
 
 def _space_shape(space) -> tuple:
     return (int(space.n),) if hasattr(space, "n") else tuple(space.shape)
 
 
-def _needs_env(setup: EvaluationSetup) -> dict[str, Any]:
-    env = setup.env_spec
-    if env is None:
-        where = setup.card.id if setup.card is not None else "this dataset file"
+def _needs_env(setup: EvaluationSetup) -> tuple[DatasetCard, dict[str, Any]]:
+    """The card and its [env] table, which every protocol evaluates in."""
+    card, env = setup.card, setup.env_spec
+    if card is None or env is None:
+        where = card.id if card is not None else "this dataset file"
         raise OffbenchError(f"{where}: no dataset card with an [env] to evaluate in (use a registered id, or --set eval_episodes=0)")
-    return env
+    return card, env
 
 
 # ---------------------------------------------------------------------------------------------- single-task
-@register_protocol("single-task")
 class SingleTask:
     """Today's D4RL-style protocol: `episodes` seeded episodes in the card's one environment, per target return."""
+
+    name = "single-task"
 
     def __init__(self, setup: EvaluationSetup):
         self.setup = setup
@@ -133,11 +135,11 @@ class SingleTask:
     def check(self, spec: DatasetSpec, baseline_cls: type | None = None) -> None:
         from offbench.envs.factory import make_env
 
-        env_spec = _needs_env(self.setup)
+        card, env_spec = _needs_env(self.setup)
         env = make_env(env_spec)
         try:
-            _check_shapes(self.setup.card.id, env_spec["id"], [
-                ("observation", env.observation_space.shape, spec.observation_space.shape),
+            _check_shapes(card.id, env_spec["id"], [
+                ("observation", env.observation_space.shape, _shape_of(spec.observation_space)),
                 ("action", _space_shape(env.action_space), _space_shape(spec.action_space)),
             ])
         finally:
@@ -150,12 +152,13 @@ class SingleTask:
         from offbench.envs.factory import make_env
 
         setup = self.setup
+        _, env_spec = _needs_env(setup)
         seeds = [evaluation_seed(setup.seed, i) for i in range(setup.episodes)]
         records = []
         for target in setup.target_returns:
             labels = tuple(f"episode {i} (seed {seed})" for i, seed in enumerate(seeds))
             policy = baseline.policy(PolicyOptions(target_return=target, deterministic=setup.deterministic, row_labels=labels))
-            results = run_episodes(policy, lambda: make_env(setup.env_spec), seeds)
+            results = run_episodes(policy, lambda: make_env(env_spec), seeds)
             records.append(to_dict(evaluation_record(step, results, setup.card, target)))
         return records
 
@@ -165,10 +168,11 @@ class SingleTask:
 
 
 # ---------------------------------------------------------------------------------------------- multi-task
-@register_protocol("multi-task")
 class MultiTask:
     """Every task of the card's suite, `episodes` per task, all episodes of a round in one policy call per step.
     The line's `mean_return` and `success_rate` are means over tasks (each task weighs the same)."""
+
+    name = "multi-task"
 
     MAX_LANES = 512  # episodes stepped side by side (one policy call covers them all)
 
@@ -176,20 +180,20 @@ class MultiTask:
         from offbench.envs.multitask import task_names
 
         self.setup = setup
-        self.tasks = task_names(_needs_env(setup)) if setup.env_spec else []
+        self.tasks = task_names(_needs_env(setup)[1]) if setup.env_spec else []
 
     def check(self, spec: DatasetSpec, baseline_cls: type | None = None) -> None:
         from offbench.envs.factory import make_env
 
-        env_spec = _needs_env(self.setup)
+        card, env_spec = _needs_env(self.setup)
         if len(self.tasks) != spec.num_tasks:
             raise OffbenchError(
-                f"{self.setup.card.id}: the card's suite has {len(self.tasks)} tasks but the data's task ids name {spec.num_tasks}"
+                f"{card.id}: the card's suite has {len(self.tasks)} tasks but the data's task ids name {spec.num_tasks}"
             )
         env = make_env(env_spec, 0)
         try:
-            _check_shapes(self.setup.card.id, f"{env_spec['id']} task {self.tasks[0]}", [
-                ("observation", env.observation_space.shape, spec.observation_space.shape),
+            _check_shapes(card.id, f"{env_spec['id']} task {self.tasks[0]}", [
+                ("observation", env.observation_space.shape, _shape_of(spec.observation_space)),
                 ("action", _space_shape(env.action_space), _space_shape(spec.action_space)),
             ])
         finally:
@@ -207,6 +211,7 @@ class MultiTask:
         from offbench.evaluation.lanes import evaluate_tasks
 
         setup = self.setup
+        _, env_spec = _needs_env(setup)
         records = []
         for target in setup.target_returns:
             def policy_for(lanes, _envs, target=target):
@@ -219,7 +224,7 @@ class MultiTask:
                                                      row_labels=labels))
 
             lanes = setup.episodes * len(self.tasks)
-            episodes = evaluate_tasks(setup.env_spec, policy_for, setup.episodes, evaluation_seed(setup.seed, 0), max_envs=min(lanes, self.MAX_LANES))
+            episodes = evaluate_tasks(env_spec, policy_for, setup.episodes, evaluation_seed(setup.seed, 0), max_envs=min(lanes, self.MAX_LANES))
             records.append(to_dict(self.record(step, episodes, target)))
         return records
 
@@ -266,7 +271,7 @@ def run_in_context(policy, env, episodes: int) -> InContextResults:
     `optimal_expected_rewards()`; it is summed per episode as the expected rewards are."""
     n = env.num_envs
     step_optimum = getattr(env, "optimal_expected_rewards", None)
-    optimal = np.zeros((n, episodes)) if step_optimum is not None else None
+    optimal = np.zeros((n, episodes))  # returned only where the environment says its per-step optimum
     rows = np.arange(n)
     returns, expected = np.zeros((n, episodes)), np.zeros((n, episodes))
     lengths = np.zeros((n, episodes), dtype=np.int64)
@@ -289,16 +294,17 @@ def run_in_context(policy, env, episodes: int) -> InContextResults:
         episode += done
         if done.any():
             observations = env.reset(done)
-    return InContextResults(returns, expected, lengths, optimal)
+    return InContextResults(returns, expected, lengths, optimal if step_optimum is not None else None)
 
 
-@register_protocol("in-context")
 class InContext:
     """The card's held-out tasks (or its training tasks), all in one batched environment, `episodes` consecutive
     episodes per task with the policy's context kept across them. `regret` sums the optimal return minus the
     expected return over all episodes (bandits: the pseudo-regret of the pulls; contextual bandits: each pull's
     own optimum, max_a theta_a . x_t, minus the pulled arm's theta . x_t); it is the headline metric
     where episodes are single pulls (bandits), the last episode's return elsewhere."""
+
+    name = "in-context"
 
     def __init__(self, setup: EvaluationSetup):
         if setup.tasks not in TASK_SPLITS:
@@ -323,31 +329,32 @@ class InContext:
     def make_env(self):
         from offbench.envs.benchmarks import make_batch_env
 
-        return make_batch_env(_needs_env(self.setup), self.task_list, seed=evaluation_seed(self.setup.seed, 0))
+        return make_batch_env(_needs_env(self.setup)[1], self.task_list, seed=evaluation_seed(self.setup.seed, 0))
 
     def check(self, spec: DatasetSpec, baseline_cls: type | None = None) -> None:
         """Also: the tasks evaluated have one arm count, which may differ from the data's only for a baseline for
         variable action spaces (`variable_actions = True`: Headless-AD)."""
         from offbench.envs.benchmarks import arm_runs
 
+        card, env_spec = _needs_env(self.setup)
         if not self.task_list:
-            raise OffbenchError(f"{self.setup.card.id}: the card's split has no {self.setup.tasks} tasks to evaluate in context")
+            raise OffbenchError(f"{card.id}: the card's split has no {self.setup.tasks} tasks to evaluate in context")
         if len(arm_runs(self.task_list)) > 2:
             counts = sorted({len(task["means"]) for task in self.task_list})
-            raise OffbenchError(f"{self.setup.card.id}: its {self.setup.tasks} tasks have {', '.join(map(str, counts))} arms, and in-context "
+            raise OffbenchError(f"{card.id}: its {self.setup.tasks} tasks have {', '.join(map(str, counts))} arms, and in-context "
                                 "evaluation runs one arm count (evaluate the held-out tasks)")
         env = self.make_env()
-        _check_shapes(self.setup.card.id, self.setup.env_spec["id"], [("observation", env.single_observation_space.shape, spec.observation_space.shape)])
+        _check_shapes(card.id, env_spec["id"], [("observation", env.single_observation_space.shape, _shape_of(spec.observation_space))])
         data_actions = _space_shape(spec.action_space)
         if data_actions == (env.num_actions,) or (spec.discrete and getattr(baseline_cls, "variable_actions", False)):
             return
         if not spec.discrete:
-            _check_shapes(self.setup.card.id, self.setup.env_spec["id"], [("action", (env.num_actions,), data_actions)])
+            _check_shapes(card.id, env_spec["id"], [("action", (env.num_actions,), data_actions)])
         from offbench.baselines import baseline_names, get_baseline
 
         variable = [name for name in baseline_names() if getattr(get_baseline(name), "variable_actions", False)]
         name = getattr(baseline_cls, "name", "this baseline")
-        raise OffbenchError(f"{self.setup.card.id}: {name} is trained on {data_actions[0]} actions and the {self.setup.tasks} tasks have "
+        raise OffbenchError(f"{card.id}: {name} is trained on {data_actions[0]} actions and the {self.setup.tasks} tasks have "
                             f"{env.num_actions}; it acts only in the action space it trained on (for another size: {', '.join(variable)})")
 
     def describe(self) -> EvaluationSettings:
@@ -383,6 +390,10 @@ class InContext:
     def score_metric(self, evaluations: list[dict[str, Any]]) -> str:
         return "regret" if self.make_env().horizon == 1 else "mean_return"
 
+
+PROTOCOLS: dict[str, Callable[[EvaluationSetup], EvaluationProtocol]] = {
+    protocol.name: protocol for protocol in (SingleTask, MultiTask, InContext)
+}
 
 ACTION_MODES = {"greedy": True, "sampled": False}  # `offbench evaluate --actions` -> EvaluationSetup.deterministic
 
