@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from offbench.envs import bandits, contextual_bandits
-from offbench.envs.benchmarks import benchmark_for_env, card_tasks, make_batch_env
+from offbench.envs.benchmarks import benchmark_for_env, card_tasks, make_batch_env, tabular
 from offbench.errors import OffbenchError
 from offbench.evaluation.rollout import evaluation_seed
 from offbench.generators import contextual
@@ -29,7 +29,7 @@ def reference_pulls(env_spec: dict, tasks: list[dict], algo: str, pulls: int, se
     # The environment's rewards and the algorithm's draws come from independent streams, as in the generators
     # (one integer seeding both made them one stream; 20 seeds of Thompson sampling showed no bias either way).
     env_seed, algo_seed = np.random.SeedSequence(seed).spawn(2)
-    env = make_batch_env(env_spec, tasks, seed=int(env_seed.generate_state(1)[0]))
+    env = tabular(make_batch_env(env_spec, tasks, seed=int(env_seed.generate_state(1)[0])), f"the {algo} reference needs")
     streams = RowStreams([np.random.default_rng(algo_seed)], [env.num_envs])
     learner = ALGORITHMS[algo](env, pulls, streams, make_config(algo, {}))
     rows = np.arange(env.num_envs)
@@ -84,7 +84,7 @@ def card_reference_regret(card, tasks: str, pulls: int, run_seeds: list[int]) ->
     card's references run on the evaluation's own environment seeds (`evaluation_seed(s, 0)` of each run seed s:
     the same contexts as the runs); a multi-armed bandit's average ten histories of their own (`reference_regret`)."""
     env = dict(card.env)
-    family = benchmark_for_env(env.get("id")).family if env.get("suite") == "offbench" else None
+    family = benchmark_for_env(str(env.get("id"))).family if env.get("suite") == "offbench" else None
     if family not in (bandits, contextual_bandits):
         raise OffbenchError(f"regret curves are for bandit runs; '{card.id}' is not a bandit dataset (use --kind in-context)")
     train, held_out = card_tasks(card)

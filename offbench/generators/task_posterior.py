@@ -26,12 +26,12 @@ from typing import Any
 
 import numpy as np
 
-from offbench.envs.benchmarks import BENCHMARKS, BatchEnv, benchmark_for_env, card_tasks, make_batch_env
+from offbench.envs.benchmarks import BENCHMARKS, TabularBatchEnv, benchmark_for_env, card_tasks, make_batch_env, tabular
 from offbench.errors import OffbenchError
 from offbench.generators.sources import ALGORITHMS
 
 
-def training_env(card: dict[str, Any], needs: str, where: str = "") -> BatchEnv:
+def training_env(card: dict[str, Any], needs: str, where: str = "") -> TabularBatchEnv:
     """The batched environment of the card's training tasks, row k = task k (the `task_id` column's numbering);
     one line naming what `needs` it where the card names no offbench environment or a non-tabular one (a
     contextual bandit's state is a fresh context each pull: there is no table of states to draw from)."""
@@ -42,7 +42,7 @@ def training_env(card: dict[str, Any], needs: str, where: str = "") -> BatchEnv:
         raise OffbenchError(f"{where}{needs} a tabular environment; card {card.get('id', '?')} is a contextual bandit "
                             f"({env_spec['id']}), whose state is a fresh context every pull")
     train, _ = card_tasks(card)
-    return make_batch_env(card["env"], train)
+    return tabular(make_batch_env(card["env"], train), f"{where}{needs}")
 
 
 class TaskStates:
@@ -60,7 +60,7 @@ class TaskStates:
         self.state_of_key[np.ravel_multi_index((keys - self.low).T, self.dims)] = np.arange(len(keys))
 
     @classmethod
-    def of_env(cls, env: BatchEnv) -> TaskStates:
+    def of_env(cls, env: TabularBatchEnv) -> TaskStates:
         """The states of a batched environment's rows (one task each)."""
         return cls(env.observations_of(np.arange(env.num_states)), env.optimal_action_table().reshape(env.num_envs, env.num_states))
 
@@ -89,7 +89,7 @@ class OptimalActionPosterior:
         self.num_actions = rewards.shape[2]
 
     @classmethod
-    def for_card(cls, card: dict[str, Any], env: BatchEnv, where: str = "") -> OptimalActionPosterior:
+    def for_card(cls, card: dict[str, Any], env: TabularBatchEnv, where: str = "") -> OptimalActionPosterior:
         """The posterior over the card's training tasks (`env`: theirs, `training_env`); one line naming the problem
         where it would not be exact."""
         algo = card.get("source", {}).get("recipe", {}).get("params", {}).get("algo")
