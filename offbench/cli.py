@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional, cast
 
 try:  # typer >= 0.24 vendors click: the usage errors it raises are typer._click's, not click's
     from typer import _click as click
@@ -16,6 +16,10 @@ from rich.console import Console
 from rich.table import Table
 
 from offbench.errors import OffbenchError
+
+if TYPE_CHECKING:
+    from offbench.data.cards import DatasetCard
+    from offbench.data.store import EpisodeStore, InPlaceStore
 
 app = typer.Typer(
     name="offbench",
@@ -63,21 +67,24 @@ def list_datasets(
         typer.echo(f"{card.id:<{width}}  {card.kind:<16}  {card.source_kind:<9}  {local:<5}  {summary[:80]}")
 
 
-def _describe(id_or_path: str) -> tuple[object, str, object]:
+def _describe(id_or_path: str) -> tuple[EpisodeStore | InPlaceStore, str, DatasetCard | None]:
     """(store, format name, card or None) for an id or path, fetching registered data if needed.
     For a registered id the format named is the published one (the card's), not the native copy's."""
     from offbench.data.resolve import open_dataset
 
     found = open_dataset(id_or_path)
-    registered = found.card is not None and not Path(id_or_path).exists()
-    return found.store, (found.card.format if registered else found.format), found.card
+    if found.card is not None and not Path(id_or_path).exists():
+        return found.store, found.card.format, found.card
+    return found.store, found.format, found.card
 
 
 @app.command()
 def info(id_or_path: str = typer.Argument(..., help="Dataset id or path.")) -> None:
     """Card, format found, episodes, transitions, spaces, checksum."""
+    from offbench.data.store import EpisodeStore
+
     store, fmt, card = _describe(id_or_path)
-    if store.read_in_place:
+    if not isinstance(store, EpisodeStore):  # read in place: the store describes itself
         _print_rows([("id", card.id if card else "-"), ("format found", fmt), *store.summary_rows()])
         return
     lengths = store.episode_lengths
@@ -118,16 +125,17 @@ def _print_rows(rows: list[tuple[str, object]]) -> None:
 def verify(id_or_path: str = typer.Argument(..., help="Dataset id or path."),
            full: bool = typer.Option(False, "--full", help="XLand files: decompress and check every chunk (else a sample).")) -> None:
     """Recompute checksums and structural checks."""
-    from offbench.data.store import is_native, stored_checksum
+    from offbench.data.store import EpisodeStore, is_native, stored_checksum
 
     store, fmt, card = _describe(id_or_path)
-    if store.read_in_place:  # the file's sha256: the card's, else the first download's record
+    if not isinstance(store, EpisodeStore):  # read in place: the file's sha256: the card's, else the first download's record
         from offbench.data.download import SUMS_FILE, read_sums
 
         files = (card.source.files or []) if card else []
         expected, source = (files[0].sha256 if len(files) == 1 else None), "the card"
         if expected is None:
-            expected, source = read_sums(store.path.parent).get(store.path.name), f"recorded in {store.path.parent / SUMS_FILE}"
+            path = cast(Path, store.path)  # a store read in place is the file it was opened from (InPlaceStore)
+            expected, source = read_sums(path.parent).get(path.name), f"recorded in {path.parent / SUMS_FILE}"
         console.print(store.verify(expected, source, full=full))
         return
     store.validate()
