@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
-from offbench.errors import OffbenchError, require
 from offbench import stats
+from offbench.errors import OffbenchError, require
 from offbench.plotting.figures import label_colours, plain_text, save_figure
 
 

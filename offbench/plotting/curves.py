@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
-from offbench.errors import OffbenchError
 from offbench import stats
+from offbench.errors import OffbenchError
 from offbench.plotting.figures import curve_caption, label_colours, plain_text, plt, save_figure, shared_legend
 
 
@@ -76,9 +76,9 @@ def learning_curves_figure(curves: pd.DataFrame, y_label: str, title: str = "", 
     fig, axes, ncols = _panels(len(datasets), 4.6, 3.4)
     drawn = []
     for ax, dataset in zip(axes, datasets):
-        for label, rows in curves[curves.dataset == dataset].groupby("label", sort=True):
+        for label, rows in curves.loc[curves["dataset"] == dataset].groupby("label", sort=True):
             xs, matrix = _seed_matrix(rows, "step", f"{label} on {dataset}")
-            drawn.append(_draw_mean_band(ax, xs, matrix, colours[label], label, reps))
+            drawn.append(_draw_mean_band(ax, xs, matrix, colours[str(label)], label, reps))
         ax.set_title(plain_text(dataset), fontsize=10)
         ax.set_xlabel("update step (gradient updates)")
         ax.set_ylabel(_wrapped(y_label), fontsize=8)
@@ -129,11 +129,11 @@ def in_context_figure(
     fig, axes, ncols = _panels(len(datasets), 5.6, 4.0)
     drawn = []
     for ax, dataset in zip(axes, datasets):
-        rows_for_dataset = in_context[in_context.dataset == dataset]
+        rows_for_dataset = in_context.loc[in_context["dataset"] == dataset]
         horizon = int(rows_for_dataset["episode"].max())
         for label, rows in rows_for_dataset.groupby("label", sort=True):
             xs, matrix = _seed_matrix(rows, "episode", f"{label} on {dataset}")
-            drawn.append(_draw_mean_band(ax, xs, matrix, colours[label], label, reps))
+            drawn.append(_draw_mean_band(ax, xs, matrix, colours[str(label)], label, reps))
         references = []
         source = sources.get(dataset)
         if source is not None and len(source):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import matplotlib
 
@@ -13,6 +14,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from offbench.errors import OffbenchError  # noqa: E402
 from offbench.utils import atomic_write_bytes  # noqa: E402
+
+if TYPE_CHECKING:
+    from matplotlib.typing import ColorType
 
 FORMATS = ("png", "svg", "pdf")
 # No dates or random ids in the files: re-rendering unchanged entries gives byte-identical figures.
@@ -33,9 +37,9 @@ def plain_text(value: object) -> str:
     return " ".join(str(value).split()).replace("$", r"\$")
 
 
-def label_colours(labels: list[str]) -> dict[str, tuple]:
+def label_colours(labels: list[str]) -> dict[str, ColorType]:
     """The same label gets the same colour in every figure of a leaderboard."""
-    palette = plt.get_cmap("tab10").colors
+    palette = matplotlib.color_sequences["tab10"]
     return {label: palette[i % len(palette)] for i, label in enumerate(sorted(labels))}
 
 

@@ -12,7 +12,6 @@ from matplotlib.figure import Figure
 from offbench.errors import OffbenchError
 from offbench.utils import atomic_write_bytes
 
-
 HISTORY_SAMPLE_TASKS = 64  # an XLand file's curve: the histories of this many tasks (seeded), not 10,000 tasks' 60 GB
 
 
