@@ -73,10 +73,10 @@ def _frames(runs: list[FinishedRun], field: str, which: str):
                    for row in run.curve_rows(which) if isinstance(row.get(field), (int, float))]
         in_context += [{**key, "episode": i, "score": float(v)} for i, v in enumerate(run.in_context_returns(which) or [], 1)]
         regret += [{**key, "pull": i, "score": float(v)} for i, v in enumerate(_summary_row_field(run, which, "in_context_regret") or [], 1)]
-    return (pd.DataFrame(scores, columns=["label", "dataset", "seed", "score"]),
-            pd.DataFrame(curves, columns=["label", "dataset", "seed", "step", "score"]),
-            pd.DataFrame(in_context, columns=["label", "dataset", "seed", "episode", "score"]),
-            pd.DataFrame(regret, columns=["label", "dataset", "seed", "pull", "score"]))
+    return (pd.DataFrame(scores, columns=["label", "dataset", "seed", "score"]),  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns
+            pd.DataFrame(curves, columns=["label", "dataset", "seed", "step", "score"]),  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns
+            pd.DataFrame(in_context, columns=["label", "dataset", "seed", "episode", "score"]),  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns
+            pd.DataFrame(regret, columns=["label", "dataset", "seed", "pull", "score"]))  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns
 
 
 def _regret_references(runs: list[FinishedRun], regret, which: str) -> dict:
@@ -91,7 +91,8 @@ def _regret_references(runs: list[FinishedRun], regret, which: str) -> dict:
         dataset_runs = [r for r in runs if r.dataset_id == dataset]
         pulls = int(regret[regret.dataset == dataset]["pull"].max())
         seeds = sorted({r.seed for r in dataset_runs})
-        references[dataset] = card_reference_regret(get_card(dataset), _summary_row_field(dataset_runs[0], which, "tasks"), pulls, seeds)
+        tasks = _summary_row_field(dataset_runs[0], which, "tasks") or "held-out"  # the in-context default where a line names none
+        references[dataset] = card_reference_regret(get_card(dataset), tasks, pulls, seeds)
     return references
 
 
@@ -100,8 +101,8 @@ def _metric_of(runs: list[FinishedRun], metric: Optional[str]) -> str:
         if metric not in METRICS:
             raise OffbenchError(f"--metric must be one of {', '.join(METRICS)}, got {metric!r}")
         return metric
-    named = {run.summary.get("score_metric") for run in runs}
-    if len(named) != 1 or None in named or next(iter(named)) not in METRICS:
+    named = {run.result.score_metric for run in runs}
+    if len(named) != 1 or next(iter(named)) not in METRICS:
         raise OffbenchError(f"the runs name different or no headline metrics ({sorted(map(str, named))}); choose one with --metric")
     return named.pop()
 
@@ -144,9 +145,9 @@ def plot(
     elif kind == "in-context":
         from offbench.plotting.curves import plot_in_context, source_curves
 
-        optimum = {run.dataset_id: run.optimal_return() for run in runs if run.optimal_return() is not None}
-        sources = source_curves(sorted(in_context["dataset"].unique()))
-        written = plot_in_context(in_context, out, optimum=optimum, sources=sources, reps=reps)
+        optimum = {run.dataset_id: value for run in runs if (value := run.optimal_return()) is not None}
+        algorithm_curves = source_curves(sorted(in_context["dataset"].unique()))
+        written = plot_in_context(in_context, out, optimum=optimum, sources=algorithm_curves, reps=reps)
     else:
         from offbench.plotting.aggregate import plot_aggregate_intervals, plot_performance_profiles
         from offbench.stats import score_matrices

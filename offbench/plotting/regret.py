@@ -34,9 +34,9 @@ def regret_figure(regret: pd.DataFrame, references: dict[str, dict[str, np.ndarr
     fig, axes, ncols = _panels(len(datasets), 5.6, 4.0)
     drawn = []
     for ax, dataset in zip(axes, datasets):
-        for label, rows in regret[regret.dataset == dataset].groupby("label", sort=True):
+        for label, rows in regret.loc[regret["dataset"] == dataset].groupby("label", sort=True):
             xs, matrix = _seed_matrix(rows, "pull", f"{label} on {dataset}")
-            drawn.append(_draw_mean_band(ax, xs, matrix, colours[label], label, reps))
+            drawn.append(_draw_mean_band(ax, xs, matrix, colours[str(label)], label, reps))
         for name, curve in sorted(references.get(dataset, {}).items()):
             ax.plot(np.arange(1, len(curve) + 1), curve, color=colours[name], linestyle="--", linewidth=1.2, label=name)
         ax.set_title(dataset, fontsize=10)
