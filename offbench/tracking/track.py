@@ -74,7 +74,7 @@ class Evaluator:
         from offbench.training.trainer import setup_from_record
 
         data = open_for_evaluation(record["dataset"]["id"])
-        return cls(data, setup_from_record(record, data.card, None))
+        return cls(data, setup_from_record(record, data.card))
 
     def evaluate(self, policy: Any, step: int, name: str | None = None) -> EvaluationResult:
         method = ExternalMethod(policy, self.spec.action_space, self.protocol.name, name)

@@ -129,7 +129,7 @@ def best_return_per_task(store: EpisodeStore) -> np.ndarray:
     return best
 
 
-def setup_from_record(record: dict[str, Any], card: DatasetCard | None, config: ResolvedConfig) -> EvaluationSetup:
+def setup_from_record(record: dict[str, Any], card: DatasetCard | None) -> EvaluationSetup:
     """A run's evaluation settings as its run.json recorded them."""
     evaluation = record["evaluation"]
     targets = evaluation.get("target_returns")
@@ -217,7 +217,7 @@ class Run:
 
     @property
     def setup(self) -> EvaluationSetup:
-        return setup_from_record(self.record, self.dataset.card, self.config)
+        return setup_from_record(self.record, self.dataset.card)
 
     def protocol(self) -> EvaluationProtocol:
         """The run's evaluation protocol."""
