@@ -1,5 +1,6 @@
 """The import structure: no module imports itself back through others, and the low layers do not import the
-high ones. Read from the source (every import statement, lazy ones inside functions included)."""
+high ones. Read from the source (every import statement that runs, lazy ones inside functions included; imports
+under `if TYPE_CHECKING:` serve annotations only and are left out)."""
 
 import ast
 from pathlib import Path
@@ -16,7 +17,10 @@ MODULES = {
 def imports_of(module: str) -> set[str]:
     """offbench modules `module` imports (`from offbench.envs import darkroom` is offbench.envs.darkroom)."""
     found = set()
-    for node in ast.walk(ast.parse(MODULES[module].read_text())):
+    tree = ast.parse(MODULES[module].read_text())
+    for block in [node for node in ast.walk(tree) if isinstance(node, ast.If) and ast.unparse(node.test).endswith("TYPE_CHECKING")]:
+        block.body = []  # annotations only: nothing imported at run time
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
