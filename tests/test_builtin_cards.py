@@ -5,8 +5,8 @@ import tomllib
 
 import gymnasium as gym
 import pytest
-
 from helpers import require_extra
+
 from offbench.data.cards import all_cards, read_card, write_card
 from offbench.data.formats import FORMATS
 from offbench.paths import builtin_dir

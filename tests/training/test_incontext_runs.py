@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from helpers import TRAINING_CONFIGS as CONFIGS, assert_resume_repeats_the_run, read_jsonl
+from helpers import TRAINING_CONFIGS as CONFIGS
+from helpers import assert_resume_repeats_the_run, read_jsonl
 
 
 def run_args(name: str, out: Path) -> list:

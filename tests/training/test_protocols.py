@@ -9,14 +9,13 @@ import platform
 import numpy as np
 import pytest
 import torch
+from baseline_contract import check_baseline_contract, multi_task_store
+from helpers import TRAINING_CONFIGS as CONFIGS
 
 from offbench.baselines import BASELINES, get_baseline
 from offbench.errors import OffbenchError
 from offbench.evaluation.policy import PolicyOptions
 from offbench.evaluation.protocols import PROTOCOL_FOR_KIND, PROTOCOLS, EvaluationSetup, InContext, build_protocol, run_in_context
-
-from baseline_contract import check_baseline_contract, multi_task_store
-from helpers import TRAINING_CONFIGS as CONFIGS
 
 
 def contract_store(name: str, pendulum):
