@@ -75,21 +75,29 @@ class SearchThenReturn:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="Evaluate the search-then-return heuristic in context on a Dark Room dataset's held-out goals.")
-    parser.add_argument("--dataset", default="darkroom-small", help="a Dark Room learning-history dataset (its card names the held-out goals)")
+    parser = argparse.ArgumentParser(
+        description="Evaluate the search-then-return heuristic in context on a Dark Room dataset's held-out goals."
+    )
+    parser.add_argument(
+        "--dataset", default="darkroom-small", help="a Dark Room learning-history dataset (its card names the held-out goals)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="seeds the search order (and the protocol's seeds)")
     parser.add_argument("--episodes", type=int, default=50, help="consecutive in-context episodes per goal (the darkroom board: 50)")
     parser.add_argument("--out", required=True, help="the run directory to write (must not exist)")
     args = parser.parse_args()
 
     room_size = int(offbench.load(args.dataset).observation_space.high.max()) + 1
-    result = offbench.evaluate(SearchThenReturn(room_size, args.seed), args.dataset, seed=args.seed, episodes=args.episodes,
-                               out=args.out, method="sweep-heuristic")
+    result = offbench.evaluate(
+        SearchThenReturn(room_size, args.seed), args.dataset, seed=args.seed, episodes=args.episodes, out=args.out, method="sweep-heuristic"
+    )
     curve = result.in_context_returns
     print(f"{args.out}: {args.dataset}, {len(result.returns)} held-out goals, optimal return {result.records[0]['optimal_return']:.2f}")
     print("in-context return per episode (mean over goals):")
     for first in range(0, len(curve), 10):
-        print(f"  episodes {first + 1:>3}-{min(first + 10, len(curve)):>3}: " + " ".join(f"{value:5.2f}" for value in curve[first:first + 10]))
+        print(
+            f"  episodes {first + 1:>3}-{min(first + 10, len(curve)):>3}: "
+            + " ".join(f"{value:5.2f}" for value in curve[first : first + 10])
+        )
 
 
 if __name__ == "__main__":

@@ -159,8 +159,9 @@ class TD3BC:
 def train(config: TD3BCConfig, dataset: str, out: str, name: str | None, episodes: int, eval_every: int) -> None:
     torch.manual_seed(config.seed)
     torch.use_deterministic_algorithms(True)  # CPU: the same seed gives the same run, and --verify replays it exactly
-    with offbench.track("td3-bc", dataset=dataset, seed=config.seed, config=asdict(config), out=out, name=name,
-                        episodes=episodes, eval_every=eval_every) as run:
+    with offbench.track(
+        "td3-bc", dataset=dataset, seed=config.seed, config=asdict(config), out=out, name=name, episodes=episodes, eval_every=eval_every
+    ) as run:
         data = run.dataset
         observations = np.asarray(data.observations, dtype=np.float64)
         if config.normalize_states:
@@ -176,17 +177,35 @@ def train(config: TD3BCConfig, dataset: str, out: str, name: str | None, episode
         started = time.perf_counter()
         for step in range(1, config.steps + 1):
             batch = batches.sample()
-            losses = agent.update((batch["observations"] - state_mean) / state_std, batch["actions"], batch["rewards"],
-                                  (batch["next_observations"] - state_mean) / state_std, batch["terminals"])
+            losses = agent.update(
+                (batch["observations"] - state_mean) / state_std,
+                batch["actions"],
+                batch["rewards"],
+                (batch["next_observations"] - state_mean) / state_std,
+                batch["terminals"],
+            )
             if step % config.log_every == 0:
                 run.log(step, **losses)
             if step % eval_every == 0 or step == config.steps:
                 result = run.evaluate(step, ActorPolicy(agent.actor, state_mean, state_std))
-                run.checkpoint(step, {"actor": agent.actor.state_dict(), "state_mean": state_mean, "state_std": state_std,
-                                      "action_low": action_low, "action_high": action_high,
-                                      "hidden_dim": config.hidden_dim, "hidden_layers": config.hidden_layers}, load=build_policy)
-                print(f"step {step}: {result.metric} {result.score:.1f}, critic loss {losses['critic_loss']:.3f} "
-                      f"({time.perf_counter() - started:.0f} s)", flush=True)
+                run.checkpoint(
+                    step,
+                    {
+                        "actor": agent.actor.state_dict(),
+                        "state_mean": state_mean,
+                        "state_std": state_std,
+                        "action_low": action_low,
+                        "action_high": action_high,
+                        "hidden_dim": config.hidden_dim,
+                        "hidden_layers": config.hidden_layers,
+                    },
+                    load=build_policy,
+                )
+                print(
+                    f"step {step}: {result.metric} {result.score:.1f}, critic loss {losses['critic_loss']:.3f} "
+                    f"({time.perf_counter() - started:.0f} s)",
+                    flush=True,
+                )
 
 
 def parse_args() -> argparse.Namespace:
@@ -195,7 +214,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--dataset", default="pendulum-scripted", help="a registered dataset id or a path")
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument("--steps", type=int, default=defaults.steps, help="gradient steps (the paper: 1M)")
-    parser.add_argument("--eval-every", type=int, default=5000, help="steps between evaluations (CORL: 5000; the board's protocol may differ)")
+    parser.add_argument(
+        "--eval-every", type=int, default=5000, help="steps between evaluations (CORL: 5000; the board's protocol may differ)"
+    )
     parser.add_argument("--episodes", type=int, default=10, help="episodes per evaluation (CORL: 10)")
     parser.add_argument("--log-every", type=int, default=defaults.log_every, help="steps between metrics.jsonl lines")
     parser.add_argument("--out", default="runs", help="folder the run directory is made in")
@@ -205,4 +226,11 @@ def parse_args() -> argparse.Namespace:
 
 if __name__ == "__main__":
     args = parse_args()
-    train(TD3BCConfig(seed=args.seed, steps=args.steps, log_every=args.log_every), args.dataset, args.out, args.name, args.episodes, args.eval_every)
+    train(
+        TD3BCConfig(seed=args.seed, steps=args.steps, log_every=args.log_every),
+        args.dataset,
+        args.out,
+        args.name,
+        args.episodes,
+        args.eval_every,
+    )

@@ -122,8 +122,10 @@ def _print_rows(rows: list[tuple[str, object]]) -> None:
 
 
 @app.command()
-def verify(id_or_path: str = typer.Argument(..., help="Dataset id or path."),
-           full: bool = typer.Option(False, "--full", help="XLand files: decompress and check every chunk (else a sample).")) -> None:
+def verify(
+    id_or_path: str = typer.Argument(..., help="Dataset id or path."),
+    full: bool = typer.Option(False, "--full", help="XLand files: decompress and check every chunk (else a sample)."),
+) -> None:
     """Recompute checksums and structural checks."""
     from offbench.data.store import EpisodeStore, is_native, stored_checksum
 
@@ -201,6 +203,7 @@ def quickstart(
     from offbench.quickstart import quickstart as walk_through
 
     walk_through(out, steps=steps)
+
 
 from offbench.generators import multitask_cli  # noqa: E402  (light: Typer options only)
 

@@ -38,9 +38,18 @@ class Invalid(ValueError):
     """A record's own `check()` found a problem; the message starts with the field, `from_dict` adds the file."""
 
 
-def ranged(default: Any = dataclasses.MISSING, *, ge: float | None = None, gt: float | None = None, le: float | None = None,
-           lt: float | None = None, choices: tuple[Any, ...] | None = None, default_factory: Any = dataclasses.MISSING,
-           doc: str = "", null: bool | Callable[[Any], bool] = False) -> Any:
+def ranged(
+    default: Any = dataclasses.MISSING,
+    *,
+    ge: float | None = None,
+    gt: float | None = None,
+    le: float | None = None,
+    lt: float | None = None,
+    choices: tuple[Any, ...] | None = None,
+    default_factory: Any = dataclasses.MISSING,
+    doc: str = "",
+    null: bool | Callable[[Any], bool] = False,
+) -> Any:
     """A record field with its allowed values declared next to it (bounds and choices apply to every item of a
     list), checked whenever the record is read: a bad value is refused before anything is made from it. `doc`
     is the field's one-line meaning, for the generated field tables in docs/. `null` (JSON files): `to_dict`
@@ -62,8 +71,14 @@ def describe(annotation: Any) -> str:
         if fixed and len(set(args)) > 1:  # a fixed tuple of mixed types: each position's own type, in order
             return "a list of [" + ", ".join(_noun(describe(a)) for a in args) + "]"
         item = describe(args[0]) if args else "values"
-        plural = {"a number": "numbers", "an integer": "integers", "a string": "strings", "true or false": "booleans",
-                  "a table": "tables", "any value": "values"}.get(item, item)
+        plural = {
+            "a number": "numbers",
+            "an integer": "integers",
+            "a string": "strings",
+            "true or false": "booleans",
+            "a table": "tables",
+            "any value": "values",
+        }.get(item, item)
         if plural.startswith("a list of "):
             plural = "lists of " + plural.removeprefix("a list of ")
         return f"a list of {len(args)} {plural}" if fixed else f"a list of {plural}"
@@ -274,6 +289,7 @@ def from_dict(cls: type[R], data: Any, where: str, *, extra: bool = False) -> R:
 def to_dict(record: Any) -> dict[str, Any]:
     """A record as TOML / JSON-ready data: nested records as tables, tuples as lists, None fields left out (TOML
     has no null; a missing optional key reads back as its default None) unless declared `ranged(null=...)`."""
+
     def plain(value: Any) -> Any:
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
             return to_dict(value)
@@ -283,8 +299,11 @@ def to_dict(record: Any) -> dict[str, Any]:
             return {k: plain(v) for k, v in value.items()}
         return value
 
-    out = {_key(f): plain(getattr(record, f.name)) for f in dataclasses.fields(record)
-           if f.init and f.name != "extra" and (getattr(record, f.name) is not None or _written_null(f, record))}
+    out = {
+        _key(f): plain(getattr(record, f.name))
+        for f in dataclasses.fields(record)
+        if f.init and f.name != "extra" and (getattr(record, f.name) is not None or _written_null(f, record))
+    }
     out.update(plain(getattr(record, "extra", None) or {}))
     return out
 
@@ -323,7 +342,13 @@ def field_table(cls: type) -> str:
         if _required(f):
             default = "required"
         elif f.default is not dataclasses.MISSING:
-            default = "none" if f.default is None else f"`{json.dumps(f.default)}`" if isinstance(f.default, (bool, int, float, str)) else f"`{f.default!r}`"
+            default = (
+                "none"
+                if f.default is None
+                else f"`{json.dumps(f.default)}`"
+                if isinstance(f.default, (bool, int, float, str))
+                else f"`{f.default!r}`"
+            )
         else:
             default = "empty"
         limits = f.metadata.get("allowed", {})

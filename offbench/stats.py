@@ -54,14 +54,10 @@ class Metric:
 
 
 METRICS = {
-    "normalized_score": Metric(
-        "normalized_score", "normalized_score", "normalised score (0 = random, 100 = expert reference)", True
-    ),
+    "normalized_score": Metric("normalized_score", "normalized_score", "normalised score (0 = random, 100 = expert reference)", True),
     "success_rate": Metric("success_rate", "success_rate", "success rate (fraction of evaluation episodes)", True),
     "mean_return": Metric("mean_return", "mean_return", "return (undiscounted sum of rewards per episode)", False),
-    "in_context_return": Metric(
-        "in_context_return", "mean_return", "return in the last in-context episode (sum of rewards)", False
-    ),
+    "in_context_return": Metric("in_context_return", "mean_return", "return in the last in-context episode (sum of rewards)", False),
     "regret": Metric("regret", "regret", "cumulative regret (optimal minus expected return, summed over the in-context episodes)", False),
 }
 
@@ -101,9 +97,13 @@ def cell_intervals(cells: dict[str, np.ndarray], reps: int) -> dict[str, tuple[f
     out: dict[str, tuple[float, float, float]] = {}
     several = {key: np.asarray(v, float).reshape(-1, 1) for key, v in cells.items() if len(v) > 1}
     with _seeded():
-        points, intervals = library.get_interval_estimates(
-            several, lambda s: np.array([metrics.aggregate_mean(s)]), reps=reps, confidence_interval_size=CONFIDENCE
-        ) if several else ({}, {})
+        points, intervals = (
+            library.get_interval_estimates(
+                several, lambda s: np.array([metrics.aggregate_mean(s)]), reps=reps, confidence_interval_size=CONFIDENCE
+            )
+            if several
+            else ({}, {})
+        )
     for key, values in cells.items():
         if key in several:
             out[key] = (float(points[key][0]), float(intervals[key][0, 0]), float(intervals[key][1, 0]))
@@ -120,18 +120,19 @@ def aggregate_intervals(score_matrices: dict[str, np.ndarray], reps: int) -> dic
         return np.array([metrics.aggregate_mean(scores), metrics.aggregate_median(scores), metrics.aggregate_iqm(scores)])
 
     with _seeded():
-        points, intervals = library.get_interval_estimates(
-            score_matrices, aggregates, reps=reps, confidence_interval_size=CONFIDENCE
-        )
+        points, intervals = library.get_interval_estimates(score_matrices, aggregates, reps=reps, confidence_interval_size=CONFIDENCE)
     return {
-        label: {name: (float(points[label][i]), float(intervals[label][0, i]), float(intervals[label][1, i]))
-                for i, name in enumerate(AGGREGATES)}
+        label: {
+            name: (float(points[label][i]), float(intervals[label][0, i]), float(intervals[label][1, i]))
+            for i, name in enumerate(AGGREGATES)
+        }
         for label in score_matrices
     }
 
 
-def improvement_probabilities(score_matrices: dict[str, np.ndarray], reps: int, lower_is_better: bool = False
-                              ) -> dict[tuple[str, str], tuple[float, float, float]]:
+def improvement_probabilities(
+    score_matrices: dict[str, np.ndarray], reps: int, lower_is_better: bool = False
+) -> dict[tuple[str, str], tuple[float, float, float]]:
     """P(X better than Y) for every ordered pair of rows, averaged over datasets, with its interval
     (better = higher, or lower where `lower_is_better`).
 
@@ -141,7 +142,7 @@ def improvement_probabilities(score_matrices: dict[str, np.ndarray], reps: int, 
     library, _ = _rliable()
     sign = -1.0 if lower_is_better else 1.0
     labels = list(score_matrices)
-    pairs = {(x, y): (sign * score_matrices[x], sign * score_matrices[y]) for i, x in enumerate(labels) for y in labels[i + 1:]}
+    pairs = {(x, y): (sign * score_matrices[x], sign * score_matrices[y]) for i, x in enumerate(labels) for y in labels[i + 1 :]}
     if not pairs:
         return {}
     keyed = {f"{i}": pair for i, pair in enumerate(pairs.values())}
@@ -173,9 +174,13 @@ def performance_profiles(score_matrices: dict[str, np.ndarray], taus: np.ndarray
     library, _ = _rliable()
     sign = -1.0 if lower_is_better else 1.0
     with _seeded():
-        return library.create_performance_profile({k: sign * v for k, v in score_matrices.items()}, sign * np.asarray(taus),
-                                                  reps=reps, confidence_interval_size=CONFIDENCE,
-                                                  custom_profile_func=score_distribution)
+        return library.create_performance_profile(
+            {k: sign * v for k, v in score_matrices.items()},
+            sign * np.asarray(taus),
+            reps=reps,
+            confidence_interval_size=CONFIDENCE,
+            custom_profile_func=score_distribution,
+        )
 
 
 def score_distribution(scores: np.ndarray, taus: np.ndarray) -> np.ndarray:

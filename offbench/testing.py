@@ -44,8 +44,10 @@ def check_baseline(cls: type, tiny_config: Any, dataset: Any, *, num_envs: int =
         dataset = offbench.load(dataset if isinstance(dataset, str) else Path(dataset))  # a string: an id or a path
     spec = DatasetSpec.from_store(dataset)
     kind = "discrete" if spec.discrete else "continuous"
-    contract.require(kind in cls.action_kinds,
-                     f"the dataset has {kind} actions, but action_kinds is {cls.action_kinds!r}: check it on data of a kind it takes")
+    contract.require(
+        kind in cls.action_kinds,
+        f"the dataset has {kind} actions, but action_kinds is {cls.action_kinds!r}: check it on data of a kind it takes",
+    )
     config = as_config(cls, tiny_config, contract)
 
     def build(where: str):
@@ -66,10 +68,14 @@ def check_baseline(cls: type, tiny_config: Any, dataset: Any, *, num_envs: int =
 
     options = PolicyOptions(task_ids=np.arange(num_envs) % max(spec.num_tasks, 1), target_return=1.0 if cls.return_conditioned else None)
     observations = np.asarray(dataset.observations[:num_envs])
-    acted = {name: act(model, options, observations, spec, num_envs, contract) for name, model in (("original", baseline), *restored.items())}
-    contract.require(np.array_equal(acted["original"], acted[device]),
-                     "an instance loaded with state_dict() acts differently from the one it came from: state_dict must hold "
-                     "everything the policy uses (networks, normalisers)")
+    acted = {
+        name: act(model, options, observations, spec, num_envs, contract) for name, model in (("original", baseline), *restored.items())
+    }
+    contract.require(
+        np.array_equal(acted["original"], acted[device]),
+        "an instance loaded with state_dict() acts differently from the one it came from: state_dict must hold "
+        "everything the policy uses (networks, normalisers)",
+    )
 
     batch = sampler.sample()
     for model in (baseline, restored[device]):
@@ -78,11 +84,15 @@ def check_baseline(cls: type, tiny_config: Any, dataset: Any, *, num_envs: int =
         torch.manual_seed(1)
         check_losses(model.update(batch), contract, getattr(cls, "trains", True))
     same = np.array_equal if device == "cpu" else functools.partial(np.allclose, rtol=1e-4, atol=1e-6)  # CUDA's atomics: last bits
-    contract.require(same(act(baseline, options, observations, spec, num_envs, contract),
-                          act(restored[device], options, observations, spec, num_envs, contract)),
-                     "after one more update on the same batch, the instance loaded with state_dict() acts differently from "
-                     "the original: state_dict must hold everything training uses (optimiser state, schedules, counters), "
-                     "or a resumed run would not continue the interrupted one")
+    contract.require(
+        same(
+            act(baseline, options, observations, spec, num_envs, contract),
+            act(restored[device], options, observations, spec, num_envs, contract),
+        ),
+        "after one more update on the same batch, the instance loaded with state_dict() acts differently from "
+        "the original: state_dict must hold everything training uses (optimiser state, schedules, counters), "
+        "or a resumed run would not continue the interrupted one",
+    )
 
 
 class Contract:
@@ -121,10 +131,14 @@ def as_config(cls: type, tiny_config: Any, contract: Contract) -> Any:
     if tiny_config is None:
         contract.require(hasattr(cls, "tiny_config"), "tiny_config is None, but the class has no tiny_config of its own: pass one")
         tiny_config = cls.tiny_config
-    contract.require(isinstance(tiny_config, dict), f"tiny_config must be a {cls.Config.__name__} or a dict of its fields, got {tiny_config!r}")
+    contract.require(
+        isinstance(tiny_config, dict), f"tiny_config must be a {cls.Config.__name__} or a dict of its fields, got {tiny_config!r}"
+    )
     fields = {f.name for f in dataclasses.fields(cls.Config)}
     unknown = sorted(set(tiny_config) - fields)
-    contract.require(not unknown, f"tiny_config sets {', '.join(unknown)}, not fields of {cls.Config.__name__} ({', '.join(sorted(fields))})")
+    contract.require(
+        not unknown, f"tiny_config sets {', '.join(unknown)}, not fields of {cls.Config.__name__} ({', '.join(sorted(fields))})"
+    )
     return dataclasses.replace(cls.Config(), **tiny_config)
 
 
@@ -137,10 +151,14 @@ def sampler_for(baseline: Any, store: Any, device: str):
 def check_losses(losses: Any, contract: Contract, trains: bool = True) -> None:
     """A learner reports what it optimised; an agent with nothing to learn (`trains = False`) reports nothing."""
     if not trains:
-        contract.require(losses == {}, f"a baseline with trains = False has nothing to learn: update(batch) must return {{}}, got {losses!r}")
+        contract.require(
+            losses == {}, f"a baseline with trains = False has nothing to learn: update(batch) must return {{}}, got {losses!r}"
+        )
         return
-    contract.require(isinstance(losses, dict) and bool(losses) and all(np.isfinite(float(v)) for v in losses.values()),
-                     f"update(batch) must return a non-empty dict of finite losses, got {losses!r}")
+    contract.require(
+        isinstance(losses, dict) and bool(losses) and all(np.isfinite(float(v)) for v in losses.values()),
+        f"update(batch) must return a non-empty dict of finite losses, got {losses!r}",
+    )
 
 
 def saved(state: Any, contract: Contract) -> io.BytesIO:
@@ -151,8 +169,10 @@ def saved(state: Any, contract: Contract) -> io.BytesIO:
     try:
         torch.load(buffer, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - the unpickler's refusal, whatever its class
-        raise contract.broken(f"state_dict() must hold only tensors and plain Python values, which a checkpoint loads with "
-                              f"weights_only=True ({type(exc).__name__}: {str(exc).splitlines()[0]})") from None
+        raise contract.broken(
+            f"state_dict() must hold only tensors and plain Python values, which a checkpoint loads with "
+            f"weights_only=True ({type(exc).__name__}: {str(exc).splitlines()[0]})"
+        ) from None
     return buffer
 
 

@@ -24,16 +24,22 @@ def safe_component(name: str, what: str) -> str:
     at most 128 characters); else an OffbenchError naming `what` and the value. Every file or folder name
     taken from a URL, a card, a run or a label goes through here, so none can climb out of its folder."""
     if not isinstance(name, str) or not _SAFE_COMPONENT.fullmatch(name) or name in (".", ".."):
-        raise OffbenchError(
-            f"{what} {name!r} is not a safe file name (1-128 of A-Z a-z 0-9 . _ + -, starting with a letter or digit)"
-        )
+        raise OffbenchError(f"{what} {name!r} is not a safe file name (1-128 of A-Z a-z 0-9 . _ + -, starting with a letter or digit)")
     return name
 
 
 # ---------------------------------------------------------------------------------------- errors
 _SPACE_ERRNOS = {errno.ENOSPC, errno.EDQUOT}
 USER_FIXABLE_ERRNOS = _SPACE_ERRNOS | {
-    errno.EFBIG, errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EISDIR, errno.EEXIST, errno.ENAMETOOLONG, errno.ELOOP,
+    errno.EFBIG,
+    errno.EACCES,
+    errno.EPERM,
+    errno.EROFS,
+    errno.ENOTDIR,
+    errno.EISDIR,
+    errno.EEXIST,
+    errno.ENAMETOOLONG,
+    errno.ELOOP,
 }
 
 
@@ -297,7 +303,12 @@ def progress_bar(
         yield from _plain_progress(label, total, unit, completed, fields)
         return
     columns = (
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn(unit), TimeElapsedColumn(), TimeRemainingColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn(unit),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
         *(TextColumn(f"{{task.fields[{name}]}}") for name in fields),
     )
     with Progress(*columns, console=console) as bar:

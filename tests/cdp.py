@@ -17,9 +17,17 @@ from pathlib import Path
 from typing import Any
 
 FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--remote-debugging-port=0", "--remote-allow-origins=*", "--window-size=1280,900",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--remote-debugging-port=0",
+    "--remote-allow-origins=*",
+    "--window-size=1280,900",
 ]
 
 
@@ -34,8 +42,12 @@ class Browser:
         import websocket
 
         self.timeout = timeout
-        self.process = subprocess.Popen([chromium_path(), *FLAGS, f"--user-data-dir={profile}", "about:blank"],
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        self.process = subprocess.Popen(
+            [chromium_path(), *FLAGS, f"--user-data-dir={profile}", "about:blank"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         port_file = profile / "DevToolsActivePort"
         deadline = time.monotonic() + timeout
         while not (port_file.is_file() and port_file.read_text().strip()):

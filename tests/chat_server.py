@@ -61,8 +61,12 @@ class ChatServer:
                 if behaviour == "slow":
                     time.sleep(0.6)
                 text = {"prose": "I would pull arm 1 now.", "garbage": "ARM: 99"}.get(behaviour, f"ARM: {ucb_answer(body['messages'])}")
-                reply = json.dumps({"choices": [{"message": {"role": "assistant", "content": text}}],
-                                    "usage": {"prompt_tokens": 11, "completion_tokens": 3}}).encode()
+                reply = json.dumps(
+                    {
+                        "choices": [{"message": {"role": "assistant", "content": text}}],
+                        "usage": {"prompt_tokens": 11, "completion_tokens": 3},
+                    }
+                ).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(reply)))

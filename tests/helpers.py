@@ -61,6 +61,7 @@ def interrupt_then_resume(cli, monkeypatch, baseline_cls, args: list, out: Path,
     assert code == 0, err
     return Path(out) / "cut"
 
+
 def assert_resume_repeats_the_run(cli, monkeypatch, name: str, args: list, out: Path, stop_at: int) -> None:
     """`offbench ARGS --name cut` stopped by Ctrl-C at update `stop_at`, then `--resume`d, ends with the metrics
     and evaluations of the uninterrupted run `out / "whole"`."""
@@ -177,8 +178,9 @@ def tiny_rulesets() -> dict[str, np.ndarray]:
     }
 
 
-def registered_xland_card(home, tmp_path, held_out: int, rulesets: dict[str, np.ndarray], tasks: int = 3,
-                          max_steps: int = 10, in_place: bool = True) -> dict:
+def registered_xland_card(
+    home, tmp_path, held_out: int, rulesets: dict[str, np.ndarray], tasks: int = 3, max_steps: int = 10, in_place: bool = True
+) -> dict:
     """A user card for a synthetic XLand file (rulesets 0 .. tasks - 1), already in place as after a download
     unless `in_place` is false (its URL then reaches nothing), and a tiny ruleset file."""
     import tomli_w
@@ -190,11 +192,19 @@ def registered_xland_card(home, tmp_path, held_out: int, rulesets: dict[str, np.
         raw = home / "data" / "test" / "xland" / "raw"
         raw.mkdir(parents=True)
         write_xland_file(raw / "data.hdf5", tasks, 2, 300, chunk_steps=128)
-    card = {"id": "test/xland", "description": "test", "format": "xland", "kind": "learning-history",
-            "source": {"files": [{"url": "http://127.0.0.1:9/data.hdf5"}]},
-            "env": {"suite": "xland", "id": "XLand-MiniGrid-R1-9x9",
-                    "kwargs": {"rulesets_file": str(write_rulesets(tmp_path / "rulesets", rulesets)), "max_steps": max_steps}},
-            "split": {"held_out": held_out, "seed": 0}}
+    card = {
+        "id": "test/xland",
+        "description": "test",
+        "format": "xland",
+        "kind": "learning-history",
+        "source": {"files": [{"url": "http://127.0.0.1:9/data.hdf5"}]},
+        "env": {
+            "suite": "xland",
+            "id": "XLand-MiniGrid-R1-9x9",
+            "kwargs": {"rulesets_file": str(write_rulesets(tmp_path / "rulesets", rulesets)), "max_steps": max_steps},
+        },
+        "split": {"held_out": held_out, "seed": 0},
+    }
     (home / "datasets").mkdir(parents=True)
     (home / "datasets" / "xland.toml").write_text(tomli_w.dumps(card))
     return card

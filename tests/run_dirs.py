@@ -21,11 +21,16 @@ def register_dataset(dataset_id: str, seed: int = 0) -> str:
     from offbench.data.resolve import native_path
     from offbench.paths import user_cards_dir
 
-    card = card_from_dict({
-        "id": dataset_id, "description": "tiny test dataset", "format": "offbench",
-        "source": {"recipe": {"generator": "test", "seed": seed}}, "env": ENV,
-        "scores": {"ref_min": -1000.0, "ref_max": 0.0},
-    })
+    card = card_from_dict(
+        {
+            "id": dataset_id,
+            "description": "tiny test dataset",
+            "format": "offbench",
+            "source": {"recipe": {"generator": "test", "seed": seed}},
+            "env": ENV,
+            "scores": {"ref_min": -1000.0, "ref_max": 0.0},
+        }
+    )
     write_card(card, user_cards_dir() / f"{dataset_id.replace('/', '-')}.toml")
     store = make_store(seed=seed)
     store.save(native_path(card))
@@ -34,8 +39,13 @@ def register_dataset(dataset_id: str, seed: int = 0) -> str:
 
 def write_benchmark(root: Path, name: str, datasets: list[str], **overrides: Any) -> Path:
     spec = {
-        "title": f"Test benchmark {name}", "description": "Made by the tests.", "datasets": datasets,
-        "metric": "normalized_score", "score": "final", "min_seeds": 3, "bootstrap_reps": 100,
+        "title": f"Test benchmark {name}",
+        "description": "Made by the tests.",
+        "datasets": datasets,
+        "metric": "normalized_score",
+        "score": "final",
+        "min_seeds": 3,
+        "bootstrap_reps": 100,
         "evaluation": {"episodes": 5, "every_steps": 100, "steps": 300},
     }
     spec.update(overrides)
@@ -75,9 +85,12 @@ def write_run(
     run_dir.mkdir(parents=True)
     run_id = run_dir.name
     info = {
-        "schema": 1, "run_id": run_id, "baseline": baseline,
+        "schema": 1,
+        "run_id": run_id,
+        "baseline": baseline,
         "dataset": {"id": dataset_id, "path": f"/data/{dataset_id}/data.h5", "content_sha256": checksum, "format": "offbench"},
-        "seed": seed, "config": {"seed": seed, "lr": 3e-4, "batch_size": 64, **(config or {})},
+        "seed": seed,
+        "config": {"seed": seed, "lr": 3e-4, "batch_size": 64, **(config or {})},
         "code": {"version": "0.1.0", "git_commit": "0123456789abcdef0123456789abcdef01234567", "git_dirty": False},
         "env": {"python": "3.11", "torch": "2.13.0", "numpy": "2.3", "platform": "linux", "cpu": "test", "device": "cpu"},
         "evaluation": {"episodes": episodes, "every_steps": every_steps, "target_returns": None, "env": ENV},
@@ -91,11 +104,24 @@ def write_run(
     spread = [0.25 * (i - (episodes - 1) / 2) * (seed + 1) for i in range(episodes)]  # sums to zero
     for k, score in enumerate(curve):
         mean_return = -1000.0 + 10.0 * score if not math.isnan(score) else float("nan")
-        line = {"step": (k + 1) * every_steps, "returns": [mean_return + d for d in spread], "lengths": [200] * episodes,
-                "mean_return": mean_return, "normalized_score": score, "success_rate": None, "target_return": None}
+        line = {
+            "step": (k + 1) * every_steps,
+            "returns": [mean_return + d for d in spread],
+            "lengths": [200] * episodes,
+            "mean_return": mean_return,
+            "normalized_score": score,
+            "success_rate": None,
+            "target_return": None,
+        }
         if in_context is not None:
-            line.update(returns=[in_context[-1]] * 5, lengths=[20] * 5, mean_return=in_context[-1], normalized_score=None,
-                        in_context_returns=in_context, task_returns=[list(in_context)] * 5)
+            line.update(
+                returns=[in_context[-1]] * 5,
+                lengths=[20] * 5,
+                mean_return=in_context[-1],
+                normalized_score=None,
+                in_context_returns=in_context,
+                task_returns=[list(in_context)] * 5,
+            )
         if regret is not None:
             scale = len(curve) - k
             line.update(regret=regret[-1] * scale, in_context_regret=[v * scale for v in regret])
@@ -103,28 +129,51 @@ def write_run(
             per_task = {}
             for task_id, (task, rates) in enumerate(per_task_success.items()):
                 wins = round(rates[k] * episodes)
-                per_task[task] = {"task_id": task_id, "returns": [mean_return + d for d in spread], "mean_return": mean_return,
-                                  "successes": [i < wins for i in range(episodes)], "success_rate": wins / episodes}
-            line.update(per_task=per_task, returns=[r for block in per_task.values() for r in block["returns"]],
-                        lengths=[200] * episodes * len(per_task),
-                        success_rate=sum(block["success_rate"] for block in per_task.values()) / len(per_task))
+                per_task[task] = {
+                    "task_id": task_id,
+                    "returns": [mean_return + d for d in spread],
+                    "mean_return": mean_return,
+                    "successes": [i < wins for i in range(episodes)],
+                    "success_rate": wins / episodes,
+                }
+            line.update(
+                per_task=per_task,
+                returns=[r for block in per_task.values() for r in block["returns"]],
+                lengths=[200] * episodes * len(per_task),
+                success_rate=sum(block["success_rate"] for block in per_task.values()) / len(per_task),
+            )
         if optimal_return is not None:
             line["optimal_return"] = optimal_return
         lines.append(line)
     (run_dir / "run.json").write_text(json.dumps(info))
-    (run_dir / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "time_s": 0.1 * s, "loss": 1.0 / s}) + "\n"
-                                                   for s in range(every_steps, every_steps * (len(curve) + 1), every_steps)))
+    (run_dir / "metrics.jsonl").write_text(
+        "".join(
+            json.dumps({"step": s, "time_s": 0.1 * s, "loss": 1.0 / s}) + "\n"
+            for s in range(every_steps, every_steps * (len(curve) + 1), every_steps)
+        )
+    )
     (run_dir / "evaluations.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
     (run_dir / "checkpoints").mkdir()
     write_checkpoint(run_dir, f"checkpoint of {baseline} {dataset_id} {seed} {curve}")
     if with_summary:
+
         def block(line):
             return {k: line.get(k) for k in ("step", "mean_return", "normalized_score", "success_rate", "target_return", "regret")}
 
-        best = max(lines, key=lambda line: line["normalized_score"] if line["normalized_score"] is not None
-                   and not math.isnan(line["normalized_score"]) else -math.inf)
-        summary = {"status": "completed", "steps": every_steps * len(curve), "wall_time_s": 1.0,
-                   "final": block(lines[-1]), "best": block(best), "score_metric": "normalized_score"}
+        best = max(
+            lines,
+            key=lambda line: (
+                line["normalized_score"] if line["normalized_score"] is not None and not math.isnan(line["normalized_score"]) else -math.inf
+            ),
+        )
+        summary = {
+            "status": "completed",
+            "steps": every_steps * len(curve),
+            "wall_time_s": 1.0,
+            "final": block(lines[-1]),
+            "best": block(best),
+            "score_metric": "normalized_score",
+        }
         (run_dir / "summary.json").write_text(json.dumps(summary))
     return run_dir
 

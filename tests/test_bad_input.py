@@ -83,11 +83,18 @@ def set_attr(name, value):
 
 def discrete_store() -> EpisodeStore:
     episodes = [
-        {"observations": np.zeros((length + 1, 2), np.float32), "actions": np.arange(length) % 3, "rewards": np.ones(length),
-         "terminations": np.arange(length) == length - 1, "truncations": np.zeros(length, bool)}
+        {
+            "observations": np.zeros((length + 1, 2), np.float32),
+            "actions": np.arange(length) % 3,
+            "rewards": np.ones(length),
+            "terminations": np.arange(length) == length - 1,
+            "truncations": np.zeros(length, bool),
+        }
         for length in (3, 4)
     ]
-    return EpisodeStore.from_episodes(episodes, observation_space=gym.spaces.Box(-1, 1, (2,), np.float32), action_space=gym.spaces.Discrete(3))
+    return EpisodeStore.from_episodes(
+        episodes, observation_space=gym.spaces.Box(-1, 1, (2,), np.float32), action_space=gym.spaces.Discrete(3)
+    )
 
 
 DOCTORED = {  # file name -> edit of the good native file (10 steps, 3 episodes, 4-d observations, 2-d actions)
@@ -102,7 +109,9 @@ DOCTORED = {  # file name -> edit of the good native file (10 steps, 3 episodes,
     "card-number.h5": set_attr("card", 5),
     "card-list.h5": set_attr("card", "[1]"),
     "space-list.h5": set_attr("observation_space", "[1, 2]"),
-    "space-shape.h5": set_attr("observation_space", json.dumps({"type": "Box", "shape": [7], "dtype": "float32", "low": -1.0, "high": 1.0})),
+    "space-shape.h5": set_attr(
+        "observation_space", json.dumps({"type": "Box", "shape": [7], "dtype": "float32", "low": -1.0, "high": 1.0})
+    ),
 }
 
 
@@ -113,8 +122,13 @@ def hostile_inputs(tmp_path_factory):
     native = make_store().save(tmp_path / "data" / "data.h5")
     (tmp_path / "truncated.h5").write_bytes(native.read_bytes()[:3000])
     with h5py.File(tmp_path / "one-row-timeouts.hdf5", "w") as f:  # every episode one row, ended by a timeout
-        for key, value in {"observations": np.zeros((3, 2)), "actions": np.zeros((3, 1)), "rewards": np.zeros(3),
-                           "terminals": np.zeros(3, bool), "timeouts": np.ones(3, bool)}.items():
+        for key, value in {
+            "observations": np.zeros((3, 2)),
+            "actions": np.zeros((3, 1)),
+            "rewards": np.zeros(3),
+            "terminals": np.zeros(3, bool),
+            "timeouts": np.ones(3, bool),
+        }.items():
             f[key] = value
     for name, edit in DOCTORED.items():
         doctor(native, tmp_path / name, edit)
@@ -128,15 +142,25 @@ def hostile_inputs(tmp_path_factory):
     for name, text in {"partial": '{"schema": 1, "baseline": "bc"}', "mistyped": None, "list": "[1]", "latin1": None}.items():
         (tmp_path / "runs" / name).mkdir(parents=True)
         (tmp_path / "runs" / name / "run.json").write_bytes((text or "").encode())
-    full = {"schema": 1, "run_id": "x", "baseline": "bc", "seed": 0, "config": {}, "code": {"version": "0"},
-            "dataset": {"id": "x", "path": "/x", "content_sha256": "0" * 64},
-            "env": {"device": "cpu"}, "evaluation": {"target_returns": None, "episodes": 1, "every_steps": 1}}
+    full = {
+        "schema": 1,
+        "run_id": "x",
+        "baseline": "bc",
+        "seed": 0,
+        "config": {},
+        "code": {"version": "0"},
+        "dataset": {"id": "x", "path": "/x", "content_sha256": "0" * 64},
+        "env": {"device": "cpu"},
+        "evaluation": {"target_returns": None, "episodes": 1, "every_steps": 1},
+    }
     (tmp_path / "runs" / "mistyped" / "run.json").write_text(json.dumps({**full, "seed": "zero"}))
     (tmp_path / "runs" / "resumes-text").mkdir()
     (tmp_path / "runs" / "resumes-text" / "run.json").write_text(json.dumps({**full, "resumes": "twice"}))
     (tmp_path / "boards" / "pendulum-scripted").mkdir(parents=True)  # a private leaderboard root (OFFBENCH_LEADERBOARDS)
     shutil.copy(builtin_dir("leaderboards") / "pendulum-scripted" / "benchmark.toml", tmp_path / "boards" / "pendulum-scripted")
-    (tmp_path / "runs" / "latin1" / "run.json").write_bytes(json.dumps({**full, "baseline": "caf\u00e9"}, ensure_ascii=False).encode("latin-1"))
+    (tmp_path / "runs" / "latin1" / "run.json").write_bytes(
+        json.dumps({**full, "baseline": "caf\u00e9"}, ensure_ascii=False).encode("latin-1")
+    )
     return tmp_path
 
 
@@ -178,20 +202,42 @@ GENERATE = ["generate", "darkroom", "--tasks", "2", "--episodes", "5", "-q"]
 CASES = {
     # ---- cards: malformed, non-UTF-8, values out of range, names that would leave their folder
     "malformed-card-asked-for": Case(["info", "mine/user"], "malformed TOML", card='id = "x'),
-    "broken-card-overriding-a-builtin": Case(["info", "pendulum-scripted"], "malformed TOML", card="id = [", card_name="pendulum-scripted.toml"),
+    "broken-card-overriding-a-builtin": Case(
+        ["info", "pendulum-scripted"], "malformed TOML", card="id = [", card_name="pendulum-scripted.toml"
+    ),
     "card-not-utf8": Case(["info", "mine/user"], "card is not UTF-8", card='id = "mine/user"  # caf\u00e9\n'.encode("latin-1")),
-    "recipe-seed-not-int": Case(["info", "mine/bad-recipe"], "'source.recipe.seed' must be an integer, got 'abc'", card=RECIPE_CARD.format(seed='"abc"', params="{}")),
-    "recipe-params-not-table": Case(["download", "mine/bad-recipe"], "'source.recipe.params' must be a table, got 'x'", card=RECIPE_CARD.format(seed=0, params='"x"')),
-    "score-is-boolean": Case(["info", "mine/files"], "'scores.ref_min' must be a finite number, got True", card=files_card("[scores]\nref_min = true\nref_max = 1.0")),
+    "recipe-seed-not-int": Case(
+        ["info", "mine/bad-recipe"],
+        "'source.recipe.seed' must be an integer, got 'abc'",
+        card=RECIPE_CARD.format(seed='"abc"', params="{}"),
+    ),
+    "recipe-params-not-table": Case(
+        ["download", "mine/bad-recipe"], "'source.recipe.params' must be a table, got 'x'", card=RECIPE_CARD.format(seed=0, params='"x"')
+    ),
+    "score-is-boolean": Case(
+        ["info", "mine/files"],
+        "'scores.ref_min' must be a finite number, got True",
+        card=files_card("[scores]\nref_min = true\nref_max = 1.0"),
+    ),
     "size-negative": Case(["download", "mine/files"], "'source.files[0].size' must be at least 1, got -5", card=files_card("size = -5")),
     "size-zero": Case(["download", "mine/files"], "'source.files[0].size' must be at least 1, got 0", card=files_card("size = 0")),
-    "size-not-a-number": Case(["download", "mine/files"], "'source.files[0].size' must be an integer, got 'big'", card=files_card('size = "big"')),
-    "sha256-not-hex": Case(["download", "mine/files"], "'source.files[0].sha256' must be 64 hex characters", card=files_card(f'sha256 = "{"z" * 64}"')),
-    "url-climbs-out-of-raw": Case(["download", "mine/files"], "is not a safe file name", card=files_card(url="http://example.invalid/a/..%2F..%2F..%2Fx")),
-    "url-name-too-long": Case(["download", "mine/files"], "is not a safe file name", card=files_card(url=f"http://example.invalid/{LONG}.h5")),
+    "size-not-a-number": Case(
+        ["download", "mine/files"], "'source.files[0].size' must be an integer, got 'big'", card=files_card('size = "big"')
+    ),
+    "sha256-not-hex": Case(
+        ["download", "mine/files"], "'source.files[0].sha256' must be 64 hex characters", card=files_card(f'sha256 = "{"z" * 64}"')
+    ),
+    "url-climbs-out-of-raw": Case(
+        ["download", "mine/files"], "is not a safe file name", card=files_card(url="http://example.invalid/a/..%2F..%2F..%2Fx")
+    ),
+    "url-name-too-long": Case(
+        ["download", "mine/files"], "is not a safe file name", card=files_card(url=f"http://example.invalid/{LONG}.h5")
+    ),
     "card-id-climbs": Case(["info", "mine/user"], "'id' part '..' is not a safe file name", card=files_card(id="../../evil")),
     "card-id-too-long": Case(["info", "mine/user"], "is not a safe file name", card=files_card(id=f"mine/{LONG}")),
-    "minari-id-climbs": Case(["download", "mine/minari"], "component '..' is not a safe file name", card=MINARI_CARD.format(minari_id="mujoco/../../x-v0")),
+    "minari-id-climbs": Case(
+        ["download", "mine/minari"], "component '..' is not a safe file name", card=MINARI_CARD.format(minari_id="mujoco/../../x-v0")
+    ),
     "list-unknown-kind": Case(["list", "--kind", "offlin"], "no dataset of that kind"),
     "unknown-id": Case(["info", "nope/nothing"], "unknown dataset id"),
     "download-unknown": Case(["download", "nope"], "unknown dataset id"),
@@ -216,7 +262,9 @@ CASES = {
     "card-attr-list": Case(["verify", "{tmp}/card-list.h5"], "attribute card must hold a JSON object"),
     "space-attr-list": Case(["verify", "{tmp}/space-list.h5"], "a space must be a JSON object"),
     "space-shape-differs": Case(["verify", "{tmp}/space-shape.h5"], "observations rows have shape (4,), but the observation space is Box"),
-    "run-on-nan-rewards": Case(["run", "baseline", "bc", "--dataset", "{tmp}/nan-rewards.h5", "--out", "{tmp}/new-runs"], "rewards[3] is not finite"),
+    "run-on-nan-rewards": Case(
+        ["run", "baseline", "bc", "--dataset", "{tmp}/nan-rewards.h5", "--out", "{tmp}/new-runs"], "rewards[3] is not finite"
+    ),
     # ---- export and generate: where they would write
     "export-unknown-format": Case(["export", DATA, "--format", "rlds", "--out", "{tmp}/x"], "unknown format"),
     "export-over-existing": Case(["export", DATA, "--format", "offbench", "--out", "{tmp}/used"], "already exists"),
@@ -231,8 +279,13 @@ CASES = {
     "generate-out-dev-null": Case([*GENERATE, "--out", "/dev/null"], "--out must be a folder"),
     "generate-out-under-a-file": Case([*GENERATE, "--out", "{tmp}/afile/x"], "afile is not a folder"),
     "generate-out-too-long": Case([*GENERATE, "--out", f"{{tmp}}/{LONG}"], "File name too long"),
-    "generate-multitask-out-under-a-file": Case(["generate", "minigrid", "--suite", "MT3", "--episodes", "2", "--out", "{tmp}/afile/x", "--quiet"], "afile is not a folder"),
-    "generate-multitask-id-climbs": Case(["generate", "minigrid", "--suite", "MT3", "--episodes", "2", "--id", "../../mine", "--quiet"], "'id' part '..' is not a safe file name"),
+    "generate-multitask-out-under-a-file": Case(
+        ["generate", "minigrid", "--suite", "MT3", "--episodes", "2", "--out", "{tmp}/afile/x", "--quiet"], "afile is not a folder"
+    ),
+    "generate-multitask-id-climbs": Case(
+        ["generate", "minigrid", "--suite", "MT3", "--episodes", "2", "--id", "../../mine", "--quiet"],
+        "'id' part '..' is not a safe file name",
+    ),
     "quickstart-out-is-a-file": Case(["quickstart", "--out", "{tmp}/afile"], "afile is not a folder"),
     # ---- run: config values out of range are refused before the run directory exists
     "run-unknown-baseline": Case(["run", "baseline", "nope", "--dataset", DATA], "unknown baseline"),
@@ -248,7 +301,9 @@ CASES = {
     "run-dropout-one": Case([*DT_RUN, "--set", "attention_dropout=1.0"], "'attention_dropout' must be at least 0 and less than 1"),
     "run-beta-out-of-range": Case([*DT_RUN, "--set", "betas=[0.9, 1.5]"], "'betas' must be at least 0 and less than 1"),
     "run-zero-heads": Case([*DT_RUN, "--set", "num_heads=0"], "'num_heads' must be at least 1"),
-    "run-unknown-schedule": Case([*IQL_RUN, "--set", "actor_lr_schedule=sometimes"], "'actor_lr_schedule' must be one of cosine, linear, constant"),
+    "run-unknown-schedule": Case(
+        [*IQL_RUN, "--set", "actor_lr_schedule=sometimes"], "'actor_lr_schedule' must be one of cosine, linear, constant"
+    ),
     "run-expectile-one": Case([*IQL_RUN, "--set", "expectile=1"], "'expectile' must be greater than 0 and less than 1"),
     "run-too-many-eval-episodes": Case([*RUN, "--set", "eval_episodes=5000"], "'eval_episodes' must be at least 0 and at most 1000"),
     "run-config-out-of-range": Case([*RUN, "--config", "{tmp}/latin1.toml"], "latin1.toml: config is not UTF-8"),
@@ -257,14 +312,22 @@ CASES = {
     "run-bad-device": Case([*RUN, "--device", "abacus"], "not a torch device"),
     "run-name-climbs": Case([*RUN, "--name", "../../escaped"], "--name '../../escaped' is not a safe file name"),
     "run-name-too-long": Case([*RUN, "--name", LONG], "is not a safe file name"),
-    "run-out-is-a-file": Case(["run", "baseline", "bc", "--dataset", DATA, "--out", "{tmp}/afile", "--set", "eval_episodes=0"], "afile is not a folder"),
-    "run-out-dev-null": Case(["run", "baseline", "bc", "--dataset", DATA, "--out", "/dev/null", "--set", "eval_episodes=0"], "/dev/null is not a folder"),
+    "run-out-is-a-file": Case(
+        ["run", "baseline", "bc", "--dataset", DATA, "--out", "{tmp}/afile", "--set", "eval_episodes=0"], "afile is not a folder"
+    ),
+    "run-out-dev-null": Case(
+        ["run", "baseline", "bc", "--dataset", DATA, "--out", "/dev/null", "--set", "eval_episodes=0"], "/dev/null is not a folder"
+    ),
     # ---- resume and evaluate: run directories that are not, or only partly
     "resume-missing": Case(["run", "baseline", "bc", "--resume", "{tmp}/absent"], "not a run directory"),
     "resume-on-a-file": Case(["run", "baseline", "bc", "--resume", "{tmp}/afile"], "afile: not a run directory"),
     "resume-partial-run-json": Case(["run", "baseline", "bc", "--resume", "{tmp}/runs/partial"], "run.json: missing required key 'run_id'"),
-    "resume-mistyped-run-json": Case(["run", "baseline", "bc", "--resume", "{tmp}/runs/mistyped"], "run.json: 'seed' must be an integer, got 'zero'"),
-    "resume-run-json-resumes-text": Case(["run", "baseline", "bc", "--resume", "{tmp}/runs/resumes-text"], "run.json: 'resumes' must be a list of tables, got 'twice'"),
+    "resume-mistyped-run-json": Case(
+        ["run", "baseline", "bc", "--resume", "{tmp}/runs/mistyped"], "run.json: 'seed' must be an integer, got 'zero'"
+    ),
+    "resume-run-json-resumes-text": Case(
+        ["run", "baseline", "bc", "--resume", "{tmp}/runs/resumes-text"], "run.json: 'resumes' must be a list of tables, got 'twice'"
+    ),
     "resume-run-json-not-utf8": Case(["run", "baseline", "bc", "--resume", "{tmp}/runs/latin1"], "run record is not UTF-8"),
     "resume-run-json-a-list": Case(["run", "baseline", "bc", "--resume", "{tmp}/runs/list"], "run.json must be a table, got [1]"),
     "evaluate-not-a-run": Case(["evaluate", "{tmp}/data"], "run.json"),
@@ -273,10 +336,14 @@ CASES = {
     # ---- submit, leaderboard, plot: the same run directories (a private leaderboard root)
     "submit-a-file": Case(["submit", "{tmp}/afile", "--benchmark", "pendulum-scripted"], "afile: no such run directory"),
     "submit-partial-run-json": Case(["submit", "{tmp}/runs/partial", "--benchmark", "pendulum-scripted"], "partial: refused (run-files)"),
-    "submit-run-json-not-utf8": Case(["submit", "{tmp}/runs/latin1", "--benchmark", "pendulum-scripted"], "latin1: refused (schema): run.json is not valid JSON"),
+    "submit-run-json-not-utf8": Case(
+        ["submit", "{tmp}/runs/latin1", "--benchmark", "pendulum-scripted"], "latin1: refused (schema): run.json is not valid JSON"
+    ),
     "submit-unknown-benchmark": Case(["submit", "{tmp}/runs/partial", "--benchmark", "../../x"], "unknown benchmark '../../x'"),
     "leaderboard-unknown": Case(["leaderboard", "show", "nope"], "unknown benchmark 'nope'"),
-    "leaderboard-render-out-is-a-file": Case(["leaderboard", "render", "pendulum-scripted", "--out", "{tmp}/afile"], "afile is not a folder"),
+    "leaderboard-render-out-is-a-file": Case(
+        ["leaderboard", "render", "pendulum-scripted", "--out", "{tmp}/afile"], "afile is not a folder"
+    ),
     "plot-missing-run": Case(["plot", "{tmp}/absent", "-o", "{tmp}/x.png"], "absent: no such file or folder"),
     "plot-partial-run": Case(["plot", "{tmp}/runs/partial", "-o", "{tmp}/x.png"], "partial: refused (run-files)"),
     "evaluate-too-many-episodes": Case(["evaluate", "{tmp}/data", "--episodes", "5000"], "between 1 and 1000"),

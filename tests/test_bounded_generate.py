@@ -34,7 +34,9 @@ def test_a_billion_episodes_are_refused_up_front_in_one_line(tmp_path, run_cli):
     line = proc.stderr.strip()
     assert "\n" not in line and re.match(
         r"offbench: error: minigrid MT3: 3,000,000,000 episodes \(1,000,000,000 per task\) take at least [\d,]+ bytes, "
-        r"(twice on disk while merging: disk full writing .*data\.h5|which the merge holds in memory)", line), line
+        r"(twice on disk while merging: disk full writing .*data\.h5|which the merge holds in memory)",
+        line,
+    ), line
     assert not out.exists()
 
 
@@ -75,8 +77,11 @@ def test_the_memory_check_refuses_a_merge_that_cannot_fit(tmp_path, monkeypatch)
 
     monkeypatch.setattr(multitask, "_available_memory", lambda: 1_000_000, raising=False)
     no_jobs(monkeypatch)
-    with pytest.raises(OffbenchError, match=r"^minigrid MT3: 300,000 episodes \(100,000 per task\) take at least [\d,]+ bytes, which the "
-                                            r"merge holds in memory, and 1,000,000 bytes of memory are available; collect fewer episodes per task$"):
+    with pytest.raises(
+        OffbenchError,
+        match=r"^minigrid MT3: 300,000 episodes \(100,000 per task\) take at least [\d,]+ bytes, which the "
+        r"merge holds in memory, and 1,000,000 bytes of memory are available; collect fewer episodes per task$",
+    ):
         minigrid({"suite": "MT3", "episodes_per_task": 100_000}, tmp_path / "data.h5")
     assert list(tmp_path.iterdir()) == []
 
@@ -136,8 +141,21 @@ def kill_when(args: list[str], ready, least_workers: int) -> None:
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process tree from /proc")
 def test_killing_the_parent_leaves_no_worker_and_the_rerun_leaves_nothing_but_the_dataset(tmp_path, isolated_home):
     out = tmp_path / "out"
-    args = ["generate", "minigrid", "--suite", "MT3", "--tasks", "MiniGrid-LavaGapS7-v0", "--episodes", "600", "--workers", "2",
-            "--out", str(out), "--quiet"]
+    args = [
+        "generate",
+        "minigrid",
+        "--suite",
+        "MT3",
+        "--tasks",
+        "MiniGrid-LavaGapS7-v0",
+        "--episodes",
+        "600",
+        "--workers",
+        "2",
+        "--out",
+        str(out),
+        "--quiet",
+    ]
     kill_when(args, lambda: bool(list((out / "data.h5.work").glob("*.npz"))), 3)  # the resource tracker, the forkserver, 2 workers
     assert list((out / "data.h5.work").glob("*.npz"))  # what was finished stays for the next run
 
@@ -149,8 +167,25 @@ def test_killing_the_parent_leaves_no_worker_and_the_rerun_leaves_nothing_but_th
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process tree from /proc")
 def test_killing_a_learning_history_generation_leaves_no_worker_and_no_parts_folder(tmp_path, isolated_home):
     out = tmp_path / "out"
-    args = ["generate", "darkroom", "--tasks", "8", "--held-out", "2", "--histories-per-task", "4", "--episodes", "4000",
-            "--workers", "2", "--seed", "0", "--out", str(out), "--quiet"]
+    args = [
+        "generate",
+        "darkroom",
+        "--tasks",
+        "8",
+        "--held-out",
+        "2",
+        "--histories-per-task",
+        "4",
+        "--episodes",
+        "4000",
+        "--workers",
+        "2",
+        "--seed",
+        "0",
+        "--out",
+        str(out),
+        "--quiet",
+    ]
     kill_when(args, lambda: bool(list(out.glob(".*.tmp"))), 2)
     rerun = subprocess.run(offbench_command(*args), capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr

@@ -44,7 +44,11 @@ def test_d4rl_locomotion_cards_have_urls_and_reference_scores():
 
 def test_minari_mujoco_cards_point_at_minari_ids():
     cards = [c for c in all_cards().values() if c.format == "minari"]
-    assert {c.source["minari_id"] for c in cards} >= {"mujoco/hopper/medium-v0", "mujoco/halfcheetah/expert-v0", "mujoco/walker2d/simple-v0"}
+    assert {c.source["minari_id"] for c in cards} >= {
+        "mujoco/hopper/medium-v0",
+        "mujoco/halfcheetah/expert-v0",
+        "mujoco/walker2d/simple-v0",
+    }
     for card in cards:
         assert card.id == f"minari/{card.source['minari_id']}"
         assert card.env["id"].endswith("-v5")

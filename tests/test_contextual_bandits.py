@@ -162,22 +162,29 @@ def test_every_contextual_card_names_its_benchmark_and_a_recipe_that_validates()
     from offbench.data.cards import all_cards
 
     cards = [c for c in all_cards().values() if c.source.get("recipe", {}).get("generator") in CONTEXTUAL_BENCHMARKS]
-    assert {c.id for c in cards} == {f"contextual-bandit-{name}" for name in
-                                     ("linucb-small", "thompson-small", "linucb", "thompson", "headless-linucb")}
+    assert {c.id for c in cards} == {
+        f"contextual-bandit-{name}" for name in ("linucb-small", "thompson-small", "linucb", "thompson", "headless-linucb")
+    }
     for card in cards:
         recipe = card.source["recipe"]
         read_recipe(recipe["generator"], recipe["params"])
-        assert card.kind == "learning-history" and card.env == {"suite": "offbench", "id": CONTEXTUAL_BENCHMARKS[recipe["generator"]].env_id}
+        assert card.kind == "learning-history" and card.env == {
+            "suite": "offbench",
+            "id": CONTEXTUAL_BENCHMARKS[recipe["generator"]].env_id,
+        }
         train, held_out = card_tasks(card)
         assert (len(train), len(held_out)) == (recipe["params"]["tasks"] - recipe["params"]["held_out"], recipe["params"]["held_out"])
 
 
-@pytest.mark.parametrize("params, message", [
-    ({"tasks": 4, "held_out": 4}, "'held_out' must be below 'tasks' (4)"),
-    ({"tasks": 4, "held_out": 1, "algo": "ucb"}, "'algo' must be one of"),
-    ({"tasks": 4, "held_out": 1, "hyperparameters": {"beta": 1.0}}, "beta"),
-    ({"tasks": 4, "held_out": 1, "hyperparameters": {"alpha": -1.0}}, "'alpha' must be at least 0"),
-])
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        ({"tasks": 4, "held_out": 4}, "'held_out' must be below 'tasks' (4)"),
+        ({"tasks": 4, "held_out": 1, "algo": "ucb"}, "'algo' must be one of"),
+        ({"tasks": 4, "held_out": 1, "hyperparameters": {"beta": 1.0}}, "beta"),
+        ({"tasks": 4, "held_out": 1, "hyperparameters": {"alpha": -1.0}}, "'alpha' must be at least 0"),
+    ],
+)
 def test_a_bad_recipe_is_one_line_naming_the_parameter(tmp_path, params, message):
     with pytest.raises(OffbenchError) as error:
         get_generator("contextual-bandit")(params, 0, tmp_path / "x.h5", True)
@@ -185,8 +192,9 @@ def test_a_bad_recipe_is_one_line_naming_the_parameter(tmp_path, params, message
 
 
 def test_ad_runs_end_to_end_on_a_contextual_card_with_regret_as_its_headline(run_cli, tmp_path):
-    proc = run_cli("run", "baseline", "ad", "--dataset", SMALL, "--config", TRAINING_CONFIGS / "ad-tiny.toml",
-                   "--out", tmp_path, "--name", "run")
+    proc = run_cli(
+        "run", "baseline", "ad", "--dataset", SMALL, "--config", TRAINING_CONFIGS / "ad-tiny.toml", "--out", tmp_path, "--name", "run"
+    )
     assert proc.returncode == 0, proc.stderr
     evaluations = read_jsonl(tmp_path / "run" / "evaluations.jsonl")
     assert [line["step"] for line in evaluations] == [20, 40]
@@ -209,13 +217,37 @@ def test_dpt_refuses_a_contextual_card_in_one_line_before_any_run_directory(run_
 
 
 def test_the_generate_command_writes_what_the_generator_does(run_cli, tmp_path):
-    proc = run_cli("generate", "contextual-bandit-headless", "--tasks", "3", "--held-out", "1", "--histories-per-task", "2",
-                   "--episodes", "80", "--algo", "linear-thompson", "--set", "posterior_scale=0.5", "--allow-unlearned",
-                   "--out", tmp_path / "cli", "-q")
+    proc = run_cli(
+        "generate",
+        "contextual-bandit-headless",
+        "--tasks",
+        "3",
+        "--held-out",
+        "1",
+        "--histories-per-task",
+        "2",
+        "--episodes",
+        "80",
+        "--algo",
+        "linear-thompson",
+        "--set",
+        "posterior_scale=0.5",
+        "--allow-unlearned",
+        "--out",
+        tmp_path / "cli",
+        "-q",
+    )
     assert proc.returncode == 0, proc.stderr
     assert "learning (regret per pull, first vs last 8 pulls)" in proc.stdout and "histories improved" in proc.stdout
-    params = {"algo": "linear-thompson", "tasks": 3, "held_out": 1, "histories_per_task": 2, "episodes": 80,
-              "allow_unlearned": True, "hyperparameters": {"posterior_scale": 0.5}}
+    params = {
+        "algo": "linear-thompson",
+        "tasks": 3,
+        "held_out": 1,
+        "histories_per_task": 2,
+        "episodes": 80,
+        "allow_unlearned": True,
+        "hyperparameters": {"posterior_scale": 0.5},
+    }
     direct = get_generator("contextual-bandit-headless")(params, 0, tmp_path / "direct.h5", True)
     assert (tmp_path / "cli" / "data.h5").read_bytes() == direct.read_bytes()
     card = read_card(tmp_path / "cli" / "card.toml")

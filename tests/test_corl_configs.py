@@ -14,9 +14,7 @@ from offbench.baselines.iql import IQL, IQLConfig
 from offbench.training.config import resolve_config, standard_config_path
 
 ROOT = Path(__file__).resolve().parents[1] / "baselines"
-FILES = [(path, CQL) for path in sorted((ROOT / "cql").glob("*.toml"))] + [
-    (path, IQL) for path in sorted((ROOT / "iql").glob("*.toml"))
-]
+FILES = [(path, CQL) for path in sorted((ROOT / "cql").glob("*.toml"))] + [(path, IQL) for path in sorted((ROOT / "iql").glob("*.toml"))]
 
 
 @pytest.mark.parametrize("path, baseline", FILES, ids=[f"{p.parent.name}/{p.name}" for p, _ in FILES])
@@ -42,8 +40,7 @@ def test_d4rl_dataset_ids_find_their_corl_config():
 # CORL's D4RL configs (github.com/tinkoff-ai/CORL configs/offline/{dt,cql,iql}/<env>/*_v2.yaml): every
 # baseline evaluates every 5,000 updates; DT on 100 episodes (eval_episodes), CQL and IQL on 10 (n_episodes).
 CORL_EVAL_EPISODES = {DT: 100, CQL: 10, IQL: 10}
-D4RL_CONFIGS = [(path, baseline) for baseline in CORL_EVAL_EPISODES
-                for path in sorted((ROOT / baseline.name).glob("d4rl-*.toml"))]
+D4RL_CONFIGS = [(path, baseline) for baseline in CORL_EVAL_EPISODES for path in sorted((ROOT / baseline.name).glob("d4rl-*.toml"))]
 
 
 @pytest.mark.parametrize("path, baseline", D4RL_CONFIGS, ids=[f"{p.parent.name}/{p.name}" for p, _ in D4RL_CONFIGS])

@@ -29,7 +29,11 @@ def cli(capsys, *args) -> tuple[int, str, str]:
 
 # ---------------------------------------------------------------------------------------------- native files
 
-DARKROOM_CARD = {"id": "test/darkroom-copy", "kind": "learning-history", "source": {"recipe": {"generator": "darkroom", "params": {"tasks": 10, "held_out": 2}}}}
+DARKROOM_CARD = {
+    "id": "test/darkroom-copy",
+    "kind": "learning-history",
+    "source": {"recipe": {"generator": "darkroom", "params": {"tasks": 10, "held_out": 2}}},
+}
 MULTITASK_CARD = {"id": "test/mt3", "kind": "multi-task", "env": {"suite": "minigrid", "id": "MT3", "kwargs": {"tasks": ["a", "b", "c"]}}}
 
 
@@ -40,13 +44,18 @@ def darkroom_copy(card=DARKROOM_CARD, episodes=6, length=5, obs_space=None, obse
     for e in range(episodes):
         ends = np.zeros(length, bool)
         ends[-1] = True
-        eps.append({
-            "observations": rng.integers(0, 9, (length + 1, 2)) if observations is None else observations(length + 1),
-            "actions": rng.integers(0, 5, length), "rewards": rng.random(length).astype(np.float32),
-            "terminations": np.zeros(length, bool), "truncations": ends,
-            "task_id": np.full(length, e % 3, np.int32), "history_id": np.full(length, e // 2, np.int32),
-            "optimal_action": rng.integers(0, 5, length).astype(np.uint8),
-        })
+        eps.append(
+            {
+                "observations": rng.integers(0, 9, (length + 1, 2)) if observations is None else observations(length + 1),
+                "actions": rng.integers(0, 5, length),
+                "rewards": rng.random(length).astype(np.float32),
+                "terminations": np.zeros(length, bool),
+                "truncations": ends,
+                "task_id": np.full(length, e % 3, np.int32),
+                "history_id": np.full(length, e // 2, np.int32),
+                "optimal_action": rng.integers(0, 5, length).astype(np.uint8),
+            }
+        )
     space = obs_space or gym.spaces.Box(0, 8, (2,), np.int64)
     return EpisodeStore.from_episodes(eps, observation_space=space, action_space=gym.spaces.Discrete(5), card=dict(card))
 
@@ -58,12 +67,27 @@ def rewrite(path, name, values) -> None:
         f[name] = values
 
 
-@pytest.mark.parametrize(("card", "change", "message"), [
-    (DARKROOM_CARD, lambda ids: ids.__setitem__(7, 99), r"columns/task_id\[7\] = 99 is out of range \(the card's recipe's tasks - held_out names 8 task\(s\): ids 0\.\.7\)"),
-    (MULTITASK_CARD, lambda ids: ids.__setitem__(12, 3), r"columns/task_id\[12\] = 3 is out of range \(the card's env.kwargs.tasks names 3 task\(s\)"),
-    (MULTITASK_CARD, lambda ids: ids.__setitem__(0, -1), r"columns/task_id\[0\] = -1 is out of range"),
-    ({"id": "no-count"}, lambda ids: ids.__setitem__(29, -1), r"columns/task_id\[29\] = -1 is out of range \(a task id is never negative\)"),
-])
+@pytest.mark.parametrize(
+    ("card", "change", "message"),
+    [
+        (
+            DARKROOM_CARD,
+            lambda ids: ids.__setitem__(7, 99),
+            r"columns/task_id\[7\] = 99 is out of range \(the card's recipe's tasks - held_out names 8 task\(s\): ids 0\.\.7\)",
+        ),
+        (
+            MULTITASK_CARD,
+            lambda ids: ids.__setitem__(12, 3),
+            r"columns/task_id\[12\] = 3 is out of range \(the card's env.kwargs.tasks names 3 task\(s\)",
+        ),
+        (MULTITASK_CARD, lambda ids: ids.__setitem__(0, -1), r"columns/task_id\[0\] = -1 is out of range"),
+        (
+            {"id": "no-count"},
+            lambda ids: ids.__setitem__(29, -1),
+            r"columns/task_id\[29\] = -1 is out of range \(a task id is never negative\)",
+        ),
+    ],
+)
 def test_task_ids_outside_the_cards_tasks_are_refused_by_verify_and_by_training(tmp_path, capsys, card, change, message):
     path = darkroom_copy(card).save(tmp_path / "d.h5")
     ids = load_native(path).columns["task_id"][()].copy()
@@ -101,7 +125,9 @@ def test_an_optimal_action_outside_the_action_space_is_refused_before_dpt_indexe
     assert code == 2 and err.count("\n") == 1
     assert f"{path}: columns/optimal_action[17] = 77 is outside the action space Discrete(5)" in err.replace("\n", "")
     rewrite(path, "columns/optimal_action", labels.astype(np.float64) * 0 + 0.5)
-    with pytest.raises(OffbenchError, match=r"columns/optimal_action must hold integers in the discrete action space Discrete\(5\), got dtype float64"):
+    with pytest.raises(
+        OffbenchError, match=r"columns/optimal_action must hold integers in the discrete action space Discrete\(5\), got dtype float64"
+    ):
         load_native(path)
     rewrite(path, "columns/optimal_action", np.zeros((len(labels), 2), np.uint8))
     with pytest.raises(OffbenchError, match=r"columns/optimal_action rows have shape \(2,\), but the action space is Discrete\(5\)"):
@@ -114,7 +140,10 @@ def test_observations_outside_a_bounded_integer_box_are_refused(tmp_path):
     observations = load_native(path).observations[()].copy()
     observations[11, 2] = 10**15
     rewrite(path, "observations", observations)
-    with pytest.raises(OffbenchError, match=r"d\.h5: observations\[11\] = \[ *7 +7 +1000000000000000 +7\] is outside the observation space Box\(0, 255, \(4,\), uint8\)"):
+    with pytest.raises(
+        OffbenchError,
+        match=r"d\.h5: observations\[11\] = \[ *7 +7 +1000000000000000 +7\] is outside the observation space Box\(0, 255, \(4,\), uint8\)",
+    ):
         load_native(path)
     rewrite(path, "observations", observations.astype(np.float64) * 0 + 2.5)  # not integers
     with pytest.raises(OffbenchError, match=r"observations\[0\] = \[2.5 2.5 2.5 2.5\] is outside"):
@@ -188,17 +217,24 @@ def reshape_xland(path, shape_of, fill=True) -> None:
                 old = f[task][name]
                 data, dtype, shape = old[()], old.dtype, shape_of(old.shape)
                 del f[task][name]
-                new = f[task].create_dataset(name, shape=shape, dtype=dtype, chunks=(1, 128, *shape[2:]), compression="gzip",
-                                             maxshape=(None, None, *shape[2:]))
+                new = f[task].create_dataset(
+                    name, shape=shape, dtype=dtype, chunks=(1, 128, *shape[2:]), compression="gzip", maxshape=(None, None, *shape[2:])
+                )
                 if fill and shape[0] and shape[1]:
                     new[:, :128] = data[: shape[0], :128]
 
 
-@pytest.mark.parametrize(("shape_of", "message"), [
-    (lambda s: (0, *s[1:]), r"group 0/rewards: shape \(0, 300\): no histories"),
-    (lambda s: (s[0], 0, *s[2:]), r"group 0/rewards: shape \(2, 0\): no steps"),
-    (lambda s: (s[0], 10**10, *s[2:]), r"datasets: declare 2 tasks x 2 histories x 10,000,000,000 steps, at least [\d,]+ bytes even at deflate's best ratio; the file has"),
-])
+@pytest.mark.parametrize(
+    ("shape_of", "message"),
+    [
+        (lambda s: (0, *s[1:]), r"group 0/rewards: shape \(0, 300\): no histories"),
+        (lambda s: (s[0], 0, *s[2:]), r"group 0/rewards: shape \(2, 0\): no steps"),
+        (
+            lambda s: (s[0], 10**10, *s[2:]),
+            r"datasets: declare 2 tasks x 2 histories x 10,000,000,000 steps, at least [\d,]+ bytes even at deflate's best ratio; the file has",
+        ),
+    ],
+)
 def test_info_and_verify_refuse_an_empty_or_absurd_shape_in_one_line(tmp_path, capsys, shape_of, message):
     path = write_xland_file(tmp_path / "x.hdf5", 2, 2, 300, chunk_steps=128)
     reshape_xland(path, shape_of)
@@ -210,12 +246,15 @@ def test_info_and_verify_refuse_an_empty_or_absurd_shape_in_one_line(tmp_path, c
     assert path.read_bytes() == before
 
 
-@pytest.mark.parametrize(("value", "message"), [
-    ("abc", "attribute ruleset-id must be an integer, got 'abc'"),
-    (np.float64(1.5), "attribute ruleset-id must be an integer, got"),
-    (np.int64(-3), "attribute ruleset-id must be >= 0, got -3"),
-    (np.array([1, 2]), "attribute ruleset-id must be an integer, got array"),
-])
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("abc", "attribute ruleset-id must be an integer, got 'abc'"),
+        (np.float64(1.5), "attribute ruleset-id must be an integer, got"),
+        (np.int64(-3), "attribute ruleset-id must be >= 0, got -3"),
+        (np.array([1, 2]), "attribute ruleset-id must be an integer, got array"),
+    ],
+)
 def test_info_and_verify_agree_on_a_bad_ruleset_id(tmp_path, capsys, value, message):
     path = write_xland_file(tmp_path / "x.hdf5", 2, 2, 300, chunk_steps=128)
     with h5py.File(path, "a") as f:
@@ -228,18 +267,36 @@ def test_info_and_verify_agree_on_a_bad_ruleset_id(tmp_path, capsys, value, mess
     assert errors[0] == errors[1] and f"{path}: group 1: {message}" in errors[0]
 
 
-@pytest.mark.parametrize(("edit", "message"), [
-    (lambda f: f["1"].attrs.__setitem__("env-id", 7), "group 1: attribute env-id must be text, got 7"),
-    (lambda f: f["0"].attrs.__setitem__("env-id", "MiniGrid-Empty"), "group 0: attribute env-id 'MiniGrid-Empty' is not an XLand-MiniGrid id"),
-    (lambda f: f["1"].attrs.__delitem__("benchmark-id"), "group 1: missing attribute 'benchmark-id'"),
-    (lambda f: (f["1"].__delitem__("dones"), f["1"].create_dataset("dones", (2, 300), bool, chunks=(1, 128), compression="gzip")),
-     "group 1/dones: never written (no data stored for it)"),
-    (lambda f: (f["1"].__delitem__("actions"), f["1"].create_dataset("actions", data=np.zeros((2, 300), np.uint8), chunks=(1, 64), compression="gzip")),
-     r"group 1/actions: chunks (1, 64), group 0 has (1, 128)"),
-    (lambda f: (f["0"].__delitem__("states"), f["0"].create_dataset("states", data=np.zeros((2, 300, 5, 5), np.uint8), chunks=(1, 128, 5, 1), compression="gzip")),
-     "group 0/states: chunks (1, 128, 5, 1) split the (5, 5) items"),
-    (lambda f: f.move("1", "x"), "task groups: must be named 0..1; found x"),
-])
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda f: f["1"].attrs.__setitem__("env-id", 7), "group 1: attribute env-id must be text, got 7"),
+        (
+            lambda f: f["0"].attrs.__setitem__("env-id", "MiniGrid-Empty"),
+            "group 0: attribute env-id 'MiniGrid-Empty' is not an XLand-MiniGrid id",
+        ),
+        (lambda f: f["1"].attrs.__delitem__("benchmark-id"), "group 1: missing attribute 'benchmark-id'"),
+        (
+            lambda f: (f["1"].__delitem__("dones"), f["1"].create_dataset("dones", (2, 300), bool, chunks=(1, 128), compression="gzip")),
+            "group 1/dones: never written (no data stored for it)",
+        ),
+        (
+            lambda f: (
+                f["1"].__delitem__("actions"),
+                f["1"].create_dataset("actions", data=np.zeros((2, 300), np.uint8), chunks=(1, 64), compression="gzip"),
+            ),
+            r"group 1/actions: chunks (1, 64), group 0 has (1, 128)",
+        ),
+        (
+            lambda f: (
+                f["0"].__delitem__("states"),
+                f["0"].create_dataset("states", data=np.zeros((2, 300, 5, 5), np.uint8), chunks=(1, 128, 5, 1), compression="gzip"),
+            ),
+            "group 0/states: chunks (1, 128, 5, 1) split the (5, 5) items",
+        ),
+        (lambda f: f.move("1", "x"), "task groups: must be named 0..1; found x"),
+    ],
+)
 def test_opening_runs_the_metadata_check(tmp_path, edit, message):
     path = write_xland_file(tmp_path / "x.hdf5", 2, 2, 300, chunk_steps=128)
     with h5py.File(path, "a") as f:
@@ -275,12 +332,19 @@ def corrupt(path, task, name, history, step, value) -> None:
         f[f"{task}/{name}"][history, step] = value
 
 
-@pytest.mark.parametrize(("name", "value", "message"), [
-    ("actions", 6, "group 0/actions, history 0, step 700: action 6 is outside Discrete(6)"),
-    ("rewards", np.nan, "group 0/rewards, history 0, step 700: reward nan is not finite"),
-    ("rewards", -np.inf, "group 0/rewards, history 0, step 700: reward -inf is not finite"),
-    ("states", np.full((5, 5), 156, np.uint8), "group 0/states, history 0, step 700: state byte 156 decodes to tile 13 (XLand-MiniGrid has 13 tiles)"),
-])
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("actions", 6, "group 0/actions, history 0, step 700: action 6 is outside Discrete(6)"),
+        ("rewards", np.nan, "group 0/rewards, history 0, step 700: reward nan is not finite"),
+        ("rewards", -np.inf, "group 0/rewards, history 0, step 700: reward -inf is not finite"),
+        (
+            "states",
+            np.full((5, 5), 156, np.uint8),
+            "group 0/states, history 0, step 700: state byte 156 decodes to tile 13 (XLand-MiniGrid has 13 tiles)",
+        ),
+    ],
+)
 def test_the_ad_sampler_never_hands_over_a_bad_action_reward_or_tile(tmp_path, name, value, message):
     path = write_xland_file(tmp_path / "x.hdf5", 1, 1, 1000, chunk_steps=256)
     corrupt(path, 0, name, 0, 700, value)
@@ -343,26 +407,52 @@ def write_npz(path, steps=20, obs_dim=39, **arrays):
     rng = np.random.default_rng(len(str(path)))
     flags = np.zeros(steps, bool)
     flags[-1] = True
-    data = {"observations": rng.normal(size=(steps, obs_dim)), "actions": rng.uniform(-1, 1, (steps, 4)),
-            "rewards": rng.uniform(0, 10, steps), "terminals": flags, **arrays}
+    data = {
+        "observations": rng.normal(size=(steps, obs_dim)),
+        "actions": rng.uniform(-1, 1, (steps, 4)),
+        "rewards": rng.uniform(0, 10, steps),
+        "terminals": flags,
+        **arrays,
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
     np.savez(path, **data)
 
 
-@pytest.mark.parametrize(("layout", "message"), [
-    ({"reach-v2/0.npz": {}, "reach-v2/1.npz": {"obs_dim": 40}},
-     "reach-v2/1.npz: observations rows have shape (40,), but {root}/reach-v2/0.npz has (39,) (every episode of every task must agree)"),
-    ({"push-v2/0.npz": {}, "reach-v2/0.npz": {"actions": np.zeros((20, 3))}},
-     "reach-v2/0.npz: actions rows have shape (3,), but {root}/push-v2/0.npz has (4,)"),
-    ({"reach-v2/0.npz": {"next_observations": np.zeros((20, 38))}}, "reach-v2/0.npz: next_observations has shape (20, 38), observations (20, 39)"),
-    ({"reach-v2/0.npz": {"success": np.zeros(20)}, "reach-v2/1.npz": {"success": np.zeros((20, 2))}},
-     "reach-v2/1.npz: success rows have shape (2,), but {root}/reach-v2/0.npz has ()"),
-    ({"reach-v2/0.npz": {"terminals": np.zeros((20, 2), bool)}}, "reach-v2/0.npz: terminals has shape (20, 2), expected (20,): one value per step"),
-    ({"reach-v2/0.npz": {"rewards": np.zeros((20, 3))}}, "reach-v2/0.npz: rewards has shape (20, 3), expected (20,): one value per step"),
-    ({"reach-v2/0.npz": {"rewards": np.array(["1.5"] * 20)}}, "reach-v2/0.npz: rewards holds text, not real numbers"),
-    ({"reach-v2/0.npz": {"observations": np.array([b"x"] * 20)}}, "reach-v2/0.npz: observations holds bytes, not real numbers"),
-    ({"reach-v2/0.npz": {"actions": np.ones((20, 4)) + 1j}}, "reach-v2/0.npz: actions holds complex numbers (the imaginary part would be lost), not real numbers"),
-])
+@pytest.mark.parametrize(
+    ("layout", "message"),
+    [
+        (
+            {"reach-v2/0.npz": {}, "reach-v2/1.npz": {"obs_dim": 40}},
+            "reach-v2/1.npz: observations rows have shape (40,), but {root}/reach-v2/0.npz has (39,) (every episode of every task must agree)",
+        ),
+        (
+            {"push-v2/0.npz": {}, "reach-v2/0.npz": {"actions": np.zeros((20, 3))}},
+            "reach-v2/0.npz: actions rows have shape (3,), but {root}/push-v2/0.npz has (4,)",
+        ),
+        (
+            {"reach-v2/0.npz": {"next_observations": np.zeros((20, 38))}},
+            "reach-v2/0.npz: next_observations has shape (20, 38), observations (20, 39)",
+        ),
+        (
+            {"reach-v2/0.npz": {"success": np.zeros(20)}, "reach-v2/1.npz": {"success": np.zeros((20, 2))}},
+            "reach-v2/1.npz: success rows have shape (2,), but {root}/reach-v2/0.npz has ()",
+        ),
+        (
+            {"reach-v2/0.npz": {"terminals": np.zeros((20, 2), bool)}},
+            "reach-v2/0.npz: terminals has shape (20, 2), expected (20,): one value per step",
+        ),
+        (
+            {"reach-v2/0.npz": {"rewards": np.zeros((20, 3))}},
+            "reach-v2/0.npz: rewards has shape (20, 3), expected (20,): one value per step",
+        ),
+        ({"reach-v2/0.npz": {"rewards": np.array(["1.5"] * 20)}}, "reach-v2/0.npz: rewards holds text, not real numbers"),
+        ({"reach-v2/0.npz": {"observations": np.array([b"x"] * 20)}}, "reach-v2/0.npz: observations holds bytes, not real numbers"),
+        (
+            {"reach-v2/0.npz": {"actions": np.ones((20, 4)) + 1j}},
+            "reach-v2/0.npz: actions holds complex numbers (the imaginary part would be lost), not real numbers",
+        ),
+    ],
+)
 def test_mtdiff_arrays_that_do_not_fit_together_are_one_line_errors(tmp_path, capsys, layout, message):
     root = tmp_path / "MT"
     for name, arrays in layout.items():

@@ -372,7 +372,9 @@ def test_first_download_is_recorded_only_after_it_converts(tmp_path, server, iso
     data, store = payload(tmp_path)
     server.files["/d/page.hdf5"] = b"<html><body>Service temporarily unavailable</body></html>"
     add_card(isolated_home, "test/page", [entry(server.url("/d/page.hdf5"), None)])
-    with pytest.raises(OffbenchError, match=r"page\.hdf5.*not recorded and has been deleted: check the URL, then run `offbench download test/page` again"):
+    with pytest.raises(
+        OffbenchError, match=r"page\.hdf5.*not recorded and has been deleted: check the URL, then run `offbench download test/page` again"
+    ):
         offbench.load("test/page")
     assert leftovers(isolated_home, "test/page") == [] and "recorded sha256" not in capsys.readouterr().err
 
@@ -522,8 +524,10 @@ def test_a_body_longer_than_the_card_says_is_cut_off_as_soon_as_it_passes_the_si
     with pytest.raises(OffbenchError) as info:
         offbench.load("test/huge")
     message = str(info.value)
-    assert re.fullmatch(rf"{re.escape(url)}: the server sent more than the card's size \(at least [\d,]+ bytes, card says 1,000\); download discarded",
-                        message), message
+    assert re.fullmatch(
+        rf"{re.escape(url)}: the server sent more than the card's size \(at least [\d,]+ bytes, card says 1,000\); download discarded",
+        message,
+    ), message
     assert time.monotonic() - started < 5 and server.sent.get("/d/huge.h5", 0) < 32_000_000  # stopped, not read to the end
     assert leftovers(isolated_home, "test/huge") == []
 
@@ -532,7 +536,10 @@ def test_a_content_length_beyond_the_card_size_is_refused_before_the_body(server
     url = server.url("/d/announced.h5")
     server.streams["/d/announced.h5"] = (200_000_000, 200_000_000)
     add_card(isolated_home, "test/announced", [{"url": url, "size": 1000}])
-    with pytest.raises(OffbenchError, match=rf"^{re.escape(url)}: size mismatch \(the server says 200,000,000 bytes, card says 1,000\); download discarded$"):
+    with pytest.raises(
+        OffbenchError,
+        match=rf"^{re.escape(url)}: size mismatch \(the server says 200,000,000 bytes, card says 1,000\); download discarded$",
+    ):
         offbench.load("test/announced")
     assert server.sent.get("/d/announced.h5", 0) < 32_000_000 and leftovers(isolated_home, "test/announced") == []
 
@@ -581,7 +588,9 @@ def test_a_content_length_past_the_limit_is_refused_before_the_body(tmp_path, se
     serve_url = server.url("/d/long.h5")
     server.files["/d/long.h5"] = data
     add_card(isolated_home, "test/long", [entry(serve_url, None)])
-    with pytest.raises(OffbenchError, match=rf"^{re.escape(serve_url)}: the server says {len(data):,} bytes, more than the 1,000 read without"):
+    with pytest.raises(
+        OffbenchError, match=rf"^{re.escape(serve_url)}: the server says {len(data):,} bytes, more than the 1,000 read without"
+    ):
         offbench.load("test/long")
     assert leftovers(isolated_home, "test/long") == []
 
@@ -608,8 +617,11 @@ def test_a_trickling_server_is_given_up_on(tmp_path, server, isolated_home, monk
     worker.start()
     worker.join(15)
     assert not worker.is_alive(), "still downloading a trickle"
-    assert re.fullmatch(rf"{re.escape(server.url('/d/slow.h5'))}: too slow \(\d+ bytes/s over [\d.]+ s, below the minimum of 1,000 bytes/s\) "
-                        r"\(gave up after 2 attempts\)", outcome["error"]), outcome
+    assert re.fullmatch(
+        rf"{re.escape(server.url('/d/slow.h5'))}: too slow \(\d+ bytes/s over [\d.]+ s, below the minimum of 1,000 bytes/s\) "
+        r"\(gave up after 2 attempts\)",
+        outcome["error"],
+    ), outcome
     first, second = server.gets("/d/slow.h5")
     assert first is None and second.startswith("bytes=")  # the slow attempt's bytes were kept and resumed from
     part = isolated_home / "data" / "test/slow" / "raw" / "slow.h5.part"

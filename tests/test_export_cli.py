@@ -102,7 +102,10 @@ def test_generated_multitask_data_exports_under_its_own_id(tmp_path, run_cli):
     assert read_card(tmp_path / "gen" / "card.toml").id == dataset_id
     native = load_native(tmp_path / "gen" / "data.h5")
     assert native.card["id"] == dataset_id
-    for fmt, written in (("minari", tmp_path / "minari" / f"{dataset_id}-v0"), ("d4rl", tmp_path / "d4rl" / "generated-minigrid-mt3-near-optimal-e2-s1.hdf5")):
+    for fmt, written in (
+        ("minari", tmp_path / "minari" / f"{dataset_id}-v0"),
+        ("d4rl", tmp_path / "d4rl" / "generated-minigrid-mt3-near-optimal-e2-s1.hdf5"),
+    ):
         out = run_cli("export", tmp_path / "gen" / "data.h5", "--format", fmt, "--out", tmp_path / fmt, check=True)
         assert str(written) in out.stdout
         back = load_path(written)
@@ -117,8 +120,14 @@ def test_data_without_an_embedded_id_exports_under_the_id_it_was_opened_by(tmp_p
     from offbench.data.resolve import native_path
     from offbench.paths import user_cards_dir
 
-    card = card_from_dict({"id": "test/old-mt3", "description": "generated before ids were embedded", "format": "offbench",
-                           "source": {"recipe": {"generator": "test", "seed": 0}}})
+    card = card_from_dict(
+        {
+            "id": "test/old-mt3",
+            "description": "generated before ids were embedded",
+            "format": "offbench",
+            "source": {"recipe": {"generator": "test", "seed": 0}},
+        }
+    )
     write_card(card, user_cards_dir() / "test-old-mt3.toml")
     store = make_store()
     store.card = {"kind": "offline"}

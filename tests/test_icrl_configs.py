@@ -17,15 +17,18 @@ from offbench.training.config import resolve_config, standard_config_path
 from offbench.training.memory import estimate_update_bytes
 
 MACHINE = 24 * 1024**3
-FAMILY_DATA = {"bandit": "bandit-small", "darkroom": "darkroom-small", "keydoor": "keydoor-small",
-               "contextual": "contextual-bandit-linucb-small"}  # a small card's spec per family
+FAMILY_DATA = {
+    "bandit": "bandit-small",
+    "darkroom": "darkroom-small",
+    "keydoor": "keydoor-small",
+    "contextual": "contextual-bandit-linucb-small",
+}  # a small card's spec per family
 FAMILIES = {"ad": set(FAMILY_DATA), "dpt": set(FAMILY_DATA) - {"contextual"}}  # DPT refuses contextual cards
 
 
 def icrl_cards(name: str) -> list[str]:
     """The learning-history cards (XLand's aside) that baseline `name` runs on."""
-    return sorted(cid for cid, card in all_cards().items()
-                  if card.kind == "learning-history" and cid.split("-")[0] in FAMILIES[name])
+    return sorted(cid for cid, card in all_cards().items() if card.kind == "learning-history" and cid.split("-")[0] in FAMILIES[name])
 
 
 def test_the_icrl_cards_are_the_four_families_and_none_is_left_out():

@@ -201,8 +201,10 @@ def test_adversarial_bandit_favours_odd_arms_in_training_and_even_arms_held_out(
 
 
 def test_offbench_suite_rebuilds_tasks_from_a_card():
-    card = {"env": {"suite": "offbench", "id": "offbench/KeyDoor-v0"},
-            "source": {"recipe": {"generator": "keydoor", "params": {"tasks": 6, "held_out": 2}}}}
+    card = {
+        "env": {"suite": "offbench", "id": "offbench/KeyDoor-v0"},
+        "source": {"recipe": {"generator": "keydoor", "params": {"tasks": 6, "held_out": 2}}},
+    }
     train, held = card_tasks(card)
     env = make_env(card["env"], task=held[0])
     assert env.unwrapped.key == tuple(held[0]["key"]) and env.reset()[0].tolist() == [4, 4, 0]

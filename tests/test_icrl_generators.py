@@ -37,7 +37,9 @@ def _replay_history(store, history):
         assert term or trunc
 
 
-@pytest.mark.parametrize("name,algo", [("darkroom", "q-learning"), ("darkroom-hard", "ad-epsilon"), ("keydoor", "q-learning"), ("keydoor", "ad-epsilon")])
+@pytest.mark.parametrize(
+    "name,algo", [("darkroom", "q-learning"), ("darkroom-hard", "ad-epsilon"), ("keydoor", "q-learning"), ("keydoor", "ad-epsilon")]
+)
 def test_grid_histories_replay_exactly_and_are_laid_out_history_by_history(name, algo):
     store, summary = _run(name, algo=algo, episodes=40)
     cols = store.columns
@@ -68,7 +70,16 @@ def test_key_to_door_episodes_end_by_termination_at_the_door_with_the_key():
     np.testing.assert_array_equal(store.episode_returns()[terminated], 2.0)
 
 
-@pytest.mark.parametrize("name,algo", [("bandit", "ucb"), ("bandit", "thompson"), ("bandit-gaussian", "ucb"), ("bandit-gaussian", "thompson"), ("bandit-gaussian", "ad-epsilon")])
+@pytest.mark.parametrize(
+    "name,algo",
+    [
+        ("bandit", "ucb"),
+        ("bandit", "thompson"),
+        ("bandit-gaussian", "ucb"),
+        ("bandit-gaussian", "thompson"),
+        ("bandit-gaussian", "ad-epsilon"),
+    ],
+)
 def test_bandit_histories_are_one_pull_episodes_that_learn(name, algo):
     store, summary = _run(name, algo=algo, tasks=12, held_out=2, episodes=200)
     assert np.all(store.episode_lengths == 1) and store.terminations.all() and not store.truncations.any()
@@ -104,8 +115,13 @@ def test_uniform_states_rollin_draws_every_transition_from_a_uniform_cell_as_a_o
     episode, so the stored s' is the step's own next cell; the card's environment keeps its 20-step episodes."""
     from offbench.envs.gridworld import MOVES, cell_index, policy_table
 
-    path = generate("darkroom", {"algo": "uniform-states", "tasks": 81, "held_out": 16, "histories_per_task": 4, "episodes": 100}, 0,
-                    tmp_path / "u.h5", quiet=True)
+    path = generate(
+        "darkroom",
+        {"algo": "uniform-states", "tasks": 81, "held_out": 16, "histories_per_task": 4, "episodes": 100},
+        0,
+        tmp_path / "u.h5",
+        quiet=True,
+    )
     store = load_native(path)  # generated without allow_unlearned: a roll-in is not held to the learning check
     steps = 65 * 4 * 100
     assert len(store.actions) == steps and np.array_equal(store.episode_starts, np.arange(steps + 1))
@@ -197,7 +213,11 @@ def test_bad_recipes_fail_with_one_line_before_any_work(tmp_path, params, messag
 def test_every_recipe_card_validates_and_the_small_ones_generate(isolated_home):
     from offbench.data.cards import all_cards
 
-    cards = {c.id: c for c in all_cards().values() if c.kind == "learning-history" and c.source_kind == "recipe" and c.source["recipe"]["generator"] in BENCHMARKS}
+    cards = {
+        c.id: c
+        for c in all_cards().values()
+        if c.kind == "learning-history" and c.source_kind == "recipe" and c.source["recipe"]["generator"] in BENCHMARKS
+    }
     assert {f"{name}-small" for name in BENCHMARKS} <= set(cards) and set(BENCHMARKS) <= set(cards)
     for card in cards.values():
         recipe = card.source["recipe"]
@@ -266,7 +286,9 @@ def test_ad_epsilon_schedule_is_the_published_one_per_step_with_a_switch_for_per
     env = BENCHMARKS["darkroom"].make_batch([{"goal": [0, 0]}])
     published = ADEpsilon(env, 10, RowStreams([np.random.default_rng(0)], [1]), make_config("ad-epsilon", {})).explore.epsilons
     np.testing.assert_allclose(published, np.maximum(0.0, 1.0 - np.arange(200) / 180))
-    old = ADEpsilon(env, 10, RowStreams([np.random.default_rng(0)], [1]), make_config("ad-epsilon", {"per_episode_schedule": True})).explore.epsilons
+    old = ADEpsilon(
+        env, 10, RowStreams([np.random.default_rng(0)], [1]), make_config("ad-epsilon", {"per_episode_schedule": True})
+    ).explore.epsilons
     np.testing.assert_allclose(old, np.repeat(np.linspace(1.0, 0.0, 10), 20))
     with pytest.raises(ValueError, match="true or false"):
         make_config("ad-epsilon", {"per_episode_schedule": 1})
@@ -299,16 +321,41 @@ def test_docs_state_the_adversarial_bandit_probabilities_the_code_draws():
 
 
 def test_cli_set_passes_hyperparameters_into_the_recipe(run_cli, tmp_path):
-    run_cli("generate", "darkroom", "--algo", "ad-epsilon", "--tasks", "3", "--held-out", "1", "--episodes", "20",
-            "--set", "per_episode_schedule=true", "--out", tmp_path, "-q", check=True)
+    run_cli(
+        "generate",
+        "darkroom",
+        "--algo",
+        "ad-epsilon",
+        "--tasks",
+        "3",
+        "--held-out",
+        "1",
+        "--episodes",
+        "20",
+        "--set",
+        "per_episode_schedule=true",
+        "--out",
+        tmp_path,
+        "-q",
+        check=True,
+    )
     recipe = load_native(tmp_path / "data.h5").card["source"]["recipe"]
     assert recipe["params"]["hyperparameters"] == {"per_episode_schedule": True}
     assert "-e20-" in load_native(tmp_path / "data.h5").card["id"]
 
 
 @pytest.mark.parametrize("loop", ["numba", "numpy"])
-@pytest.mark.parametrize("name,algo", [("darkroom", "q-learning"), ("keydoor", "ad-epsilon"), ("bandit", "thompson"), ("bandit-gaussian", "thompson"), ("bandit", "dirichlet"),
-                                       ("darkroom", "uniform-states")])
+@pytest.mark.parametrize(
+    "name,algo",
+    [
+        ("darkroom", "q-learning"),
+        ("keydoor", "ad-epsilon"),
+        ("bandit", "thompson"),
+        ("bandit-gaussian", "thompson"),
+        ("bandit", "dirichlet"),
+        ("darkroom", "uniform-states"),
+    ],
+)
 def test_same_bytes_whatever_the_number_of_workers_and_groups(tmp_path, monkeypatch, name, algo, loop):
     """Histories come in random streams of 16, drawn in blocks of 256 steps; workers (one group each) and the
     blocks of time the groups write in only change who runs them and when, with either inner loop."""
@@ -319,7 +366,14 @@ def test_same_bytes_whatever_the_number_of_workers_and_groups(tmp_path, monkeypa
         pytest.importorskip("numba", reason="the compiled loop needs the 'fast' extra (numba)")
     monkeypatch.setenv("OFFBENCH_GENERATOR_LOOP", loop)
 
-    params = {"algo": algo, "tasks": 36, "held_out": 1, "histories_per_task": 2, "episodes": 15, "allow_unlearned": True}  # 70 histories: 5 streams
+    params = {
+        "algo": algo,
+        "tasks": 36,
+        "held_out": 1,
+        "histories_per_task": 2,
+        "episodes": 15,
+        "allow_unlearned": True,
+    }  # 70 histories: 5 streams
     recipe = HistoryRecipe.from_params(name, params)
     histories.write_histories(recipe, 7, tmp_path / "one.h5", workers=1, check=False)
     histories.write_histories(recipe, 7, tmp_path / "two.h5", workers=2, check=False)
@@ -369,8 +423,13 @@ def test_progress_bar_counts_every_episode_once(tmp_path, monkeypatch, name, alg
     assert shown == [10 * 2 * 15]
 
 
-GRID_RECIPES = [("darkroom", "q-learning"), ("darkroom", "ad-epsilon"), ("darkroom-hard", "q-learning"), ("keydoor", "q-learning"),
-                ("keydoor", "ad-epsilon")]
+GRID_RECIPES = [
+    ("darkroom", "q-learning"),
+    ("darkroom", "ad-epsilon"),
+    ("darkroom-hard", "q-learning"),
+    ("keydoor", "q-learning"),
+    ("keydoor", "ad-epsilon"),
+]
 
 
 @pytest.mark.parametrize("name,algo", GRID_RECIPES)

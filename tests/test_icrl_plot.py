@@ -10,7 +10,9 @@ from offbench.plotting.histories import learning_curve, learning_histories_figur
 
 
 def test_learning_curve_and_plot(tmp_path):
-    store, summary = run_histories(HistoryRecipe.from_params("darkroom", {"tasks": 4, "held_out": 1, "histories_per_task": 3, "episodes": 60}), 0)
+    store, summary = run_histories(
+        HistoryRecipe.from_params("darkroom", {"tasks": 4, "held_out": 1, "histories_per_task": 3, "episodes": 60}), 0
+    )
     episodes, mean, half_width, histories = learning_curve(store)
     returns = store.episode_returns().reshape(9, 60)  # histories x episodes
     np.testing.assert_allclose(mean, returns.mean(axis=0))

@@ -9,8 +9,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "offbench"
 MODULES = {
-    ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__"): path
-    for path in PACKAGE.rglob("*.py")
+    ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__"): path for path in PACKAGE.rglob("*.py")
 }
 
 

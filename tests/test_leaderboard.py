@@ -206,8 +206,15 @@ def test_parallel_submissions_lose_nothing(bench, tmp_path):
         for seed in range(3):
             write_run(tmp_path / f"batch{k}", "bc", "test/a", bench["checksums"]["test/a"], seed, [10.0 * k, 11.0 * k, 12.0 * k + seed])
     batches = [(tmp_path / f"batch{k}", f"algo{k}") for k in range(6)] + [(tmp_path / "batch0", "algo0-again")]
-    procs = [subprocess.Popen([sys.executable, "-m", "offbench", "submit", str(b), "--benchmark", "tb", "--no-render", "--label", label],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for b, label in batches]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "offbench", "submit", str(b), "--benchmark", "tb", "--no-render", "--label", label],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for b, label in batches
+    ]
     outcomes = [(p.wait(timeout=120), p.stderr.read()) for p in procs]
     for p in procs:
         p.stdout.close()

@@ -8,8 +8,11 @@ from run_dirs import make_bench, runs_of, write_benchmark
 
 # Name order (bc, cql, iql) differs from score order (bc < cql < iql): sorting must move rows.
 LEVELS = {"cql": 55.0, "bc": 40.0, "iql": 70.0}
-REPORTED = {"label": "CQL <b>paper</b>", "source": {"paper": "A paper", "table": "Table 1", "version": "v2"},
-            "scores": {"test/a": {"mean": 60.0, "std": 1.5}}}
+REPORTED = {
+    "label": "CQL <b>paper</b>",
+    "source": {"paper": "A paper", "table": "Table 1", "version": "v2"},
+    "scores": {"test/a": {"mean": 60.0, "std": 1.5}},
+}
 
 
 @pytest.mark.skipif(chromium_path() is None, reason="chromium is not installed (scripts/setup.sh --test installs Debian's chromium)")
@@ -34,9 +37,11 @@ def test_leaderboard_page_in_headless_chromium(tmp_path, monkeypatch):
         assert browser.evaluate("getComputedStyle(document.querySelector('#scores tr.reported td')).fontStyle") == "italic"
 
         def click(header):
-            box = browser.evaluate("(() => { const th = Array.from(document.querySelectorAll('#scores thead th'))"
-                                   f".find(h => h.textContent.trim() === '{header}'); th.scrollIntoView();"
-                                   " const s = th.getBoundingClientRect(); return [s.x + s.width / 2, s.y + s.height / 2]; })()")
+            box = browser.evaluate(
+                "(() => { const th = Array.from(document.querySelectorAll('#scores thead th'))"
+                f".find(h => h.textContent.trim() === '{header}'); th.scrollIntoView();"
+                " const s = th.getBoundingClientRect(); return [s.x + s.width / 2, s.y + s.height / 2]; })()"
+            )
             browser.click(*box)
             return [row for row in browser.evaluate(rows) if row in ours]
 

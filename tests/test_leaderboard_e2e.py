@@ -19,9 +19,31 @@ def test_real_runs_are_submitted_and_rolled_up(tmp_path, monkeypatch, run_cli):
 
     run_cli("download", "pendulum-scripted", check=True)  # generate once, before the runs start in parallel
     runs = tmp_path / "runs"
-    procs = [subprocess.Popen([sys.executable, "-m", "offbench", "run", "baseline", "bc", "--dataset", "pendulum-scripted",
-                               "--seed", str(seed), "--out", str(runs), "--name", f"bc-s{seed}", *TINY],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for seed in (0, 1)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "offbench",
+                "run",
+                "baseline",
+                "bc",
+                "--dataset",
+                "pendulum-scripted",
+                "--seed",
+                str(seed),
+                "--out",
+                str(runs),
+                "--name",
+                f"bc-s{seed}",
+                *TINY,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for seed in (0, 1)
+    ]
     for proc in procs:
         _, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err

@@ -41,8 +41,10 @@ def edit_lines(run, change):
         change(line)
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     by_step = {line["step"]: line for line in lines}
-    edit_json(run / "summary.json", lambda s: [s[which].update({k: by_step[s[which]["step"]].get(k) for k in s[which]})
-                                               for which in ("final", "best")])
+    edit_json(
+        run / "summary.json",
+        lambda s: [s[which].update({k: by_step[s[which]["step"]].get(k) for k in s[which]}) for which in ("final", "best")],
+    )
 
 
 def refused(bench, runs, rule, label=None):
@@ -89,8 +91,7 @@ def _forged_score(runs):  # the headline number inflated 3.5x in evaluations and
 
 
 def _mean_not_of_returns(runs):
-    edit_lines(runs[1], lambda line: line.update(mean_return=line["mean_return"] + 50.0,
-                                                 normalized_score=line["normalized_score"] + 5.0))
+    edit_lines(runs[1], lambda line: line.update(mean_return=line["mean_return"] + 50.0, normalized_score=line["normalized_score"] + 5.0))
 
 
 def _too_few_returns(runs):
@@ -141,13 +142,26 @@ def _no_checkpoint(runs):
     (runs[0] / "checkpoints" / "last.pt").unlink()
 
 
-@pytest.mark.parametrize("forge, rule", [
-    (_forged_score, "consistency"), (_mean_not_of_returns, "consistency"), (_too_few_returns, "consistency"),
-    (_nan_return, "metric-finite"), (_success_out_of_range, "metric-range"), (_success_not_a_count, "consistency"),
-    (_final_not_last, "schema"), (_steps_disagree, "schema"), (_negative_seed, "schema"), (_seed_not_an_integer, "schema"),
-    (_seed_not_the_configs, "schema"), (_no_environment, "protocol"), (_episodes_not_the_configs, "schema"),
-    (_no_checkpoint, "run-files"),
-], ids=lambda value: getattr(value, "__name__", value).strip("_"))
+@pytest.mark.parametrize(
+    "forge, rule",
+    [
+        (_forged_score, "consistency"),
+        (_mean_not_of_returns, "consistency"),
+        (_too_few_returns, "consistency"),
+        (_nan_return, "metric-finite"),
+        (_success_out_of_range, "metric-range"),
+        (_success_not_a_count, "consistency"),
+        (_final_not_last, "schema"),
+        (_steps_disagree, "schema"),
+        (_negative_seed, "schema"),
+        (_seed_not_an_integer, "schema"),
+        (_seed_not_the_configs, "schema"),
+        (_no_environment, "protocol"),
+        (_episodes_not_the_configs, "schema"),
+        (_no_checkpoint, "run-files"),
+    ],
+    ids=lambda value: getattr(value, "__name__", value).strip("_"),
+)
 def test_forged_runs_are_refused(bench, forge, rule):
     runs = runs_of(bench, "iql")
     forge(runs)
@@ -161,9 +175,19 @@ def test_scores_come_from_the_returns_and_the_benchmarks_own_card(bench, tmp_pat
     from offbench.leaderboard import scoring
 
     builtin = tmp_path / "builtin" / "datasets"
-    write_card(card_from_dict({"id": "test/a", "description": "the benchmark's own card", "format": "offbench",
-                               "source": {"recipe": {"generator": "test"}}, "env": {"id": "Pendulum-v1", "suite": "gymnasium", "kwargs": {}},
-                               "scores": {"ref_min": -1000.0, "ref_max": 1000.0}}), builtin / "test-a.toml")
+    write_card(
+        card_from_dict(
+            {
+                "id": "test/a",
+                "description": "the benchmark's own card",
+                "format": "offbench",
+                "source": {"recipe": {"generator": "test"}},
+                "env": {"id": "Pendulum-v1", "suite": "gymnasium", "kwargs": {}},
+                "scores": {"ref_min": -1000.0, "ref_max": 1000.0},
+            }
+        ),
+        builtin / "test-a.toml",
+    )
     monkeypatch.setattr(scoring, "builtin_cards", lambda: {"test/a": read_card(builtin / "test-a.toml")})  # as if it shipped
     assert scoring.benchmark_card("test/a").ref_max_score == 1000.0  # not the registered user card's 0.0
     runs = runs_of(bench, "iql")
@@ -208,7 +232,10 @@ def test_entries_from_before_run_identities_still_catch_their_runs(bench):
     edit_json(path, lambda entry: (entry.pop("method"), [run.pop(key) for run in entry["runs"] for key in ("identity", "verification")]))
     [(_, entry)] = load_entries(load_spec("tb"))
     old = entry["runs"][0]
-    new = {**{k: old[k] for k in ("seed", "final", "best", "curve")}, "identity": {"evaluations_sha256": "0" * 64, "checkpoint_sha256": "1" * 64}}
+    new = {
+        **{k: old[k] for k in ("seed", "final", "best", "curve")},
+        "identity": {"evaluations_sha256": "0" * 64, "checkpoint_sha256": "1" * 64},
+    }
     assert same_run(new, old, True) is not None
     assert same_run({**new, "seed": old["seed"] + 1}, old, True) is None
 
@@ -264,8 +291,12 @@ def _hostile_board(bench):
     [path] = submit(bench, runs_of(bench, "bc"))
     entry = json.loads(path.read_text())
     entry.update(label=HOSTILE, baseline=HOSTILE)
-    reported = ReportedRow(label=HOSTILE.replace("\n", " "), source={"paper": HOSTILE, "table": "T|1", "version": "<v>"},
-                           scores={"test/a": (1.0, 0.5)}, note=HOSTILE)
+    reported = ReportedRow(
+        label=HOSTILE.replace("\n", " "),
+        source={"paper": HOSTILE, "table": "T|1", "version": "<v>"},
+        scores={"test/a": (1.0, 0.5)},
+        note=HOSTILE,
+    )
     spec = dataclasses.replace(spec, title=f"Title {HOSTILE}", reported=(reported,))
     return board_from_entries(spec, [(path, entry)])
 
@@ -299,8 +330,10 @@ def test_the_html_page_shows_code_spans_of_the_description_as_code_and_nothing_e
     board = build_board(spec)
     page = render_html(spec, board, compute_results(board), [])
     paragraph = next(line for line in page.splitlines() if line.startswith("<p>Train on"))
-    assert paragraph == ("<p>Train on <code>minigrid/mt3-*</code> with <code>offbench run bc --steps 10</code>; "
-                         "&lt;script&gt;alert(1)&lt;/script&gt; and <code>&lt;b&gt;x&lt;/b&gt;</code> &amp; `a</p>")
+    assert paragraph == (
+        "<p>Train on <code>minigrid/mt3-*</code> with <code>offbench run bc --steps 10</code>; "
+        "&lt;script&gt;alert(1)&lt;/script&gt; and <code>&lt;b&gt;x&lt;/b&gt;</code> &amp; `a</p>"
+    )
 
 
 def test_svg_figures_escape_hostile_labels(bench, tmp_path):

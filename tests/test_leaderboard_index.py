@@ -40,8 +40,11 @@ def test_results_page_covers_every_board_and_says_how_each_row_was_made():
     assert set(page_boards(text)) == set(known_benchmarks()), "every board has a table on docs/results.md"
     prose = BLOCK.sub("", text)  # outside the generated tables
     for match in BLOCK.finditer(text):
-        labels = [line.split("|")[1].strip().replace("\\", "") for line in match["body"].splitlines()[2:]
-                  if line.startswith("| ") and "reported" not in line]
+        labels = [
+            line.split("|")[1].strip().replace("\\", "")
+            for line in match["body"].splitlines()[2:]
+            if line.startswith("| ") and "reported" not in line
+        ]
         for label in labels:
             assert f"`{label}`" in prose, f"docs/results.md: row {label} of {match['name']} has no line saying how it was made"
 

@@ -11,8 +11,7 @@ from run_dirs import register_dataset, write_benchmark, write_run
 
 from offbench.tracking.read_run import Refused
 
-RATES = {"bc": {"reach-v3": [0.2, 0.4, 0.6], "push-v3": [0.0, 0.2, 0.2]},
-         "dt": {"reach-v3": [0.4, 0.8, 1.0], "push-v3": [0.2, 0.4, 0.8]}}
+RATES = {"bc": {"reach-v3": [0.2, 0.4, 0.6], "push-v3": [0.0, 0.2, 0.2]}, "dt": {"reach-v3": [0.4, 0.8, 1.0], "push-v3": [0.2, 0.4, 0.8]}}
 
 
 @pytest.fixture
@@ -33,8 +32,10 @@ def test_multi_task_benchmarks_get_a_per_task_table(root, tmp_path):
     checksum = register_dataset("test/mt")
     write_benchmark(root, "mt", ["test/mt"], metric="success_rate")
     for baseline, rates in RATES.items():
-        runs = [write_run(tmp_path / "runs", baseline, "test/mt", checksum, seed, [10.0, 20.0, 30.0], per_task_success=rates)
-                for seed in range(3)]
+        runs = [
+            write_run(tmp_path / "runs", baseline, "test/mt", checksum, seed, [10.0, 20.0, 30.0], per_task_success=rates)
+            for seed in range(3)
+        ]
         _submit("mt", runs, render=baseline == "dt")
     results = json.loads((root / "mt" / "results.json").read_text())
     per_task = {(c["label"], c["task"]): c["mean"] for c in results["per_task"]}
@@ -51,8 +52,9 @@ def test_multi_task_benchmarks_get_a_per_task_table(root, tmp_path):
 def test_a_per_task_success_rate_that_is_not_its_successes_is_refused(root, tmp_path):
     checksum = register_dataset("test/mt")
     write_benchmark(root, "mt", ["test/mt"], metric="success_rate")
-    runs = [write_run(tmp_path / "runs", "bc", "test/mt", checksum, seed, [1.0, 2.0, 3.0], per_task_success=RATES["bc"])
-            for seed in range(3)]
+    runs = [
+        write_run(tmp_path / "runs", "bc", "test/mt", checksum, seed, [1.0, 2.0, 3.0], per_task_success=RATES["bc"]) for seed in range(3)
+    ]
     path = runs[0] / "evaluations.jsonl"
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     lines[0]["per_task"]["push-v3"]["success_rate"] = 0.8
@@ -64,12 +66,22 @@ def test_a_per_task_success_rate_that_is_not_its_successes_is_refused(root, tmp_
 @pytest.mark.parametrize("score", ["final", "best"])
 def test_regret_is_lower_is_better_end_to_end(root, tmp_path, score):
     checksum = register_dataset("test/bandit")
-    write_benchmark(root, "bandit", ["test/bandit"], metric="regret", score=score,
-                    evaluation={"episodes": 5, "in_context_episodes": 4})
+    write_benchmark(root, "bandit", ["test/bandit"], metric="regret", score=score, evaluation={"episodes": 5, "in_context_episodes": 4})
     regrets = {"bc": [1.0, 2.0, 3.0, 4.0], "dt": [2.0, 4.0, 6.0, 8.0]}  # the final evaluation's cumulative curve
     for baseline, regret in regrets.items():
-        runs = [write_run(tmp_path / "runs", baseline, "test/bandit", checksum, seed, [1.0, 2.0, 3.0],
-                          in_context=[0.5, 0.6, 0.7, 0.8 + 0.01 * seed], regret=[v + seed for v in regret]) for seed in range(3)]
+        runs = [
+            write_run(
+                tmp_path / "runs",
+                baseline,
+                "test/bandit",
+                checksum,
+                seed,
+                [1.0, 2.0, 3.0],
+                in_context=[0.5, 0.6, 0.7, 0.8 + 0.01 * seed],
+                regret=[v + seed for v in regret],
+            )
+            for seed in range(3)
+        ]
         entry = json.loads(_submit("bandit", runs, render=baseline == "dt")[0].read_text())
         # Earlier evaluations have 3x and 2x the final regret: best (the lowest) is the final one either way.
         assert [r["score"] for r in entry["runs"]] == pytest.approx([regret[-1] + seed for seed in range(3)])
@@ -91,8 +103,19 @@ def test_rows_without_an_aggregate_read_best_first_within_their_first_column(roo
     write_benchmark(root, "bandit", list(checksums), metric="regret", evaluation={"episodes": 5, "in_context_episodes": 4})
     final_regret = {("bc", "test/first"): 9.0, ("dt", "test/first"): 3.0, ("cql", "test/second"): 1.0, ("iql", "test/second"): 7.0}
     for (baseline, dataset), regret in final_regret.items():
-        runs = [write_run(tmp_path / "runs", baseline, dataset, checksums[dataset], seed, [1.0, 2.0, 3.0],
-                          in_context=[0.5, 0.6, 0.7, 0.8], regret=[1.0, 2.0, 3.0, regret + 0.1 * seed]) for seed in range(3)]
+        runs = [
+            write_run(
+                tmp_path / "runs",
+                baseline,
+                dataset,
+                checksums[dataset],
+                seed,
+                [1.0, 2.0, 3.0],
+                in_context=[0.5, 0.6, 0.7, 0.8],
+                regret=[1.0, 2.0, 3.0, regret + 0.1 * seed],
+            )
+            for seed in range(3)
+        ]
         _submit("bandit", runs, render=baseline == "iql")
     readme = (root / "bandit" / "README.md").read_text()
     rows = [line.split("|")[1].strip() for line in readme.splitlines() if line.startswith(("| bc", "| cql", "| dt", "| iql"))]
@@ -139,16 +162,23 @@ def test_improvement_probabilities_are_rliables_own_numbers():
     assert probability_of_improvement(x, x) == metrics.probability_of_improvement(x, x) == 0.5
     a, b = np.round(rng.random((3, 4)), 1), np.round(rng.random((3, 4)), 1)
     with _seeded():
-        points, intervals = library.get_interval_estimates({"0": (a, b)}, metrics.probability_of_improvement, reps=50,
-                                                           confidence_interval_size=0.95)
+        points, intervals = library.get_interval_estimates(
+            {"0": (a, b)}, metrics.probability_of_improvement, reps=50, confidence_interval_size=0.95
+        )
     assert improvement_probabilities({"a": a, "b": b}, reps=50)[("a", "b")] == (
-        float(points["0"]), float(intervals["0"][0, 0]), float(intervals["0"][1, 0]))
+        float(points["0"]),
+        float(intervals["0"][0, 0]),
+        float(intervals["0"][1, 0]),
+    )
 
 
 # ------------------------------------------------------------------------- published reference rows
 
-CORL_ROW = {"label": "IQL", "source": {"paper": "CORL", "table": "Last Scores", "version": "commit eeeeef2"},
-            "scores": {"test/a": {"mean": 1000.0, "std": 0.5}}}
+CORL_ROW = {
+    "label": "IQL",
+    "source": {"paper": "CORL", "table": "Last Scores", "version": "commit eeeeef2"},
+    "scores": {"test/a": {"mean": 1000.0, "std": 0.5}},
+}
 
 
 def test_reported_rows_are_shown_apart_and_never_in_our_statistics(tmp_path, monkeypatch):
@@ -161,22 +191,38 @@ def test_reported_rows_are_shown_apart_and_never_in_our_statistics(tmp_path, mon
     results = json.loads((bench["folder"] / "results.json").read_text())
     assert {c["label"] for c in results["cells"]} == {"bc", "iql"}
     assert {p["x"] for p in results["probability_of_improvement"]} == {"bc", "iql"}
-    assert results["reported"] == [{"label": "IQL", "source": CORL_ROW["source"], "note": "", "scores": {"test/a": {"mean": 1000.0, "std": 0.5}}}]
+    assert results["reported"] == [
+        {"label": "IQL", "source": CORL_ROW["source"], "note": "", "scores": {"test/a": {"mean": 1000.0, "std": 0.5}}}
+    ]
     readme = (bench["folder"] / "README.md").read_text()
     table = [line for line in readme.splitlines() if line.startswith("| ")]
-    assert table[1].startswith("| iql |") and table[3] == "| *IQL* (reported \\[1\\]) | *—* | *—* | *1000 ± 0.5* |"  # ours ranked, then reported
+    assert (
+        table[1].startswith("| iql |") and table[3] == "| *IQL* (reported \\[1\\]) | *—* | *—* | *1000 ± 0.5* |"
+    )  # ours ranked, then reported
     assert "- \\[1\\] IQL: CORL; Last Scores; version commit eeeeef2" in readme
     assert '<tr class="reported"><td>IQL <span class="tag">reported [1]</span></td>' in (bench["folder"] / "index.html").read_text()
 
 
-@pytest.mark.parametrize("change, problem", [
-    (lambda row: row["source"].pop("version"), r"missing required key 'reported\[0\]\.source\.version'"),
-    (lambda row: row["scores"].update({"test/zzz": {"mean": 1.0}}), r"'reported\[0\]\.scores' names 'test/zzz', which is not one of the benchmark's datasets"),
-    (lambda row: row["scores"].update({"test/a": {"mean": float("nan")}}), r"'reported\[0\]\.scores\.test/a\.mean' must be a finite number"),
-    (lambda row: row["scores"].update({"test/a": {"mean": 1.0, "std": -0.5}}), r"'reported\[0\]\.scores\.test/a\.std' must be at least 0"),
-    (lambda row: row.update(label="two\nlines"), r"'reported\[0\]\.label' must be one line of 1-64 characters"),
-    (lambda row: row["source"].update(url="javascript:alert(1)"), r"'reported\[0\]\.source\.url' must start with https://"),
-])
+@pytest.mark.parametrize(
+    "change, problem",
+    [
+        (lambda row: row["source"].pop("version"), r"missing required key 'reported\[0\]\.source\.version'"),
+        (
+            lambda row: row["scores"].update({"test/zzz": {"mean": 1.0}}),
+            r"'reported\[0\]\.scores' names 'test/zzz', which is not one of the benchmark's datasets",
+        ),
+        (
+            lambda row: row["scores"].update({"test/a": {"mean": float("nan")}}),
+            r"'reported\[0\]\.scores\.test/a\.mean' must be a finite number",
+        ),
+        (
+            lambda row: row["scores"].update({"test/a": {"mean": 1.0, "std": -0.5}}),
+            r"'reported\[0\]\.scores\.test/a\.std' must be at least 0",
+        ),
+        (lambda row: row.update(label="two\nlines"), r"'reported\[0\]\.label' must be one line of 1-64 characters"),
+        (lambda row: row["source"].update(url="javascript:alert(1)"), r"'reported\[0\]\.source\.url' must start with https://"),
+    ],
+)
 def test_malformed_reported_rows_are_one_line_errors(tmp_path, change, problem):
     from offbench.errors import OffbenchError
     from offbench.leaderboard.spec import load_spec

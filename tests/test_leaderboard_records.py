@@ -31,12 +31,17 @@ BOARD_EDITS = {
     "unknown protocol key": ({"evaluation": {"episodes": 5, "epsiodes": 5}}, r"'evaluation.epsiodes' is not a known key"),
     "missing key": ({"metric": None}, r"missing required key 'metric'"),
     "out of range": ({"bootstrap_reps": 10}, r"'bootstrap_reps' must be at least 100, got 10"),
-    "out of range in a baseline's protocol": ({"evaluation": {"episodes": 5, "baseline": {"dt": {"episodes": 0}}}},
-                                              r"'evaluation.baseline.dt.episodes' must be at least 1, got 0"),
+    "out of range in a baseline's protocol": (
+        {"evaluation": {"episodes": 5, "baseline": {"dt": {"episodes": 0}}}},
+        r"'evaluation.baseline.dt.episodes' must be at least 1, got 0",
+    ),
     "unknown metric": ({"metric": "reward"}, r"'metric' must be one of normalized_score, success_rate"),
     "empty protocol": ({"evaluation": {}}, r"'evaluation' must give the protocol"),
     "a checksum that is not one": ({"dataset_checksums": {"test/a": "abc"}}, r"'dataset_checksums.test/a' must be 64 lowercase hex"),
-    "a checksum of another dataset": ({"dataset_checksums": {"test/z": CHECKSUM}}, r"'dataset_checksums' names 'test/z', which is not in 'datasets'"),
+    "a checksum of another dataset": (
+        {"dataset_checksums": {"test/z": CHECKSUM}},
+        r"'dataset_checksums' names 'test/z', which is not in 'datasets'",
+    ),
     "a dataset twice": ({"datasets": ["test/a", "test/a"]}, r"'datasets' lists a dataset twice"),
     "an in-context metric without in-context episodes": ({"metric": "regret"}, r"metric 'regret' needs evaluation.in_context_episodes"),
 }
@@ -56,8 +61,9 @@ def test_a_bad_benchmark_toml_is_one_line_naming_the_file_and_the_key(tmp_path, 
 
 def test_a_benchmark_resolves_with_its_defaults(tmp_path):
     path = write_benchmark(tmp_path, "tb", ["test/a"], evaluation={"episodes": 5, "baseline": {"dt": {"episodes": 50}}})
-    path.write_text("\n".join(line for line in path.read_text().splitlines()
-                              if not line.startswith(("title", "score", "min_seeds", "bootstrap_reps"))))
+    path.write_text(
+        "\n".join(line for line in path.read_text().splitlines() if not line.startswith(("title", "score", "min_seeds", "bootstrap_reps")))
+    )
     spec = load_spec("tb", tmp_path)
     assert (spec.title, spec.score, spec.min_seeds, spec.bootstrap_reps) == ("tb", "final", 3, 2000)
     assert spec.protocol == {"episodes": 5, "baseline": {"dt": {"episodes": 50}}}
@@ -92,11 +98,15 @@ ENTRY_EDITS = {
     "out of range": (lambda e: e["runs"][0].update(seed=-1), r"'runs\[0\].seed' must be at least 0, got -1"),
     "unknown method kind": (lambda e: e.update(method={"kind": "magic", "name": "bc"}), r"'method.kind' must be one of built-in"),
     "a curve of unequal lists": (lambda e: e["runs"][0]["curve"]["step"].pop(), r"'runs\[0\].curve' needs equally long"),
-    "a verified run without its replay": (lambda e: e["runs"][0].update(verification={"status": "verified"}),
-                                          r"'runs\[0\].verification.status' is verified, but where, when and by which offbench"),
+    "a verified run without its replay": (
+        lambda e: e["runs"][0].update(verification={"status": "verified"}),
+        r"'runs\[0\].verification.status' is verified, but where, when and by which offbench",
+    ),
     "no runs": (lambda e: e.update(runs=[]), r"'runs' must be a non-empty list"),
-    "an identity without its digest": (lambda e: e["runs"][0]["identity"].update(evaluations_sha256="x"),
-                                       r"'runs\[0\].identity.evaluations_sha256' must be a sha256 hex digest"),
+    "an identity without its digest": (
+        lambda e: e["runs"][0]["identity"].update(evaluations_sha256="x"),
+        r"'runs\[0\].identity.evaluations_sha256' must be a sha256 hex digest",
+    ),
 }
 
 

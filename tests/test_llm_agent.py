@@ -59,8 +59,15 @@ def test_the_prompt_carries_the_history_so_a_ucb_model_plays_ucb(server_factory)
             expected = ucb_answer(build_prompt(history, policy.config, []))
             assert arms[t, row] == expected
             history.add(int(arms[t, row]), float(rewards[t, row]))
-    assert policy.usage() == {"pulls": 24, "requests": 24, "prompt_tokens": 24 * 11, "completion_tokens": 24 * 3,
-                              "reasks": 0, "fallbacks": 0, "tokens_per_episode": [14.0] * 12}
+    assert policy.usage() == {
+        "pulls": 24,
+        "requests": 24,
+        "prompt_tokens": 24 * 11,
+        "completion_tokens": 24 * 3,
+        "reasks": 0,
+        "fallbacks": 0,
+        "tokens_per_episode": [14.0] * 12,
+    }
 
 
 def test_malformed_answers_are_re_asked_then_fall_back_to_a_seeded_draw(server_factory):
@@ -127,8 +134,9 @@ def test_prompt_variants_summary_hints_and_demonstrations():
     assert f"arm 0: {1.0 + math.sqrt(2 * math.log(3)):.3f}" in hinted and "arm 2: not pulled yet" in hinted
 
     history_ids = iter([0, 0, 1, 1, 2, 2])  # three histories of two one-pull episodes each
-    store = make_store(episode_lengths=(1,) * 6, obs_dim=1, act_dim=1, terminal_last=(True,) * 6,
-                       history_id=lambda n: np.array([next(history_ids)]))
+    store = make_store(
+        episode_lengths=(1,) * 6, obs_dim=1, act_dim=1, terminal_last=(True,) * 6, history_id=lambda n: np.array([next(history_ids)])
+    )
     store.actions[:] = np.array([[0], [1], [2], [2], [1], [0]])
     demos = demonstration_histories(store, count=2, num_arms=3, seed=0)
     assert len(demos) == 2 and all(len(d.arms) == 2 for d in demos)
@@ -137,7 +145,18 @@ def test_prompt_variants_summary_hints_and_demonstrations():
     assert prompt.count("Example ") == 2 and prompt.index("Example 2") < prompt.index("Your pulls so far")
 
 
-@pytest.mark.parametrize("text, arm", [("ARM: 2", 2), ("arm: 0.", 0), ("  ARM:1\n", 1), ("ARM: 3", None),
-                                       ("I pick ARM: 1", None), ("ARM: 1\nARM: 2", None), ("2", None), ("", None)])
+@pytest.mark.parametrize(
+    "text, arm",
+    [
+        ("ARM: 2", 2),
+        ("arm: 0.", 0),
+        ("  ARM:1\n", 1),
+        ("ARM: 3", None),
+        ("I pick ARM: 1", None),
+        ("ARM: 1\nARM: 2", None),
+        ("2", None),
+        ("", None),
+    ],
+)
 def test_answers_are_parsed_strictly(text, arm):
     assert parse_arm(text, 3) == arm

@@ -52,14 +52,21 @@ def test_an_array_where_the_columns_group_belongs_is_named(native):
 
 def test_a_scalar_column_has_no_rows(native):
     edited(native, lambda f: f.create_dataset("columns/task_id", data=np.int64(0)))
-    with pytest.raises(OffbenchError, match=re.escape(f"{native}: unreadable dataset (array /columns/task_id has no rows (a scalar or empty dataspace))")):
+    with pytest.raises(
+        OffbenchError, match=re.escape(f"{native}: unreadable dataset (array /columns/task_id has no rows (a scalar or empty dataspace))")
+    ):
         load_path(native)
 
 
 def test_a_d4rl_step_key_that_is_a_group_is_named(tmp_path):
     path = tmp_path / "d4rl.hdf5"
     with h5py.File(path, "w") as f:
-        for key, value in {"observations": np.zeros((3, 2)), "actions": np.zeros((3, 1)), "rewards": np.zeros(3), "terminals": np.zeros(3, bool)}.items():
+        for key, value in {
+            "observations": np.zeros((3, 2)),
+            "actions": np.zeros((3, 1)),
+            "rewards": np.zeros(3),
+            "terminals": np.zeros(3, bool),
+        }.items():
             f[key] = value
         f.create_group("timeouts")
     with pytest.raises(OffbenchError, match=re.escape(f"{path}: /timeouts is an HDF5 group, expected an array (dataset)")):

@@ -176,7 +176,11 @@ def test_damaged_minari_folders_get_one_line_errors(tmp_path):
         load_path(dataset)
 
 
-MINIGRID_ENV = {"suite": "minigrid", "id": "MT3", "kwargs": {"tasks": ["MiniGrid-LavaGapS7-v0", "MiniGrid-MemoryS11-v0"], "observation": "flat"}}
+MINIGRID_ENV = {
+    "suite": "minigrid",
+    "id": "MT3",
+    "kwargs": {"tasks": ["MiniGrid-LavaGapS7-v0", "MiniGrid-MemoryS11-v0"], "observation": "flat"},
+}
 
 
 @pytest.mark.parametrize("env, recipe, task, algorithm", [
@@ -215,6 +219,9 @@ def test_hand_built_data_has_no_maker_and_no_environment(tmp_path):
 def test_data_downloaded_from_minari_exports_its_own_provenance(tmp_path):
     store = make_store()
     original = {"author": ["Farama"], "algorithm_name": "SAC", "code_permalink": "https://example.org/code"}
-    store.card = {"id": "mujoco/hopper/medium-v0", "import": {"id": "mujoco/hopper/medium-v0", "minari": original}}  # as fetch_card stores it
+    store.card = {
+        "id": "mujoco/hopper/medium-v0",
+        "import": {"id": "mujoco/hopper/medium-v0", "minari": original},
+    }  # as fetch_card stores it
     meta = json.loads((export_minari(store, tmp_path) / "data" / "metadata.json").read_text())
     assert {key: meta[key] for key in original} == original

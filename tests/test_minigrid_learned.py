@@ -26,8 +26,15 @@ from offbench.generators import minigrid_learned  # noqa: E402  (needs the extra
 TINY = read_card(Path(__file__).resolve().parents[1] / "datasets" / "minigrid" / "tiny-medium.toml").source["recipe"]["params"]
 LAVA, DIST = "MiniGrid-LavaGapS7-v0", "MiniGrid-DistShift1-v0"
 # Seconds: two tasks, two checkpoints after the untrained one, a few episodes.
-QUICK = {**TINY, "suite": "MT7", "tasks": [LAVA, DIST], "timesteps": 2048, "checkpoint_every": 1024, "eval_episodes": 4,
-         "episodes_per_task": 4}
+QUICK = {
+    **TINY,
+    "suite": "MT7",
+    "tasks": [LAVA, DIST],
+    "timesteps": 2048,
+    "checkpoint_every": 1024,
+    "eval_episodes": 4,
+    "episodes_per_task": 4,
+}
 
 
 def generate(params: dict, out: Path, seed: int = 0):
@@ -68,8 +75,11 @@ def lookup_accuracy(observations: np.ndarray, actions: np.ndarray, episodes: np.
     for obs, action in zip(observations[episodes % 2 == 0], actions[episodes % 2 == 0]):
         table[obs.tobytes()][int(action)] += 1
     commonest = Counter(actions[episodes % 2 == 0].tolist()).most_common(1)[0][0]
-    held_out = [(table[obs.tobytes()].most_common(1)[0][0], int(action)) for obs, action in
-                zip(observations[episodes % 2 == 1], actions[episodes % 2 == 1]) if obs.tobytes() in table]
+    held_out = [
+        (table[obs.tobytes()].most_common(1)[0][0], int(action))
+        for obs, action in zip(observations[episodes % 2 == 1], actions[episodes % 2 == 1])
+        if obs.tobytes() in table
+    ]
     assert len(held_out) > 300
     return np.mean([guess == action for guess, action in held_out]), np.mean([commonest == action for _, action in held_out])
 
@@ -159,14 +169,17 @@ def test_training_stops_at_the_band_and_the_nearest_checkpoint_acts():
     assert minigrid_learned.choose_checkpoint([0.1, 0.3, 0.7], "expert", 0.5) == 2
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"band": [0.6, 0.8]}, r"'band' must hold target_success 0.5"),
-    ({"checkpoint_every": 1500}, r"'checkpoint_every' must be a multiple of PPO's rollout of 1024"),
-    ({"timesteps": 3072, "checkpoint_every": 2048}, r"'timesteps' must be a multiple of checkpoint_every"),
-    ({"quality": "replay"}, r"'episodes_per_task' does not apply to replay"),
-    ({"episodes": 3}, r"'episodes' is not a known key"),
-    ({"suite": "MT9"}, r"'suite' must be one of"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"band": [0.6, 0.8]}, r"'band' must hold target_success 0.5"),
+        ({"checkpoint_every": 1500}, r"'checkpoint_every' must be a multiple of PPO's rollout of 1024"),
+        ({"timesteps": 3072, "checkpoint_every": 2048}, r"'timesteps' must be a multiple of checkpoint_every"),
+        ({"quality": "replay"}, r"'episodes_per_task' does not apply to replay"),
+        ({"episodes": 3}, r"'episodes' is not a known key"),
+        ({"suite": "MT9"}, r"'suite' must be one of"),
+    ],
+)
 def test_bad_recipe_params_are_refused_in_one_line(change, message):
     with pytest.raises(OffbenchError, match=message) as refused:
         minigrid_learned.learned_recipe({**TINY, **change}, 0)

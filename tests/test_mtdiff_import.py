@@ -28,8 +28,13 @@ def write_episode(path, rng, steps=STEPS, flag_key="terminals", flags_at=(), nex
     flags = np.zeros(steps, bool)
     flags[-1] = True  # the collectors mark the time limit as terminal
     flags[list(flags_at)] = True
-    arrays = {"observations": observations, "actions": rng.uniform(-1, 1, (steps, 4)), "rewards": rng.uniform(0, 10, steps),
-              flag_key: flags, "success": rng.random(steps) < 0.1}
+    arrays = {
+        "observations": observations,
+        "actions": rng.uniform(-1, 1, (steps, 4)),
+        "rewards": rng.uniform(0, 10, steps),
+        flag_key: flags,
+        "success": rng.random(steps) < 0.1,
+    }
     if next_observations:
         arrays["next_observations"] = np.concatenate([observations[1:], rng.normal(size=(1, 39))])
     np.savez(path, **arrays)
@@ -75,7 +80,9 @@ def test_import_keeps_every_step_but_the_unknown_last_s_prime_and_nothing_termin
         assert np.allclose(got["rewards"], source_episode["rewards"][:-1])
         assert (got["task_id"] == task_id).all() and (got["source_episode"] == episode % 3).all()
         assert np.array_equal(got["infos/success"], source_episode["success"][:-1])
-    assert read_card(tmp_path / "out" / "card.toml").extra["mtdiff"]["per_task"]["push-v2"]["rows_dropped_for_missing_next_observation"] == 3
+    assert (
+        read_card(tmp_path / "out" / "card.toml").extra["mtdiff"]["per_task"]["push-v2"]["rows_dropped_for_missing_next_observation"] == 3
+    )
 
 
 def test_next_observations_keep_all_500_steps_and_dones_is_read_like_terminals(tmp_path):
@@ -137,7 +144,13 @@ def test_archive_url_gives_the_same_data_as_the_folder_by_import_and_by_download
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
     url = f"http://127.0.0.1:{httpd.server_address[1]}/mt50.tar.gz"
-    card = {"id": "test/mt50", "description": "served by the test", "format": "mtdiff", "kind": "multi-task", "source": {"files": [{"url": url}]}}
+    card = {
+        "id": "test/mt50",
+        "description": "served by the test",
+        "format": "mtdiff",
+        "kind": "multi-task",
+        "source": {"files": [{"url": url}]},
+    }
     (isolated_home / "datasets").mkdir(parents=True)
     (isolated_home / "datasets" / "mt50.toml").write_text(tomli_w.dumps(card))
     try:

@@ -21,8 +21,19 @@ from offbench.errors import OffbenchError  # noqa: E402
 from offbench.generators import generate_from_card, get_generator  # noqa: E402
 from offbench.generators import mujoco_local as ml  # noqa: E402
 
-TINY = dict(env_id="Hopper-v4", train_steps=300, checkpoint_every=100, transitions=200, max_episode_steps=25, learning_starts=100,
-            batch_size=32, buffer_size=1000, net_arch=[16, 16], evaluation_episodes=2, reference_episodes=3)
+TINY = dict(
+    env_id="Hopper-v4",
+    train_steps=300,
+    checkpoint_every=100,
+    transitions=200,
+    max_episode_steps=25,
+    learning_starts=100,
+    batch_size=32,
+    buffer_size=1000,
+    net_arch=[16, 16],
+    evaluation_episodes=2,
+    reference_episodes=3,
+)
 
 
 def tiny(level: str) -> ml.MujocoLocalRecipe:
@@ -31,9 +42,15 @@ def tiny(level: str) -> ml.MujocoLocalRecipe:
 
 def make(level: str, out: Path, seed: int = 0) -> Path:
     """Generate a tiny card's data as `offbench.load` of its id does (the run's workspace under $OFFBENCH_HOME)."""
-    card = card_from_dict({"id": f"test/hopper-{level}", "description": "tiny", "format": "offbench",
-                           "source": {"recipe": {"generator": "mujoco-local", "seed": seed, "params": {**TINY, "level": level}}},
-                           "env": {"id": "Hopper-v4", "kwargs": {"max_episode_steps": TINY["max_episode_steps"]}}})
+    card = card_from_dict(
+        {
+            "id": f"test/hopper-{level}",
+            "description": "tiny",
+            "format": "offbench",
+            "source": {"recipe": {"generator": "mujoco-local", "seed": seed, "params": {**TINY, "level": level}}},
+            "env": {"id": "Hopper-v4", "kwargs": {"max_episode_steps": TINY["max_episode_steps"]}},
+        }
+    )
     return generate_from_card(card, out, quiet=True)
 
 
@@ -43,7 +60,10 @@ def made(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("mujoco_local")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("OFFBENCH_HOME", str(root / "home"))
-        return {"files": {level: make(level, root / f"{level}.h5") for level in ml.LEVELS}, "workspace": ml.workspace_dir(tiny("medium"), 0)}
+        return {
+            "files": {level: make(level, root / f"{level}.h5") for level in ml.LEVELS},
+            "workspace": ml.workspace_dir(tiny("medium"), 0),
+        }
 
 
 def hopper_healthy(observation: np.ndarray) -> bool:
@@ -137,7 +157,10 @@ def test_reference_scores_are_measured_and_normalise_the_score(made):
     assert scores["ref_max"] == pytest.approx(np.mean(ml.evaluate(ml.load_actor(expert), recipe, n, ml.REFERENCE_SEED)), abs=0)
     env = ml.make_env(recipe)
     env.action_space.seed(ml.REFERENCE_SEED)
-    random_returns = [ml.episode_return(e) for e in ml.episodes(env, lambda _: env.action_space.sample(), iter(range(ml.REFERENCE_SEED, ml.REFERENCE_SEED + n)))]
+    random_returns = [
+        ml.episode_return(e)
+        for e in ml.episodes(env, lambda _: env.action_space.sample(), iter(range(ml.REFERENCE_SEED, ml.REFERENCE_SEED + n)))
+    ]
     assert scores["ref_min"] == pytest.approx(np.mean(random_returns), abs=0)
     assert f"over {n} episodes" in scores["measured"] and f"step {expert.step}" in scores["measured"]
     card = open_dataset(made["files"]["expert"]).card  # opened by path: the file's own card, with what the generator measured

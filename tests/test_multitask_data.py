@@ -94,10 +94,17 @@ def reevaluate(store, behaviour_cls, max_envs):
     from offbench.generators.multitask import Recipe
 
     card = store.card
-    recipe = Recipe(card["source"]["recipe"]["generator"], card["env"], card["quality"], card["episodes_per_task"],
-                    card["source"]["recipe"]["seed"], card["behaviour"])
-    episodes = evaluate_tasks(card["env"], lambda lanes, envs: behaviour_cls(lanes, envs, recipe),
-                              card["episodes_per_task"], seed=recipe.seed, max_envs=max_envs)
+    recipe = Recipe(
+        card["source"]["recipe"]["generator"],
+        card["env"],
+        card["quality"],
+        card["episodes_per_task"],
+        card["source"]["recipe"]["seed"],
+        card["behaviour"],
+    )
+    episodes = evaluate_tasks(
+        card["env"], lambda lanes, envs: behaviour_cls(lanes, envs, recipe), card["episodes_per_task"], seed=recipe.seed, max_envs=max_envs
+    )
     return summarise(episodes)
 
 

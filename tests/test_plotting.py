@@ -42,8 +42,11 @@ def test_runs_of_one_baseline_with_two_configs_are_two_curves(tmp_path):
     write_run(folder, "dpt", "test/b", CHECKSUM, 0, [1.0], config={"context_sampling": "window", "lr": 1.0})
     runs = [read_run(path) for path in sorted(folder.iterdir())]
     labels = {run.path.name: label for run, label in zip(runs, run_labels(runs))}
-    assert labels == {"ad-test-a-s0": "ad", "dpt-test-b-s0": "dpt",
-                      **{f"dpt-{s}-s{seed}": f"dpt (context_sampling={s})" for s in ("window", "shuffled") for seed in range(2)}}
+    assert labels == {
+        "ad-test-a-s0": "ad",
+        "dpt-test-b-s0": "dpt",
+        **{f"dpt-{s}-s{seed}": f"dpt (context_sampling={s})" for s in ("window", "shuffled") for seed in range(2)},
+    }
     svg = plot_now([folder], tmp_path / "curves.svg").read_text()
     assert "dpt (context_sampling=shuffled) (n=2)" in svg and "dpt (context_sampling=window) (n=2)" in svg
 
@@ -75,10 +78,18 @@ def _history_dataset():
     from offbench.paths import user_cards_dir
 
     counter = itertools.count()
-    store = make_store(episode_lengths=(4,) * 12, terminal_last=(False,) * 12,
-                       episode_in_history=lambda n: np.full(n, next(counter) % 6, np.int64))
-    card = card_from_dict({"id": "test/histories", "description": "tiny histories", "format": "offbench",
-                           "kind": "learning-history", "source": {"recipe": {"generator": "test"}}})
+    store = make_store(
+        episode_lengths=(4,) * 12, terminal_last=(False,) * 12, episode_in_history=lambda n: np.full(n, next(counter) % 6, np.int64)
+    )
+    card = card_from_dict(
+        {
+            "id": "test/histories",
+            "description": "tiny histories",
+            "format": "offbench",
+            "kind": "learning-history",
+            "source": {"recipe": {"generator": "test"}},
+        }
+    )
     write_card(card, user_cards_dir() / "test-histories.toml")
     store.save(native_path(card))
     return store
@@ -88,8 +99,16 @@ def test_in_context_curves_with_source_and_optimum(tmp_path):
     store = _history_dataset()
     folder = tmp_path / "icl"
     for seed in range(3):
-        write_run(folder, "ad", "test/histories", store.content_sha256(), seed, [1.0, 2.0],
-                  in_context=[2.0 + seed, 5.0, 8.0, 9.0], optimal_return=10.0)
+        write_run(
+            folder,
+            "ad",
+            "test/histories",
+            store.content_sha256(),
+            seed,
+            [1.0, 2.0],
+            in_context=[2.0 + seed, 5.0, 8.0, 9.0],
+            optimal_return=10.0,
+        )
     svg = plot_now([folder], tmp_path / "icl.svg").read_text()
     for text in ("in-context episode", "optimal return", "source algorithm", "ad (n=3)"):
         assert text in svg
@@ -106,18 +125,18 @@ def test_in_context_benchmark_accepts_in_context_runs(tmp_path, monkeypatch):
     store = _history_dataset()
     root = tmp_path / "leaderboards"
     monkeypatch.setenv("OFFBENCH_LEADERBOARDS", str(root))
-    write_benchmark(root, "icl", ["test/histories"], metric="in_context_return",
-                    evaluation={"episodes": 5, "in_context_episodes": 4})
+    write_benchmark(root, "icl", ["test/histories"], metric="in_context_return", evaluation={"episodes": 5, "in_context_episodes": 4})
     folder = tmp_path / "icl"
-    runs = [write_run(folder, "ad", "test/histories", store.content_sha256(), seed, [1.0, 2.0],
-                      in_context=[2.0, 5.0, 8.0, 9.0 + seed]) for seed in range(3)]
+    runs = [
+        write_run(folder, "ad", "test/histories", store.content_sha256(), seed, [1.0, 2.0], in_context=[2.0, 5.0, 8.0, 9.0 + seed])
+        for seed in range(3)
+    ]
     [entry_path] = submit(load_spec("icl"), runs, render=True)
     assert '"in_context_returns"' in entry_path.read_text()
     figure = (root / "icl" / "figures" / "in_context.svg").read_text()
     assert "in-context episode" in figure and "source algorithm" in figure
     assert "figures/in_context.svg" in (root / "icl" / "README.md").read_text()
-    short = [write_run(folder, "dpt", "test/histories", store.content_sha256(), seed, [1.0], in_context=[2.0, 5.0])
-             for seed in range(3)]
+    short = [write_run(folder, "dpt", "test/histories", store.content_sha256(), seed, [1.0], in_context=[2.0, 5.0]) for seed in range(3)]
     with pytest.raises(Refused, match=r"refused \(protocol\)"):
         submit(load_spec("icl"), short, render=False)
 
@@ -135,12 +154,18 @@ def test_plot_of_a_dataset_draws_its_learning_histories(tmp_path, monkeypatch):
         plot_now(["test/histories"], tmp_path / "again.png")
 
 
-
 def _curves(labels, datasets=("test/a",), seeds=3, steps=(50, 100, 150)):
     import pandas as pd
 
-    return pd.DataFrame([{"label": label, "dataset": dataset, "seed": seed, "step": step, "score": i + seed + step / 100}
-                         for i, label in enumerate(labels) for dataset in datasets for seed in range(seeds) for step in steps])
+    return pd.DataFrame(
+        [
+            {"label": label, "dataset": dataset, "seed": seed, "step": step, "score": i + seed + step / 100}
+            for i, label in enumerate(labels)
+            for dataset in datasets
+            for seed in range(seeds)
+            for step in steps
+        ]
+    )
 
 
 def _caption(fig) -> str:
@@ -182,7 +207,10 @@ def test_a_board_title_keeps_its_words_and_adds_what_differs():
 
     title = "Board: learning curves"
     assert learning_curves_figure(_curves(["bc"]), "score", title=title, reps=50)._suptitle.get_text() == title
-    assert learning_curves_figure(_curves(["bc"], seeds=1), "score", title=title, reps=50)._suptitle.get_text() == f"{title}\n(one seed, no band)"
+    assert (
+        learning_curves_figure(_curves(["bc"], seeds=1), "score", title=title, reps=50)._suptitle.get_text()
+        == f"{title}\n(one seed, no band)"
+    )
 
 
 def test_eight_methods_on_six_datasets_share_one_legend():
@@ -202,13 +230,25 @@ def test_in_context_panels_share_one_legend_with_their_references():
 
     from offbench.plotting.curves import in_context_figure
 
-    frame = pd.DataFrame([{"label": label, "dataset": dataset, "seed": seed, "episode": e, "score": e + seed}
-                          for label in ("ad", "dpt") for dataset in ("a", "b") for seed in range(2) for e in range(1, 5)])
+    frame = pd.DataFrame(
+        [
+            {"label": label, "dataset": dataset, "seed": seed, "episode": e, "score": e + seed}
+            for label in ("ad", "dpt")
+            for dataset in ("a", "b")
+            for seed in range(2)
+            for e in range(1, 5)
+        ]
+    )
     fig = in_context_figure(frame, optimum={"a": 9.0, "b": 9.0}, sources={"a": np.arange(8.0)}, reps=20)
     assert all(ax.get_legend() is None for ax in fig.axes)
     [legend] = fig.legends
     assert [t.get_text() for t in legend.get_texts()] == [
-        "ad (n=2)", "dpt (n=2)", "source algorithm (its history)", "source algorithm, end of history (8 episodes)", "optimal return"]
+        "ad (n=2)",
+        "dpt (n=2)",
+        "source algorithm (its history)",
+        "source algorithm, end of history (8 episodes)",
+        "optimal return",
+    ]
 
 
 def _matrices(datasets, seeds=5):
@@ -244,8 +284,15 @@ def test_plot_of_an_offline_dataset_draws_its_returns_and_lengths(tmp_path):
     from offbench.plotting.episodes import episodes_figure
 
     store = make_store(episode_lengths=(3, 5, 2, 5), terminal_last=(True, False, True, True))
-    card = card_from_dict({"id": "test/offline", "description": "tiny offline data", "format": "offbench",
-                           "kind": "offline", "source": {"recipe": {"generator": "test"}}})
+    card = card_from_dict(
+        {
+            "id": "test/offline",
+            "description": "tiny offline data",
+            "format": "offbench",
+            "kind": "offline",
+            "source": {"recipe": {"generator": "test"}},
+        }
+    )
     write_card(card, user_cards_dir() / "test-offline.toml")
     store.save(native_path(card))
     out = plot_now(["test/offline"], tmp_path / "episodes.png")

@@ -127,7 +127,9 @@ def test_xland_histories_have_len_and_a_short_repr(tmp_path):
     assert text.startswith("XLandHistories(id='xland', format=None, tasks=2, histories=6, transitions=240, ")
     assert "\n" not in text and len(text) < 300
     windows = sampler(histories, "ad_windows", batch_size=3, seed=1, window_length=8)
-    assert_same_batches(next(iter(DataLoader(windows, batch_size=None))), sampler(histories, "ad_windows", batch_size=3, seed=1, window_length=8).sample())
+    assert_same_batches(
+        next(iter(DataLoader(windows, batch_size=None))), sampler(histories, "ad_windows", batch_size=3, seed=1, window_length=8).sample()
+    )
 
 
 # ----------------------------------------------------------------------------- sampler

@@ -51,21 +51,24 @@ def test_a_valid_record_round_trips_through_to_dict():
     assert "low" not in to_dict(Card(id="x"))  # None fields are left out (TOML has no null)
 
 
-@pytest.mark.parametrize("data, message", [
-    ({}, "card.toml: missing required key 'id'"),
-    ({"id": 1}, "card.toml: 'id' must be a string, got 1"),
-    ({"id": "x", "colour": 1}, "card.toml: 'colour' is not a known key (known: "),
-    ({"id": "x", "recipe": {"seed": 1}}, "card.toml: missing required key 'recipe.generator'"),
-    ({"id": "x", "recipe": {"generator": "g", "seed": -1}}, "card.toml: 'recipe.seed' must be at least 0, got -1"),
-    ({"id": "x", "recipe": {"generator": "g", "seed": True}}, "card.toml: 'recipe.seed' must be an integer, got True"),
-    ({"id": "x", "recipe": []}, "card.toml: 'recipe' must be a table, got []"),
-    ({"id": "x", "kind": "online"}, "card.toml: 'kind' must be one of offline, learning-histories, got 'online'"),
-    ({"id": "x", "sizes": [1, 0]}, "card.toml: 'sizes' must be at least 1"),
-    ({"id": "x", "sizes": [1, "2"]}, "card.toml: 'sizes[1]' must be an integer"),
-    ({"id": "x", "scores": {"a": float("nan")}}, "card.toml: 'scores.a' must be a finite number, got nan"),
-    ({"id": "x", "low": 2, "high": 1}, "card.toml: 'low' must be below 'high', got 2.0 and 1.0"),
-    ([1], "card.toml must be a table, got [1]"),
-])
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ({}, "card.toml: missing required key 'id'"),
+        ({"id": 1}, "card.toml: 'id' must be a string, got 1"),
+        ({"id": "x", "colour": 1}, "card.toml: 'colour' is not a known key (known: "),
+        ({"id": "x", "recipe": {"seed": 1}}, "card.toml: missing required key 'recipe.generator'"),
+        ({"id": "x", "recipe": {"generator": "g", "seed": -1}}, "card.toml: 'recipe.seed' must be at least 0, got -1"),
+        ({"id": "x", "recipe": {"generator": "g", "seed": True}}, "card.toml: 'recipe.seed' must be an integer, got True"),
+        ({"id": "x", "recipe": []}, "card.toml: 'recipe' must be a table, got []"),
+        ({"id": "x", "kind": "online"}, "card.toml: 'kind' must be one of offline, learning-histories, got 'online'"),
+        ({"id": "x", "sizes": [1, 0]}, "card.toml: 'sizes' must be at least 1"),
+        ({"id": "x", "sizes": [1, "2"]}, "card.toml: 'sizes[1]' must be an integer"),
+        ({"id": "x", "scores": {"a": float("nan")}}, "card.toml: 'scores.a' must be a finite number, got nan"),
+        ({"id": "x", "low": 2, "high": 1}, "card.toml: 'low' must be below 'high', got 2.0 and 1.0"),
+        ([1], "card.toml must be a table, got [1]"),
+    ],
+)
 def test_every_bad_field_is_one_line_naming_the_file_and_field(data, message):
     with pytest.raises(OffbenchError) as caught:
         from_dict(Card, data, "card.toml")
@@ -202,11 +205,14 @@ def test_keyword_keys_are_fields_with_a_trailing_underscore():
     assert "| `parts` | a list of tables | empty |" in field_table(Source)
 
 
-@pytest.mark.parametrize("data, message", [
-    ({"import": {"from": "x", "span": [2, 1]}}, "s.toml: 'import.span' must be in increasing order, got [2, 1]"),
-    ({"parts": [{"from": "x"}, {"from": "x", "span": [2, 1]}]}, "s.toml: 'parts[1].span' must be in increasing order"),
-    ({"import": {"from": "nowhere"}}, "s.toml: 'import' needs a real origin"),
-])
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ({"import": {"from": "x", "span": [2, 1]}}, "s.toml: 'import.span' must be in increasing order, got [2, 1]"),
+        ({"parts": [{"from": "x"}, {"from": "x", "span": [2, 1]}]}, "s.toml: 'parts[1].span' must be in increasing order"),
+        ({"import": {"from": "nowhere"}}, "s.toml: 'import' needs a real origin"),
+    ],
+)
 def test_a_nested_records_own_check_names_the_dotted_field(data, message):
     with pytest.raises(OffbenchError) as caught:
         from_dict(Source, data, "s.toml")
@@ -215,7 +221,9 @@ def test_a_nested_records_own_check_names_the_dotted_field(data, message):
 
 def test_field_table_blocks_in_a_page_are_regenerated_and_must_exist():
     page = "intro\n<!-- fields:Imported -->\nstale\n<!-- /fields:Imported -->\nafter\n"
-    assert fill_field_tables(page, Imported) == f"intro\n<!-- fields:Imported -->\n{field_table(Imported)}\n<!-- /fields:Imported -->\nafter\n"
+    assert (
+        fill_field_tables(page, Imported) == f"intro\n<!-- fields:Imported -->\n{field_table(Imported)}\n<!-- /fields:Imported -->\nafter\n"
+    )
     with pytest.raises(OffbenchError, match="no <!-- fields:Source -->"):
         fill_field_tables(page, Source)
 

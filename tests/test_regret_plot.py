@@ -26,9 +26,17 @@ def test_reference_regret_orders_the_classic_algorithms():
 
 def test_regret_figure_is_written(tmp_path):
     pulls = np.arange(1, 21)
-    frame = pd.DataFrame([{"label": label, "dataset": "bandit-x", "seed": seed, "pull": p, "score": scale * np.log1p(p) + seed}
-                          for label, scale in (("ad", 2.0), ("dpt", 3.0)) for seed in range(3) for p in pulls])
-    out = plot_regret(frame, tmp_path / "regret.png", references={"bandit-x": {"random": 0.4 * pulls, "Thompson sampling": np.log1p(pulls)}})
+    frame = pd.DataFrame(
+        [
+            {"label": label, "dataset": "bandit-x", "seed": seed, "pull": p, "score": scale * np.log1p(p) + seed}
+            for label, scale in (("ad", 2.0), ("dpt", 3.0))
+            for seed in range(3)
+            for p in pulls
+        ]
+    )
+    out = plot_regret(
+        frame, tmp_path / "regret.png", references={"bandit-x": {"random": 0.4 * pulls, "Thompson sampling": np.log1p(pulls)}}
+    )
     assert out.exists() and out.stat().st_size > 10_000
 
 
@@ -37,8 +45,15 @@ def test_regret_panels_share_one_legend_with_the_references():
     the suptitle clear of every panel's title and y-label."""
     pulls = np.arange(1, 11)
     datasets = [f"bandit-{i}" for i in range(5)]
-    frame = pd.DataFrame([{"label": label, "dataset": d, "seed": seed, "pull": p, "score": np.log1p(p) + seed}
-                          for d in datasets for label in ("ad", "dpt") for seed in range(3) for p in pulls])
+    frame = pd.DataFrame(
+        [
+            {"label": label, "dataset": d, "seed": seed, "pull": p, "score": np.log1p(p) + seed}
+            for d in datasets
+            for label in ("ad", "dpt")
+            for seed in range(3)
+            for p in pulls
+        ]
+    )
     references = {d: {"random": 0.4 * pulls, "Thompson sampling": np.log1p(pulls)} for d in datasets}
     fig = regret_figure(frame, references, reps=50)
     axes = [ax for ax in fig.axes if ax.get_visible()]
@@ -138,8 +153,23 @@ def test_the_regret_figure_of_a_contextual_ad_run_draws_the_contextual_reference
     from offbench.generators.references import card_reference_regret
     from offbench.plotting import regret
 
-    proc = run_cli("run", "baseline", "ad", "--dataset", CONTEXTUAL, "--config", TRAINING_CONFIGS / "ad-tiny.toml",
-                   "--set", "eval_episodes=20", "--seed", "2", "--out", tmp_path, "--name", "run")
+    proc = run_cli(
+        "run",
+        "baseline",
+        "ad",
+        "--dataset",
+        CONTEXTUAL,
+        "--config",
+        TRAINING_CONFIGS / "ad-tiny.toml",
+        "--set",
+        "eval_episodes=20",
+        "--seed",
+        "2",
+        "--out",
+        tmp_path,
+        "--name",
+        "run",
+    )
     assert proc.returncode == 0, proc.stderr
     drawn = []
     monkeypatch.setattr(regret, "save_figure", lambda fig, out: drawn.append(fig) or plt.close(fig) or out)

@@ -37,13 +37,16 @@ def edit_line(path: Path, number: int, edit) -> None:
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda r: r["dataset"].update(content_sha256="abc"), "run.json: 'dataset.content_sha256' must be a sha256 hex digest, got 'abc'"),
-    (lambda r: r["evaluation"].update(episodes="ten"), "run.json: 'evaluation.episodes' must be an integer, got 'ten'"),
-    (lambda r: r["env"].pop("device"), "run.json: missing required key 'env.device'"),
-    (lambda r: r.update(method={"kind": "plugin", "name": "x"}), "run.json: 'method.entry_point' is needed for a plugin method"),
-    (lambda r: r.update(seed=3), "run.json: 'seed' 3 differs from config.seed 0"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda r: r["dataset"].update(content_sha256="abc"), "run.json: 'dataset.content_sha256' must be a sha256 hex digest, got 'abc'"),
+        (lambda r: r["evaluation"].update(episodes="ten"), "run.json: 'evaluation.episodes' must be an integer, got 'ten'"),
+        (lambda r: r["env"].pop("device"), "run.json: missing required key 'env.device'"),
+        (lambda r: r.update(method={"kind": "plugin", "name": "x"}), "run.json: 'method.entry_point' is needed for a plugin method"),
+        (lambda r: r.update(seed=3), "run.json: 'seed' 3 differs from config.seed 0"),
+    ],
+)
 def test_a_bad_run_json_field_is_one_line_naming_the_file_and_dotted_field(run, edit, message):
     edit_json(run / "run.json", edit)
     with pytest.raises(Refused) as caught:
@@ -54,11 +57,17 @@ def test_a_bad_run_json_field_is_one_line_naming_the_file_and_dotted_field(run, 
     assert str(reopened.value) == f"{run / 'run.json'}: {message.removeprefix('run.json: ')}"
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda s: s["final"].update(step=-1), "summary.json: 'final.step' must be at least 0, got -1"),
-    (lambda s: s.update(score_metric="speed"), "summary.json: 'score_metric' must be one of normalized_score, success_rate, mean_return, regret, got 'speed'"),
-    (lambda s: s["best"].update(note="x"), "summary.json: 'best.note' is not a known key"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda s: s["final"].update(step=-1), "summary.json: 'final.step' must be at least 0, got -1"),
+        (
+            lambda s: s.update(score_metric="speed"),
+            "summary.json: 'score_metric' must be one of normalized_score, success_rate, mean_return, regret, got 'speed'",
+        ),
+        (lambda s: s["best"].update(note="x"), "summary.json: 'best.note' is not a known key"),
+    ],
+)
 def test_a_bad_summary_field_is_one_line_naming_the_file_and_dotted_field(run, edit, message):
     edit_json(run / "summary.json", edit)
     with pytest.raises(Refused) as caught:
@@ -66,11 +75,18 @@ def test_a_bad_summary_field_is_one_line_naming_the_file_and_dotted_field(run, e
     assert str(caught.value).startswith(f"{run}: refused (schema): {message}") and "\n" not in str(caught.value)
 
 
-@pytest.mark.parametrize("edit, rule, message", [
-    (lambda line: line.update(lengths=["x"] * 5), "schema", "evaluations.jsonl line 2: 'lengths[0]' must be an integer, got 'x'"),
-    (lambda line: line.pop("mean_return"), "schema", "evaluations.jsonl line 2: missing required key 'mean_return'"),
-    (lambda line: line["returns"].__setitem__(3, float("inf")), "metric-finite", "evaluations.jsonl line 2: 'returns[3]' is not a finite number"),
-])
+@pytest.mark.parametrize(
+    "edit, rule, message",
+    [
+        (lambda line: line.update(lengths=["x"] * 5), "schema", "evaluations.jsonl line 2: 'lengths[0]' must be an integer, got 'x'"),
+        (lambda line: line.pop("mean_return"), "schema", "evaluations.jsonl line 2: missing required key 'mean_return'"),
+        (
+            lambda line: line["returns"].__setitem__(3, float("inf")),
+            "metric-finite",
+            "evaluations.jsonl line 2: 'returns[3]' is not a finite number",
+        ),
+    ],
+)
 def test_a_bad_evaluation_line_is_one_line_naming_the_line_and_dotted_field(run, edit, rule, message):
     edit_line(run / "evaluations.jsonl", 2, edit)
     with pytest.raises(Refused) as caught:

@@ -91,9 +91,11 @@ def small_disk(tmp_path):
     """A 64 KiB filesystem (a tmpfs mount; needs root), for a real ENOSPC."""
     folder = tmp_path / "small"
     folder.mkdir()
-    if os.geteuid() != 0 or shutil.which("mount") is None or subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(folder)], capture_output=True
-    ).returncode:
+    if (
+        os.geteuid() != 0
+        or shutil.which("mount") is None
+        or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(folder)], capture_output=True).returncode
+    ):
         pytest.skip("mounting a small filesystem needs root and the right to mount")
     yield folder
     subprocess.run(["umount", str(folder)], check=True)
@@ -122,7 +124,9 @@ def test_full_disk_during_export_is_one_line_and_leaves_no_file(fmt, small_disk,
 def test_full_disk_during_generate_is_one_line_and_leaves_no_file(small_disk, capsys):
     code = run_main("generate", "darkroom", "--tasks", "2", "--episodes", "200", "-q", "--out", small_disk / "gen")
     lines = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(lines) == 1 and lines[0].startswith(f"offbench: error: disk full writing {small_disk / 'gen' / 'data.h5'}"), lines
+    assert code == 2 and len(lines) == 1 and lines[0].startswith(f"offbench: error: disk full writing {small_disk / 'gen' / 'data.h5'}"), (
+        lines
+    )
     assert files_under(small_disk) == []
 
 
@@ -135,7 +139,10 @@ def test_a_write_failing_half_way_is_one_line_and_leaves_no_temporary(tmp_path):
         resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
 
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, preexec_fn=limit_file_size)
-    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] == f"offbench.errors.OffbenchError: cannot write {tmp_path / 'x.bin'}: File too large"
+    assert (
+        proc.returncode == 1
+        and proc.stderr.strip().splitlines()[-1] == f"offbench.errors.OffbenchError: cannot write {tmp_path / 'x.bin'}: File too large"
+    )
     assert files_under(tmp_path) == []
 
 
@@ -151,8 +158,25 @@ def test_full_disk_at_a_training_checkpoint_is_one_line(tmp_path, monkeypatch, c
         return usage._replace(free=0) if Path(path).name == "checkpoints" else usage
 
     monkeypatch.setattr(offbench.utils.shutil, "disk_usage", full_under_checkpoints)
-    code = run_main("run", "baseline", "bc", "--dataset", tmp_path / "data.h5", "--out", tmp_path / "runs", "--name", "r",
-                    "--steps", "2", "--set", "eval_episodes=0", "--set", "checkpoint_every=1", "--set", "hidden_dim=8")
+    code = run_main(
+        "run",
+        "baseline",
+        "bc",
+        "--dataset",
+        tmp_path / "data.h5",
+        "--out",
+        tmp_path / "runs",
+        "--name",
+        "r",
+        "--steps",
+        "2",
+        "--set",
+        "eval_episodes=0",
+        "--set",
+        "checkpoint_every=1",
+        "--set",
+        "hidden_dim=8",
+    )
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("offbench:")]
     checkpoint = tmp_path / "runs" / "r" / "checkpoints" / "last.pt"
     assert code == 2 and len(errors) == 1 and errors[0].startswith(f"offbench: error: disk full writing {checkpoint} (0 bytes free;")
@@ -170,7 +194,10 @@ def read_only_dir(tmp_path):
         yield folder
         folder.chmod(0o755)
         return
-    if shutil.which("mount") is None or subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(folder)], capture_output=True).returncode:
+    if (
+        shutil.which("mount") is None
+        or subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(folder)], capture_output=True).returncode
+    ):
         pytest.skip("running as root without the right to mount a read-only filesystem")
     yield folder
     subprocess.run(["umount", str(folder)], check=True)

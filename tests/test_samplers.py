@@ -91,8 +91,14 @@ def test_segments_left_padding_mask_timesteps_and_rtg():
     K = 4
     batch = make_sampler("segments", store, batch_size=300, seed=0, segment_length=K).sample()
     shapes = {k: tuple(v.shape) for k, v in batch.items()}
-    assert shapes == {"observations": (300, K, 4), "actions": (300, K, 2), "rewards": (300, K), "returns_to_go": (300, K),
-                      "timesteps": (300, K), "mask": (300, K)}
+    assert shapes == {
+        "observations": (300, K, 4),
+        "actions": (300, K, 2),
+        "rewards": (300, K),
+        "returns_to_go": (300, K),
+        "timesteps": (300, K),
+        "mask": (300, K),
+    }
     assert batch["mask"].dtype == torch.bool and batch["timesteps"].dtype == torch.int64
     rtg = brute_force_rtg(store)
     all_obs = np.asarray(store.observations)
@@ -107,11 +113,11 @@ def test_segments_left_padding_mask_timesteps_and_rtg():
         first = max(last - K + 1, int(store.episode_starts[e]))
         steps = np.arange(first, last + 1)
         assert real == len(steps)
-        np.testing.assert_array_equal(batch["observations"][b, K - real:].numpy(), all_obs[steps])
-        np.testing.assert_array_equal(batch["actions"][b, K - real:].numpy(), store.actions[steps])
-        np.testing.assert_allclose(batch["rewards"][b, K - real:].numpy(), store.rewards[steps], rtol=1e-6)
-        np.testing.assert_allclose(batch["returns_to_go"][b, K - real:].numpy(), rtg[steps], rtol=1e-5, atol=1e-6)
-        assert batch["timesteps"][b, K - real:].tolist() == (steps - store.episode_starts[e]).tolist()
+        np.testing.assert_array_equal(batch["observations"][b, K - real :].numpy(), all_obs[steps])
+        np.testing.assert_array_equal(batch["actions"][b, K - real :].numpy(), store.actions[steps])
+        np.testing.assert_allclose(batch["rewards"][b, K - real :].numpy(), store.rewards[steps], rtol=1e-6)
+        np.testing.assert_allclose(batch["returns_to_go"][b, K - real :].numpy(), rtg[steps], rtol=1e-5, atol=1e-6)
+        assert batch["timesteps"][b, K - real :].tolist() == (steps - store.episode_starts[e]).tolist()
         for key in ("observations", "actions", "rewards", "returns_to_go", "timesteps"):
             assert not batch[key][b, : K - real].any()  # padding is zero
     assert seen_last == set(range(10))  # every step can be the last token of a segment
@@ -187,7 +193,9 @@ def test_ad_history_split_in_two_runs_is_rejected():
 
 
 DPT_CARD = {
-    "id": "test/hand-built-darkroom", "kind": "learning-history", "env": {"suite": "offbench", "id": "offbench/DarkRoom-v0"},
+    "id": "test/hand-built-darkroom",
+    "kind": "learning-history",
+    "env": {"suite": "offbench", "id": "offbench/DarkRoom-v0"},
     "split": {"seed": 0, "train": [{"goal": [6, 2]}, {"goal": [1, 7]}], "held_out": [{"goal": [3, 3]}]},
 }
 
@@ -204,15 +212,21 @@ def dpt_store(card=DPT_CARD):
         steps = np.array([next(cells) for _ in range(length)])
         truncations = np.zeros(length, bool)
         truncations[-1] = True
-        episodes.append({
-            "observations": cell_xy_table(9)[np.append(steps, rng.integers(0, 81))],
-            "actions": rng.integers(0, 5, length), "rewards": rng.integers(0, 2, length).astype(np.float32),
-            "terminations": np.zeros(length, bool), "truncations": truncations,
-            "history_id": np.full(length, history), "task_id": np.full(length, task),
-            "optimal_action": policy_table(9)[goals[task], steps],
-        })
-    return EpisodeStore.from_episodes(episodes, observation_space=gym.spaces.Box(0, 8, (2,), np.int64),
-                                      action_space=gym.spaces.Discrete(5), card=dict(card))
+        episodes.append(
+            {
+                "observations": cell_xy_table(9)[np.append(steps, rng.integers(0, 81))],
+                "actions": rng.integers(0, 5, length),
+                "rewards": rng.integers(0, 2, length).astype(np.float32),
+                "terminations": np.zeros(length, bool),
+                "truncations": truncations,
+                "history_id": np.full(length, history),
+                "task_id": np.full(length, task),
+                "optimal_action": policy_table(9)[goals[task], steps],
+            }
+        )
+    return EpisodeStore.from_episodes(
+        episodes, observation_space=gym.spaces.Box(0, 8, (2,), np.int64), action_space=gym.spaces.Discrete(5), card=dict(card)
+    )
 
 
 def query_cells(batch) -> np.ndarray:
@@ -267,7 +281,9 @@ def test_dpt_query_is_uniform_over_the_cells_whatever_the_context():
 @pytest.fixture(scope="module")
 def learned_histories():
     """AD-epsilon on 3 Dark Room goals, 2 histories of 40 episodes each: the learners end on their goals."""
-    recipe = HistoryRecipe.from_params("darkroom", {"algo": "ad-epsilon", "tasks": 4, "held_out": 1, "histories_per_task": 2, "episodes": 40})
+    recipe = HistoryRecipe.from_params(
+        "darkroom", {"algo": "ad-epsilon", "tasks": 4, "held_out": 1, "histories_per_task": 2, "episodes": 40}
+    )
     return run_histories(recipe, seed=0)[0]
 
 
@@ -291,7 +307,9 @@ def test_dpt_queries_of_learning_histories_sit_on_the_goal_as_often_as_on_any_ce
 def test_dpt_queries_cover_the_environments_states_with_the_tasks_optimal_actions(name, algo):
     """Key-to-Door: every cell with and without the key, half and half; a bandit: its one state, labelled with the
     task's best arm. Labels are the one-task environment's own optimal actions."""
-    recipe = HistoryRecipe.from_params(name, {"algo": algo, "tasks": 3, "held_out": 1, "histories_per_task": 1, "episodes": 20, "allow_unlearned": True})
+    recipe = HistoryRecipe.from_params(
+        name, {"algo": algo, "tasks": 3, "held_out": 1, "histories_per_task": 1, "episodes": 20, "allow_unlearned": True}
+    )
     store = run_histories(recipe, seed=0)[0]
     train, _ = card_tasks(store.card)
     batch = make_sampler("dpt", store, batch_size=4000, seed=0, context_size=5).sample()
@@ -316,15 +334,21 @@ def test_dpt_needs_labels_task_ids_and_the_card_that_describes_the_data():
         make_sampler("dpt", store, batch_size=4, seed=0, context_size=2)
     store = dpt_store()
     store.card = {"id": "test/no-environment"}
-    with pytest.raises(OffbenchError, match="dpt draws its query over the states of the card's environment and training tasks; "
-                                            "card test/no-environment names no offbench environment") as error:
+    with pytest.raises(
+        OffbenchError,
+        match="dpt draws its query over the states of the card's environment and training tasks; "
+        "card test/no-environment names no offbench environment",
+    ) as error:
         make_sampler("dpt", store, batch_size=4, seed=0, context_size=2)
     assert "\n" not in str(error.value)
     swapped = {**DPT_CARD, "split": {**DPT_CARD["split"], "train": DPT_CARD["split"]["train"][::-1]}}
     store = dpt_store()
     store.card = swapped
-    with pytest.raises(OffbenchError, match=r"optimal_action\[\d+\] = \d, but task \d of card test/hand-built-darkroom has \d there: "
-                                            "the card's training tasks do not describe this data"):
+    with pytest.raises(
+        OffbenchError,
+        match=r"optimal_action\[\d+\] = \d, but task \d of card test/hand-built-darkroom has \d there: "
+        "the card's training tasks do not describe this data",
+    ):
         make_sampler("dpt", store, batch_size=4, seed=0, context_size=2)
 
 
@@ -332,13 +356,18 @@ def test_dpt_needs_labels_task_ids_and_the_card_that_describes_the_data():
 
 # The smallest options each registered kind needs on dpt_store(); a new sampler adds its entry here.
 CONTRACT_OPTIONS = {
-    "transitions": {}, "segments": {"segment_length": 3}, "ad_windows": {"window_length": 4}, "dpt": {"context_size": 3},
+    "transitions": {},
+    "segments": {"segment_length": 3},
+    "ad_windows": {"window_length": 4},
+    "dpt": {"context_size": 3},
     "prompt_segments": {"segment_length": 3, "prompt_length": 2},
 }
 
 
 def test_every_registered_sampler_is_in_the_contract():
-    assert set(SAMPLERS) <= set(CONTRACT_OPTIONS), f"add the new sampler's options to CONTRACT_OPTIONS: {set(SAMPLERS) - set(CONTRACT_OPTIONS)}"
+    assert set(SAMPLERS) <= set(CONTRACT_OPTIONS), (
+        f"add the new sampler's options to CONTRACT_OPTIONS: {set(SAMPLERS) - set(CONTRACT_OPTIONS)}"
+    )
 
 
 @pytest.mark.parametrize("kind", sorted(SAMPLERS))

@@ -36,7 +36,9 @@ def test_done_flag_inside_an_episode_is_rejected():
     terms = np.asarray(store.terminations).copy()
     terms[0] = True
     with pytest.raises(OffbenchError, match="step 0 ends an episode"):
-        EpisodeStore(store.observations, store.actions, store.rewards, terms, store.truncations, store.episode_starts, store.final_observations)
+        EpisodeStore(
+            store.observations, store.actions, store.rewards, terms, store.truncations, store.episode_starts, store.final_observations
+        )
 
 
 def test_truncated_file_gives_one_line_error(tmp_path):
@@ -92,7 +94,11 @@ def test_written_files_get_the_usual_permissions_not_mkstemps_private_ones(tmp_p
     umask = os.umask(0o022)
     try:
         store = make_store()
-        written = [store.save(tmp_path / "a" / "data.h5"), atomic_write_text(tmp_path / "card.toml", "x"), export_d4rl(store, tmp_path / "d4rl")]
+        written = [
+            store.save(tmp_path / "a" / "data.h5"),
+            atomic_write_text(tmp_path / "card.toml", "x"),
+            export_d4rl(store, tmp_path / "d4rl"),
+        ]
         minari_dir = export_minari(store, tmp_path / "minari")
     finally:
         os.umask(umask)
@@ -101,7 +107,10 @@ def test_written_files_get_the_usual_permissions_not_mkstemps_private_ones(tmp_p
 
 
 def _replaced(store, **arrays):
-    fields = {name: getattr(store, name) for name in ("observations", "actions", "rewards", "terminations", "truncations", "episode_starts", "final_observations")}
+    fields = {
+        name: getattr(store, name)
+        for name in ("observations", "actions", "rewards", "terminations", "truncations", "episode_starts", "final_observations")
+    }
     return {**fields, "observation_space": store.observation_space, "action_space": store.action_space, **arrays}
 
 
@@ -125,9 +134,18 @@ def _with(name, index, value):
         (lambda s: {"terminations": np.zeros(10, np.int64)}, "terminations must be an array of booleans, got dtype int64"),
         (lambda s: {"final_observations": np.zeros((3, 2), np.float32)}, r"final_observations rows have shape \(2,\), observations \(4,\)"),
         (lambda s: {"action_space": gym.spaces.Box(-1, 1, (3,))}, r"actions rows have shape \(2,\), but the action space is Box"),
-        (lambda s: {"actions": np.array([0, 1, 2, 1, 0, 3, 1, 0, 1, 2]), "action_space": gym.spaces.Discrete(3)}, r"actions\[5\] = 3 is outside"),
-        (lambda s: {"actions": np.array([0, 1, 2, 1, 0.5, 0, 1, 0, 1, 2]), "action_space": gym.spaces.Discrete(3)}, r"actions\[4\] = 0.5 is outside"),
-        (lambda s: {"actions": np.array([1, 1, 1, 1, 1, 1, 1, 1, 1, 0]), "action_space": gym.spaces.Discrete(3, start=1)}, r"actions\[9\] = 0 is outside"),
+        (
+            lambda s: {"actions": np.array([0, 1, 2, 1, 0, 3, 1, 0, 1, 2]), "action_space": gym.spaces.Discrete(3)},
+            r"actions\[5\] = 3 is outside",
+        ),
+        (
+            lambda s: {"actions": np.array([0, 1, 2, 1, 0.5, 0, 1, 0, 1, 2]), "action_space": gym.spaces.Discrete(3)},
+            r"actions\[4\] = 0.5 is outside",
+        ),
+        (
+            lambda s: {"actions": np.array([1, 1, 1, 1, 1, 1, 1, 1, 1, 0]), "action_space": gym.spaces.Discrete(3, start=1)},
+            r"actions\[9\] = 0 is outside",
+        ),
     ],
 )
 def test_values_a_baseline_cannot_train_on_are_refused_naming_the_first_bad_index(change, message):

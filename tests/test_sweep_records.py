@@ -44,13 +44,24 @@ def test_run_names_and_draws_are_pinned(tmp_path):
     """Existing sweeps find their runs by name: the digest of a run's values and the values drawn from a seed must
     not change with how the spec is read."""
     path = tmp_path / "spec.toml"
-    path.write_text('benchmark = "pendulum-scripted"\nbaselines = ["bc"]\nseeds = [0]\n[set]\nbatch_size = 128\n'
-                    "[grid]\nhidden_dim = [64, 256]\nnum_layers = [2, 3]\n[random]\nsamples = 4\nseed = 0\n"
-                    "lr = { log_uniform = [1e-5, 1e-3] }\ntau = { uniform = [0.001, 0.01] }\nn_heads = { int_uniform = [1, 4] }\n"
-                    'activation = { choice = ["relu", "tanh"] }\n')
+    path.write_text(
+        'benchmark = "pendulum-scripted"\nbaselines = ["bc"]\nseeds = [0]\n[set]\nbatch_size = 128\n'
+        "[grid]\nhidden_dim = [64, 256]\nnum_layers = [2, 3]\n[random]\nsamples = 4\nseed = 0\n"
+        "lr = { log_uniform = [1e-5, 1e-3] }\ntau = { uniform = [0.001, 0.01] }\nn_heads = { int_uniform = [1, 4] }\n"
+        'activation = { choice = ["relu", "tanh"] }\n'
+    )
     first = load_sweep(path).expand()[0]
     assert first.name == "bc-pendulum-scripted-495ed2acb73252c5-s0"
-    assert first.values == {"activation": "tanh", "batch_size": 128, "eval_episodes": 10, "eval_every": 1000, "hidden_dim": 64,
-                            "lr": 3.463964459891803e-05, "n_heads": 3, "num_layers": 2, "tau": 0.0013687617154257523}
+    assert first.values == {
+        "activation": "tanh",
+        "batch_size": 128,
+        "eval_episodes": 10,
+        "eval_every": 1000,
+        "hidden_dim": 64,
+        "lr": 3.463964459891803e-05,
+        "n_heads": 3,
+        "num_layers": 2,
+        "tau": 0.0013687617154257523,
+    }
     path.write_text('baselines = ["bc"]\ndatasets = ["pendulum-scripted"]\nseeds = [0]\n[grid]\nbatch_size = [64]\n')
     assert [run.name for run in load_sweep(path).expand()] == ["bc-pendulum-scripted-2fdcb62e8c4b8126-s0"]  # docs/sweeps.md's example

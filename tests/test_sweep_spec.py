@@ -33,8 +33,13 @@ def test_grid_crosses_every_value_and_names_are_stable(tmp_path):
     assert all(r.values["eval_episodes"] == 2 for r in runs)
     assert len({r.name for r in runs}) == len(runs)
     # the name depends on the run's own values only: a spec with one more seed and grid point keeps them
-    bigger = load_sweep(write(tmp_path, BASE.replace("[0, 1]", "[0, 1, 2]")
-                              + "[set]\neval_episodes = 2\n[grid]\nbatch_size = [16, 32, 64]\nsteps = [10, 20, 30]\n", "bigger.toml"))
+    bigger = load_sweep(
+        write(
+            tmp_path,
+            BASE.replace("[0, 1]", "[0, 1, 2]") + "[set]\neval_episodes = 2\n[grid]\nbatch_size = [16, 32, 64]\nsteps = [10, 20, 30]\n",
+            "bigger.toml",
+        )
+    )
     assert {r.name for r in runs} < {r.name for r in bigger.expand()}
     one = next(r for r in runs if r.baseline == "bc" and r.seed == 1 and r.values["batch_size"] == 32 and r.values["steps"] == 20)
     assert one.name.startswith("bc-pendulum-scripted-") and one.name.endswith("-s1") and len(one.variant) == 16
@@ -43,12 +48,19 @@ def test_grid_crosses_every_value_and_names_are_stable(tmp_path):
 
 def test_without_grid_or_draws_names_are_baseline_dataset_seed(tmp_path):
     runs = load_sweep(write(tmp_path, BASE)).expand()
-    assert [r.name for r in runs] == ["bc-pendulum-scripted-s0", "bc-pendulum-scripted-s1", "iql-pendulum-scripted-s0", "iql-pendulum-scripted-s1"]
+    assert [r.name for r in runs] == [
+        "bc-pendulum-scripted-s0",
+        "bc-pendulum-scripted-s1",
+        "iql-pendulum-scripted-s0",
+        "iql-pendulum-scripted-s1",
+    ]
 
 
 def test_random_draws_are_reproducible_in_bounds_and_seed_dependent(tmp_path):
-    text = BASE + ("[random]\nsamples = 5\nseed = {seed}\nlr = {{ log_uniform = [1e-5, 1e-3] }}\nhidden_dim = {{ choice = [32, 64] }}\n"
-                   "num_layers = {{ int_uniform = [1, 3] }}\ndropout = {{ uniform = [0.0, 0.5] }}\n")
+    text = BASE + (
+        "[random]\nsamples = 5\nseed = {seed}\nlr = {{ log_uniform = [1e-5, 1e-3] }}\nhidden_dim = {{ choice = [32, 64] }}\n"
+        "num_layers = {{ int_uniform = [1, 3] }}\ndropout = {{ uniform = [0.0, 0.5] }}\n"
+    )
     first = load_sweep(write(tmp_path, text.format(seed=0), "a.toml")).variants()
     again = load_sweep(write(tmp_path, text.format(seed=0), "b.toml")).variants()
     other = load_sweep(write(tmp_path, text.format(seed=1), "c.toml")).variants()
@@ -59,14 +71,16 @@ def test_random_draws_are_reproducible_in_bounds_and_seed_dependent(tmp_path):
 
 
 def test_grid_and_draws_cross(tmp_path):
-    spec = load_sweep(write(tmp_path, BASE + "[grid]\nbatch_size = [16, 32]\n[random]\nsamples = 3\nseed = 0\nlr = { uniform = [0.001, 0.002] }\n"))
+    spec = load_sweep(
+        write(tmp_path, BASE + "[grid]\nbatch_size = [16, 32]\n[random]\nsamples = 3\nseed = 0\nlr = { uniform = [0.001, 0.002] }\n")
+    )
     variants = spec.variants()
     assert len(variants) == 6 and len({v["lr"] for v in variants}) == 3
 
 
 def test_benchmark_gives_datasets_and_protocol(tmp_path):
     spec = load_sweep(write(tmp_path, 'benchmark = "pendulum-scripted"\nbaselines = ["bc"]\nseeds = [0]\n'))
-    run, = spec.expand()
+    (run,) = spec.expand()
     assert run.dataset == "pendulum-scripted" and run.values == {"eval_episodes": 10, "eval_every": 1000}
 
 
@@ -80,7 +94,10 @@ ON_BENCHMARK = 'benchmark = "pendulum-scripted"\nbaselines = ["bc"]\nseeds = [0]
     [
         # the file, unknown and missing keys
         ("baselines = [\n", "malformed TOML"),
-        (BASE + "colour = 1\n", "'colour' is not a known key (known: baselines, benchmark, config, datasets, grid, name, random, retries, runs, seeds, set)"),
+        (
+            BASE + "colour = 1\n",
+            "'colour' is not a known key (known: baselines, benchmark, config, datasets, grid, name, random, retries, runs, seeds, set)",
+        ),
         ('datasets = ["x"]\nseeds = [0]\n', "missing required key 'baselines'"),
         (ONE_DATASET, "missing required key 'seeds'"),
         (RANDOM.replace("samples = 2\n", ""), "missing required key 'random.samples'"),
@@ -119,21 +136,31 @@ ON_BENCHMARK = 'benchmark = "pendulum-scripted"\nbaselines = ["bc"]\nseeds = [0]
         (ONE_DATASET + "seeds = [0, 0]\n", "'seeds' lists 0 twice"),
         (BASE + "[grid]\nlr = []\n", "'grid.lr' must be a non-empty list of values"),
         (BASE + "[set]\nlr = 1\n[grid]\nlr = [1, 2]\n", "config key 'lr' is given in more than one of [set], [grid], [random]"),
-        (BASE + "[set]\nlr = 1\n[random]\nsamples = 2\nseed = 0\nlr = { uniform = [0, 1] }\n",
-         "config key 'lr' is given in more than one of [set], [grid], [random]"),
-        (BASE + "[grid]\nlr = [1, 2]\n[random]\nsamples = 2\nseed = 0\nlr = { uniform = [0, 1] }\n",
-         "config key 'lr' is given in more than one of [set], [grid], [random]"),
+        (
+            BASE + "[set]\nlr = 1\n[random]\nsamples = 2\nseed = 0\nlr = { uniform = [0, 1] }\n",
+            "config key 'lr' is given in more than one of [set], [grid], [random]",
+        ),
+        (
+            BASE + "[grid]\nlr = [1, 2]\n[random]\nsamples = 2\nseed = 0\nlr = { uniform = [0, 1] }\n",
+            "config key 'lr' is given in more than one of [set], [grid], [random]",
+        ),
         (RANDOM + "lr = {}\n", "'random.lr' needs exactly one of choice, uniform, log_uniform, int_uniform, got none"),
-        (RANDOM + "lr = { uniform = [0, 1], choice = [1] }\n",
-         "'random.lr' needs exactly one of choice, uniform, log_uniform, int_uniform, got choice and uniform"),
+        (
+            RANDOM + "lr = { uniform = [0, 1], choice = [1] }\n",
+            "'random.lr' needs exactly one of choice, uniform, log_uniform, int_uniform, got choice and uniform",
+        ),
         (RANDOM + "lr = { uniform = [1, 0] }\n", "'random.lr.uniform' must be [low, high] with low <= high, got [1.0, 0.0]"),
         (RANDOM + "lr = { choice = [] }\n", "'random.lr.choice' must be a non-empty list"),
         # what comes from outside the file: the config file and the benchmark
         (BASE + 'config = "missing.toml"\n', "config file {dir}/missing.toml does not exist"),
-        (ON_BENCHMARK + "[set]\neval_episodes = 3\n",
-         "[set] eval_episodes = 3 contradicts benchmark pendulum-scripted's protocol for bc (episodes = 10)"),
-        (ON_BENCHMARK + "[grid]\neval_every = [10, 20]\n",
-         "config key 'eval_every' is pinned by benchmark pendulum-scripted's protocol, so it cannot be in [grid] or [random]"),
+        (
+            ON_BENCHMARK + "[set]\neval_episodes = 3\n",
+            "[set] eval_episodes = 3 contradicts benchmark pendulum-scripted's protocol for bc (episodes = 10)",
+        ),
+        (
+            ON_BENCHMARK + "[grid]\neval_every = [10, 20]\n",
+            "config key 'eval_every' is pinned by benchmark pendulum-scripted's protocol, so it cannot be in [grid] or [random]",
+        ),
         (ON_BENCHMARK + 'datasets = ["darkroom"]\n', "dataset 'darkroom' is not one of benchmark pendulum-scripted's (pendulum-scripted)"),
     ],
 )
@@ -162,7 +189,7 @@ def test_the_default_name_is_checked_as_a_given_one(tmp_path):
     [
         (BASE.replace('"iql"', '"nope"'), "unknown baseline 'nope'"),
         (BASE + "[grid]\nwidth = [1, 2]\n", "unknown config key 'width'"),
-        (BASE + "[set]\nbatch_size = \"big\"\n", "'batch_size' must be an integer"),
+        (BASE + '[set]\nbatch_size = "big"\n', "'batch_size' must be an integer"),
     ],
 )
 def test_configs_are_checked_before_anything_runs(tmp_path, text, message):
@@ -197,8 +224,12 @@ def test_per_baseline_protocol_pins_reach_each_baselines_runs():
 # ---------------------------------------------------------------------------------------------- bounds
 def test_variant_names_do_not_collide_where_8_hex_digits_did(tmp_path):
     """hidden_dim 81 / batch_size 80 and hidden_dim 91 / batch_size 220 share their first 8 hex digits."""
-    spec = load_sweep(write(tmp_path, 'baselines = ["bc"]\ndatasets = ["pendulum-scripted"]\nseeds = [0]\n'
-                                      "[grid]\nhidden_dim = [81, 91]\nbatch_size = [80, 220]\n"))
+    spec = load_sweep(
+        write(
+            tmp_path,
+            'baselines = ["bc"]\ndatasets = ["pendulum-scripted"]\nseeds = [0]\n[grid]\nhidden_dim = [81, 91]\nbatch_size = [80, 220]\n',
+        )
+    )
     runs = spec.expand()
     assert len(runs) == 4 and len({run.name for run in runs}) == 4 and len({run.variant for run in runs}) == 4
     assert all(len(run.variant) == 16 for run in runs)
@@ -212,19 +243,25 @@ def test_a_spec_of_too_many_runs_is_refused_in_one_line_before_anything_is_plann
         load_sweep(path)
     message = str(info.value)
     assert time.monotonic() - started < 2 and "\n" not in message
-    assert message == (f"{path}: expands to 4,000,000,000,000 runs (2 baselines x 1 dataset x 1,000,000,000,000 grid points x 2 seeds), "
-                       f"more than the limit of {MAX_RUNS:,}; sweep fewer values, or raise the limit (offbench sweep --max-runs 4000000000000)")
+    assert message == (
+        f"{path}: expands to 4,000,000,000,000 runs (2 baselines x 1 dataset x 1,000,000,000,000 grid points x 2 seeds), "
+        f"more than the limit of {MAX_RUNS:,}; sweep fewer values, or raise the limit (offbench sweep --max-runs 4000000000000)"
+    )
 
 
 def test_random_samples_past_the_limit_are_refused_before_any_draw(tmp_path):
     path = write(tmp_path, BASE + "[random]\nsamples = 1000000000\nseed = 0\nlr = { uniform = [0.001, 0.002] }\n")
     started = time.monotonic()
-    with pytest.raises(OffbenchError, match=rf"^{re.escape(str(path))}: \[random\] samples = 1,000,000,000 is more than the limit of {MAX_RUNS:,} runs"):
+    with pytest.raises(
+        OffbenchError, match=rf"^{re.escape(str(path))}: \[random\] samples = 1,000,000,000 is more than the limit of {MAX_RUNS:,} runs"
+    ):
         load_sweep(path)
     assert time.monotonic() - started < 2
     # within the limit for samples, but not once crossed with the rest: the run count says so
     path = write(tmp_path, BASE + f"[random]\nsamples = {MAX_RUNS}\nseed = 0\nlr = {{ uniform = [0.001, 0.002] }}\n", "crossed.toml")
-    with pytest.raises(OffbenchError, match=rf"expands to {4 * MAX_RUNS:,} runs \(2 baselines x 1 dataset x {MAX_RUNS:,} random samples x 2 seeds\)"):
+    with pytest.raises(
+        OffbenchError, match=rf"expands to {4 * MAX_RUNS:,} runs \(2 baselines x 1 dataset x {MAX_RUNS:,} random samples x 2 seeds\)"
+    ):
         load_sweep(path)
 
 
@@ -236,18 +273,22 @@ def test_the_limit_can_be_raised(tmp_path, run_cli):
 
     refused = run_cli("sweep", "status", path, "--runs", tmp_path / "runs", "--max-runs", "11")
     assert refused.returncode == 2 and refused.stdout == ""
-    assert refused.stderr.strip() == (f"offbench: error: {path}: expands to 12 runs (2 baselines x 1 dataset x 3 grid points x 2 seeds), "
-                                      "more than the limit of 11; sweep fewer values, or raise the limit (offbench sweep --max-runs 12)")
+    assert refused.stderr.strip() == (
+        f"offbench: error: {path}: expands to 12 runs (2 baselines x 1 dataset x 3 grid points x 2 seeds), "
+        "more than the limit of 11; sweep fewer values, or raise the limit (offbench sweep --max-runs 12)"
+    )
     shown = run_cli("sweep", "status", path, "--runs", tmp_path / "runs", "--max-runs", "12")
     assert shown.returncode == 0 and "12 queued" in shown.stdout
 
 
 def test_repeated_names_are_found_in_linear_time(tmp_path):
     values = ", ".join(map(str, [*range(40_000), 7]))  # one value twice among 40,001: found without comparing all pairs
-    path = write(tmp_path, 'baselines = ["bc"]\ndatasets = ["pendulum-scripted"]\nseeds = [0]\n' f"[grid]\nbatch_size = [{values}]\n")
+    path = write(tmp_path, f'baselines = ["bc"]\ndatasets = ["pendulum-scripted"]\nseeds = [0]\n[grid]\nbatch_size = [{values}]\n')
     spec = load_sweep(path, max_runs=50_000)
     started = time.monotonic()
-    with pytest.raises(OffbenchError, match=r"several runs would be named bc-pendulum-scripted-[0-9a-f]{16}-s0 \(datasets or values repeated\?\)"):
+    with pytest.raises(
+        OffbenchError, match=r"several runs would be named bc-pendulum-scripted-[0-9a-f]{16}-s0 \(datasets or values repeated\?\)"
+    ):
         spec.expand()
     assert time.monotonic() - started < 3
 

@@ -28,13 +28,18 @@ TASKS, HISTORIES, STEPS, CHUNK = 3, 4, 2_500, 512  # the last chunk of each hist
 
 @pytest.fixture(scope="module")
 def xland_file(tmp_path_factory):
-    return write_xland_file(tmp_path_factory.mktemp("xland") / "xland.hdf5", TASKS, HISTORIES, STEPS, seed=3, chunk_steps=CHUNK, palette=None)
+    return write_xland_file(
+        tmp_path_factory.mktemp("xland") / "xland.hdf5", TASKS, HISTORIES, STEPS, seed=3, chunk_steps=CHUNK, palette=None
+    )
 
 
 @pytest.fixture(scope="module")
 def arrays(xland_file):
     with h5py.File(xland_file, "r") as f:
-        return {name: np.stack([f[str(t)][name][()] for t in range(TASKS)]) for name in ("states", "actions", "rewards", "dones", "expert_actions")}
+        return {
+            name: np.stack([f[str(t)][name][()] for t in range(TASKS)])
+            for name in ("states", "actions", "rewards", "dones", "expert_actions")
+        }
 
 
 def test_published_layout_is_detected_and_described(xland_file):
@@ -101,8 +106,15 @@ def test_dpt_sets_pair_states_with_next_states_and_expert_labels(xland_file, arr
     for context in ("window", "random"):
         sampler = make_sampler("dpt", store, batch_size=5, seed=2, context_size=64, context=context)
         batch = sampler.sample()
-        assert set(batch) == {"query_observations", "context_observations", "context_actions", "context_rewards",
-                              "context_next_observations", "optimal_actions", "task_ids"}
+        assert set(batch) == {
+            "query_observations",
+            "context_observations",
+            "context_actions",
+            "context_rewards",
+            "context_next_observations",
+            "optimal_actions",
+            "task_ids",
+        }
         packed_all = arrays["states"]
         for b in range(5):
             task = int(batch["task_ids"][b])
@@ -209,9 +221,14 @@ def test_download_keeps_the_file_as_is_records_its_sha256_and_opens_it_in_place(
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     try:
         monkeypatch.setenv("NO_PROXY", "127.0.0.1")
-        card = {"id": "test/xland", "description": "served by the test", "format": "xland", "kind": "learning-history",
-                "source": {"files": [{"url": f"http://127.0.0.1:{httpd.server_address[1]}/trivial-10k"}]},
-                "env": {"suite": "xland", "id": "XLand-MiniGrid-R1-9x9", "kwargs": {"benchmark": "trivial-1m"}}}
+        card = {
+            "id": "test/xland",
+            "description": "served by the test",
+            "format": "xland",
+            "kind": "learning-history",
+            "source": {"files": [{"url": f"http://127.0.0.1:{httpd.server_address[1]}/trivial-10k"}]},
+            "env": {"suite": "xland", "id": "XLand-MiniGrid-R1-9x9", "kwargs": {"benchmark": "trivial-1m"}},
+        }
         (isolated_home / "datasets").mkdir(parents=True)
         (isolated_home / "datasets" / "xland.toml").write_text(tomli_w.dumps(card))
         code, out, _ = cli(capsys, "download", "test/xland")

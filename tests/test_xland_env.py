@@ -17,8 +17,12 @@ from offbench.errors import OffbenchError
 
 
 def test_ruleset_files_round_trip_and_code_in_a_pickle_is_refused(tmp_path):
-    arrays = {"goals": np.arange(10, dtype=np.uint8).reshape(2, 5), "rules": np.zeros((2, 1, 7), np.uint8),
-              "init_tiles": np.ones((2, 1, 2), np.uint8), "num_rules": np.zeros(2, np.int64)}
+    arrays = {
+        "goals": np.arange(10, dtype=np.uint8).reshape(2, 5),
+        "rules": np.zeros((2, 1, 7), np.uint8),
+        "init_tiles": np.ones((2, 1, 2), np.uint8),
+        "num_rules": np.zeros(2, np.int64),
+    }
     back = read_rulesets(write_rulesets(tmp_path / "bench", arrays))
     assert all(np.array_equal(back[k], arrays[k]) for k in arrays)
     with bz2.open(tmp_path / "evil", "wb") as handle:
@@ -37,8 +41,12 @@ def test_held_out_rulesets_are_unused_by_training_and_seeded():
 
 
 def test_split_takes_the_data_rulesets_for_training_and_unused_ones_as_held_out(tmp_path):
-    arrays = {"goals": np.zeros((12, 5), np.uint8), "rules": np.zeros((12, 1, 7), np.uint8),
-              "init_tiles": np.zeros((12, 1, 2), np.uint8), "num_rules": np.zeros(12, np.int64)}
+    arrays = {
+        "goals": np.zeros((12, 5), np.uint8),
+        "rules": np.zeros((12, 1, 7), np.uint8),
+        "init_tiles": np.zeros((12, 1, 2), np.uint8),
+        "num_rules": np.zeros(12, np.int64),
+    }
     spec = {"suite": "xland", "id": "XLand-MiniGrid-R1-9x9", "kwargs": {"rulesets_file": str(write_rulesets(tmp_path / "b", arrays))}}
     train, held_out = xland_split(spec, np.array([2, 4, 6]), held_out=5, seed=0)
     assert train == [{"ruleset": 2}, {"ruleset": 4}, {"ruleset": 6}]
@@ -86,8 +94,12 @@ def test_card_tasks_of_an_xland_card(tmp_path, isolated_home):
     from offbench.data.cards import get_card
     from offbench.envs.benchmarks import card_tasks
 
-    placeholders = {"goals": np.zeros((4, 5), np.uint8), "rules": np.zeros((4, 1, 7), np.uint8),
-                    "init_tiles": np.zeros((4, 1, 2), np.uint8), "num_rules": np.zeros(4, np.int64)}
+    placeholders = {
+        "goals": np.zeros((4, 5), np.uint8),
+        "rules": np.zeros((4, 1, 7), np.uint8),
+        "init_tiles": np.zeros((4, 1, 2), np.uint8),
+        "num_rules": np.zeros(4, np.int64),
+    }
     registered_xland_card(isolated_home, tmp_path, held_out=1, rulesets=placeholders)
     train, held_out = card_tasks(get_card("test/xland"))
     assert train == [{"ruleset": 0}, {"ruleset": 1}, {"ruleset": 2}] and held_out == [{"ruleset": 3}]  # the only unused one

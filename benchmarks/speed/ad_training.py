@@ -58,7 +58,9 @@ class ReferenceAD(nn.Module):
 
     def forward(self, states: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor) -> torch.Tensor:
         batch, steps = actions.shape
-        tokens = torch.stack([self.state_embedding(states), self.action_embedding(actions), self.reward_embedding(rewards.unsqueeze(-1))], dim=2)
+        tokens = torch.stack(
+            [self.state_embedding(states), self.action_embedding(actions), self.reward_embedding(rewards.unsqueeze(-1))], dim=2
+        )
         x = self.project(tokens.reshape(batch, 3 * steps, -1)) + self.positions.weight[: 3 * steps]
         return self.head(self.encoder(x, mask=self.mask[: 3 * steps, : 3 * steps], is_causal=True)[:, 0::3])
 
@@ -95,8 +97,16 @@ def main(
     spec = DatasetSpec.from_store(store)
     dev = torch.device(device)
     cls = get_baseline("ad")
-    sizes = dict(context_steps=context, embedding_dim=embedding, hidden_dim=hidden, num_layers=layers, num_heads=heads,
-                 attention_dropout=dropout, residual_dropout=dropout, embedding_dropout=dropout)
+    sizes = dict(
+        context_steps=context,
+        embedding_dim=embedding,
+        hidden_dim=hidden,
+        num_layers=layers,
+        num_heads=heads,
+        attention_dropout=dropout,
+        residual_dropout=dropout,
+        embedding_dropout=dropout,
+    )
     sides = {}
     reference = ReferenceAD(81, spec.action_dim, context, embedding, hidden, layers, heads, dropout).to(dev)
     optimizer = torch.optim.Adam(reference.parameters(), lr=3e-4)
@@ -123,8 +133,10 @@ def main(
     table["updates/s (cpu)"] = 1 / table["cpu_s"]
     table["speed-up (cpu)"] = base["cpu_s"] / table["cpu_s"]
     table["speed-up (wall)"] = base["wall_s"] / table["wall_s"]
-    print(f"training: hidden {hidden}, embedding {embedding}, {layers} layers x {heads} heads, context {context} steps, "
-          f"batch {batch}, dropout {dropout}, {rounds} rounds x {updates} updates, {threads} thread(s), {device}")
+    print(
+        f"training: hidden {hidden}, embedding {embedding}, {layers} layers x {heads} heads, context {context} steps, "
+        f"batch {batch}, dropout {dropout}, {rounds} rounds x {updates} updates, {threads} thread(s), {device}"
+    )
     print(f"measured {machine()}")
     print(table.round(3).to_markdown())
 
@@ -148,13 +160,21 @@ def main(
                 policy.observe(rewards, dones)
                 if dones.any():
                     observations = env.reset(dones)
-            generation.append({"layout": layout, "kv_cache": kv_cache, "steps/s (cpu)": steps / (time.process_time() - cpu),
-                               "steps/s (wall)": steps / (time.perf_counter() - wall)})
+            generation.append(
+                {
+                    "layout": layout,
+                    "kv_cache": kv_cache,
+                    "steps/s (cpu)": steps / (time.process_time() - cpu),
+                    "steps/s (wall)": steps / (time.perf_counter() - wall),
+                }
+            )
     gen = pd.DataFrame(generation)
     for layout in ("sar", "step"):
         part = gen[gen.layout == layout].set_index("kv_cache")
         gen.loc[gen.layout == layout, "speed-up (cpu)"] = (part["steps/s (cpu)"] / part.loc[False, "steps/s (cpu)"]).to_numpy()
-    print(f"\ngeneration: 16 tasks, {episodes} episodes of 20 steps, context {context} steps (window restarts at {context}, keeps {context // 2})")
+    print(
+        f"\ngeneration: 16 tasks, {episodes} episodes of 20 steps, context {context} steps (window restarts at {context}, keeps {context // 2})"
+    )
     print(gen.round(2).to_markdown(index=False))
 
 

@@ -119,8 +119,19 @@ def timed_generation(folder: Path, label: str, benchmark: str, workers: int, loo
     out.unlink()
     if loop == "numba" and recipe.algo not in ("q-learning", "ad-epsilon"):
         loop = "numpy"  # the bandit sources have no compiled loop
-    return {"row": label, "benchmark": benchmark, "algo": recipe.algo, "loop": loop, "workers": workers, "transitions": n, "wall_s": wall,
-            "M_per_s": n / wall / 1e6, "M_per_cpu_s": n / cpu / 1e6, "bytes_per_step": size / n, "peak_rss_so_far_MB": max(children_peak_rss_mb(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
+    return {
+        "row": label,
+        "benchmark": benchmark,
+        "algo": recipe.algo,
+        "loop": loop,
+        "workers": workers,
+        "transitions": n,
+        "wall_s": wall,
+        "M_per_s": n / wall / 1e6,
+        "M_per_cpu_s": n / cpu / 1e6,
+        "bytes_per_step": size / n,
+        "peak_rss_so_far_MB": max(children_peak_rss_mb(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+    }
 
 
 def timed_cli(folder: Path, loop: str | None) -> dict:
@@ -136,13 +147,29 @@ def timed_cli(folder: Path, loop: str | None) -> dict:
     command = [sys.executable, "-m", "offbench", "generate", "darkroom"]
     for name in ("warm-up", "cli"):
         shutil.rmtree(folder / name, ignore_errors=True)
-    subprocess.run([*command, "--tasks", "3", "--held-out", "1", "--episodes", "10", "--out", str(folder / "warm-up"), "-q"], check=True, env=env, capture_output=True)
-    _, wall, cpu = timed(lambda: subprocess.run([*command, *CLI_ARGS, "--out", str(folder / "cli"), "-q"], check=True, env=env, capture_output=True))
+    subprocess.run(
+        [*command, "--tasks", "3", "--held-out", "1", "--episodes", "10", "--out", str(folder / "warm-up"), "-q"],
+        check=True,
+        env=env,
+        capture_output=True,
+    )
+    _, wall, cpu = timed(
+        lambda: subprocess.run([*command, *CLI_ARGS, "--out", str(folder / "cli"), "-q"], check=True, env=env, capture_output=True)
+    )
     n = 65 * 8 * 1000 * 20
     chosen = loop or selected_loop(1000 * 20, n // default_workers())
-    return {"row": "cli (end to end)" + ("" if loop else ", loop offbench picks"), "benchmark": "darkroom", "algo": "q-learning", "loop": chosen,
-            "workers": default_workers(), "transitions": n,
-            "wall_s": wall, "M_per_s": n / wall / 1e6, "M_per_cpu_s": n / cpu / 1e6, "bytes_per_step": (folder / "cli" / "data.h5").stat().st_size / n}
+    return {
+        "row": "cli (end to end)" + ("" if loop else ", loop offbench picks"),
+        "benchmark": "darkroom",
+        "algo": "q-learning",
+        "loop": chosen,
+        "workers": default_workers(),
+        "transitions": n,
+        "wall_s": wall,
+        "M_per_s": n / wall / 1e6,
+        "M_per_cpu_s": n / cpu / 1e6,
+        "bytes_per_step": (folder / "cli" / "data.h5").stat().st_size / n,
+    }
 
 
 def main() -> None:
@@ -157,24 +184,45 @@ def main() -> None:
         folder = Path(tmp)
         # side by side: reference, offbench on one core, on every core, the CLI (same 10.4M transitions)
         n, wall, cpu = timed(lambda: reference_q_learning(520, 1000))
-        rows.append({"row": "reference (plain vectorised loop)", "benchmark": "darkroom", "algo": "q-learning", "loop": "-", "workers": 1,
-                     "transitions": n, "wall_s": wall, "M_per_s": n / wall / 1e6, "M_per_cpu_s": n / cpu / 1e6})
+        rows.append(
+            {
+                "row": "reference (plain vectorised loop)",
+                "benchmark": "darkroom",
+                "algo": "q-learning",
+                "loop": "-",
+                "workers": 1,
+                "transitions": n,
+                "wall_s": wall,
+                "M_per_s": n / wall / 1e6,
+                "M_per_cpu_s": n / cpu / 1e6,
+            }
+        )
         compile_loop()  # numba started (its cache loaded or written) once, before the timed rows
-        headline = [(label, count, loop) for label, count in (("offbench (1 worker)", 1), (f"offbench ({workers} workers)", workers)) for loop in LOOPS]
-        rounds = [[timed_generation(folder, label, "darkroom", count, loop, **darkroom, episodes=1000) for label, count, loop in headline]
-                  for _ in range(args.rounds)]  # interleaved, so that a slow spell of the machine hits every row alike
+        headline = [
+            (label, count, loop)
+            for label, count in (("offbench (1 worker)", 1), (f"offbench ({workers} workers)", workers))
+            for loop in LOOPS
+        ]
+        rounds = [
+            [timed_generation(folder, label, "darkroom", count, loop, **darkroom, episodes=1000) for label, count, loop in headline]
+            for _ in range(args.rounds)
+        ]  # interleaved, so that a slow spell of the machine hits every row alike
         for runs in zip(*rounds):  # the median round of each row
             rows.append(sorted(runs, key=lambda r: r["wall_s"])[len(runs) // 2] | {"rounds": len(runs)})
         rows.append(timed_cli(folder, None))
         rows.append(timed_cli(folder, "numba"))
         # the other benchmarks, every core
-        others = [("keydoor", {"algo": "q-learning", "tasks": 250, "held_out": 50, "histories_per_task": 1, "episodes": 2000}),
-                  ("darkroom-hard", {"algo": "q-learning", "tasks": 288, "held_out": 58, "histories_per_task": 1, "episodes": 2000})]
+        others = [
+            ("keydoor", {"algo": "q-learning", "tasks": 250, "held_out": 50, "histories_per_task": 1, "episodes": 2000}),
+            ("darkroom-hard", {"algo": "q-learning", "tasks": 288, "held_out": 58, "histories_per_task": 1, "episodes": 2000}),
+        ]
         if not args.quick:
             others.append(("darkroom", {"algo": "ad-epsilon", "tasks": 81, "held_out": 16, "episodes": 20000}))
-        bandits = [("bandit", {"algo": "ucb", "variant": "adversarial", "tasks": 5000, "held_out": 1000, "episodes": 100}),
-                   ("bandit", {"algo": "thompson", "variant": "adversarial", "tasks": 5000, "held_out": 1000, "episodes": 100}),
-                   ("bandit-gaussian", {"algo": "thompson", "tasks": 10200, "held_out": 200, "episodes": 500})]
+        bandits = [
+            ("bandit", {"algo": "ucb", "variant": "adversarial", "tasks": 5000, "held_out": 1000, "episodes": 100}),
+            ("bandit", {"algo": "thompson", "variant": "adversarial", "tasks": 5000, "held_out": 1000, "episodes": 100}),
+            ("bandit-gaussian", {"algo": "thompson", "tasks": 10200, "held_out": 200, "episodes": 500}),
+        ]
         for (benchmark, params), loop in [(job, loop) for job in others for loop in LOOPS] + [(job, "numpy") for job in bandits]:
             rows.append(timed_generation(folder, "card size", benchmark, workers, loop, **params))
             print(rows[-1], file=sys.stderr, flush=True)
@@ -198,13 +246,19 @@ def main() -> None:
     row = lambda label, loop: table[(table.row == label) & (table.loop == loop)].iloc[0]  # noqa: E731
     for loop in LOOPS:
         one, every = row("offbench (1 worker)", loop), row(f"offbench ({workers} workers)", loop)
-        print(f"\n{loop} loop: wall clock, offbench (1 worker) / reference = {one.x_reference:.2f}x; offbench ({workers} workers) / reference = "
-              f"{every.x_reference:.2f}x ({every.M_per_s:.2f}M transitions/s); per CPU second, 1 worker / reference = {one.x_reference_per_cpu_s:.2f}x")
+        print(
+            f"\n{loop} loop: wall clock, offbench (1 worker) / reference = {one.x_reference:.2f}x; offbench ({workers} workers) / reference = "
+            f"{every.x_reference:.2f}x ({every.M_per_s:.2f}M transitions/s); per CPU second, 1 worker / reference = {one.x_reference_per_cpu_s:.2f}x"
+        )
     picked = table[table.row == "cli (end to end), loop offbench picks"].iloc[0]
-    print(f"CLI end to end / reference: {picked.x_reference:.2f}x with the loop offbench picks ({picked.loop}), "
-          f"{row('cli (end to end)', 'numba').x_reference:.2f}x with numba forced")
-    print(f"linearity (darkroom, 520 histories): wall_s = {slope:.3f} s per M transitions + {intercept:.3f} s, R^2 = {r2:.4f}; "
-          f"s per M transitions from {per_m.iloc[0]:.3f} to {per_m.iloc[-1]:.3f}")
+    print(
+        f"CLI end to end / reference: {picked.x_reference:.2f}x with the loop offbench picks ({picked.loop}), "
+        f"{row('cli (end to end)', 'numba').x_reference:.2f}x with numba forced"
+    )
+    print(
+        f"linearity (darkroom, 520 histories): wall_s = {slope:.3f} s per M transitions + {intercept:.3f} s, R^2 = {r2:.4f}; "
+        f"s per M transitions from {per_m.iloc[0]:.3f} to {per_m.iloc[-1]:.3f}"
+    )
     print(f"DarkRoomBatch observations stored as {DarkRoomBatch(np.array([[0, 0]])).compact_observations().dtype}")
 
 

@@ -136,8 +136,10 @@ def minari_segments(dataset, rng: np.random.Generator, batch: int, k: int) -> di
         rtg.append(np.concatenate([np.zeros(pad, np.float32), returns[start:end]]))
         ts.append(np.concatenate([np.zeros(pad, np.int64), np.arange(start, end)]))
         mask.append(np.arange(k) >= pad)
-    return {name: torch.from_numpy(np.stack(v)) for name, v in
-            {"observations": obs, "actions": act, "returns_to_go": rtg, "timesteps": ts, "mask": mask}.items()}
+    return {
+        name: torch.from_numpy(np.stack(v))
+        for name, v in {"observations": obs, "actions": act, "returns_to_go": rtg, "timesteps": ts, "mask": mask}.items()
+    }
 
 
 def rate(fn: Callable[[], object], batch: int, seconds: float, repeats: int) -> float:
@@ -212,11 +214,23 @@ def main(
     rows = []
     for (kind, who), value in rates.items():
         ours = rates[(kind, "offbench")]
-        rows.append({"batch": f"{kind} (B={BATCH}" + (f", K={K})" if kind == "segments" else ")"), "library": who,
-                     "result": f"{value:,.0f} samples/s", "offbench speed-up": f"{ours / value:.1f}x"})
+        rows.append(
+            {
+                "batch": f"{kind} (B={BATCH}" + (f", K={K})" if kind == "segments" else ")"),
+                "library": who,
+                "result": f"{value:,.0f} samples/s",
+                "offbench speed-up": f"{ours / value:.1f}x",
+            }
+        )
     for who, seconds_taken in load.items():
-        rows.append({"batch": f"load {episodes * steps:,} transitions, ready to sample", "library": who,
-                     "result": f"{seconds_taken:.4f} s", "offbench speed-up": f"{seconds_taken / load['offbench']:.2f}x"})
+        rows.append(
+            {
+                "batch": f"load {episodes * steps:,} transitions, ready to sample",
+                "library": who,
+                "result": f"{seconds_taken:.4f} s",
+                "offbench speed-up": f"{seconds_taken / load['offbench']:.2f}x",
+            }
+        )
     print_table(rows, "Sampling: offbench against Minari and d3rlpy (one thread)")
 
 

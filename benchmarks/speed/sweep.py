@@ -54,8 +54,20 @@ def sequential(spec_path: Path, out: Path, cores: int) -> float:
     spec = load_sweep(spec_path)
     begin = time.perf_counter()
     for run in spec.expand():
-        argv = offbench_argv("run", "baseline", run.baseline, "--dataset", run.dataset, "--seed", str(run.seed), "--out", str(out),
-                             "--name", run.name, *(a for o in run.overrides() for a in ("--set", o)))
+        argv = offbench_argv(
+            "run",
+            "baseline",
+            run.baseline,
+            "--dataset",
+            run.dataset,
+            "--seed",
+            str(run.seed),
+            "--out",
+            str(out),
+            "--name",
+            run.name,
+            *(a for o in run.overrides() for a in ("--set", o)),
+        )
         subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **thread_env(cores)})
     return time.perf_counter() - begin
 
@@ -100,9 +112,18 @@ def main() -> None:
             init = time.perf_counter() - begin
             results["ray"] = with_executor(spec, folder / "ray", RayExecutor())
             ray.shutdown()
-    print_table([{"executor": name, "wall s": f"{wall:.1f}", "runs/hour": f"{3600 * args.runs / wall:.0f}",
-                  "vs sequential": f"{results['sequential'] / wall:.2f}x"} for name, wall in results.items()],
-                f"{args.runs} BC runs x {args.steps} updates on pendulum-scripted, {cores} cores")
+    print_table(
+        [
+            {
+                "executor": name,
+                "wall s": f"{wall:.1f}",
+                "runs/hour": f"{3600 * args.runs / wall:.0f}",
+                "vs sequential": f"{results['sequential'] / wall:.2f}x",
+            }
+            for name, wall in results.items()
+        ],
+        f"{args.runs} BC runs x {args.steps} updates on pendulum-scripted, {cores} cores",
+    )
     if "ray" in results:
         print(f"ray.init: {init:.1f} s; Ray overhead per run vs local: {(results['ray'] - results['local']) / args.runs:+.2f} s")
 

@@ -167,11 +167,24 @@ def d3rlpy_settings(algo: str, config: dict[str, Any], spec: DatasetSpec) -> dic
         return {**bounds, **{k: config[k] for k in keys}, "hidden_layers": config["critic_hidden_layers"]}
     if not config["embedding_dropout"] == config["attention_dropout"] == config["residual_dropout"]:
         raise ValueError("d3rlpy's DT settings here use one dropout rate")
-    keys = ("batch_size", "learning_rate", "segment_length", "num_heads", "num_layers", "embedding_dim", "weight_decay",
-            "grad_clip", "warmup_steps", "reward_scale")
+    keys = (
+        "batch_size",
+        "learning_rate",
+        "segment_length",
+        "num_heads",
+        "num_layers",
+        "embedding_dim",
+        "weight_decay",
+        "grad_clip",
+        "warmup_steps",
+        "reward_scale",
+    )
     return {
-        **bounds, **{k: config[k] for k in keys}, "dropout": config["embedding_dropout"],
-        "max_timestep": spec.max_episode_length, "target_return": config["target_returns"][0],
+        **bounds,
+        **{k: config[k] for k in keys},
+        "dropout": config["embedding_dropout"],
+        "max_timestep": spec.max_episode_length,
+        "target_return": config["target_returns"][0],
     }
 
 
@@ -206,8 +219,17 @@ def run_offbench(algo: str, config: dict[str, Any], store, spec: DatasetSpec, se
 
 
 def run_d3rlpy(algo: str, settings: dict[str, Any], path: Path, seed: int, steps: int, episodes: int, threads: int) -> dict:
-    job = {"algo": algo, "settings": settings, "path": str(path), "seed": seed, "steps": steps, "episodes": episodes,
-           "threads": threads, "env": ENV_ID, "eval_seed": EVAL_SEED}
+    job = {
+        "algo": algo,
+        "settings": settings,
+        "path": str(path),
+        "seed": seed,
+        "steps": steps,
+        "episodes": episodes,
+        "threads": threads,
+        "env": ENV_ID,
+        "eval_seed": EVAL_SEED,
+    }
     return json.loads(run_peer("d3rlpy", D3RLPY_WORKER, json.dumps(job)).strip().splitlines()[-1])
 
 
@@ -235,20 +257,41 @@ def main(
                     result = run_offbench(algo, config, store, spec, seed, steps, episodes)
                 else:
                     result = run_d3rlpy(algo, settings, store.path, seed, steps, episodes, threads)
-                rows.append({"algo": algo, "library": library, "seed": seed, "steps/s (cpu)": steps / result["cpu_s"],
-                             "steps/s (wall)": steps / result["wall_s"], "return": float(np.mean(result["returns"]))})
-                print(f"{algo} {library:8s} seed {seed}: {rows[-1]['steps/s (cpu)']:7.1f} steps/s (cpu), "
-                      f"return {rows[-1]['return']:8.1f}", file=sys.stderr, flush=True)
-    table = pd.DataFrame(rows).groupby(["algo", "library"]).agg(
-        steps_cpu=("steps/s (cpu)", "median"), steps_wall=("steps/s (wall)", "median"),
-        return_mean=("return", "mean"), return_std=("return", "std"),
+                rows.append(
+                    {
+                        "algo": algo,
+                        "library": library,
+                        "seed": seed,
+                        "steps/s (cpu)": steps / result["cpu_s"],
+                        "steps/s (wall)": steps / result["wall_s"],
+                        "return": float(np.mean(result["returns"])),
+                    }
+                )
+                print(
+                    f"{algo} {library:8s} seed {seed}: {rows[-1]['steps/s (cpu)']:7.1f} steps/s (cpu), return {rows[-1]['return']:8.1f}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    table = (
+        pd.DataFrame(rows)
+        .groupby(["algo", "library"])
+        .agg(
+            steps_cpu=("steps/s (cpu)", "median"),
+            steps_wall=("steps/s (wall)", "median"),
+            return_mean=("return", "mean"),
+            return_std=("return", "std"),
+        )
     )
     for algo in table.index.get_level_values("algo").unique():
         table.loc[(algo, "offbench"), "ratio_cpu"] = table.loc[(algo, "offbench"), "steps_cpu"] / table.loc[(algo, "d3rlpy"), "steps_cpu"]
-        table.loc[(algo, "offbench"), "ratio_wall"] = table.loc[(algo, "offbench"), "steps_wall"] / table.loc[(algo, "d3rlpy"), "steps_wall"]
-    print(f"{DATASET}: {seeds} seeds, DT {dt_steps} updates, CQL {cql_steps} updates, {episodes} evaluation episodes, "
-          f"{threads} torch thread(s), overrides {list(dt_set) + list(cql_set) or 'none'}; "
-          "steps/s = median over seeds, return = mean (std) over seeds")
+        table.loc[(algo, "offbench"), "ratio_wall"] = (
+            table.loc[(algo, "offbench"), "steps_wall"] / table.loc[(algo, "d3rlpy"), "steps_wall"]
+        )
+    print(
+        f"{DATASET}: {seeds} seeds, DT {dt_steps} updates, CQL {cql_steps} updates, {episodes} evaluation episodes, "
+        f"{threads} torch thread(s), overrides {list(dt_set) + list(cql_set) or 'none'}; "
+        "steps/s = median over seeds, return = mean (std) over seeds"
+    )
     print(f"measured {machine()}")
     print(table.round(2).to_string())
 

@@ -102,8 +102,10 @@ def main() -> None:
         start = time.perf_counter()
         write_xland_file(path, args.tasks, HISTORIES, STEPS, seed=0)
         raw = args.tasks * HISTORIES * STEPS * 30  # bytes per step: 25 state + action + 2 reward + done + expert action
-        print(f"file: {args.tasks} tasks x {HISTORIES} x {STEPS:,} steps, {raw / 1e9:.2f} GB of steps, "
-              f"{path.stat().st_size / 1e9:.2f} GB on disk, written in {time.perf_counter() - start:.0f} s")
+        print(
+            f"file: {args.tasks} tasks x {HISTORIES} x {STEPS:,} steps, {raw / 1e9:.2f} GB of steps, "
+            f"{path.stat().st_size / 1e9:.2f} GB on disk, written in {time.perf_counter() - start:.0f} s"
+        )
 
         histories = load_path(path)
         authors = AuthorsADAccess(path, args.window, seed=0)
@@ -127,10 +129,14 @@ def main() -> None:
             note = f"chunk cache hit rate {reader.hits / max(1, reader.hits + reader.misses):.0%}" if reader else ""
             rows.append((name, best[name], batches[name], note))
         reference = rows[0][1]
-        print_table([{"sampler": name, "windows/s": f"{rate:,.1f}", "batches": count, "speed-up": f"{rate / reference:.1f}x",
-                      "note": note} for name, rate, count, note in rows],
-                    f"B = {args.batch_size}, window = {args.window} steps, best of {args.rounds} interleaved rounds of "
-                    f">= {args.seconds / args.rounds:g} s each, one thread")
+        print_table(
+            [
+                {"sampler": name, "windows/s": f"{rate:,.1f}", "batches": count, "speed-up": f"{rate / reference:.1f}x", "note": note}
+                for name, rate, count, note in rows
+            ],
+            f"B = {args.batch_size}, window = {args.window} steps, best of {args.rounds} interleaved rounds of "
+            f">= {args.seconds / args.rounds:g} s each, one thread",
+        )
 
 
 if __name__ == "__main__":

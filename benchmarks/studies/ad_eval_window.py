@@ -36,18 +36,36 @@ def evaluate(run_dir: Path, tasks: str, window: str, actions: str) -> dict:
     protocol = run.protocol(tasks=tasks, actions=actions)
     (record,) = protocol.evaluate(run.restored_baseline(checkpoint), checkpoint["step"])
     curve = np.asarray(record["in_context_returns"])
-    return {"run": run_dir.name, "seed": run.seed, "step": checkpoint["step"], "tasks": tasks, "window": window,
-            "actions": actions, "first": curve[0], "episodes 40-50": curve[39:50].mean(), "last 5": curve[-5:].mean(),
-            "optimal": record["optimal_return"], "40-50 / optimal": curve[39:50].mean() / record["optimal_return"]}
+    return {
+        "run": run_dir.name,
+        "seed": run.seed,
+        "step": checkpoint["step"],
+        "tasks": tasks,
+        "window": window,
+        "actions": actions,
+        "first": curve[0],
+        "episodes 40-50": curve[39:50].mean(),
+        "last 5": curve[-5:].mean(),
+        "optimal": record["optimal_return"],
+        "40-50 / optimal": curve[39:50].mean() / record["optimal_return"],
+    }
 
 
-def main(run_dirs: list[Path], tasks: list[str] = typer.Option(["train", "held-out"], "--tasks"),
-         actions: list[str] = typer.Option(["sampled", "greedy"], "--actions")) -> None:
+def main(
+    run_dirs: list[Path],
+    tasks: list[str] = typer.Option(["train", "held-out"], "--tasks"),
+    actions: list[str] = typer.Option(["sampled", "greedy"], "--actions"),
+) -> None:
     import torch
 
     torch.set_num_threads(1)
-    rows = [evaluate(run_dir, split, window, mode) for run_dir in run_dirs for split in tasks
-            for window in ("half", "sliding") for mode in actions]
+    rows = [
+        evaluate(run_dir, split, window, mode)
+        for run_dir in run_dirs
+        for split in tasks
+        for window in ("half", "sliding")
+        for mode in actions
+    ]
     print(pd.DataFrame(rows).to_markdown(index=False, floatfmt=".2f"))
 
 

@@ -120,8 +120,11 @@ def training_floor(actions: np.ndarray, rewards: np.ndarray, best: np.ndarray, a
     and how often the posterior's argmax there is the best arm (the best full-context accuracy)."""
     posterior = best_arm_posteriors(actions, rewards, arms)
     cross_entropy = -np.log(posterior[np.arange(len(best)), :, best] + 1e-12)
-    return {"all prefixes": cross_entropy.mean(), "full context": cross_entropy[:, -1].mean(),
-            "full-context accuracy": (posterior[:, -1].argmax(-1) == best).mean()}
+    return {
+        "all prefixes": cross_entropy.mean(),
+        "full context": cross_entropy[:, -1].mean(),
+        "full-context accuracy": (posterior[:, -1].argmax(-1) == best).mean(),
+    }
 
 
 def training_contexts(store, histories: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -171,8 +174,10 @@ def report(probs: np.ndarray, posterior: np.ndarray, means: np.ndarray) -> None:
     table = pd.DataFrame({f"prefixes {lo}-{hi - 1}": {k: v[lo:hi].mean() for k, v in per_prefix.items()} for lo, hi in buckets})
     table["all"] = {k: v.mean() for k, v in per_prefix.items()}
     print(table.round(4).to_string())
-    print(f"sum over pulls 1-{pulls} of the regret of a sampled pull: model {per_prefix['regret of a sampled pull'][:pulls].sum():.2f}, "
-          f"Bayes {per_prefix['Bayes regret of a sampled pull'][:pulls].sum():.2f}")
+    print(
+        f"sum over pulls 1-{pulls} of the regret of a sampled pull: model {per_prefix['regret of a sampled pull'][:pulls].sum():.2f}, "
+        f"Bayes {per_prefix['Bayes regret of a sampled pull'][:pulls].sum():.2f}"
+    )
 
 
 def main(
@@ -191,9 +196,11 @@ def main(
             if floor_histories > 0:  # read once per card: the floor here, each DPT run's loss on them below
                 seen = cards[card["id"]]["seen"] = training_contexts(run.dataset.store, floor_histories)
                 floor = cards[card["id"]]["floor"] = training_floor(*seen, int(run.dataset.store.action_space.n))
-                print(f"\n{card['id']}: Bayes floor of DPT's loss on its first {floor_histories} training histories: "
-                      f"{floor['all prefixes']:.3f} nats over every prefix, {floor['full context']:.3f} at the full context, "
-                      f"where the posterior's argmax is the best arm {floor['full-context accuracy']:.1%} of the time")
+                print(
+                    f"\n{card['id']}: Bayes floor of DPT's loss on its first {floor_histories} training histories: "
+                    f"{floor['all prefixes']:.3f} nats over every prefix, {floor['full context']:.3f} at the full context, "
+                    f"where the posterior's argmax is the best arm {floor['full-context accuracy']:.1%} of the time"
+                )
         measured = cards[card["id"]]
         means, actions, rewards, posterior = measured["histories"]
         checkpoint = load_checkpoint(run.run_dir, run.device)
@@ -201,18 +208,25 @@ def main(
             raise OffbenchError(f"{run_dir}: no checkpoint yet (checkpoints/last.pt)")
         model = run.restored_baseline(checkpoint).model
         probs = model_probabilities(run.record["baseline"], model, run.spec, actions, rewards)
-        print(f"\n{run_dir} ({run.record['baseline']}, seed {run.seed}, update {checkpoint['step']}; {histories} Thompson-sampling histories)")
+        print(
+            f"\n{run_dir} ({run.record['baseline']}, seed {run.seed}, update {checkpoint['step']}; {histories} Thompson-sampling histories)"
+        )
         report(probs, posterior, means)
         if run.record["baseline"] == "dpt" and floor_histories > 0:
             if "fresh" not in measured:
                 fresh = fresh_contexts(card, floor_histories, seed)
                 measured["fresh"] = fresh, prefix_cross_entropy(best_arm_posteriors(*fresh[:2], run.spec.action_dim), fresh[2])
             (fresh, fresh_floor), seen = measured["fresh"], measured["seen"]
-            seen_loss, fresh_loss = (prefix_cross_entropy(model_probabilities("dpt", model, run.spec, a, r.astype(np.float32)), best)
-                                     for a, r, best in (seen, fresh))
-            print(f"DPT's loss over every prefix (Bayes floor): its first {floor_histories} training contexts {seen_loss:.3f} "
-                  f"({measured['floor']['all prefixes']:.3f}), as many fresh contexts of the same roll-in on the held-out tasks "
-                  f"{fresh_loss:.3f} ({fresh_floor:.3f})")
+            seen_loss, fresh_loss = (
+                prefix_cross_entropy(model_probabilities("dpt", model, run.spec, a, r.astype(np.float32)), best)
+                for a, r, best in (seen, fresh)
+            )
+            print(
+                f"DPT's loss over every prefix (Bayes floor): its first {floor_histories} training contexts {seen_loss:.3f} "
+                f"({measured['floor']['all prefixes']:.3f}), as many fresh contexts of the same roll-in on the held-out tasks "
+                f"{fresh_loss:.3f} ({fresh_floor:.3f})"
+            )
+
 
 if __name__ == "__main__":
     main.__doc__ = cli_help(__doc__)  # --help: the question, the command and where the answer stands

@@ -45,8 +45,9 @@ SIZE, HORIZON = 9, 20
 MODES = ("sampled", "greedy", "per episode", "gumbel per episode", "uniform per episode")
 
 
-def ideal_returns(train_goals: np.ndarray, goals: np.ndarray, mode: str, excludes: bool, window: int, episodes: int,
-                  rng: np.random.Generator) -> np.ndarray:
+def ideal_returns(
+    train_goals: np.ndarray, goals: np.ndarray, mode: str, excludes: bool, window: int, episodes: int, rng: np.random.Generator
+) -> np.ndarray:
     """(rows, episodes) returns of the ideal policy, one row per entry of `goals` (cell indices)."""
     moves, policy = next_cell_table(SIZE), policy_table(SIZE)
     rows = np.arange(len(goals))
@@ -101,8 +102,10 @@ def main(
     held_goals = [task["goal"] for task in held_out]
     goals = np.tile(cell_index(np.array(held_goals), SIZE), repeats)
     optimum = np.mean([optimal_return(goal, SIZE, HORIZON, False) for goal in held_goals])
-    print(f"{dataset}: {len(train_goals)} training goals, {len(held_goals)} held-out goals x {repeats} repeats, "
-          f"{episodes} episodes, context {window} transitions; optimal return {optimum:.2f}")
+    print(
+        f"{dataset}: {len(train_goals)} training goals, {len(held_goals)} held-out goals x {repeats} repeats, "
+        f"{episodes} episodes, context {window} transitions; optimal return {optimum:.2f}"
+    )
     print("| action | reads where the goal is not | first episode | last 5 episodes | last 5 / optimal |")
     print("|---|---|---:|---:|---:|")
     for mode in MODES:
@@ -110,8 +113,10 @@ def main(
             returns = ideal_returns(train_goals, goals, mode, excludes, window, episodes, np.random.default_rng(seed))
             per_repeat = returns.reshape(repeats, len(held_goals), episodes).mean(1)
             last5 = per_repeat[:, -5:].mean(1)
-            print(f"| {mode} | {'yes' if excludes else 'no'} | {per_repeat[:, 0].mean():.2f} | {interval(list(last5))} "
-                  f"| {last5.mean() / optimum:.0%} |")
+            print(
+                f"| {mode} | {'yes' if excludes else 'no'} | {per_repeat[:, 0].mean():.2f} | {interval(list(last5))} "
+                f"| {last5.mean() / optimum:.0%} |"
+            )
 
 
 if __name__ == "__main__":

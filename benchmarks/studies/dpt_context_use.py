@@ -47,7 +47,10 @@ def uniform_contexts(goals: np.ndarray, contexts: int, length: int, rng: np.rand
     query = rng.integers(0, SIZE * SIZE, contexts)
     xy = cell_xy_table(SIZE)
     return {
-        "query": xy[query], "cells": xy[cells], "actions": actions, "next_cells": xy[next_cells],
+        "query": xy[query],
+        "cells": xy[cells],
+        "actions": actions,
+        "next_cells": xy[next_cells],
         "rewards": (next_cells == goal[:, None]).astype(np.float32),
         "labels": policy_table(SIZE)[goal, query],
     }
@@ -94,7 +97,9 @@ def main(
         if checkpoint is None:
             raise OffbenchError(f"{run_dir}: no checkpoint yet (checkpoints/last.pt)")
         model = run.restored_baseline(checkpoint).model
-        print(f"\n{run_dir} (seed {run.seed}, update {checkpoint['step']}; {contexts} contexts of {run.config.baseline.context_size} uniform transitions)")
+        print(
+            f"\n{run_dir} (seed {run.seed}, update {checkpoint['step']}; {contexts} contexts of {run.config.baseline.context_size} uniform transitions)"
+        )
         train, held_out = card_tasks(run.dataset.card)
         rng = np.random.default_rng(seed)
         train_goals = np.array([task["goal"] for task in train])
@@ -105,11 +110,16 @@ def main(
             seen = batch["rewards"].any(axis=1)
             unseen = {key: value[~seen] for key, value in batch.items()}
             bayes = {use: bayes_probabilities(train_goals, unseen, use) for use in (False, True)}
-            scores = {use: f"{(p.argmax(-1) == unseen['labels']).mean():.3f} / {cross_entropy(p, unseen['labels']):.3f}" for use, p in bayes.items()}
-            print(f"{name}: optimal action {right.mean():.3f}; with the reward in the context ({seen.mean():.0%} of them) "
-                  f"{right[seen].mean():.3f}, without it {right[~seen].mean():.3f}, cross-entropy "
-                  f"{cross_entropy(probabilities[~seen], unseen['labels']):.3f} (the training goals' posterior, accuracy / "
-                  f"cross-entropy: {scores[False]} from the query alone, {scores[True]} knowing which cells were not the goal)")
+            scores = {
+                use: f"{(p.argmax(-1) == unseen['labels']).mean():.3f} / {cross_entropy(p, unseen['labels']):.3f}"
+                for use, p in bayes.items()
+            }
+            print(
+                f"{name}: optimal action {right.mean():.3f}; with the reward in the context ({seen.mean():.0%} of them) "
+                f"{right[seen].mean():.3f}, without it {right[~seen].mean():.3f}, cross-entropy "
+                f"{cross_entropy(probabilities[~seen], unseen['labels']):.3f} (the training goals' posterior, accuracy / "
+                f"cross-entropy: {scores[False]} from the query alone, {scores[True]} knowing which cells were not the goal)"
+            )
 
 
 if __name__ == "__main__":

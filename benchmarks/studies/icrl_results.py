@@ -43,9 +43,19 @@ def latest_evaluation(run_dir: Path) -> dict | None:
 
 def row_of(run: dict, line: dict, label: str) -> dict:
     returns = line["in_context_returns"]
-    return {"dataset": run["dataset"]["id"], "baseline": label, "seed": run["seed"], "step": line["step"],
-            "regret": line["regret"], "first": returns[0], "last5": float(np.mean(returns[-5:])),
-            "optimal": line["optimal_return"], "bandit": max(line["lengths"]) == 1, "pulls": len(returns), "tasks": line["tasks"]}
+    return {
+        "dataset": run["dataset"]["id"],
+        "baseline": label,
+        "seed": run["seed"],
+        "step": line["step"],
+        "regret": line["regret"],
+        "first": returns[0],
+        "last5": float(np.mean(returns[-5:])),
+        "optimal": line["optimal_return"],
+        "bandit": max(line["lengths"]) == 1,
+        "pulls": len(returns),
+        "tasks": line["tasks"],
+    }
 
 
 def resampled_evaluation(run_dir: Path) -> dict:
@@ -112,14 +122,18 @@ def main(
             for name, curve in references.items():
                 print(f"| {name} | - | - | {curve[-1]:.2f} | {curve[-1] / thompson:.2f} |")
         else:
-            print("| baseline | seeds | update step | first episode | last 5 episodes | optimal | last5 / first (means) | last5 / optimal | seeds meeting the CPU target |")
+            print(
+                "| baseline | seeds | update step | first episode | last 5 episodes | optimal | last5 / first (means) | last5 / optimal | seeds meeting the CPU target |"
+            )
             print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
             for baseline, runs in part.groupby("baseline", sort=True):
                 first, last5 = runs["first"].mean(), runs["last5"].mean()  # a ratio of means: a first episode is often 0
                 met = int(((runs["last5"] >= 3 * runs["first"]) & (runs["last5"] >= 0.5 * runs["optimal"])).sum())
-                print(f"| {baseline} | {len(runs)} | {sorted(set(runs['step']))} | {interval(list(runs['first']))} | "
-                      f"{interval(list(runs['last5']))} | {runs['optimal'].mean():.2f} | {last5 / first if first > 0 else float('inf'):.1f} | "
-                      f"{interval(list(runs['last5'] / runs['optimal']))} | {met} of {len(runs)} |")
+                print(
+                    f"| {baseline} | {len(runs)} | {sorted(set(runs['step']))} | {interval(list(runs['first']))} | "
+                    f"{interval(list(runs['last5']))} | {runs['optimal'].mean():.2f} | {last5 / first if first > 0 else float('inf'):.1f} | "
+                    f"{interval(list(runs['last5'] / runs['optimal']))} | {met} of {len(runs)} |"
+                )
 
 
 if __name__ == "__main__":

@@ -72,8 +72,14 @@ def measure(case: str, updates: int) -> dict:
     for batch in batches:
         baseline.update(batch)
     peak = status_kib("VmHWM")
-    return {"case": case, "batch_size": config.train.batch_size, "estimate": estimate.total,
-            "measured": (peak - before) * 1024, "rss_before": before * 1024, "formula": estimate.formula}
+    return {
+        "case": case,
+        "batch_size": config.train.batch_size,
+        "estimate": estimate.total,
+        "measured": (peak - before) * 1024,
+        "rss_before": before * 1024,
+        "formula": estimate.formula,
+    }
 
 
 CASES_HELP = f"cases to run (default all): {', '.join(CASES)}"
@@ -91,14 +97,18 @@ def main(
     print("|---|---|---|---|---|")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     for name in case or list(CASES):
-        done = subprocess.run([sys.executable, __file__, "--child", name, "--updates", str(updates)],
-                              capture_output=True, text=True, env=env, cwd=REPO)
+        done = subprocess.run(
+            [sys.executable, __file__, "--child", name, "--updates", str(updates)], capture_output=True, text=True, env=env, cwd=REPO
+        )
         if done.returncode != 0:
             print(f"| {name} | failed: {done.stderr.strip().splitlines()[-1:]} | | | |")
             continue
         r = json.loads(done.stdout.strip().splitlines()[-1])
-        print(f"| {name} | {r['batch_size']} | {r['estimate'] / 2**20:,.0f} | {r['measured'] / 2**20:,.0f} | "
-              f"{r['estimate'] / max(r['measured'], 1):.2f} |", flush=True)
+        print(
+            f"| {name} | {r['batch_size']} | {r['estimate'] / 2**20:,.0f} | {r['measured'] / 2**20:,.0f} | "
+            f"{r['estimate'] / max(r['measured'], 1):.2f} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -67,8 +67,16 @@ def main(
 ) -> None:
     rows = []
     for name in tasks.split(","):
-        params = {"suite": "MT7", "tasks": [name], "quality": "medium", "timesteps": budget, "checkpoint_every": checkpoint_every,
-                  "eval_episodes": eval_episodes, "band": [band_low, 1.0], "target_success": band_low}
+        params = {
+            "suite": "MT7",
+            "tasks": [name],
+            "quality": "medium",
+            "timesteps": budget,
+            "checkpoint_every": checkpoint_every,
+            "eval_episodes": eval_episodes,
+            "band": [band_low, 1.0],
+            "target_success": band_low,
+        }
         with one_thread():  # as the generator: the initial weights' float bits depend on torch's threads
             agent = TaskAgent(learned_recipe(params, 0), 0, record=False)
             clock = Clock(agent)
@@ -77,18 +85,23 @@ def main(
         reached = checkpoints[-1].success >= band_low
         steps = checkpoints[-1].timesteps
         play_rate = clock.played_steps / clock.play
-        rows.append({
-            "task": name,
-            "PPO steps / CPU-s": f"{steps / clock.train:.0f}" if steps else "-",
-            "eval CPU-s / checkpoint": f"{clock.play / len(checkpoints):.1f}",
-            "success at checkpoints": " ".join(f"{c.success:.2f}" for c in checkpoints),
-            "steps to band": f"{steps:,}" if reached else f"> {steps:,}",
-            "CPU-s to band": f"{clock.train + clock.play:.0f}" if reached else f"> {clock.train + clock.play:.0f}",
-            f"play {episodes} episodes, CPU-s": f"{episodes * clock.last_mean_length / play_rate:.0f}",
-        })
+        rows.append(
+            {
+                "task": name,
+                "PPO steps / CPU-s": f"{steps / clock.train:.0f}" if steps else "-",
+                "eval CPU-s / checkpoint": f"{clock.play / len(checkpoints):.1f}",
+                "success at checkpoints": " ".join(f"{c.success:.2f}" for c in checkpoints),
+                "steps to band": f"{steps:,}" if reached else f"> {steps:,}",
+                "CPU-s to band": f"{clock.train + clock.play:.0f}" if reached else f"> {clock.train + clock.play:.0f}",
+                f"play {episodes} episodes, CPU-s": f"{episodes * clock.last_mean_length / play_rate:.0f}",
+            }
+        )
         print(rows[-1], flush=True)  # a long study shows each task as it ends
-    print_table(rows, f"minigrid-learned: one core per task, checkpoints every {checkpoint_every:,} steps, "
-                      f"{eval_episodes} evaluation episodes, band from {band_low}")
+    print_table(
+        rows,
+        f"minigrid-learned: one core per task, checkpoints every {checkpoint_every:,} steps, "
+        f"{eval_episodes} evaluation episodes, band from {band_low}",
+    )
 
 
 if __name__ == "__main__":

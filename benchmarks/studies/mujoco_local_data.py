@@ -42,8 +42,17 @@ def speed(env_id: str, warmup: int, sac_steps: int, rollout_steps: int) -> None:
     from offbench.generators import mujoco_local as ml
 
     torch.set_num_threads(1)
-    recipe = records.from_dict(ml.MujocoLocalRecipe, {"env_id": env_id, "level": "medium", "train_steps": warmup + sac_steps,
-                                                      "checkpoint_every": warmup + sac_steps, "learning_starts": warmup}, "speed")
+    recipe = records.from_dict(
+        ml.MujocoLocalRecipe,
+        {
+            "env_id": env_id,
+            "level": "medium",
+            "train_steps": warmup + sac_steps,
+            "checkpoint_every": warmup + sac_steps,
+            "learning_starts": warmup,
+        },
+        "speed",
+    )
     print(f"load average before: {os.getloadavg()}")
     model = ml.new_model(recipe, 0)
     print(f"{env_id} random warm-up: {rates(*timed(lambda: model.learn(warmup)), warmup)}")
@@ -51,8 +60,10 @@ def speed(env_id: str, warmup: int, sac_steps: int, rollout_steps: int) -> None:
     with tempfile.TemporaryDirectory() as workspace:
         checkpoints = []
         wall, _ = timed(lambda: checkpoints.append(ml.write_checkpoint(model, recipe, Path(workspace), start=0)))
-        print(f"checkpoint write (with a {recipe.evaluation_episodes}-episode evaluation): {wall:.2f} s; "
-              f"model.zip {(checkpoints[0].folder / 'model.zip').stat().st_size / 1e6:.1f} MB")
+        print(
+            f"checkpoint write (with a {recipe.evaluation_episodes}-episode evaluation): {wall:.2f} s; "
+            f"model.zip {(checkpoints[0].folder / 'model.zip').stat().st_size / 1e6:.1f} MB"
+        )
         wall, _ = timed(lambda: ml.restore(recipe, checkpoints, buffer=model.replay_buffer))
         print(f"checkpoint restore: {wall:.2f} s")
     env, act, done = ml.make_env(recipe), ml.sampled_actions(model.actor, 0), []

@@ -70,8 +70,18 @@ def run_one(out: Path, label: str, dataset: str, seed: int) -> tuple[str, int, f
         command += ["--resume", str(where)]
     else:
         where.parent.mkdir(parents=True, exist_ok=True)
-        command += ["--dataset", dataset, "--seed", str(seed), "--config", str(BUDGETS / f"{baseline}-cpu.toml"),
-                    "--out", str(where.parent), "--name", where.name]
+        command += [
+            "--dataset",
+            dataset,
+            "--seed",
+            str(seed),
+            "--config",
+            str(BUDGETS / f"{baseline}-cpu.toml"),
+            "--out",
+            str(where.parent),
+            "--name",
+            where.name,
+        ]
         for override in overrides:
             command += ["--set", override]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
@@ -125,8 +135,10 @@ def command_table(args: argparse.Namespace) -> None:
             continue
         reference = behaviour(dataset)
         short = [t.replace("MiniGrid-", "").replace("-v0", "").replace("-v3", "") for t in tasks]
-        print(f"\n**{dataset}** (success rate, mean ± std over seeds: final checkpoint per task and mean; best = each "
-              "seed's best evaluation during training, as HarmoDT's paper reports)\n")
+        print(
+            f"\n**{dataset}** (success rate, mean ± std over seeds: final checkpoint per task and mean; best = each "
+            "seed's best evaluation during training, as HarmoDT's paper reports)\n"
+        )
         print("| method | seeds | final step | final mean | best | " + " | ".join(short) + " |")
         print("|---|---|---|---|---|" + "---|" * len(tasks))
         if reference:
@@ -135,7 +147,9 @@ def command_table(args: argparse.Namespace) -> None:
         for label, (per_task, best, steps) in rows.items():
             means = per_task.mean(1)
             cells = " | ".join(f"{per_task[:, i].mean():.2f}" for i in range(len(tasks)))
-            print(f"| {label} | {len(means)} | {min(steps)} | **{means.mean():.2f}** ± {means.std():.2f} | {best.mean():.2f} ± {best.std():.2f} | {cells} |")
+            print(
+                f"| {label} | {len(means)} | {min(steps)} | **{means.mean():.2f}** ± {means.std():.2f} | {best.mean():.2f} ± {best.std():.2f} | {cells} |"
+            )
 
 
 # ---------------------------------------------------------------------------------------------- speed

@@ -63,8 +63,12 @@ def main(
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         print("## tiny test recipes (one process)")
-        for card_id in ("metaworld/tiny-near-optimal", "metaworld/tiny-sub-optimal", "minigrid/tiny-near-optimal",
-                        "minigrid/tiny-sub-optimal"):
+        for card_id in (
+            "metaworld/tiny-near-optimal",
+            "metaworld/tiny-sub-optimal",
+            "minigrid/tiny-near-optimal",
+            "minigrid/tiny-sub-optimal",
+        ):
             recipe = read_card(REPO / "datasets" / f"{card_id}.toml").source["recipe"]
             params = {**recipe["params"], "workers": 1}
             seconds, _ = timed_generate(recipe["generator"], params, recipe["seed"], root / card_id / "data.h5")

@@ -92,8 +92,12 @@ class ChatEndpoint:
 
     def ask(self, messages: list[dict[str, str]], place: str) -> tuple[str, dict[str, int], bool]:
         """(answer text, token usage, whether it came from the cache); `place` names where in the evaluation it is asked."""
-        request = {"model": self.config.model, "messages": messages, "temperature": self.config.temperature,
-                   "max_tokens": self.config.max_tokens}
+        request = {
+            "model": self.config.model,
+            "messages": messages,
+            "temperature": self.config.temperature,
+            "max_tokens": self.config.max_tokens,
+        }
         key = hashlib.sha256(json.dumps({"request": request, "place": place}, sort_keys=True).encode()).hexdigest()
         cached = self.cache.get(key)
         if cached is not None:
@@ -114,8 +118,9 @@ class ChatEndpoint:
         for attempt in range(self.config.max_retries + 1):
             wait = min(2.0**attempt, 30.0)
             try:
-                with urllib.request.urlopen(urllib.request.Request(self.url, data=data, headers=headers),
-                                            timeout=self.config.timeout_s) as response:
+                with urllib.request.urlopen(
+                    urllib.request.Request(self.url, data=data, headers=headers), timeout=self.config.timeout_s
+                ) as response:
                     return json.loads(response.read())
             except urllib.error.HTTPError as exc:
                 last = f"HTTP {exc.code}"
@@ -209,24 +214,30 @@ class BanditHistory:
         if style == "raw":
             return "\n".join(f"pull {t + 1}: arm {a}, reward {r:g}" for t, (a, r) in enumerate(zip(self.arms, self.rewards, strict=True)))
         counts, means = self.counts_and_means()
-        return "\n".join(f"arm {a}: pulled {int(n)} times, mean reward {m:.3f}" if n else f"arm {a}: never pulled"
-                         for a, (n, m) in enumerate(zip(counts, means, strict=True)))
+        return "\n".join(
+            f"arm {a}: pulled {int(n)} times, mean reward {m:.3f}" if n else f"arm {a}: never pulled"
+            for a, (n, m) in enumerate(zip(counts, means, strict=True))
+        )
 
 
 def build_prompt(history: BanditHistory, config: LLMConfig, demonstrations: list[BanditHistory]) -> list[dict[str, str]]:
     """The chat messages for the next pull of one task."""
     arms = history.num_arms
-    system = (f"You are playing a multi-armed bandit with {arms} arms, numbered 0 to {arms - 1}. Each pull of an arm "
-              "gives a random reward; arms differ in their mean reward, which you do not know. Your goal is the largest "
-              "total reward over all pulls. Reply with one line of the form ARM: <number> and nothing else.")
+    system = (
+        f"You are playing a multi-armed bandit with {arms} arms, numbered 0 to {arms - 1}. Each pull of an arm "
+        "gives a random reward; arms differ in their mean reward, which you do not know. Your goal is the largest "
+        "total reward over all pulls. Reply with one line of the form ARM: <number> and nothing else."
+    )
     parts = []
     for i, example in enumerate(demonstrations, 1):
         parts.append(f"Example {i}: how an experienced player played another bandit of this kind:\n{example.describe(config.history)}")
     parts.append(f"Your pulls so far ({len(history.arms)}):\n{history.describe(config.history)}")
     if config.hints:
         indices = history.ucb_indices()
-        parts.append("Hint, each arm's UCB index (mean reward plus exploration bonus; the largest is the UCB choice):\n"
-                     + "\n".join(f"arm {a}: {'not pulled yet' if math.isinf(u) else f'{u:.3f}'}" for a, u in enumerate(indices)))
+        parts.append(
+            "Hint, each arm's UCB index (mean reward plus exploration bonus; the largest is the UCB choice):\n"
+            + "\n".join(f"arm {a}: {'not pulled yet' if math.isinf(u) else f'{u:.3f}'}" for a, u in enumerate(indices))
+        )
     parts.append("Which arm do you pull next?")
     return [{"role": "system", "content": system}, {"role": "user", "content": "\n\n".join(parts)}]
 
@@ -244,8 +255,7 @@ class LLMBanditPolicy:
     """A `Policy` over a batch of bandit tasks (one pull per episode, as offbench's bandit cards play them): each row's
     history is its own conversation state, and each step asks the endpoint once per row, `concurrency` at a time."""
 
-    def __init__(self, config: LLMConfig, num_arms: int, cache_path: Path | None = None,
-                 demonstrations: Sequence[BanditHistory] = ()):
+    def __init__(self, config: LLMConfig, num_arms: int, cache_path: Path | None = None, demonstrations: Sequence[BanditHistory] = ()):
         if num_arms < 2:
             raise OffbenchError(f"an LLM bandit player needs at least two arms, got {num_arms}")
         self.config, self.num_arms = config, num_arms
@@ -284,8 +294,11 @@ class LLMBanditPolicy:
                 return record
             if attempt < self.config.max_reasks:
                 record.reasks += 1
-                messages = [*messages, {"role": "assistant", "content": text},
-                            {"role": "user", "content": f"Reply with exactly one line, ARM: <number from 0 to {self.num_arms - 1}>."}]
+                messages = [
+                    *messages,
+                    {"role": "assistant", "content": text},
+                    {"role": "user", "content": f"Reply with exactly one line, ARM: <number from 0 to {self.num_arms - 1}>."},
+                ]
         record.fallback = True
         return record
 
@@ -299,11 +312,15 @@ class LLMBanditPolicy:
         steps = 1 + max((c.step for c in self.calls), default=-1)
         per_episode = np.zeros(steps)
         np.add.at(per_episode, [c.step for c in self.calls], [c.prompt_tokens + c.completion_tokens for c in self.calls])
-        return {"pulls": len(self.calls), "requests": sum(c.requests for c in self.calls),
-                "prompt_tokens": sum(c.prompt_tokens for c in self.calls),
-                "completion_tokens": sum(c.completion_tokens for c in self.calls),
-                "reasks": sum(c.reasks for c in self.calls), "fallbacks": sum(c.fallback for c in self.calls),
-                "tokens_per_episode": (per_episode / max(len(self._histories), 1)).tolist()}
+        return {
+            "pulls": len(self.calls),
+            "requests": sum(c.requests for c in self.calls),
+            "prompt_tokens": sum(c.prompt_tokens for c in self.calls),
+            "completion_tokens": sum(c.completion_tokens for c in self.calls),
+            "reasks": sum(c.reasks for c in self.calls),
+            "fallbacks": sum(c.fallback for c in self.calls),
+            "tokens_per_episode": (per_episode / max(len(self._histories), 1)).tolist(),
+        }
 
 
 def demonstration_histories(store: Any, count: int, num_arms: int, seed: int) -> list[BanditHistory]:
@@ -313,7 +330,9 @@ def demonstration_histories(store: Any, count: int, num_arms: int, seed: int) ->
         return []
     history_ids = store.columns.get("history_id")
     if history_ids is None:
-        raise OffbenchError(f"{store.card.get('id', store.path)}: not a learning-history dataset (no history_id column) to take demonstrations from")
+        raise OffbenchError(
+            f"{store.card.get('id', store.path)}: not a learning-history dataset (no history_id column) to take demonstrations from"
+        )
     actions = np.asarray(store.actions).reshape(-1)
     if actions.size and (actions.min() < 0 or actions.max() >= num_arms):
         raise OffbenchError(f"{store.card.get('id', store.path)}: its histories pull arms outside 0..{num_arms - 1}")

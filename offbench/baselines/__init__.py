@@ -172,7 +172,9 @@ def contract_problems(cls: Any, name: str | None = None) -> list[str]:
     )
     if config_fields is None:
         problems.append("it has no Config dataclass (class attribute Config)")
-    missing = [attribute for attribute in ("sampler", "action_kinds", "evaluation_protocols", "return_conditioned") if not hasattr(cls, attribute)]
+    missing = [
+        attribute for attribute in ("sampler", "action_kinds", "evaluation_protocols", "return_conditioned") if not hasattr(cls, attribute)
+    ]
     missing += [method for method in METHODS if not callable(getattr(cls, method, None))]
     if missing:
         problems.append(f"it lacks {', '.join(missing)}")

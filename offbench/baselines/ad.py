@@ -52,7 +52,9 @@ TOKEN_LAYOUTS = ("sar", "step")
 
 @dataclass
 class ADConfig:
-    token_layout: str = ranged("sar", choices=("sar", "step"))  # "sar": three tokens per step (ad-eps); "step": one token per step (XLand AD)
+    token_layout: str = ranged(
+        "sar", choices=("sar", "step")
+    )  # "sar": three tokens per step (ad-eps); "step": one token per step (XLand AD)
     context_steps: int = ranged(80, ge=1)  # T: steps per training window, and the most an action sees at evaluation
     embedding_dim: int = ranged(64, ge=1)  # size of each token's embedding before the projection to hidden_dim
     hidden_dim: int = ranged(512, ge=1)
@@ -71,7 +73,9 @@ class ADConfig:
     compile: bool = False  # torch.compile the training forward pass
     kv_cache: bool = True  # evaluation: key-value cache (False: recompute the whole context every step)
     eval_window: str = ranged("half", choices=("half", "sliding"))  # evaluation past context_steps (module docstring)
-    moe: str = ranged("none", choices=("none", "t2mir"))  # "t2mir": T2MIR's token- and task-wise experts in the last blocks (docs/in-context-rl.md)
+    moe: str = ranged(
+        "none", choices=("none", "t2mir")
+    )  # "t2mir": T2MIR's token- and task-wise experts in the last blocks (docs/in-context-rl.md)
     moe_layers: int = ranged(1, ge=1)  # T2MIR: how many of the last blocks get experts (the reference: the last one)
     num_experts: int = ranged(6, ge=1)  # T2MIR: token-wise experts
     task_experts: int = ranged(12, ge=1)  # T2MIR: task-wise experts (the reference's Dark Room AD: 12)
@@ -96,8 +100,14 @@ class ADModel(nn.Module):
         self.project = nn.Linear(per_token, config.hidden_dim)
         self.max_tokens = self.tokens_for(config.context_steps)
         self.transformer = CausalTransformer(
-            config.hidden_dim, config.num_layers, config.num_heads, self.max_tokens,
-            config.attention_dropout, config.residual_dropout, config.embedding_dropout, t2mir_of(config, spec),
+            config.hidden_dim,
+            config.num_layers,
+            config.num_heads,
+            self.max_tokens,
+            config.attention_dropout,
+            config.residual_dropout,
+            config.embedding_dropout,
+            t2mir_of(config, spec),
         )
         self.action_head = nn.Linear(config.hidden_dim, spec.action_dim)
         self.apply(init_gpt_weights)
@@ -123,7 +133,9 @@ class ADModel(nn.Module):
         """Transformer outputs -> logits of the actions of every step (read at the s_t tokens)."""
         return self.action_head(outputs if self.layout == "step" else outputs[:, 0::3])
 
-    def forward(self, observations: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, routing: list | None = None) -> torch.Tensor:
+    def forward(
+        self, observations: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, routing: list | None = None
+    ) -> torch.Tensor:
         """(B, T) window -> (B, T, A) logits, step t's from the context up to s_t (T2MIR's routing into `routing`)."""
         return self.action_logits(self.transformer(self.embed(observations, actions, rewards), routing=routing))
 
@@ -133,7 +145,7 @@ class AlgorithmDistillation(MicroBatching):
     Config = ADConfig
     summary = (
         "Algorithm Distillation (Laskin et al. 2022): a causal transformer over a window of the source algorithm's "
-        'learning history, which improves in context on new tasks'
+        "learning history, which improves in context on new tasks"
     )
     tiny_config = {"token_layout": "step", "context_steps": 30, "embedding_dim": 8, "hidden_dim": 16, "num_layers": 1, "num_heads": 2}
     sampler = "ad_windows"
@@ -147,7 +159,10 @@ class AlgorithmDistillation(MicroBatching):
         self.model = ADModel(config, spec).to(self.device)
         self.train_forward = torch.compile(self.model) if config.compile else self.model
         self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=config.learning_rate, betas=(config.betas[0], config.betas[1]), weight_decay=config.weight_decay,
+            self.model.parameters(),
+            lr=config.learning_rate,
+            betas=(config.betas[0], config.betas[1]),
+            weight_decay=config.weight_decay,
             fused=fused_adam(self.device),
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, warmup_cosine(config.warmup_steps, config.cosine_steps))

@@ -54,8 +54,18 @@ from offbench.data.spec import DatasetSpec
 from offbench.errors import OffbenchError
 from offbench.evaluation.policy import Policy, PolicyOptions
 
-__all__ = ["Baseline", "DatasetSpec", "MicroBatching", "Policy", "PolicyOptions", "SINGLE_AND_MULTI_TASK", "TransformerShape",
-           "accumulate_backward", "micro_batch_refusal", "multi_task_spec"]
+__all__ = [
+    "Baseline",
+    "DatasetSpec",
+    "MicroBatching",
+    "Policy",
+    "PolicyOptions",
+    "SINGLE_AND_MULTI_TASK",
+    "TransformerShape",
+    "accumulate_backward",
+    "micro_batch_refusal",
+    "multi_task_spec",
+]
 
 SINGLE_AND_MULTI_TASK = ("single-task", "multi-task")
 
@@ -136,11 +146,17 @@ def micro_batches(batch: dict[str, Any], size: int) -> list[dict[str, Any]]:
     rows); values that are not per-row tensors go to every part as they are."""
     rows = batch_rows(batch)
     per_row = {key for key, value in batch.items() if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape[0] == rows}
-    return [{key: value[start:start + size] if key in per_row else value for key, value in batch.items()} for start in range(0, rows, size)]
+    return [
+        {key: value[start : start + size] if key in per_row else value for key, value in batch.items()} for start in range(0, rows, size)
+    ]
 
 
-def accumulate_backward(loss_fn: Callable[[dict[str, Any]], dict[str, torch.Tensor]], batch: dict[str, Any], micro_batch: int | None,
-                        units: Callable[[dict[str, Any]], Any] = batch_rows) -> dict[str, torch.Tensor]:
+def accumulate_backward(
+    loss_fn: Callable[[dict[str, Any]], dict[str, torch.Tensor]],
+    batch: dict[str, Any],
+    micro_batch: int | None,
+    units: Callable[[dict[str, Any]], Any] = batch_rows,
+) -> dict[str, torch.Tensor]:
     """Backward of `loss_fn(batch)["loss"]`, the whole batch at once or micro-batch by micro-batch (`micro_batch`
     rows each), with the same gradients: `loss_fn` gives means over what `units` counts (rows by default; real steps
     for the DT family), so each micro-batch's loss is weighted by its share of those units. Returns every value

@@ -61,8 +61,7 @@ class BC(MicroBatching):
     Actor: Callable[[Any, DatasetSpec], nn.Module] = Actor
     Config = BCConfig
     summary = (
-        "Behaviour cloning: an MLP actor regressed onto the dataset's actions; MTBC on multi-task cards (the task's "
-        'one-hot as an input)'
+        "Behaviour cloning: an MLP actor regressed onto the dataset's actions; MTBC on multi-task cards (the task's one-hot as an input)"
     )
     tiny_config = {"hidden_dim": 32, "num_layers": 2}
     sampler = "transitions"

@@ -140,9 +140,7 @@ class CQL(MicroBatching):
 
     name = "cql"
     Config = CQLConfig
-    summary = (
-        'Conservative Q-Learning (Kumar et al. 2020): SAC-based for continuous actions, QR-DQN-based for discrete'
-    )
+    summary = "Conservative Q-Learning (Kumar et al. 2020): SAC-based for continuous actions, QR-DQN-based for discrete"
     tiny_config = {"hidden_dim": 16, "critic_hidden_layers": 1, "actor_hidden_layers": 1, "n_quantiles": 4, "cql_n_actions": 2}
     sampler = "transitions"
     action_kinds = ("continuous", "discrete")
@@ -153,13 +151,15 @@ class CQL(MicroBatching):
         self.config, self.spec, self.device = config, spec, torch.device(device)
         self.discrete = action_kind(spec, "cql") == "discrete"
         if self.discrete:
-            continuous_only = {"cql_lagrange": config.cql_lagrange, "bc_steps": config.bc_steps > 0,
-                               "cql_max_target_backup": config.cql_max_target_backup,
-                               "backup_entropy": config.backup_entropy}
+            continuous_only = {
+                "cql_lagrange": config.cql_lagrange,
+                "bc_steps": config.bc_steps > 0,
+                "cql_max_target_backup": config.cql_max_target_backup,
+                "backup_entropy": config.backup_entropy,
+            }
             used = [name for name, on in continuous_only.items() if on]
             if used:
-                raise OffbenchError(f"cql: {', '.join(used)} apply to continuous actions only; "
-                                    f"this dataset has {spec.action_space}")
+                raise OffbenchError(f"cql: {', '.join(used)} apply to continuous actions only; this dataset has {spec.action_space}")
         self.generator = seeded_generator(self.device)
         self.step = 0
         scale = reward_scale(spec, "cql", config.normalize_reward, config.reward_scale)
@@ -372,4 +372,3 @@ class _Scalar(nn.Module):
     def __init__(self, init: float):
         super().__init__()
         self.value = nn.Parameter(torch.tensor(float(init)))
-

@@ -79,7 +79,9 @@ class DPTConfig:
     compile: bool = False  # torch.compile the training forward pass
     offline_episodes: int = ranged(0, ge=0)  # evaluation: 0 = online; k > 0 = offline: the first k episodes act uniformly at random
     #                            and their transitions become a fixed context (DPT's uniform roll-in data)
-    moe: str = ranged("none", choices=("none", "t2mir"))  # "t2mir": T2MIR's token- and task-wise experts in the last blocks (docs/in-context-rl.md)
+    moe: str = ranged(
+        "none", choices=("none", "t2mir")
+    )  # "t2mir": T2MIR's token- and task-wise experts in the last blocks (docs/in-context-rl.md)
     moe_layers: int = ranged(1, ge=1)  # T2MIR: how many of the last blocks get experts (the reference: the last one)
     num_experts: int = ranged(6, ge=1)  # T2MIR: token-wise experts
     task_experts: int = ranged(8, ge=1)  # T2MIR: task-wise experts (the reference's Dark Room DPT: 8)
@@ -97,15 +99,23 @@ class DPTModel(nn.Module):
         self.codes, self.normalize, self.feature_dim = observation_features(spec)
         self.embed_transition = nn.Linear(2 * self.feature_dim + spec.action_dim + 1, config.embedding_dim)
         self.transformer = CausalTransformer(
-            config.embedding_dim, config.num_layers, config.num_heads, config.context_size + 1,
-            config.dropout, config.dropout, config.dropout, t2mir_of(config, spec),
+            config.embedding_dim,
+            config.num_layers,
+            config.num_heads,
+            config.context_size + 1,
+            config.dropout,
+            config.dropout,
+            config.dropout,
+            t2mir_of(config, spec),
         )
         self.action_head = nn.Linear(config.embedding_dim, spec.action_dim)
         self.state_table = self.next_state_table = None
         if config.state_table:  # AD's per-state embedding, one for s (and the query) and one for s'
             if state_index_layout(spec) is None:
-                raise OffbenchError(f"state_table needs observations that are a small integer grid (at most {MAX_TABLE_STATES} "
-                                    f"states); this dataset's are {spec.observation_space}")
+                raise OffbenchError(
+                    f"state_table needs observations that are a small integer grid (at most {MAX_TABLE_STATES} "
+                    f"states); this dataset's are {spec.observation_space}"
+                )
             self.state_table = ObservationEmbedding(spec, config.embedding_dim)
             self.next_state_table = ObservationEmbedding(spec, config.embedding_dim)
         self.apply(init_gpt_weights)
@@ -116,10 +126,15 @@ class DPTModel(nn.Module):
     def forward(self, query, observations, actions, rewards, next_observations, routing: list | None = None) -> torch.Tensor:
         """query (B, *obs), context (B, C, ...) -> (B, C + 1, A) logits; position j has seen j transitions (T2MIR's
         routing into `routing`)."""
-        transitions = torch.cat([
-            self.features(observations), F.one_hot(actions, self.num_actions).to(rewards.dtype),
-            self.features(next_observations), rewards.unsqueeze(-1),
-        ], dim=-1)
+        transitions = torch.cat(
+            [
+                self.features(observations),
+                F.one_hot(actions, self.num_actions).to(rewards.dtype),
+                self.features(next_observations),
+                rewards.unsqueeze(-1),
+            ],
+            dim=-1,
+        )
         query_token = F.pad(self.features(query), (0, transitions.shape[-1] - self.feature_dim))
         tokens = self.embed_transition(torch.cat([query_token.unsqueeze(1), transitions], dim=1))
         if self.state_table is not None and self.next_state_table is not None:  # both or neither
@@ -171,8 +186,12 @@ class DecisionPretrainedTransformer(MicroBatching):
         routing = [] if self.config.moe == "t2mir" else None
         with autocast(self.device):
             logits = self.train_forward(
-                batch["query_observations"], batch["context_observations"], batch["context_actions"],
-                batch["context_rewards"], batch["context_next_observations"], routing,
+                batch["query_observations"],
+                batch["context_observations"],
+                batch["context_actions"],
+                batch["context_rewards"],
+                batch["context_next_observations"],
+                routing,
             )
             loss = F.cross_entropy(logits.flatten(0, 1).float(), self.prefix_labels(batch, logits.shape[1]).flatten(0, 1))
         values = {"loss": loss, "full_context_accuracy": (logits[:, -1].argmax(-1) == batch["optimal_actions"]).float().mean()}
@@ -192,8 +211,11 @@ class DecisionPretrainedTransformer(MicroBatching):
         self.optimizer.step()
         self.model.transformer.follow_task_routers()
         self.scheduler.step()
-        return {**logged_losses(logged), "full_context_accuracy": logged["full_context_accuracy"].item(),
-                "learning_rate": float(self.scheduler.get_last_lr()[0])}
+        return {
+            **logged_losses(logged),
+            "full_context_accuracy": logged["full_context_accuracy"].item(),
+            "learning_rate": float(self.scheduler.get_last_lr()[0]),
+        }
 
     def prefix_labels(self, batch: dict[str, torch.Tensor], prefixes: int) -> torch.Tensor:
         """(B, prefixes) labels: the optimal action for every prefix, so one pass trains every context length, or

@@ -146,8 +146,8 @@ class DecisionTransformer(MicroBatching):
     name = "dt"
     Config = DTConfig
     summary = (
-        'Decision Transformer (Chen et al. 2021): a causal transformer over return-to-go, state and action tokens, '
-        'acting towards a target return; MTDT on multi-task cards (a task embedding)'
+        "Decision Transformer (Chen et al. 2021): a causal transformer over return-to-go, state and action tokens, "
+        "acting towards a target return; MTDT on multi-task cards (a task embedding)"
     )
     tiny_config = {"segment_length": 5, "embedding_dim": 16, "num_layers": 1, "num_heads": 2, "warmup_steps": 10}
     sampler = "segments"
@@ -160,7 +160,10 @@ class DecisionTransformer(MicroBatching):
         self.config, self.spec, self.device = config, spec, torch.device(device)
         self.model = DecisionTransformerModel(config, spec).to(self.device)
         self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay, betas=(config.betas[0], config.betas[1]),
+            self.model.parameters(),
+            lr=config.learning_rate,
+            weight_decay=config.weight_decay,
+            betas=(config.betas[0], config.betas[1]),
             fused=fused_adam(self.device),
         )
         warmup = max(1, config.warmup_steps)
@@ -169,8 +172,9 @@ class DecisionTransformer(MicroBatching):
     @classmethod
     def memory_shape(cls, config: DTConfig) -> TransformerShape:
         """R, s, a tokens of K steps but the last a; attention written out."""
-        return TransformerShape(3 * config.segment_length - 1, config.embedding_dim, config.num_layers, config.num_heads, "explicit",
-                                config.attention_dropout)
+        return TransformerShape(
+            3 * config.segment_length - 1, config.embedding_dim, config.num_layers, config.num_heads, "explicit", config.attention_dropout
+        )
 
     def sampler_options(self) -> dict[str, Any]:
         return {"segment_length": self.config.segment_length}
@@ -178,7 +182,11 @@ class DecisionTransformer(MicroBatching):
     def loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         mask = batch["mask"]
         predicted = self.model(
-            batch["observations"], batch["actions"], batch["returns_to_go"] * self.config.reward_scale, batch["timesteps"], mask,
+            batch["observations"],
+            batch["actions"],
+            batch["returns_to_go"] * self.config.reward_scale,
+            batch["timesteps"],
+            mask,
             batch.get("task_ids"),
         )
         if self.spec.discrete:
@@ -230,7 +238,9 @@ class DTPolicy:
 
     def __init__(self, dt: SegmentBaseline, options: PolicyOptions):
         self.dt, self.target_return = dt, options.target_return
-        self.task_ids = None if options.task_ids is None else torch.as_tensor(np.asarray(options.task_ids), dtype=torch.long, device=dt.device)
+        self.task_ids = (
+            None if options.task_ids is None else torch.as_tensor(np.asarray(options.task_ids), dtype=torch.long, device=dt.device)
+        )
 
     def reset(self, num_envs: int) -> None:
         k, spec, device = self.dt.config.segment_length, self.dt.spec, self.dt.device
@@ -269,7 +279,12 @@ class DTPolicy:
         self.dt.model.eval()
         c = self.context()
         return self.dt.model(
-            c["observations"], c["actions"], c["returns_to_go"] * self.dt.config.reward_scale, c["timesteps"], c["mask"], self.task_ids,
+            c["observations"],
+            c["actions"],
+            c["returns_to_go"] * self.dt.config.reward_scale,
+            c["timesteps"],
+            c["mask"],
+            self.task_ids,
             newest_only=True,
         )[:, -1]
 

@@ -98,10 +98,20 @@ class HarmoDT(PromptDT):
     summary = (
         "HarmoDT (Hu et al., ICML 2024): Prompt-DT with one ERK mask per task over the transformer's weights, bi-level "
         "training (round robin of one-task iterations under the task's mask; every 500 iterations masks regrown by "
-        'agreement with the mean gradient and pruned by `gamma * gbar . g + g^2`)'
+        "agreement with the mean gradient and pruned by `gamma * gbar . g + g^2`)"
     )
-    tiny_config = {"segment_length": 4, "prompt_length": 2, "prompt_pool": 2, "embedding_dim": 16, "num_layers": 2, "num_heads": 2,
-                   "warmup_steps": 10, "mask_interval": 10, "max_change": 20, "steps": 40}
+    tiny_config = {
+        "segment_length": 4,
+        "prompt_length": 2,
+        "prompt_pool": 2,
+        "embedding_dim": 16,
+        "num_layers": 2,
+        "num_heads": 2,
+        "warmup_steps": 10,
+        "mask_interval": 10,
+        "max_change": 20,
+        "steps": 40,
+    }
     one_task_per_batch = True  # the sampler's round robin: batch i holds task i mod T
     config: HarmoDTConfig  # PromptDT's __init__ keeps the config it is given, here a HarmoDTConfig
 
@@ -223,8 +233,10 @@ class HarmoDT(PromptDT):
         key = (id(self.masks), self.masks._version)
         cached = self._masked_weights
         if cached is None or cached[0] != key:
-            stacked = {name: p.detach() * self.masks[:, lo:hi].view(-1, *p.shape)
-                       for (name, p), lo, hi in zip(self.masked, self.bounds[:-1], self.bounds[1:])}
+            stacked = {
+                name: p.detach() * self.masks[:, lo:hi].view(-1, *p.shape)
+                for (name, p), lo, hi in zip(self.masked, self.bounds[:-1], self.bounds[1:])
+            }
             cached = self._masked_weights = (key, stacked)
         return cached[1]
 
@@ -240,8 +252,10 @@ class HarmoDT(PromptDT):
                 per_task.append(self.model.prompt_states({key: value[task : task + 1] for key, value in prompts.items()}))
             finally:
                 self.restore(originals)
-        return [(torch.cat([states[block][0] for states in per_task]), torch.cat([states[block][1] for states in per_task]))
-                for block in range(len(self.model.blocks))]
+        return [
+            (torch.cat([states[block][0] for states in per_task]), torch.cat([states[block][1] for states in per_task]))
+            for block in range(len(self.model.blocks))
+        ]
 
     def act_rows(self, batch: dict[str, torch.Tensor], task_ids: torch.Tensor, prompt_states: PromptStates | None = None) -> torch.Tensor:
         """Every row through the network under its task's mask, all tasks in one pass: rows grouped by task (padded
@@ -262,7 +276,9 @@ class HarmoDT(PromptDT):
         weights = stacked if len(tasks) == self.spec.num_tasks else {name: w[tasks] for name, w in stacked.items()}
         predicted = self.predict(
             {key: value[rows.flatten()] for key, value in batch.items()},
-            {key: value[row_tasks] for key, value in self.task_prompts.items()}, weights, newest_only=True,
+            {key: value[row_tasks] for key, value in self.task_prompts.items()},
+            weights,
+            newest_only=True,
             prompt_states=[(k[row_tasks], v[row_tasks]) for k, v in states],
         )[:, -1]
         return predicted.view(*rows.shape, -1)[group, slot]

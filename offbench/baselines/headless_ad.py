@@ -64,7 +64,9 @@ from offbench.records import ranged
 @dataclass
 class HeadlessADConfig:
     context_steps: int = ranged(100, ge=1, doc="steps per training window, and the most an action sees at evaluation")
-    embedding_dim: int = ranged(64, ge=2, doc="size of the action embeddings (the most actions a row can have), the model's output and each token part")
+    embedding_dim: int = ranged(
+        64, ge=2, doc="size of the action embeddings (the most actions a row can have), the model's output and each token part"
+    )
     hidden_dim: int = ranged(128, ge=1)
     num_layers: int = ranged(2, ge=1)
     num_heads: int = ranged(4, ge=1)
@@ -81,8 +83,9 @@ class HeadlessADConfig:
     grad_clip: float = ranged(1.0, ge=0, doc="max gradient norm; 0 turns clipping off")
 
 
-def random_action_embeddings(rows: int, num_actions: int, dim: int, kind: str, device: torch.device,
-                             generator: torch.Generator | None = None) -> torch.Tensor:
+def random_action_embeddings(
+    rows: int, num_actions: int, dim: int, kind: str, device: torch.device, generator: torch.Generator | None = None
+) -> torch.Tensor:
     """(rows, num_actions, dim) embeddings, a fresh draw per row: orthonormal rows of a random matrix (QR of a
     Gaussian one, signs fixed so the draw is uniform over such matrices), or i.i.d. N(0, 1) entries."""
     if num_actions > dim:
@@ -108,16 +111,22 @@ class HeadlessADModel(nn.Module):
         self.project_step = nn.Linear(3 * emb, config.hidden_dim)
         self.project_action = nn.Linear(emb, config.hidden_dim)  # prompt tokens; its bias tells them from step tokens
         self.transformer = CausalTransformer(  # its positions number the steps only: the prompt has none
-            config.hidden_dim, config.num_layers, config.num_heads, config.context_steps,
-            config.attention_dropout, config.residual_dropout, config.embedding_dropout,
+            config.hidden_dim,
+            config.num_layers,
+            config.num_heads,
+            config.context_steps,
+            config.attention_dropout,
+            config.residual_dropout,
+            config.embedding_dropout,
         )
         self.output = nn.Linear(config.hidden_dim, emb)
         self.temperature = config.temperature
         self.apply(init_gpt_weights)
         nn.init.normal_(self.no_action, std=0.02)
 
-    def forward(self, observations: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor,
-                embeddings: torch.Tensor, available: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, observations: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, embeddings: torch.Tensor, available: torch.Tensor
+    ) -> torch.Tensor:
         """(B, T) steps of one window, (B, A, d) action embeddings and (B, A) availability -> (B, T, A) logits of
         every step's action (step t's from the prompt and the steps up to s_t); unavailable actions are -inf."""
         batch, steps = actions.shape
@@ -130,7 +139,7 @@ class HeadlessADModel(nn.Module):
         bias = prompt_attention_bias(available, steps).to(tokens.dtype)
         for block in self.transformer.blocks:
             tokens = block(tokens, bias=bias)
-        predicted = self.output(self.transformer.norm(tokens[:, embeddings.shape[1]:]))
+        predicted = self.output(self.transformer.norm(tokens[:, embeddings.shape[1] :]))
         logits = torch.einsum("btd,bad->bta", predicted.float(), embeddings.float()) / self.temperature
         return logits.masked_fill(~available.unsqueeze(1), float("-inf"))
 
@@ -167,11 +176,16 @@ class HeadlessAD(MicroBatching):
 
     def __init__(self, config: HeadlessADConfig, spec: DatasetSpec, device: str | torch.device = "cpu"):
         if spec.discrete and spec.action_dim > config.embedding_dim:
-            raise OffbenchError(f"headless-ad: the data has {spec.action_dim} actions, so embedding_dim must be at least {spec.action_dim}, got {config.embedding_dim}")
+            raise OffbenchError(
+                f"headless-ad: the data has {spec.action_dim} actions, so embedding_dim must be at least {spec.action_dim}, got {config.embedding_dim}"
+            )
         self.config, self.spec, self.device = config, spec, torch.device(device)
         self.model = HeadlessADModel(config, spec).to(self.device)
         self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=config.learning_rate, betas=(config.betas[0], config.betas[1]), weight_decay=config.weight_decay,
+            self.model.parameters(),
+            lr=config.learning_rate,
+            betas=(config.betas[0], config.betas[1]),
+            weight_decay=config.weight_decay,
             fused=fused_adam(self.device),
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, warmup_cosine(config.warmup_steps, config.cosine_steps))
@@ -180,15 +194,23 @@ class HeadlessAD(MicroBatching):
     def memory_shape(cls, config: HeadlessADConfig) -> TransformerShape:
         """The action-set prompt and a token per step; the prompt holds at most embedding_dim actions, which the
         estimate takes (it sees the config, not the data). Attention written out (the prompt's bias)."""
-        return TransformerShape(config.context_steps + config.embedding_dim, config.hidden_dim, config.num_layers, config.num_heads, "explicit",
-                                config.attention_dropout)
+        return TransformerShape(
+            config.context_steps + config.embedding_dim,
+            config.hidden_dim,
+            config.num_layers,
+            config.num_heads,
+            "explicit",
+            config.attention_dropout,
+        )
 
     def sampler_options(self) -> dict[str, Any]:
         return {"window_length": self.config.context_steps}
 
     def embeddings_for(self, rows: int, generator: torch.Generator | None = None) -> torch.Tensor:
         """A fresh draw of (rows, spec.action_dim, d) action embeddings (training: from torch's global RNG)."""
-        return random_action_embeddings(rows, self.spec.action_dim, self.config.embedding_dim, self.config.action_embeddings, self.device, generator)
+        return random_action_embeddings(
+            rows, self.spec.action_dim, self.config.embedding_dim, self.config.action_embeddings, self.device, generator
+        )
 
     def losses(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The contrastive loss of every step's action against the other actions of its row (`batch` carries each
@@ -207,12 +229,18 @@ class HeadlessAD(MicroBatching):
         has the same ones however the batch is split (its loss is over its own actions only)."""
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        logged = accumulate_backward(self.losses, {**batch, "action_embeddings": self.embeddings_for(len(batch["actions"]))}, self.micro_batch)
+        logged = accumulate_backward(
+            self.losses, {**batch, "action_embeddings": self.embeddings_for(len(batch["actions"]))}, self.micro_batch
+        )
         if self.config.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
         self.optimizer.step()
         self.scheduler.step()
-        return {"contrastive_loss": logged["loss"].item(), "accuracy": logged["accuracy"].item(), "learning_rate": float(self.scheduler.get_last_lr()[0])}
+        return {
+            "contrastive_loss": logged["loss"].item(),
+            "accuracy": logged["accuracy"].item(),
+            "learning_rate": float(self.scheduler.get_last_lr()[0]),
+        }
 
     def policy(self, options: PolicyOptions) -> HeadlessADPolicy:
         """A policy acting with `options.num_actions` available actions per row (by default the dataset's):
@@ -237,7 +265,9 @@ class HeadlessADPolicy:
         self.headless, self.deterministic = headless, deterministic
         self.num_actions = np.asarray(num_actions, dtype=np.int64)
         if (self.num_actions < 1).any() or (self.num_actions > headless.config.embedding_dim).any():
-            raise OffbenchError(f"headless-ad: every row needs between 1 and embedding_dim ({headless.config.embedding_dim}) actions, got {self.num_actions.tolist()}")
+            raise OffbenchError(
+                f"headless-ad: every row needs between 1 and embedding_dim ({headless.config.embedding_dim}) actions, got {self.num_actions.tolist()}"
+            )
 
     def reset(self, num_envs: int) -> None:
         config, device = self.headless.config, self.headless.device
@@ -263,7 +293,9 @@ class HeadlessADPolicy:
             logits = model(self.observations, self.actions, self.rewards, self.embeddings, self.available)[:, -1]
         probabilities = torch.softmax(logits.float(), dim=-1)
         self.last_probabilities = probabilities
-        action = probabilities.argmax(-1) if self.deterministic else torch.multinomial(probabilities, 1, generator=self.generator).squeeze(-1)
+        action = (
+            probabilities.argmax(-1) if self.deterministic else torch.multinomial(probabilities, 1, generator=self.generator).squeeze(-1)
+        )
         self.actions[:, -1] = action
         return action.cpu().numpy().astype(np.int64)
 

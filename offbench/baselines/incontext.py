@@ -177,19 +177,24 @@ def t2mir_of(config: Any, spec: DatasetSpec) -> T2MIR | None:
     if config.moe_layers > config.num_layers:
         raise OffbenchError(f"moe = 't2mir': moe_layers {config.moe_layers} is more than the model's num_layers {config.num_layers}")
     if config.top_k > min(config.num_experts, config.task_experts):
-        raise OffbenchError(f"moe = 't2mir': top_k {config.top_k} is more than a mixture's experts (num_experts "
-                            f"{config.num_experts}, task_experts {config.task_experts})")
+        raise OffbenchError(
+            f"moe = 't2mir': top_k {config.top_k} is more than a mixture's experts (num_experts "
+            f"{config.num_experts}, task_experts {config.task_experts})"
+        )
     if config.contrastive_weight > 0 and spec.num_tasks <= 1:
-        raise OffbenchError("moe = 't2mir' ties its task router to the task, but this dataset has one task (no task_id column "
-                            "or a single id): set contrastive_weight = 0 or train on multi-task data")
+        raise OffbenchError(
+            "moe = 't2mir' ties its task router to the task, but this dataset has one task (no task_id column "
+            "or a single id): set contrastive_weight = 0 or train on multi-task data"
+        )
     return T2MIR(config.moe_layers, config.num_experts, config.task_experts, config.top_k, config.expert_hidden, config.router_momentum)
 
 
 ROUTING_LOSSES = ("balance_loss", "contrastive_loss")
 
 
-def with_routing_losses(values: dict[str, torch.Tensor], routing: list[Routing], task_ids: torch.Tensor | None,
-                        config: Any) -> dict[str, torch.Tensor]:
+def with_routing_losses(
+    values: dict[str, torch.Tensor], routing: list[Routing], task_ids: torch.Tensor | None, config: Any
+) -> dict[str, torch.Tensor]:
     """A T2MIR training pass's `values` with the routing terms added to the objective "loss" at the Config's
     weights (balance_weight, contrastive_weight): the action loss alone stays as action_loss, and each term is also
     given unweighted, as the reference logs them. The contrastive term needs the batch's task ids."""
@@ -204,8 +209,10 @@ def with_routing_losses(values: dict[str, torch.Tensor], routing: list[Routing],
 
 def logged_losses(logged: dict[str, torch.Tensor]) -> dict[str, float]:
     """An update's losses to log: the action loss (the objective less any routing terms) and T2MIR's terms."""
-    return {"action_loss": logged.get("action_loss", logged["loss"]).item(),
-            **{name: logged[name].item() for name in ROUTING_LOSSES if name in logged}}
+    return {
+        "action_loss": logged.get("action_loss", logged["loss"]).item(),
+        **{name: logged[name].item() for name in ROUTING_LOSSES if name in logged},
+    }
 
 
 def routing_batch_coupling(config: Any) -> str | None:
@@ -219,24 +226,45 @@ class CausalTransformer(nn.Module):
     """Learned positions + embedding dropout + blocks + final LayerNorm over already-embedded tokens (B, L, dim);
     with `t2mir`, its last blocks have T2MIR's mixtures of experts instead of an MLP."""
 
-    def __init__(self, dim: int, num_layers: int, num_heads: int, max_tokens: int,
-                 attention_dropout: float = 0.0, residual_dropout: float = 0.0, embedding_dropout: float = 0.0,
-                 t2mir: T2MIR | None = None):
+    def __init__(
+        self,
+        dim: int,
+        num_layers: int,
+        num_heads: int,
+        max_tokens: int,
+        attention_dropout: float = 0.0,
+        residual_dropout: float = 0.0,
+        embedding_dropout: float = 0.0,
+        t2mir: T2MIR | None = None,
+    ):
         super().__init__()
         self.dim, self.num_heads, self.max_tokens = dim, num_heads, max_tokens
         self.positions = nn.Embedding(max_tokens, dim)
         self.embedding_dropout = nn.Dropout(embedding_dropout)
         self.blocks = nn.ModuleList(
-            Block(dim, num_heads, attention_dropout, residual_dropout, nn.Dropout,
-                  t2mir.feed_forward(dim) if t2mir is not None and layer >= num_layers - t2mir.layers else None)
+            Block(
+                dim,
+                num_heads,
+                attention_dropout,
+                residual_dropout,
+                nn.Dropout,
+                t2mir.feed_forward(dim) if t2mir is not None and layer >= num_layers - t2mir.layers else None,
+            )
             for layer in range(num_layers)
         )
         self.norm = nn.LayerNorm(dim)
 
     def new_cache(self, batch: int, max_tokens: int | None = None) -> KVCache:
         reference = self.positions.weight
-        return KVCache(len(self.blocks), batch, self.num_heads, max_tokens or self.max_tokens, self.dim // self.num_heads,
-                       reference.device, reference.dtype)
+        return KVCache(
+            len(self.blocks),
+            batch,
+            self.num_heads,
+            max_tokens or self.max_tokens,
+            self.dim // self.num_heads,
+            reference.device,
+            reference.dtype,
+        )
 
     def forward(self, tokens: torch.Tensor, cache: KVCache | None = None, routing: list[Routing] | None = None) -> torch.Tensor:
         """Outputs (B, L, dim) of the tokens after `cache`'s; T2MIR blocks append their `Routing` to `routing`."""

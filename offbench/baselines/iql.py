@@ -109,8 +109,8 @@ class IQL(MicroBatching):
     name = "iql"
     Config = IQLConfig
     summary = (
-        'Implicit Q-Learning (Kostrikov et al. 2021): expectile value regression, twin critics and an advantage-'
-        'weighted actor, never querying actions outside the data'
+        "Implicit Q-Learning (Kostrikov et al. 2021): expectile value regression, twin critics and an advantage-"
+        "weighted actor, never querying actions outside the data"
     )
     tiny_config = {"hidden_dim": 16, "num_hidden_layers": 1}
     sampler = "transitions"
@@ -184,8 +184,15 @@ class IQL(MicroBatching):
         weights = torch.exp(cfg.beta * advantage.detach()).clamp(max=cfg.exp_adv_max)
         actor = part(self.nets, "actor", (GaussianActor, CategoricalActor))
         actor_loss = (weights * actor.negative_log_likelihood(obs, actions)).mean()
-        return {"loss": value_loss + critic_loss + actor_loss, "value_loss": value_loss, "critic_loss": critic_loss, "actor_loss": actor_loss,
-                "advantage": advantage.mean(), "q_data": q.mean(), "adv_weight": weights.mean()}
+        return {
+            "loss": value_loss + critic_loss + actor_loss,
+            "value_loss": value_loss,
+            "critic_loss": critic_loss,
+            "actor_loss": actor_loss,
+            "advantage": advantage.mean(),
+            "q_data": q.mean(),
+            "adv_weight": weights.mean(),
+        }
 
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         self.step += 1

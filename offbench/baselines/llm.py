@@ -66,8 +66,9 @@ class LLM:
             raise OffbenchError("llm: demonstrations > 0 needs demonstration_dataset (a bandit learning-history dataset id)")
         import offbench
 
-        return demonstration_histories(offbench.load(self.config.demonstration_dataset), self.config.demonstrations,
-                                       self.spec.action_dim, self.config.seed)
+        return demonstration_histories(
+            offbench.load(self.config.demonstration_dataset), self.config.demonstrations, self.spec.action_dim, self.config.seed
+        )
 
     def state_dict(self) -> dict[str, Any]:
         return {}

@@ -117,7 +117,9 @@ class MooreActor(nn.Module):
     def __init__(self, config: MooreBCConfig, spec: DatasetSpec):
         super().__init__()
         self.normalize = ObservationNormalizer(spec, eps=1e-3, enabled=config.normalize_observations)
-        self.net = MooreNetwork(flat_observation_dim(spec), spec.action_dim, list(config.expert_dims), config.num_experts, spec.num_tasks, config.orthogonal)
+        self.net = MooreNetwork(
+            flat_observation_dim(spec), spec.action_dim, list(config.expert_dims), config.num_experts, spec.num_tasks, config.orthogonal
+        )
         self.bound = nn.Identity() if spec.discrete else BoundedActions(spec)
 
     def forward(self, observations: torch.Tensor, task_ids: torch.Tensor) -> torch.Tensor:
@@ -131,8 +133,8 @@ class MooreBC(BC):
     name = "moore-bc"
     Config = MooreBCConfig
     summary = (
-        'MOORE (Hendawy et al., ICLR 2024) torso (Gram-Schmidt-orthogonalised experts, bias-free task mixing, tanh, one'
-        ' head per task) trained by behaviour cloning; `orthogonal=false` is the plain mixture of experts'
+        "MOORE (Hendawy et al., ICLR 2024) torso (Gram-Schmidt-orthogonalised experts, bias-free task mixing, tanh, one"
+        " head per task) trained by behaviour cloning; `orthogonal=false` is the plain mixture of experts"
     )
     tiny_config = {"expert_dims": [16, 16], "num_experts": 3}
     Actor = MooreActor
@@ -174,14 +176,14 @@ class MooreIQLConfig:
 class MooreIQL(MicroBatching):
     """IQL whose value, twin critics and actor are MOORE networks (Gaussian actor, or categorical for discrete):
 
-        value   L_V  = E[|expectile - 1(u < 0)| u^2],  u = min_i Q'_i(s,a,t) - V(s,t)
-        critic  L_Q  = mean_i E[(Q_i(s,a,t) - (r + gamma (1 - terminal) V(s',t)))^2]
-        actor   L_pi = E[min(exp(beta u), exp_adv_max) * -log pi(a|s,t)]
+    value   L_V  = E[|expectile - 1(u < 0)| u^2],  u = min_i Q'_i(s,a,t) - V(s,t)
+    critic  L_Q  = mean_i E[(Q_i(s,a,t) - (r + gamma (1 - terminal) V(s',t)))^2]
+    actor   L_pi = E[min(exp(beta u), exp_adv_max) * -log pi(a|s,t)]
     """
 
     name = "moore-iql"
     Config = MooreIQLConfig
-    summary = 'IQL with MOORE networks (value, twin critics, actor)'
+    summary = "IQL with MOORE networks (value, twin critics, actor)"
     tiny_config = {"expert_dims": [16, 16], "num_experts": 3}
     sampler = "transitions"
     action_kinds = ("continuous", "discrete")
@@ -218,7 +220,11 @@ class MooreIQL(MicroBatching):
         if not self.discrete:  # CORL's state-independent log std, one per task
             self.log_std = nn.Parameter(torch.zeros(spec.num_tasks, act_dim, device=self.device))
         actor_params = list(self.nets["actor"].parameters()) + ([] if self.discrete else [self.log_std])
-        self.groups = {"value": list(self.nets["value"].parameters()), "critic": list(self.nets["critic"].parameters()), "actor": actor_params}
+        self.groups = {
+            "value": list(self.nets["value"].parameters()),
+            "critic": list(self.nets["critic"].parameters()),
+            "actor": actor_params,
+        }
         self.optimizers = {
             "value": torch.optim.Adam(self.groups["value"], lr=config.value_lr),
             "critic": torch.optim.Adam(self.groups["critic"], lr=config.critic_lr),
@@ -253,7 +259,9 @@ class MooreIQL(MicroBatching):
             "value_loss": torch.abs(cfg.expectile - (advantage < 0).float()) * advantage.pow(2),
             "critic_loss": (q - td_target).pow(2).mean(0),
             "actor_loss": weights * self._negative_log_likelihood(obs, actions, task_ids),
-            "advantage": advantage, "q_data": q.mean(0), "adv_weight": weights,
+            "advantage": advantage,
+            "q_data": q.mean(0),
+            "adv_weight": weights,
         }
 
     def losses(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -34,9 +34,7 @@ def init_linear_(weight: torch.Tensor, bias: torch.Tensor, orthogonal: bool, gai
             nn.init.uniform_(bias, -bound, bound)
 
 
-def mlp(
-    in_dim: int, out_dim: int, hidden_dims: Sequence[int], orthogonal: bool = False, output_gain: float | None = None
-) -> nn.Sequential:
+def mlp(in_dim: int, out_dim: int, hidden_dims: Sequence[int], orthogonal: bool = False, output_gain: float | None = None) -> nn.Sequential:
     """ReLU MLP; `output_gain` re-initialises the last layer with a small gain (CORL's CQL networks)."""
     dims = [in_dim, *hidden_dims, out_dim]
     layers: list[nn.Module] = []
@@ -215,8 +213,15 @@ class Block(nn.Module):
     `feed_forward` (AD, DPT with `moe = "t2mir"`) replaces the MLP: a `T2MIRFeedForward`, its output under the
     residual dropout, its routing statistics appended to `routing` when one is given."""
 
-    def __init__(self, dim: int, num_heads: int, attention_dropout: float, residual_dropout: float,
-                 dropout: Callable[[float], Dropout | nn.Dropout] = Dropout, feed_forward: T2MIRFeedForward | None = None):
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        attention_dropout: float,
+        residual_dropout: float,
+        dropout: Callable[[float], Dropout | nn.Dropout] = Dropout,
+        feed_forward: T2MIRFeedForward | None = None,
+    ):
         super().__init__()
         if dim % num_heads:
             raise ValueError(f"hidden size {dim} must be divisible by num_heads {num_heads}")
@@ -225,8 +230,11 @@ class Block(nn.Module):
         self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
         self.attention_dropout, self.drop = dropout(attention_dropout), dropout(residual_dropout)
         self.feed_forward = feed_forward
-        self.mlp = None if feed_forward is not None else (
-            nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim), dropout(residual_dropout)))
+        self.mlp = (
+            None
+            if feed_forward is not None
+            else (nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim), dropout(residual_dropout)))
+        )
 
     def keys_values(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The attention keys and values (B, L, dim) this block makes of its input tokens x."""
@@ -238,8 +246,13 @@ class Block(nn.Module):
         return k, v
 
     def forward(
-        self, x: torch.Tensor, bias: torch.Tensor | None = None, queries: slice | None = None,
-        past: tuple[torch.Tensor, torch.Tensor] | None = None, cache: KVCache | None = None, layer: int = 0,
+        self,
+        x: torch.Tensor,
+        bias: torch.Tensor | None = None,
+        queries: slice | None = None,
+        past: tuple[torch.Tensor, torch.Tensor] | None = None,
+        cache: KVCache | None = None,
+        layer: int = 0,
         routing: list[Routing] | None = None,
     ) -> torch.Tensor:
         batch, _, dim = x.shape
@@ -272,7 +285,10 @@ class Block(nn.Module):
             return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
         batch, heads, _, head_dim = q.shape  # written out: attention dropout with this block's dropout draws
         scores = torch.baddbmm(
-            bias.expand(batch, heads, -1, -1).flatten(0, 1), q.flatten(0, 1), k.flatten(0, 1).transpose(1, 2), alpha=head_dim**-0.5,
+            bias.expand(batch, heads, -1, -1).flatten(0, 1),
+            q.flatten(0, 1),
+            k.flatten(0, 1).transpose(1, 2),
+            alpha=head_dim**-0.5,
         )
         weights = self.attention_dropout(torch.softmax(scores, dim=-1))
         return torch.bmm(weights, v.flatten(0, 1)).view(batch, heads, -1, head_dim)
@@ -290,8 +306,6 @@ class Block(nn.Module):
             mask = torch.arange(start + length, device=q.device) <= torch.arange(start, start + length, device=q.device)[:, None]
         dropout = self.attention_dropout.p if self.training else 0.0
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, dropout_p=dropout)
-
-
 
 
 # ----------------------------------------------------------------------------- T2MIR: token- and task-wise experts
@@ -463,8 +477,10 @@ class T2MIRFeedForward(nn.Module):
     def inactive_parameters(self) -> int:
         """Parameters a token's evaluation pass leaves unused: the experts its routers did not pick, the noise scale
         (training only) and the bilinear map (a loss term only)."""
-        unused_experts = sum((experts.up.shape[0] - router.top_k) * experts.parameters_per_expert()
-                             for router, experts in ((self.token_router, self.token_experts), (self.task_router, self.task_experts)))
+        unused_experts = sum(
+            (experts.up.shape[0] - router.top_k) * experts.parameters_per_expert()
+            for router, experts in ((self.token_router, self.token_experts), (self.task_router, self.task_experts))
+        )
         noise_scales = sum(router.noise.numel() for router in (self.token_router, self.task_router) if router.noise is not None)
         return unused_experts + noise_scales + self.bilinear.numel()
 

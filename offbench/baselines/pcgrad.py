@@ -37,8 +37,14 @@ def check_gradient_mode(mode: str, baseline: str, num_tasks: int) -> None:
         raise OffbenchError(f"{baseline}: gradient=pcgrad projects one task's gradient off another's; this dataset has one task")
 
 
-def backward(loss_fn: Callable[[dict[str, torch.Tensor]], torch.Tensor], batch: dict[str, torch.Tensor], parameters, mode: str,
-             micro_batch: int | None = None, units: Callable[[dict[str, torch.Tensor]], Any] = batch_rows) -> torch.Tensor:
+def backward(
+    loss_fn: Callable[[dict[str, torch.Tensor]], torch.Tensor],
+    batch: dict[str, torch.Tensor],
+    parameters,
+    mode: str,
+    micro_batch: int | None = None,
+    units: Callable[[dict[str, torch.Tensor]], Any] = batch_rows,
+) -> torch.Tensor:
     """The hook a baseline's update calls in place of `loss_fn(batch).backward()`: that (in micro-batches of
     `micro_batch` rows, `loss_fn` a mean over `units`: `accumulate_backward`), or with mode "pcgrad" the PCGrad
     gradient of the batch's per-task losses. Returns the loss to log (PCGrad: the mean of the task losses)."""

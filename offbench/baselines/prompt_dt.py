@@ -96,7 +96,14 @@ class PromptDTModel(nn.Module):
                 nn.init.zeros_(module.bias)
 
     def forward(
-        self, observations, actions, returns_to_go, timesteps, mask, prompt: dict[str, torch.Tensor], newest_only: bool = False,
+        self,
+        observations,
+        actions,
+        returns_to_go,
+        timesteps,
+        mask,
+        prompt: dict[str, torch.Tensor],
+        newest_only: bool = False,
         prompt_states: PromptStates | None = None,
     ) -> torch.Tensor:
         """(B, K, ...) segment and (B, P, ...) prompt, returns-to-go already scaled -> action predictions (B, K, A), or
@@ -109,7 +116,7 @@ class PromptDTModel(nn.Module):
             x, pasts, segment_start = torch.cat([prefix, segment], dim=1), [None] * len(self.blocks), prefix.shape[1]
         else:  # the segment's tokens only, attending to the prompt's keys and values as well as to each other
             x, pasts, segment_start = segment, prompt_states, 0
-            bias = bias[:, :, prompt_states[0][0].shape[1]:]
+            bias = bias[:, :, prompt_states[0][0].shape[1] :]
         x = self.embedding_dropout(x)
         for block, past in zip(self.blocks[:-1], pasts[:-1]):
             x = block(x, bias, past=past)
@@ -137,11 +144,16 @@ class PromptDTModel(nn.Module):
 class PromptDT(MicroBatching):
     name = "prompt-dt"
     Config = PromptDTConfig
-    summary = (
-        "Prompt-DT (Xu et al., ICML 2022): a DT whose sequence starts with a 5-step prompt cut from one of the task's "
-        'best episodes'
-    )
-    tiny_config = {"segment_length": 4, "prompt_length": 2, "prompt_pool": 2, "embedding_dim": 16, "num_layers": 1, "num_heads": 2, "warmup_steps": 10}
+    summary = "Prompt-DT (Xu et al., ICML 2022): a DT whose sequence starts with a 5-step prompt cut from one of the task's best episodes"
+    tiny_config = {
+        "segment_length": 4,
+        "prompt_length": 2,
+        "prompt_pool": 2,
+        "embedding_dim": 16,
+        "num_layers": 1,
+        "num_heads": 2,
+        "warmup_steps": 10,
+    }
     sampler = "prompt_segments"
     action_kinds = ("continuous", "discrete")
     evaluation_protocols = ("multi-task",)
@@ -154,7 +166,10 @@ class PromptDT(MicroBatching):
         self.config, self.spec, self.device = config, spec, torch.device(device)
         self.model = PromptDTModel(config, spec).to(self.device)
         self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay, betas=(config.betas[0], config.betas[1]),
+            self.model.parameters(),
+            lr=config.learning_rate,
+            weight_decay=config.weight_decay,
+            betas=(config.betas[0], config.betas[1]),
             fused=fused_adam(self.device),
         )
         warmup = max(1, config.warmup_steps)
@@ -164,7 +179,9 @@ class PromptDT(MicroBatching):
         t, p, device = spec.num_tasks, config.prompt_length, self.device
         self.task_prompts = {
             "observations": torch.zeros(t, p, *spec.observation_shape, device=device),
-            "actions": torch.zeros(t, p, dtype=torch.long, device=device) if spec.discrete else torch.zeros(t, p, spec.action_dim, device=device),
+            "actions": torch.zeros(t, p, dtype=torch.long, device=device)
+            if spec.discrete
+            else torch.zeros(t, p, spec.action_dim, device=device),
             "returns_to_go": torch.zeros(t, p, device=device),
             "timesteps": torch.zeros(t, p, dtype=torch.long, device=device),
             "mask": torch.zeros(t, p, dtype=torch.bool, device=device),
@@ -173,23 +190,44 @@ class PromptDT(MicroBatching):
     @classmethod
     def memory_shape(cls, config: PromptDTConfig) -> TransformerShape:
         """R, s, a tokens of the prompt's P steps and the segment's K; attention written out."""
-        return TransformerShape(3 * (config.segment_length + config.prompt_length), config.embedding_dim, config.num_layers, config.num_heads,
-                                "explicit", config.attention_dropout)
+        return TransformerShape(
+            3 * (config.segment_length + config.prompt_length),
+            config.embedding_dim,
+            config.num_layers,
+            config.num_heads,
+            "explicit",
+            config.attention_dropout,
+        )
 
     def sampler_options(self) -> dict[str, Any]:
         c = self.config
-        return {"segment_length": c.segment_length, "prompt_length": c.prompt_length, "prompt_pool": c.prompt_pool, "one_task_per_batch": self.one_task_per_batch}
+        return {
+            "segment_length": c.segment_length,
+            "prompt_length": c.prompt_length,
+            "prompt_pool": c.prompt_pool,
+            "one_task_per_batch": self.one_task_per_batch,
+        }
 
     def predict(
-        self, batch: dict[str, torch.Tensor], prompt: dict[str, torch.Tensor], weights: dict[str, torch.Tensor] | None = None,
-        newest_only: bool = False, prompt_states: PromptStates | None = None,
+        self,
+        batch: dict[str, torch.Tensor],
+        prompt: dict[str, torch.Tensor],
+        weights: dict[str, torch.Tensor] | None = None,
+        newest_only: bool = False,
+        prompt_states: PromptStates | None = None,
     ) -> torch.Tensor:
         """The model's predictions for segments `batch` prompted by `prompt` (the newest step's only with
         `newest_only`; `prompt_states`: the prompt's, computed before); `weights` replace the model's own parameters
         of those names (HarmoDT's masked transformer)."""
         args = (
-            batch["observations"], batch["actions"], batch["returns_to_go"] * self.config.reward_scale, batch["timesteps"], batch["mask"],
-            self.scaled(prompt), newest_only, prompt_states,
+            batch["observations"],
+            batch["actions"],
+            batch["returns_to_go"] * self.config.reward_scale,
+            batch["timesteps"],
+            batch["mask"],
+            self.scaled(prompt),
+            newest_only,
+            prompt_states,
         )
         return self.model(*args) if weights is None else torch.func.functional_call(self.model, weights, args)
 
@@ -246,7 +284,9 @@ class PromptDT(MicroBatching):
         states = self.task_prompt_states() if prompt_states is None else prompt_states
         self.model.eval()
         return self.predict(
-            batch, {key: value[task_ids] for key, value in self.task_prompts.items()}, newest_only=True,
+            batch,
+            {key: value[task_ids] for key, value in self.task_prompts.items()},
+            newest_only=True,
             prompt_states=[(k[task_ids], v[task_ids]) for k, v in states],
         )[:, -1]
 
@@ -260,7 +300,8 @@ class PromptDT(MicroBatching):
 
     def state_dict(self) -> dict[str, Any]:
         return {
-            **part_states(model=self.model, optimizer=self.optimizer, scheduler=self.scheduler), "task_prompts": self.task_prompts,
+            **part_states(model=self.model, optimizer=self.optimizer, scheduler=self.scheduler),
+            "task_prompts": self.task_prompts,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

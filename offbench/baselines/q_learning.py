@@ -275,8 +275,7 @@ def reward_scale(spec: DatasetSpec, baseline: str, normalize_reward: bool, scale
         return scale
     if spec.return_range is None or spec.return_range[1] <= spec.return_range[0]:
         raise OffbenchError(
-            f"{baseline}: normalize_reward needs episodes with different returns; "
-            f"this dataset's return range is {spec.return_range}"
+            f"{baseline}: normalize_reward needs episodes with different returns; this dataset's return range is {spec.return_range}"
         )
     low, high = spec.return_range
     return scale * spec.max_episode_length / (high - low)

@@ -32,14 +32,20 @@ def source_file(cls: type) -> str:
 
 def all_baselines_table() -> str:
     """README.md's: every built-in, how it is evaluated and on which actions."""
-    rows = [f"| `{cls.name}` | {cls.summary} | {', '.join(cls.evaluation_protocols)} | {', '.join(cls.action_kinds)} | {source_file(cls)} |"
-            for cls in builtin_classes()]
+    rows = [
+        f"| `{cls.name}` | {cls.summary} | {', '.join(cls.evaluation_protocols)} | {', '.join(cls.action_kinds)} | {source_file(cls)} |"
+        for cls in builtin_classes()
+    ]
     return "\n".join(["| baseline | what | evaluated | actions | file |", "|---|---|---|---|---|", *rows])
 
 
 def multi_task_table() -> str:
     """baselines/README.md's: the baselines that exist for multi-task data only."""
-    rows = [f"| `{cls.name}` | {cls.summary} | {source_file(cls)} |" for cls in builtin_classes() if tuple(cls.evaluation_protocols) == ("multi-task",)]
+    rows = [
+        f"| `{cls.name}` | {cls.summary} | {source_file(cls)} |"
+        for cls in builtin_classes()
+        if tuple(cls.evaluation_protocols) == ("multi-task",)
+    ]
     return "\n".join(["| baseline | what | file |", "|---|---|---|", *rows])
 
 

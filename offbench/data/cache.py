@@ -107,14 +107,18 @@ def _targets(dataset_ids: list[str]) -> list[CachedDataset]:
             safe_component(part, f"{dataset_id}: id part")
         path = root.joinpath(*parts)
         if path.is_symlink():
-            raise OffbenchError(f"{path}: a link (to {os.readlink(path)}); offbench deletes only what lies under {root}, remove the link yourself")
+            raise OffbenchError(
+                f"{path}: a link (to {os.readlink(path)}); offbench deletes only what lies under {root}, remove the link yourself"
+            )
         mine = [dataset for dataset in on_disk if dataset.id == "/".join(parts)]
         if not mine:
             raise OffbenchError(f"{dataset_id}: not on disk under {root} (see `offbench cache list`)")
         nested = [dataset.id for dataset in on_disk if dataset.id.startswith(f"{'/'.join(parts)}/")]
         if nested and any(dataset.path == path for dataset in mine):
             raise OffbenchError(f"{path}: also holds the datasets {', '.join(nested)}; delete those first")
-        targets += sorted(mine, key=lambda dataset: dataset.status != "interrupted delete")  # its leftover first: the rename needs its place
+        targets += sorted(
+            mine, key=lambda dataset: dataset.status != "interrupted delete"
+        )  # its leftover first: the rename needs its place
     return targets
 
 
@@ -132,7 +136,9 @@ def _remove(dataset: CachedDataset) -> None:
         try:
             lock.acquire(timeout=0)
         except Timeout:
-            raise OffbenchError(f"{dataset.id}: another process is downloading or generating it ({lock.lock_file}); delete it once that is done") from None
+            raise OffbenchError(
+                f"{dataset.id}: another process is downloading or generating it ({lock.lock_file}); delete it once that is done"
+            ) from None
         try:
             if graveyard.exists():  # left by an earlier delete that was cut short
                 shutil.rmtree(graveyard)

@@ -64,11 +64,18 @@ class TableView(Mapping[str, Any]):
 
 @dataclass(frozen=True)
 class SourceFile:
-    url: str = ranged(doc="Where to download it, http(s); a `--mirror` / `OFFBENCH_MIRROR` replaces its host. The last part "
-                          "of the URL path, percent-decoded, is the local file name and must be a safe file name (as for `id`).")
-    sha256: str | None = ranged(None, doc="Its checksum, 64 hex characters. Without it the downloader records the checksum of the "
-                                          "first download once it has opened in its format (trust on first use) and checks it afterwards.")
-    size: int | None = ranged(None, ge=1, doc="Its size in bytes: a server that sends more is cut off as soon as it does (one-line error, nothing kept).")
+    url: str = ranged(
+        doc="Where to download it, http(s); a `--mirror` / `OFFBENCH_MIRROR` replaces its host. The last part "
+        "of the URL path, percent-decoded, is the local file name and must be a safe file name (as for `id`)."
+    )
+    sha256: str | None = ranged(
+        None,
+        doc="Its checksum, 64 hex characters. Without it the downloader records the checksum of the "
+        "first download once it has opened in its format (trust on first use) and checks it afterwards.",
+    )
+    size: int | None = ranged(
+        None, ge=1, doc="Its size in bytes: a server that sends more is cut off as soon as it does (one-line error, nothing kept)."
+    )
     checksum_source: str | None = ranged(None, doc="Where `sha256` and `size` were taken from.")
     link_source: str | None = ranged(None, doc="Where the URL was taken from.")
 
@@ -89,8 +96,9 @@ class SourceRecipe:
 @dataclass(frozen=True)
 class SourceImport:
     format: str = ranged(doc="The format imported, a name in `offbench.data.formats.FORMATS`.")
-    from_: str = ranged(doc="The folder or URL imported. Nothing is fetched: when the data file is gone, offbench says which "
-                            "import command brings it back.")
+    from_: str = ranged(
+        doc="The folder or URL imported. Nothing is fetched: when the data file is gone, offbench says which import command brings it back."
+    )
 
 
 @dataclass(frozen=True, eq=False)
@@ -122,8 +130,11 @@ class CardSource(TableView):
 @dataclass(frozen=True, eq=False)
 class CardEnv(TableView):
     id: str | None = ranged(None, doc="The environment id, with its version (e.g. `Hopper-v4`).")
-    suite: str | None = ranged(None, doc="The environment suite that makes it: `gymnasium` (when left out), `offbench`, `metaworld`, "
-                                         "`minigrid`, `xland`, or one registered with `offbench.envs.factory.register_suite`.")
+    suite: str | None = ranged(
+        None,
+        doc="The environment suite that makes it: `gymnasium` (when left out), `offbench`, `metaworld`, "
+        "`minigrid`, `xland`, or one registered with `offbench.envs.factory.register_suite`.",
+    )
     kwargs: dict[str, Any] | None = ranged(None, doc="Keyword arguments for making it.")
     note: str | None = ranged(None, doc="Free text, e.g. how the data's environment differs from this one.")
 
@@ -145,20 +156,32 @@ class CardScores(TableView):
 
 @dataclass(frozen=True, kw_only=True)
 class DatasetCard:
-    id: str = ranged(doc="The dataset id users type, e.g. `d4rl/hopper-medium-v2`. May contain `/` (it becomes sub-folders under "
-                         "`$OFFBENCH_HOME/data/`); every part between slashes is a safe file name: 1-128 of `A-Z a-z 0-9 . _ + -`, "
-                         "starting with a letter or digit.")
+    id: str = ranged(
+        doc="The dataset id users type, e.g. `d4rl/hopper-medium-v2`. May contain `/` (it becomes sub-folders under "
+        "`$OFFBENCH_HOME/data/`); every part between slashes is a safe file name: 1-128 of `A-Z a-z 0-9 . _ + -`, "
+        "starting with a letter or digit."
+    )
     description: str = ranged(doc="One or more sentences; `offbench list` shows the first line. Say how the data was made.")
-    format: str = ranged(doc="How the downloaded payload is laid out: `offbench` (native HDF5), `d4rl` (flat HDF5), `minari` (Minari "
-                             "folder), `mtdiff` (MTDiff's folder of `{i}.npz` episodes, as an archive), `xland` (XLand-100B layout); a name "
-                             "in `offbench.data.formats.FORMATS`. Converted to the native format on first use, except formats read in "
-                             "place (`xland`: the verified download is the dataset, opened lazily).")
-    kind: str = ranged("offline", doc="`offline`, `learning-history` (whole learning runs for in-context RL) or `multi-task`; it picks "
-                                      "the evaluation protocol, and `offbench list --kind` filters on it.")
-    license: str | None = ranged(None, doc="The data licence as the publisher states it (e.g. `CC BY 4.0`). Left out when the publisher "
-                                           "does not state one that we could check.")
+    format: str = ranged(
+        doc="How the downloaded payload is laid out: `offbench` (native HDF5), `d4rl` (flat HDF5), `minari` (Minari "
+        "folder), `mtdiff` (MTDiff's folder of `{i}.npz` episodes, as an archive), `xland` (XLand-100B layout); a name "
+        "in `offbench.data.formats.FORMATS`. Converted to the native format on first use, except formats read in "
+        "place (`xland`: the verified download is the dataset, opened lazily)."
+    )
+    kind: str = ranged(
+        "offline",
+        doc="`offline`, `learning-history` (whole learning runs for in-context RL) or `multi-task`; it picks "
+        "the evaluation protocol, and `offbench list --kind` filters on it.",
+    )
+    license: str | None = ranged(
+        None,
+        doc="The data licence as the publisher states it (e.g. `CC BY 4.0`). Left out when the publisher "
+        "does not state one that we could check.",
+    )
     citation: str | None = ranged(None, doc="What to cite when using the data.")
-    source: CardSource = ranged(doc="Where the data comes from: exactly one of `files`, `minari_id`, `recipe`, `import` (`[source]`, below).")
+    source: CardSource = ranged(
+        doc="Where the data comes from: exactly one of `files`, `minari_id`, `recipe`, `import` (`[source]`, below)."
+    )
     env: CardEnv = ranged(default_factory=CardEnv, doc="What evaluation recreates (`[env]`, below).")
     scores: CardScores = ranged(default_factory=CardScores, doc="Reference returns for the normalised score (`[scores]`, below).")
     extra: dict[str, Any] = field(default_factory=dict)  # any other top-level key, kept and written back unchanged

@@ -27,7 +27,9 @@ def export(
     if not store.card.get("id"):  # data generated before ids were embedded: named as opened (the registered id)
         store.card = {**store.card, "id": dataset.id}
     if not isinstance(store, EpisodeStore):  # read in place
-        raise OffbenchError(f"{store.path}: {store.num_transitions:,} transitions read in place; offbench does not convert such a dataset to another format")
+        raise OffbenchError(
+            f"{store.path}: {store.num_transitions:,} transitions read in place; offbench does not convert such a dataset to another format"
+        )
     target = FORMATS[format].export(store, out)
     typer.echo(f"wrote {format}: {target} ({store.num_episodes:,} episodes, {store.num_transitions:,} transitions)")
 
@@ -37,10 +39,14 @@ import_app = typer.Typer(help="Bring a dataset published in a seed paper's own l
 
 @import_app.command("mtdiff")
 def import_mtdiff_command(
-    source: str = typer.Argument(..., help="Folder of task folders with {i}.npz episodes, or a .zip/.tar(.gz) of one (path or http(s) URL)."),
+    source: str = typer.Argument(
+        ..., help="Folder of task folders with {i}.npz episodes, or a .zip/.tar(.gz) of one (path or http(s) URL)."
+    ),
     out: Optional[Path] = typer.Option(None, help="Write DIR/data.h5 and DIR/card.toml here instead of registering under OFFBENCH_HOME."),
     dataset_id: Optional[str] = typer.Option(None, "--id", help="Dataset id (default: imported/mtdiff-<folder name>)."),
-    episodes: Optional[int] = typer.Option(None, help="Episodes per task, files 0..N-1 (HarmoDT: 2000 near-optimal, 1000 sub-optimal; default: all)."),
+    episodes: Optional[int] = typer.Option(
+        None, help="Episodes per task, files 0..N-1 (HarmoDT: 2000 near-optimal, 1000 sub-optimal; default: all)."
+    ),
     tasks: Optional[str] = typer.Option(None, help="Comma-separated task folders (default: every one)."),
     quality: Optional[str] = typer.Option(None, help="Label for the card, e.g. near-optimal or sub-optimal."),
 ) -> None:
@@ -77,8 +83,10 @@ def import_mtdiff_command(
     store.save(data_path)
     write_card(card, card_path)
     env_kwargs = cast(dict[str, Any], card.env.kwargs)  # import_mtdiff's card always lists its tasks there
-    typer.echo(f"{card.id}: {data_path} ({len(env_kwargs['tasks'])} tasks, {store.num_episodes:,} episodes, "
-               f"{store.num_transitions:,} steps, env {card.env.id}); card {card_path}")
+    typer.echo(
+        f"{card.id}: {data_path} ({len(env_kwargs['tasks'])} tasks, {store.num_episodes:,} episodes, "
+        f"{store.num_transitions:,} steps, env {card.env.id}); card {card_path}"
+    )
 
 
 def _import_from_url(url: str, read):
@@ -94,6 +102,10 @@ def _import_from_url(url: str, read):
     name = url.rstrip("/").rsplit("/", 1)[-1]
     if not name.endswith(ARCHIVES):
         raise OffbenchError(f"{url}: not an archive ({', '.join(ARCHIVES)}); download the folder and import it from disk")
-    with tempfile.TemporaryDirectory(prefix="offbench-import-") as folder, requests.Session() as session, Progress(disable=True) as progress:
+    with (
+        tempfile.TemporaryDirectory(prefix="offbench-import-") as folder,
+        requests.Session() as session,
+        Progress(disable=True) as progress,
+    ):
         path, _ = fetch_file(session, RemoteFile(url, name), Path(folder), None, progress)  # a one-off copy: no checksum to record
         return read(path)

@@ -86,9 +86,7 @@ def load_d4rl(path: Path) -> EpisodeStore:
             arrays = {key: np.asarray(hdf5_node(f[key], h5py.Dataset)[()]) for key in STEP_KEYS if key in f}
             groups = {name: _read_datasets(node) if isinstance(node := f.get(name), h5py.Group) else {} for name in GROUPS}
             extra = {
-                key: node[()]
-                for key, node in f.items()
-                if key not in STEP_KEYS and key not in GROUPS and isinstance(node, h5py.Dataset)
+                key: node[()] for key, node in f.items() if key not in STEP_KEYS and key not in GROUPS and isinstance(node, h5py.Dataset)
             }
         except (OSError, ValueError, TypeError) as exc:
             raise OffbenchError(f"{path}: unreadable D4RL file ({exc.__class__.__name__}: {exc})") from None
@@ -228,7 +226,9 @@ def _cut_episodes(obs: np.ndarray, terminals: np.ndarray, timeouts: np.ndarray, 
         vanished = lengths == 0
         final, lengths = final[~vanished], lengths[~vanished]
         if not len(lengths):
-            raise OffbenchError(f"{where}: every episode has one row and no next observation (no next_observations key): no transition is left")
+            raise OffbenchError(
+                f"{where}: every episode has one row and no next observation (no next_observations key): no transition is left"
+            )
     return _Episodes(starts, ends, truncations, cut, trailing, keep, final, lengths, vanished, next_obs is not None)
 
 

@@ -161,10 +161,7 @@ def minari_urls(minari_id: str, revision: str = "main") -> list[tuple[str, str]]
     for part in minari_id.split("/"):  # the id is also the folder under raw/
         safe_component(part, f"minari_id {minari_id!r}: component")
     repo, path_in_repo = minari_id.split("/", 1)
-    return [
-        (f"{MINARI_REMOTE}/{repo}/resolve/{revision}/{path_in_repo}/data/{name}", f"{minari_id}/data/{name}")
-        for name in MINARI_FILES
-    ]
+    return [(f"{MINARI_REMOTE}/{repo}/resolve/{revision}/{path_in_repo}/data/{name}", f"{minari_id}/data/{name}") for name in MINARI_FILES]
 
 
 def remote_files(card: DatasetCard) -> list[RemoteFile]:
@@ -289,8 +286,9 @@ def _answered_complete(response: requests.Response, url: str, part: Path, offset
     return False
 
 
-def _check_announced_size(response: requests.Response, url: str, part: Path, offset: int, expected_size: int | None,
-                          progress: Progress, task) -> int:
+def _check_announced_size(
+    response: requests.Response, url: str, part: Path, offset: int, expected_size: int | None, progress: Progress, task
+) -> int:
     """The byte limit of the body (the declared size, else `undeclared_limit()`), after refusing a body the server
     announces past it or that the disk has no room for; starts the progress bar at `offset`."""
     length = response.headers.get("Content-Length")
@@ -308,8 +306,9 @@ def _check_announced_size(response: requests.Response, url: str, part: Path, off
     return limit
 
 
-def _write_body(response: requests.Response, url: str, part: Path, offset: int, expected_size: int | None, limit: int,
-                progress: Progress, task) -> None:
+def _write_body(
+    response: requests.Response, url: str, part: Path, offset: int, expected_size: int | None, limit: int, progress: Progress, task
+) -> None:
     """Append the body to `part` (from `offset`), never a byte past `limit`, and give up (_TooSlow) on a body
     slower than MIN_RATE_BYTES over a window; a full disk removes the part and says so."""
     try:
@@ -326,8 +325,10 @@ def _write_body(response: requests.Response, url: str, part: Path, offset: int, 
                 elapsed = time.monotonic() - window_start
                 if elapsed >= RATE_WINDOW_SECONDS:
                     if window_bytes < MIN_RATE_BYTES * elapsed:
-                        raise _TooSlow(f"{url}: too slow ({window_bytes / elapsed:,.0f} bytes/s over {elapsed:.3g} s, "
-                                       f"below the minimum of {MIN_RATE_BYTES:,} bytes/s)")
+                        raise _TooSlow(
+                            f"{url}: too slow ({window_bytes / elapsed:,.0f} bytes/s over {elapsed:.3g} s, "
+                            f"below the minimum of {MIN_RATE_BYTES:,} bytes/s)"
+                        )
                     window_start, window_bytes = time.monotonic(), 0
             handle.flush()
             os.fsync(handle.fileno())
@@ -339,8 +340,11 @@ def _write_body(response: requests.Response, url: str, part: Path, offset: int, 
 
 
 def _undeclared_too_large(url: str, part: Path, total: int, limit: int, who: str) -> OffbenchError:
-    kept = f"; the {part.stat().st_size:,} bytes received are kept in {part}, and a run with a higher limit resumes from them" \
-        if part.is_file() and part.stat().st_size else ""
+    kept = (
+        f"; the {part.stat().st_size:,} bytes received are kept in {part}, and a run with a higher limit resumes from them"
+        if part.is_file() and part.stat().st_size
+        else ""
+    )
     return OffbenchError(
         f"{url}: {who} {total:,} bytes, more than the {limit:,} read without a declared size; if the file is really that large, "
         f"raise the limit (e.g. {MAX_DOWNLOAD_ENV}={-(-max(total, 2 * limit) // (1 << 30))}G){kept}"
@@ -353,7 +357,9 @@ def _past_limit(url: str, part: Path, received: int, expected_size: int | None, 
     if expected_size is None:
         return _undeclared_too_large(url, part, received, limit, "received at least")
     part.unlink(missing_ok=True)
-    return OffbenchError(f"{url}: the server sent more than the card's size (at least {received:,} bytes, card says {expected_size:,}); download discarded")
+    return OffbenchError(
+        f"{url}: the server sent more than the card's size (at least {received:,} bytes, card says {expected_size:,}); download discarded"
+    )
 
 
 def _download(session: requests.Session, url: str, part: Path, expected_size: int | None, progress: Progress, task) -> None:
@@ -376,9 +382,7 @@ def _download(session: requests.Session, url: str, part: Path, expected_size: in
             time.sleep(RETRY_BASE_SECONDS * 2 ** max(failures - 1, 0))
 
 
-def fetch_file(
-    session: requests.Session, remote: RemoteFile, raw: Path, mirror: str | None, progress: Progress
-) -> tuple[Path, str | None]:
+def fetch_file(session: requests.Session, remote: RemoteFile, raw: Path, mirror: str | None, progress: Progress) -> tuple[Path, str | None]:
     """Download one file to raw/<relpath>, checked against the card's or the recorded sha256 before it
     gets its final name. Caller holds the lock. Returns the path and, for a file with no checksum on
     record yet, its sha256, for the caller to record once the payload has converted."""
@@ -403,8 +407,10 @@ def fetch_file(
     digest = file_sha256(part)
     if expected is not None and digest != expected:
         part.unlink()
-        source = "the card" if remote.sha256 else (
-            f"recorded in {raw / SUMS_FILE} at the first download; if that record is wrong, delete its line there and run again"
+        source = (
+            "the card"
+            if remote.sha256
+            else (f"recorded in {raw / SUMS_FILE} at the first download; if that record is wrong, delete its line there and run again")
         )
         raise OffbenchError(f"{url}: checksum mismatch (sha256 {digest[:16]}..., expected {expected[:16]}... {source}); download discarded")
     os.replace(part, dest)
@@ -477,4 +483,3 @@ def _remove_payload(paths: list[Path], raw: Path) -> None:
         while folder != raw and not any(folder.iterdir()):
             folder.rmdir()
             folder = folder.parent
-

@@ -88,7 +88,13 @@ def space_from_minari(spec: dict[str, Any]) -> gym.Space:
 def space_to_minari(space: gym.Space) -> dict[str, Any]:
     """Minari's JSON for a space (the same fields minari.serialization.serialize_space writes)."""
     if isinstance(space, gym.spaces.Box):
-        return {"type": "Box", "dtype": str(space.dtype), "shape": list(space.shape), "low": space.low.tolist(), "high": space.high.tolist()}
+        return {
+            "type": "Box",
+            "dtype": str(space.dtype),
+            "shape": list(space.shape),
+            "low": space.low.tolist(),
+            "high": space.high.tolist(),
+        }
     if isinstance(space, gym.spaces.Discrete):
         return {"type": "Discrete", "dtype": "int64", "start": int(space.start), "n": int(space.n)}
     if isinstance(space, gym.spaces.MultiDiscrete):
@@ -374,9 +380,7 @@ def _env_spec_json(card: dict[str, Any]) -> str | None:
             text = gym.spec(env["id"]).to_json()
         else:
             env_id = env["id"] if "/" in env["id"] else f"{suite}/{env['id']}"
-            spec = EnvSpec(
-                env_id, FACTORY_ENTRY_POINT, kwargs={"env_spec": env}, order_enforce=False, disable_env_checker=True
-            )
+            spec = EnvSpec(env_id, FACTORY_ENTRY_POINT, kwargs={"env_spec": env}, order_enforce=False, disable_env_checker=True)
             text = spec.to_json()
         EnvSpec.from_json(text)
         return text

@@ -96,7 +96,9 @@ def _read_episode(path: Path) -> dict[str, np.ndarray]:
     for key in ("observations", "actions", "rewards", flag, "next_observations"):
         value = arrays.get(key)
         if value is not None and value.dtype.kind not in "biuf":
-            kind = {"c": "complex numbers (the imaginary part would be lost)", "U": "text", "S": "bytes"}.get(value.dtype.kind, f"dtype {value.dtype}")
+            kind = {"c": "complex numbers (the imaginary part would be lost)", "U": "text", "S": "bytes"}.get(
+                value.dtype.kind, f"dtype {value.dtype}"
+            )
             raise OffbenchError(f"{path}: {key} holds {kind}, not real numbers")
     n = len(arrays["observations"]) if arrays["observations"].ndim else 0
     if n == 0:
@@ -108,7 +110,9 @@ def _read_episode(path: Path) -> dict[str, np.ndarray]:
         if arrays[key].shape not in ((n,), (n, 1)):
             raise OffbenchError(f"{path}: {key} has shape {arrays[key].shape}, expected ({n},): one value per step")
     if "next_observations" in arrays and arrays["next_observations"].shape != arrays["observations"].shape:
-        raise OffbenchError(f"{path}: next_observations has shape {arrays['next_observations'].shape}, observations {arrays['observations'].shape}")
+        raise OffbenchError(
+            f"{path}: next_observations has shape {arrays['next_observations'].shape}, observations {arrays['observations'].shape}"
+        )
     arrays["rewards"] = arrays["rewards"].reshape(n)
     arrays["flags"] = arrays.pop(flag).reshape(n).astype(bool)
     return arrays
@@ -122,11 +126,14 @@ def _check_rows(path: Path, arrays: dict[str, np.ndarray], seen: dict[str, tuple
             continue
         first = seen.setdefault(key, (value.shape[1:], path))
         if value.shape[1:] != first[0]:
-            raise OffbenchError(f"{path}: {key} rows have shape {value.shape[1:]}, but {first[1]} has {first[0]} (every episode of every task must agree)")
+            raise OffbenchError(
+                f"{path}: {key} rows have shape {value.shape[1:]}, but {first[1]} has {first[0]} (every episode of every task must agree)"
+            )
 
 
-def read_task(folder: Path, task_id: int, limit: int | None,
-              seen: dict[str, tuple[tuple[int, ...], Path]] | None = None) -> tuple[EpisodeStore, dict[str, Any]]:
+def read_task(
+    folder: Path, task_id: int, limit: int | None, seen: dict[str, tuple[tuple[int, ...], Path]] | None = None
+) -> tuple[EpisodeStore, dict[str, Any]]:
     """One task's episodes as an EpisodeStore (rules 1-4 of the module docstring) and what the card records.
     `seen`: the row shapes of the tasks read before (see `_check_rows`), updated."""
     files = episode_files(folder, limit)

@@ -62,7 +62,9 @@ def ensure_local(card: DatasetCard, mirror: str | None = None, quiet: bool = Fal
     try:
         lock.acquire(timeout=0)
     except Timeout:
-        Console(stderr=True, soft_wrap=True).print(f"offbench: waiting for another process preparing {card.id} to finish ({lock.lock_file})", highlight=False)
+        Console(stderr=True, soft_wrap=True).print(
+            f"offbench: waiting for another process preparing {card.id} to finish ({lock.lock_file})", highlight=False
+        )
         lock.acquire()
     try:
         return _local_copy(card, target) or make()

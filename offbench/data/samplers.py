@@ -63,14 +63,18 @@ def register_store_sampler(kind: str, store: type) -> Callable[[type], type]:
     return add
 
 
-def make_sampler(kind: str, store: EpisodeStore | InPlaceStore, batch_size: int, seed: int, device: str | torch.device = "cpu", **opts: Any) -> Sampler:
+def make_sampler(
+    kind: str, store: EpisodeStore | InPlaceStore, batch_size: int, seed: int, device: str | torch.device = "cpu", **opts: Any
+) -> Sampler:
     """Build the sampler registered under `kind`; unknown kinds and options are one-line OffbenchErrors."""
     cls = lookup(SAMPLERS, kind, "sampler kind")
     if not isinstance(store, EpisodeStore):
         cls = STORE_SAMPLERS.get((kind, type(store)))
         if cls is None:
             kinds = sorted(k for k, store_type in STORE_SAMPLERS if store_type is type(store))
-            raise OffbenchError(f"{getattr(store, 'path', 'this dataset')}: sampler '{kind}' cannot read it in place (kinds that can: {', '.join(kinds) or 'none'})")
+            raise OffbenchError(
+                f"{getattr(store, 'path', 'this dataset')}: sampler '{kind}' cannot read it in place (kinds that can: {', '.join(kinds) or 'none'})"
+            )
     params = inspect.signature(cls.__init__).parameters
     own = {name: p for name, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
     unknown = sorted(set(opts) - set(own))
@@ -170,7 +174,9 @@ class _SeededSampler(torch.utils.data.IterableDataset[dict[str, torch.Tensor]], 
         worker = torch.utils.data.get_worker_info()
         if worker is not None:
             if self.device.type != "cpu":
-                raise OffbenchError(f"DataLoader workers build batches on the CPU; make the sampler with device='cpu' (not '{self.device}') and move batches in the training loop")
+                raise OffbenchError(
+                    f"DataLoader workers build batches on the CPU; make the sampler with device='cpu' (not '{self.device}') and move batches in the training loop"
+                )
             self.rng = self.rng.spawn(worker.num_workers)[worker.id]
         while True:
             yield self.sample()
@@ -329,7 +335,9 @@ class SegmentSampler(_StoreSampler):
             raise OffbenchError(f"segment_length must be at least 1, got {segment_length}")
         self.segment_length = int(segment_length)
         # rewards and returns-to-go side by side, so one gather fetches both (8 bytes a step)
-        self.reward_and_rtg = np.stack([self.rewards.astype(np.float32), returns_to_go(self.rewards, self.starts)], axis=1).astype(np.float32)
+        self.reward_and_rtg = np.stack([self.rewards.astype(np.float32), returns_to_go(self.rewards, self.starts)], axis=1).astype(
+            np.float32
+        )
         self.offsets = np.arange(1 - self.segment_length, 1, dtype=np.int64)
 
     def sample(self) -> dict[str, torch.Tensor]:
@@ -596,8 +604,10 @@ class DPTSampler(_StoreSampler):
         tasks = self.gather(task_ids, rows).astype(np.int64)
         num_tasks = len(self.tasks.optimal_actions)
         if tasks.min() < 0 or tasks.max() >= num_tasks:
-            raise OffbenchError(f"{self.where}task_id {tasks.max() if tasks.max() >= num_tasks else tasks.min()} is not one of "
-                                f"card {card_id}'s {num_tasks} training tasks")
+            raise OffbenchError(
+                f"{self.where}task_id {tasks.max() if tasks.max() >= num_tasks else tasks.min()} is not one of "
+                f"card {card_id}'s {num_tasks} training tasks"
+            )
         try:
             expected = self.tasks.optimal_actions[tasks, self.tasks.states(self.gather(self.observations, rows))]
         except OffbenchError as error:
@@ -605,8 +615,10 @@ class DPTSampler(_StoreSampler):
         wrong = np.flatnonzero(expected != self.gather(labels, rows))
         if len(wrong):
             row = int(rows[wrong[0]])
-            raise OffbenchError(f"{self.where}optimal_action[{row}] = {labels[row]}, but task {tasks[wrong[0]]} of card {card_id} "
-                                f"has {expected[wrong[0]]} there: the card's training tasks do not describe this data")
+            raise OffbenchError(
+                f"{self.where}optimal_action[{row}] = {labels[row]}, but task {tasks[wrong[0]]} of card {card_id} "
+                f"has {expected[wrong[0]]} there: the card's training tasks do not describe this data"
+            )
 
     def sample(self) -> dict[str, torch.Tensor]:
         group = self.rng.integers(0, len(self.group_first), self.batch_size)
@@ -628,8 +640,13 @@ class DPTSampler(_StoreSampler):
             "optimal_actions": self.tensor(labels),
         }
         if self.posterior is not None:
-            batch["optimal_action_probabilities"] = self.tensor(self.posterior.probabilities(
-                self.tasks.observations[query], self.gather(self.observations, context),
-                self.gather(self.actions, context), self.gather(self.rewards, context), labels,
-            ))
+            batch["optimal_action_probabilities"] = self.tensor(
+                self.posterior.probabilities(
+                    self.tasks.observations[query],
+                    self.gather(self.observations, context),
+                    self.gather(self.actions, context),
+                    self.gather(self.rewards, context),
+                    labels,
+                )
+            )
         return self.with_task_ids(batch, self.rows[first])

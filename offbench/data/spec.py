@@ -40,7 +40,9 @@ class DatasetSpec:
             return store.dataset_spec()
         space = store.action_space
         if space is None or space.shape is None:
-            raise OffbenchError(f"{store.path or 'the dataset'}: a baseline sizes its networks by an action space of fixed shape, got {space}")
+            raise OffbenchError(
+                f"{store.path or 'the dataset'}: a baseline sizes its networks by an action space of fixed shape, got {space}"
+            )
         discrete = isinstance(space, gym.spaces.Discrete)
         action_dim = int(space.n) if discrete else int(np.prod(space.shape))
         num_tasks = int(np.max(store.columns["task_id"])) + 1 if "task_id" in store.columns else 1

@@ -344,8 +344,7 @@ class EpisodeStore:
                 raise OffbenchError(f"{where}{name} has {len(arr)} rows, expected {n}")
         if len(self.final_observations) != self.num_episodes:
             raise OffbenchError(
-                f"{where}final_observations has {len(self.final_observations)} rows, "
-                f"expected one per episode ({self.num_episodes})"
+                f"{where}final_observations has {len(self.final_observations)} rows, expected one per episode ({self.num_episodes})"
             )
         for name, arr in self.episode_columns.items():
             if len(arr) != self.num_episodes:
@@ -362,7 +361,14 @@ class EpisodeStore:
 
     def _check_kinds(self, where: str) -> None:
         """Dtypes and dimensions of the core arrays."""
-        kinds = {"observations": "biuf", "final_observations": "biuf", "actions": "biuf", "rewards": "iuf", "terminations": "b", "truncations": "b"}
+        kinds = {
+            "observations": "biuf",
+            "final_observations": "biuf",
+            "actions": "biuf",
+            "rewards": "iuf",
+            "terminations": "b",
+            "truncations": "b",
+        }
         for name, allowed in kinds.items():
             arr = getattr(self, name)
             if not hasattr(arr, "dtype") or arr.dtype.kind not in allowed or arr.ndim == 0:
@@ -395,7 +401,9 @@ class EpisodeStore:
                 arr = getattr(self, name)
                 bad = _first_row(arr, _outside(arr.dtype, *bounds))
                 if bad is not None:
-                    raise OffbenchError(f"{where}{name}[{bad}] = {_show(arr[bad])} is outside the observation space {_short_space(self.observation_space)}")
+                    raise OffbenchError(
+                        f"{where}{name}[{bad}] = {_show(arr[bad])} is outside the observation space {_short_space(self.observation_space)}"
+                    )
         self._check_labels(where)
 
     def _check_labels(self, where: str) -> None:
@@ -410,10 +418,14 @@ class EpisodeStore:
                 raise OffbenchError(f"{where}the card is multi-task but there is no column task_id (the task of every step)")
         else:
             if task_ids.dtype.kind not in "biu" or task_ids.ndim != 1:
-                raise OffbenchError(f"{where}columns/task_id must hold one integer per step, got dtype {task_ids.dtype}, shape {task_ids.shape}")
+                raise OffbenchError(
+                    f"{where}columns/task_id must hold one integer per step, got dtype {task_ids.dtype}, shape {task_ids.shape}"
+                )
             bad = _first_row(task_ids, _outside(task_ids.dtype, 0, np.iinfo(np.int64).max if tasks is None else tasks - 1))
             if bad is not None:
-                known = "a task id is never negative" if tasks is None else f"the card's {counted_by} names {tasks} task(s): ids 0..{tasks - 1}"
+                known = (
+                    "a task id is never negative" if tasks is None else f"the card's {counted_by} names {tasks} task(s): ids 0..{tasks - 1}"
+                )
                 raise OffbenchError(f"{where}columns/task_id[{bad}] = {task_ids[bad]} is out of range ({known})")
         labels, space = self.columns.get("optimal_action"), self.action_space
         if labels is None or space is None:
@@ -427,12 +439,18 @@ class EpisodeStore:
                 raise OffbenchError(f"{where}columns/optimal_action[{bad}] = {_show(labels[bad])} is not finite")
             return
         if labels.shape[1:] != space.shape:
-            raise OffbenchError(f"{where}columns/optimal_action rows have shape {labels.shape[1:]}, but the action space is {_short_space(space)}")
+            raise OffbenchError(
+                f"{where}columns/optimal_action rows have shape {labels.shape[1:]}, but the action space is {_short_space(space)}"
+            )
         if labels.dtype.kind not in "biu":
-            raise OffbenchError(f"{where}columns/optimal_action must hold integers in the discrete action space {_short_space(space)}, got dtype {labels.dtype}")
+            raise OffbenchError(
+                f"{where}columns/optimal_action must hold integers in the discrete action space {_short_space(space)}, got dtype {labels.dtype}"
+            )
         bad = _first_row(labels, _outside(labels.dtype, *bounds))
         if bad is not None:
-            raise OffbenchError(f"{where}columns/optimal_action[{bad}] = {_show(labels[bad])} is outside the action space {_short_space(space)}")
+            raise OffbenchError(
+                f"{where}columns/optimal_action[{bad}] = {_show(labels[bad])} is outside the action space {_short_space(space)}"
+            )
 
     def content_sha256(self) -> str:
         """Checksum of the arrays (names, dtypes, shapes, bytes), independent of HDF5 layout and attrs."""
@@ -481,8 +499,14 @@ def _short_space(space: gym.Space | None) -> str:
     return f"{type(space).__name__}(shape={space.shape}, dtype={space.dtype})"
 
 
-def write_native(path: str | Path, arrays: dict[str, list[np.ndarray]], card: dict[str, Any], observation_space: gym.Space | None,
-                 action_space: gym.Space | None, compression: str | None = None) -> Path:
+def write_native(
+    path: str | Path,
+    arrays: dict[str, list[np.ndarray]],
+    card: dict[str, Any],
+    observation_space: gym.Space | None,
+    action_space: gym.Space | None,
+    compression: str | None = None,
+) -> Path:
     """Write a native file atomically from arrays given in parts (each array is its parts joined in order), so
     data larger than memory streams from memory-mapped parts to disk; the content checksum is computed in the
     same pass and equals `EpisodeStore.content_sha256` of the joined arrays. Names are those of the layout
@@ -540,16 +564,21 @@ class Region:
         offset = self.offset + lo * (count // shape[0]) * self.dtype.itemsize
         start = offset - offset % mmap.ALLOCATIONGRANULARITY
         with open(self.path, "r+b" if mode == "r+" else "rb") as file:
-            mapped = mmap.mmap(file.fileno(), offset - start + count * self.dtype.itemsize, offset=start,
-                               access=mmap.ACCESS_WRITE if mode == "r+" else mmap.ACCESS_READ)
+            mapped = mmap.mmap(
+                file.fileno(),
+                offset - start + count * self.dtype.itemsize,
+                offset=start,
+                access=mmap.ACCESS_WRITE if mode == "r+" else mmap.ACCESS_READ,
+            )
         if populate and sys.platform == "linux":
             with contextlib.suppress(OSError):  # a kernel without MADV_POPULATE_WRITE (before 5.14): pages fault in as written
                 mapped.madvise(getattr(mmap, "MADV_POPULATE_WRITE", 23))
         return np.frombuffer(mapped, self.dtype, count, offset - start).reshape(shape)
 
 
-def allocate_native(tmp: Path, arrays: dict[str, tuple[tuple[int, ...], np.dtype]], observation_space: gym.Space | None,
-                    action_space: gym.Space | None) -> dict[str, Region]:
+def allocate_native(
+    tmp: Path, arrays: dict[str, tuple[tuple[int, ...], np.dtype]], observation_space: gym.Space | None, action_space: gym.Space | None
+) -> dict[str, Region]:
     """Create native file `tmp` (an `atomic_path` temp file) with its arrays, named as in the layout and
     given as (shape, dtype), allocated but not written: writers fill their `Region`s in place (no copy
     through this process), then `finish_native` adds the card and the checksum. Disk space is reserved
@@ -753,7 +782,9 @@ def load_native(path: str | Path, mmap: bool = True) -> EpisodeStore:
             act_space = space_from_json(_text_attr(path, f, "action_space", "null"))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise OffbenchError(f"{path}: unreadable dataset ({str(exc).splitlines()[0][:200]})") from None
-    return EpisodeStore(**core, columns=columns, episode_columns=episode_columns, observation_space=obs_space, action_space=act_space, card=card, path=path)
+    return EpisodeStore(
+        **core, columns=columns, episode_columns=episode_columns, observation_space=obs_space, action_space=act_space, card=card, path=path
+    )
 
 
 def _text_attr(path: Path, f: h5py.File, name: str, default: str) -> str:

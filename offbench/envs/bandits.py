@@ -44,8 +44,13 @@ def _adversarial_means(n: int, num_arms: int, favour_odd: bool, rng: np.random.G
 
 
 def sample_split(
-    num_tasks: int, num_held_out: int, rng: np.random.Generator, num_arms: int | Sequence[int] = 10, variant: str = "uniform",
-    held_out_arms: int | None = None, **_: Any
+    num_tasks: int,
+    num_held_out: int,
+    rng: np.random.Generator,
+    num_arms: int | Sequence[int] = 10,
+    variant: str = "uniform",
+    held_out_arms: int | None = None,
+    **_: Any,
 ):
     """Held-out tasks are drawn first, then training tasks, so the held-out set does not depend on how
     many training tasks are asked for. `num_arms` may list several arm counts: the training tasks are then cut
@@ -102,7 +107,13 @@ class BanditBatch:
 
     score_name = "mean reward of the pulled arm"  # what expected_rewards sums to per episode (the learning check's score)
 
-    def __init__(self, means: np.ndarray, noise: str = "bernoulli", sigma: float = 0.3, seed: int | np.random.SeedSequence | np.random.Generator | None = None):
+    def __init__(
+        self,
+        means: np.ndarray,
+        noise: str = "bernoulli",
+        sigma: float = 0.3,
+        seed: int | np.random.SeedSequence | np.random.Generator | None = None,
+    ):
         self.means = np.asarray(means, dtype=np.float64)
         for row in self.means:
             _check_means(row, noise)
@@ -120,7 +131,9 @@ class BanditBatch:
         self._zeros = np.zeros((self.num_envs, 1), dtype=np.float32)
 
     @classmethod
-    def from_tasks(cls, tasks: list[dict], seed: int | np.random.SeedSequence | np.random.Generator | None = None, **kwargs: Any) -> BanditBatch:
+    def from_tasks(
+        cls, tasks: list[dict], seed: int | np.random.SeedSequence | np.random.Generator | None = None, **kwargs: Any
+    ) -> BanditBatch:
         return cls(np.array([t["means"] for t in tasks]), seed=seed, **kwargs)
 
     def reset(self, mask: np.ndarray | None = None) -> np.ndarray:

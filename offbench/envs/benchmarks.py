@@ -85,12 +85,16 @@ class Benchmark:
     def task_space_size(self) -> int | None:
         return self.family.task_space_size(**self.env_kwargs)
 
-    def make_batch(self, tasks: list[dict], seed: int | np.random.SeedSequence | np.random.Generator | None = None, **overrides: Any) -> BatchEnv:
+    def make_batch(
+        self, tasks: list[dict], seed: int | np.random.SeedSequence | np.random.Generator | None = None, **overrides: Any
+    ) -> BatchEnv:
         """The batched form for `tasks`; `overrides` replace environment keyword arguments (a generator's
         one-step episodes: horizon=1). Its tasks have one arm count (`arm_runs`)."""
         if len(arm_runs(tasks)) > 2:
             counts = sorted({len(task["means"]) for task in tasks})
-            raise OffbenchError(f"{self.name}: tasks of {', '.join(map(str, counts))} arms cannot share one batch (a batch steps one arm count)")
+            raise OffbenchError(
+                f"{self.name}: tasks of {', '.join(map(str, counts))} arms cannot share one batch (a batch steps one arm count)"
+            )
         return self.batch_class.from_tasks(tasks, seed=seed, **{**self.env_kwargs, **overrides})
 
 
@@ -108,20 +112,63 @@ BANDIT_ALGOS = ("ucb", "thompson", "ad-epsilon", "dirichlet")
 BENCHMARKS: dict[str, Benchmark] = {
     b.name: b
     for b in (
-        Benchmark("darkroom", "offbench/DarkRoom-v0", darkroom.DarkRoomEnv, darkroom.DarkRoomBatch, darkroom, GRID_ALGOS, 1000,
-                  summary="Dark Room: 9x9, reward on every step on the hidden goal, 20 steps (AD)"),
-        Benchmark("darkroom-hard", "offbench/DarkRoomHard-v0", darkroom.DarkRoomEnv, darkroom.DarkRoomBatch, darkroom, GRID_ALGOS,
-                  2000, env_kwargs={"size": 17, "hard": True},
-                  summary="Dark Room Hard: 17x17, reward once on reaching the goal, 20 steps (AD)"),
-        Benchmark("keydoor", "offbench/KeyDoor-v0", keydoor.KeyDoorEnv, keydoor.KeyDoorBatch, keydoor, GRID_ALGOS, 1000,
-                  summary="Dark Key-to-Door: 9x9, +1 key, +1 door, 50 steps (AD)"),
-        Benchmark("bandit", "offbench/BernoulliBandit-v0", bandits.BanditEnv, bandits.BanditBatch, bandits, BANDIT_ALGOS, 100,
-                  env_kwargs={"noise": "bernoulli"}, split_kwargs={"num_arms": 10}, variants=bandits.VARIANTS["bernoulli"],
-                  summary="Bernoulli bandit: 10 arms, 100 pulls, adversarial or uniform split (AD)"),
-        Benchmark("bandit-gaussian", "offbench/GaussianBandit-v0", bandits.BanditEnv, bandits.BanditBatch, bandits, BANDIT_ALGOS,
-                  500, env_kwargs={"noise": "gaussian", "sigma": 0.3}, split_kwargs={"num_arms": 5},
-                  variants=bandits.VARIANTS["gaussian"],
-                  summary="Gaussian bandit: 5 arms, means U(0,1), sigma 0.3, 500 pulls (DPT)"),
+        Benchmark(
+            "darkroom",
+            "offbench/DarkRoom-v0",
+            darkroom.DarkRoomEnv,
+            darkroom.DarkRoomBatch,
+            darkroom,
+            GRID_ALGOS,
+            1000,
+            summary="Dark Room: 9x9, reward on every step on the hidden goal, 20 steps (AD)",
+        ),
+        Benchmark(
+            "darkroom-hard",
+            "offbench/DarkRoomHard-v0",
+            darkroom.DarkRoomEnv,
+            darkroom.DarkRoomBatch,
+            darkroom,
+            GRID_ALGOS,
+            2000,
+            env_kwargs={"size": 17, "hard": True},
+            summary="Dark Room Hard: 17x17, reward once on reaching the goal, 20 steps (AD)",
+        ),
+        Benchmark(
+            "keydoor",
+            "offbench/KeyDoor-v0",
+            keydoor.KeyDoorEnv,
+            keydoor.KeyDoorBatch,
+            keydoor,
+            GRID_ALGOS,
+            1000,
+            summary="Dark Key-to-Door: 9x9, +1 key, +1 door, 50 steps (AD)",
+        ),
+        Benchmark(
+            "bandit",
+            "offbench/BernoulliBandit-v0",
+            bandits.BanditEnv,
+            bandits.BanditBatch,
+            bandits,
+            BANDIT_ALGOS,
+            100,
+            env_kwargs={"noise": "bernoulli"},
+            split_kwargs={"num_arms": 10},
+            variants=bandits.VARIANTS["bernoulli"],
+            summary="Bernoulli bandit: 10 arms, 100 pulls, adversarial or uniform split (AD)",
+        ),
+        Benchmark(
+            "bandit-gaussian",
+            "offbench/GaussianBandit-v0",
+            bandits.BanditEnv,
+            bandits.BanditBatch,
+            bandits,
+            BANDIT_ALGOS,
+            500,
+            env_kwargs={"noise": "gaussian", "sigma": 0.3},
+            split_kwargs={"num_arms": 5},
+            variants=bandits.VARIANTS["gaussian"],
+            summary="Gaussian bandit: 5 arms, means U(0,1), sigma 0.3, 500 pulls (DPT)",
+        ),
     )
 }
 CONTEXTUAL_ALGOS = ("linucb", "linear-thompson")
@@ -131,14 +178,30 @@ CONTEXTUAL_ALGOS = ("linucb", "linear-thompson")
 CONTEXTUAL_BENCHMARKS: dict[str, Benchmark] = {
     b.name: b
     for b in (
-        Benchmark("contextual-bandit", "offbench/ContextualBandit-v0", contextual_bandits.ContextualBanditEnv,
-                  contextual_bandits.ContextualBanditBatch, contextual_bandits, CONTEXTUAL_ALGOS, 500, env_kwargs={"sigma": 0.3},
-                  split_kwargs={"num_arms": 5, "context_dim": 5},
-                  summary="Linear-Gaussian contextual bandit: 5 arms, contexts in R^5, sigma 0.3, 500 pulls"),
-        Benchmark("contextual-bandit-headless", "offbench/HeadlessContextualBandit-v0", contextual_bandits.ContextualBanditEnv,
-                  contextual_bandits.ContextualBanditBatch, contextual_bandits, CONTEXTUAL_ALGOS, 300, env_kwargs={"sigma": 1.0},
-                  split_kwargs={"num_arms": 20, "context_dim": 2},
-                  summary="Headless-AD's contextual bandit: 20 arms, contexts in R^2, sigma 1, 300 pulls"),
+        Benchmark(
+            "contextual-bandit",
+            "offbench/ContextualBandit-v0",
+            contextual_bandits.ContextualBanditEnv,
+            contextual_bandits.ContextualBanditBatch,
+            contextual_bandits,
+            CONTEXTUAL_ALGOS,
+            500,
+            env_kwargs={"sigma": 0.3},
+            split_kwargs={"num_arms": 5, "context_dim": 5},
+            summary="Linear-Gaussian contextual bandit: 5 arms, contexts in R^5, sigma 0.3, 500 pulls",
+        ),
+        Benchmark(
+            "contextual-bandit-headless",
+            "offbench/HeadlessContextualBandit-v0",
+            contextual_bandits.ContextualBanditEnv,
+            contextual_bandits.ContextualBanditBatch,
+            contextual_bandits,
+            CONTEXTUAL_ALGOS,
+            300,
+            env_kwargs={"sigma": 1.0},
+            split_kwargs={"num_arms": 20, "context_dim": 2},
+            summary="Headless-AD's contextual bandit: 20 arms, contexts in R^2, sigma 1, 300 pulls",
+        ),
     )
 }
 _ALL_BENCHMARKS = {**BENCHMARKS, **CONTEXTUAL_BENCHMARKS}
@@ -157,8 +220,15 @@ def benchmark_for_env(env_id: str) -> Benchmark:
     return _BY_ENV_ID[env_id]
 
 
-def split_tasks(benchmark: Benchmark, num_tasks: int, num_held_out: int, split_seed: int = 0, variant: str | None = None,
-                num_arms: int | list[int] | None = None, held_out_arms: int | None = None):
+def split_tasks(
+    benchmark: Benchmark,
+    num_tasks: int,
+    num_held_out: int,
+    split_seed: int = 0,
+    variant: str | None = None,
+    num_arms: int | list[int] | None = None,
+    held_out_arms: int | None = None,
+):
     """(train, held_out) task lists: the benchmark's seeded split (see the module docstring). A tabular bandit's
     arm count may be set: `num_arms` one count, or a list of counts for the training tasks (consecutive runs of
     tasks, one per count), `held_out_arms` the held-out tasks' (`bandits.sample_split`)."""
@@ -188,8 +258,15 @@ def card_tasks(card) -> tuple[list[dict], list[dict]]:
     benchmark = get_benchmark(recipe.get("generator", ""))
     if "tasks" not in params or "held_out" not in params:
         raise OffbenchError(f"card {data.get('id', '?')}: neither split.train / split.held_out nor a recipe with tasks and held_out")
-    return split_tasks(benchmark, int(params["tasks"]), int(params["held_out"]), int(params.get("split_seed", 0)), params.get("variant"),
-                       params.get("num_arms"), params.get("held_out_arms"))
+    return split_tasks(
+        benchmark,
+        int(params["tasks"]),
+        int(params["held_out"]),
+        int(params.get("split_seed", 0)),
+        params.get("variant"),
+        params.get("num_arms"),
+        params.get("held_out_arms"),
+    )
 
 
 def make_batch_env(env_spec: dict[str, Any], tasks: list[dict], seed: int | None = None) -> BatchEnv:
@@ -205,7 +282,9 @@ def tabular(env: BatchEnv, needs: str) -> TabularBatchEnv:
     """`env` as the tabular world that `needs` (what asks, as the start of a sentence) requires; one line for a batch
     without tables of states (a contextual bandit, XLand)."""
     if not isinstance(env, (bandits.BanditBatch, gridworld.GridBatch)):
-        raise OffbenchError(f"{needs} a tabular environment (Dark Room, Key-to-Door, a bandit); {type(env).__name__} has no table of states")
+        raise OffbenchError(
+            f"{needs} a tabular environment (Dark Room, Key-to-Door, a bandit); {type(env).__name__} has no table of states"
+        )
     return env
 
 

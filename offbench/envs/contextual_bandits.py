@@ -133,7 +133,9 @@ class ContextualBanditBatch:
         self._rows = np.arange(self.num_envs)
 
     @classmethod
-    def from_tasks(cls, tasks: list[dict], seed: int | np.random.SeedSequence | np.random.Generator | None = None, **kwargs: Any) -> ContextualBanditBatch:
+    def from_tasks(
+        cls, tasks: list[dict], seed: int | np.random.SeedSequence | np.random.Generator | None = None, **kwargs: Any
+    ) -> ContextualBanditBatch:
         return cls(np.array([t["thetas"] for t in tasks], dtype=np.float64), seed=seed, **kwargs)
 
     @cached_property

@@ -73,9 +73,7 @@ class KeyDoorEnv(gym.Env):
         if self.key == self.door or self.key == start_cell(self.size):
             raise ValueError("the key must be neither on the door nor on the start cell")
         self.render_mode = render_mode
-        self.observation_space = gym.spaces.Box(
-            low=np.zeros(3, np.int64), high=np.array([self.size - 1, self.size - 1, 1]), dtype=np.int64
-        )
+        self.observation_space = gym.spaces.Box(low=np.zeros(3, np.int64), high=np.array([self.size - 1, self.size - 1, 1]), dtype=np.int64)
         self.action_space = gym.spaces.Discrete(NUM_ACTIONS)
         self.optimal_return = optimal_return(self.key, self.door, self.size, self.horizon)
         policies = policy_table(self.size)
@@ -164,6 +162,8 @@ class KeyDoorBatch(GridBatch):
         next_cells = next_cell_table(self.size)[None]  # (1, cells, actions)
         picks_key = next_cells == self.key_cells[:, None, None]
         opens_door = next_cells == self.door_cells[:, None, None]
-        next_states = np.concatenate([picks_key * self._cells + next_cells, self._cells + np.broadcast_to(next_cells, opens_door.shape)], axis=1)
+        next_states = np.concatenate(
+            [picks_key * self._cells + next_cells, self._cells + np.broadcast_to(next_cells, opens_door.shape)], axis=1
+        )
         rewards = np.concatenate([picks_key, opens_door], axis=1).astype(np.float32)
         return next_states, rewards, np.concatenate([np.zeros_like(opens_door), opens_door], axis=1)

@@ -189,7 +189,9 @@ class XLandBatch:
     score_name = "return"
     reward_ceiling = REWARD_CEILING
 
-    def __init__(self, env_id: str, rulesets: dict[str, np.ndarray], ruleset_ids: list[int] | np.ndarray, seed: int = 0, max_steps: int | None = None):
+    def __init__(
+        self, env_id: str, rulesets: dict[str, np.ndarray], ruleset_ids: list[int] | np.ndarray, seed: int = 0, max_steps: int | None = None
+    ):
         jax = require("jax", "xland")
         require("xminigrid", "xland")
         from xminigrid.types import RuleSet
@@ -202,7 +204,9 @@ class XLandBatch:
             raise OffbenchError(f"ruleset ids must lie in 0..{total - 1} (the benchmark has {total}), got {self.ruleset_ids.max()}")
         params, self._reset_rows, self._step = _compiled(env_id, None if max_steps is None else int(max_steps))
         # rulesets of one benchmark are padded to the same shapes, so they stack into one batched RuleSet
-        self.params = params.replace(ruleset=RuleSet(*(jax.numpy.asarray(rulesets[key][self.ruleset_ids]) for key in ("goals", "rules", "init_tiles"))))
+        self.params = params.replace(
+            ruleset=RuleSet(*(jax.numpy.asarray(rulesets[key][self.ruleset_ids]) for key in ("goals", "rules", "init_tiles")))
+        )
         self.env_id = env_id
         self.num_envs = len(self.ruleset_ids)
         self.single_observation_space = gym.spaces.Box(0, 255, (5, 5, 2), np.uint8)  # (tile, colour) codes
@@ -234,7 +238,9 @@ class XLandBatch:
         return np.asarray(rewards, dtype=np.float64)
 
 
-def make_xland_batch(env_spec: dict[str, Any], tasks: list[dict], seed: int | None = None, rulesets: dict[str, np.ndarray] | None = None) -> XLandBatch:
+def make_xland_batch(
+    env_spec: dict[str, Any], tasks: list[dict], seed: int | None = None, rulesets: dict[str, np.ndarray] | None = None
+) -> XLandBatch:
     """The batched form of a card's [env] (suite "xland") for tasks `[{"ruleset": id}, ...]`."""
     kwargs = dict(env_spec.get("kwargs", {}))
     if rulesets is None:
@@ -274,8 +280,9 @@ def _make_xland(env_id: str, task: Any = None, **kwargs: Any) -> gym.Env:
     return XLandEnv(lambda seed: make_xland_batch(spec, [{"ruleset": ruleset}], seed=seed))
 
 
-def xland_split(env_spec: dict[str, Any], train_rulesets: np.ndarray, held_out: int, seed: int = 0,
-                rulesets: dict[str, np.ndarray] | None = None) -> tuple[list[dict], list[dict]]:
+def xland_split(
+    env_spec: dict[str, Any], train_rulesets: np.ndarray, held_out: int, seed: int = 0, rulesets: dict[str, np.ndarray] | None = None
+) -> tuple[list[dict], list[dict]]:
     """(train, held-out) tasks `[{"ruleset": id}, ...]`: the data's rulesets (an XLand file's `ruleset_ids`)
     and `held_out` rulesets of the card's benchmark that the data never uses (`held_out_rulesets`)."""
     kwargs = env_spec.get("kwargs", {})

@@ -90,13 +90,16 @@ class CheckedPolicy:
         discrete = isinstance(space, gym.spaces.Discrete)
         shape = (rows,) if discrete else (rows, *space.shape)
         if discrete and not np.issubdtype(array.dtype, np.integer):
-            raise OffbenchError(f"policy {self.name!r}: act() returned dtype {array.dtype} at {self._where(0)}; "
-                                f"{space} takes integer actions")
+            raise OffbenchError(
+                f"policy {self.name!r}: act() returned dtype {array.dtype} at {self._where(0)}; {space} takes integer actions"
+            )
         if not discrete and not (np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer)):
             raise OffbenchError(f"policy {self.name!r}: act() returned dtype {array.dtype} at {self._where(0)}; {space} takes numbers")
         if array.shape != shape:
-            raise OffbenchError(f"policy {self.name!r}: act() returned shape {array.shape} at {self._where(0)}; "
-                                f"expected {shape} (one action per row for {space})")
+            raise OffbenchError(
+                f"policy {self.name!r}: act() returned shape {array.shape} at {self._where(0)}; "
+                f"expected {shape} (one action per row for {space})"
+            )
         flat = array.reshape(rows, -1).astype(np.float64)
         bad = ~np.isfinite(flat).all(axis=1)
         if bad.any():
@@ -164,13 +167,17 @@ class ExternalMethod:
         elif callable(policy):
             self.factory = lambda options: MarkovCallable(policy, options.task_ids if protocol == "multi-task" else None)
         else:
-            raise OffbenchError(f"policy {self.name!r}: expected a Policy (reset / act / observe), an object with "
-                                f"policy(options), or a callable observations -> actions; got {type(policy).__name__}")
+            raise OffbenchError(
+                f"policy {self.name!r}: expected a Policy (reset / act / observe), an object with "
+                f"policy(options), or a callable observations -> actions; got {type(policy).__name__}"
+            )
 
     def policy(self, options: PolicyOptions) -> CheckedPolicy:
         inner = self.factory(options)
         if not isinstance(inner, Policy):
-            raise OffbenchError(f"policy {self.name!r}: policy(options) returned {type(inner).__name__}, which has no reset / act / observe")
+            raise OffbenchError(
+                f"policy {self.name!r}: policy(options) returned {type(inner).__name__}, which has no reset / act / observe"
+            )
         in_context = self.protocol == "in-context"
         if isinstance(inner, DroppingPolicy):
             return CheckedDroppingPolicy(inner, self.space, self.name, options, in_context)
@@ -230,14 +237,21 @@ class EvaluationResult:
             if record.get("per_task"):
                 for task, block in record["per_task"].items():
                     successes = block.get("successes") or [None] * len(block["returns"])
-                    rows += [{"target_return": target, "task": task, "episode": i, "return": r, "success": s}
-                             for i, (r, s) in enumerate(zip(block["returns"], successes))]
+                    rows += [
+                        {"target_return": target, "task": task, "episode": i, "return": r, "success": s}
+                        for i, (r, s) in enumerate(zip(block["returns"], successes))
+                    ]
             elif record.get("task_returns") is not None:
-                rows += [{"target_return": target, "task": task, "episode": i, "return": r}
-                         for task, returns in zip(self._task_names(), record["task_returns"]) for i, r in enumerate(returns)]
+                rows += [
+                    {"target_return": target, "task": task, "episode": i, "return": r}
+                    for task, returns in zip(self._task_names(), record["task_returns"])
+                    for i, r in enumerate(returns)
+                ]
             else:
-                rows += [{"target_return": target, "task": None, "episode": i, "return": r, "length": n}
-                         for i, (r, n) in enumerate(zip(record["returns"], record["lengths"]))]
+                rows += [
+                    {"target_return": target, "task": None, "episode": i, "return": r, "length": n}
+                    for i, (r, n) in enumerate(zip(record["returns"], record["lengths"]))
+                ]
         return pd.DataFrame(rows)
 
     def _task_names(self) -> list[str]:

@@ -56,9 +56,7 @@ def _run_round(pool: EnvPool, lanes: Sequence[Lane], policy_factory: PolicyFacto
     try:
         starts = [env.reset(seed=lane.seed) for env, lane in zip(envs, lanes)]
         obs = np.stack([o for o, _ in starts])
-        results: list[dict[str, Any]] = [
-            {"return": 0.0, "success": False, "length": 0, "reset_info": info} for _, info in starts
-        ]
+        results: list[dict[str, Any]] = [{"return": 0.0, "success": False, "length": 0, "reset_info": info} for _, info in starts]
         if record:  # (the reset observations themselves: rows of `obs` are overwritten as lanes step)
             for result, (o, _) in zip(results, starts):
                 result.update(observations=[o], actions=[], rewards=[], terminations=[], truncations=[], step_success=[])

@@ -71,7 +71,9 @@ class MarkovPolicy:
         options: PolicyOptions = PolicyOptions(),
     ):
         self._act, self._space, self._device = act, action_space, device
-        self._task_ids = None if options.task_ids is None else torch.as_tensor(np.asarray(options.task_ids), dtype=torch.long, device=device)
+        self._task_ids = (
+            None if options.task_ids is None else torch.as_tensor(np.asarray(options.task_ids), dtype=torch.long, device=device)
+        )
 
     def reset(self, num_envs: int) -> None:
         if self._task_ids is not None and len(self._task_ids) != num_envs:

@@ -60,8 +60,13 @@ class EvaluationSetup:
         """run.json's `evaluation` block: these settings and the protocol's own fields."""
         targets = [target for target in self.target_returns if target is not None]  # none: (None,), not return-conditioned
         return EvaluationSettings(
-            protocol=name, episodes=self.episodes, every_steps=self.every_steps, target_returns=targets or None,
-            deterministic=self.deterministic, env=self.env_spec, **protocol_fields,
+            protocol=name,
+            episodes=self.episodes,
+            every_steps=self.every_steps,
+            target_returns=targets or None,
+            deterministic=self.deterministic,
+            env=self.env_spec,
+            **protocol_fields,
         )
 
 
@@ -91,7 +96,9 @@ def protocol_name(card: DatasetCard | None) -> str:
     if card is None:
         return PROTOCOL_FOR_KIND["offline"]
     if card.kind not in PROTOCOL_FOR_KIND:
-        raise OffbenchError(f"dataset card {card.id}: kind '{card.kind}' has no evaluation protocol (known kinds: {', '.join(PROTOCOL_FOR_KIND)})")
+        raise OffbenchError(
+            f"dataset card {card.id}: kind '{card.kind}' has no evaluation protocol (known kinds: {', '.join(PROTOCOL_FOR_KIND)})"
+        )
     return PROTOCOL_FOR_KIND[card.kind]
 
 
@@ -138,10 +145,14 @@ class SingleTask:
         card, env_spec = _needs_env(self.setup)
         env = make_env(env_spec)
         try:
-            _check_shapes(card.id, env_spec["id"], [
-                ("observation", env.observation_space.shape, _shape_of(spec.observation_space)),
-                ("action", _space_shape(env.action_space), _space_shape(spec.action_space)),
-            ])
+            _check_shapes(
+                card.id,
+                env_spec["id"],
+                [
+                    ("observation", env.observation_space.shape, _shape_of(spec.observation_space)),
+                    ("action", _space_shape(env.action_space), _space_shape(spec.action_space)),
+                ],
+            )
         finally:
             env.close()
 
@@ -187,22 +198,25 @@ class MultiTask:
 
         card, env_spec = _needs_env(self.setup)
         if len(self.tasks) != spec.num_tasks:
-            raise OffbenchError(
-                f"{card.id}: the card's suite has {len(self.tasks)} tasks but the data's task ids name {spec.num_tasks}"
-            )
+            raise OffbenchError(f"{card.id}: the card's suite has {len(self.tasks)} tasks but the data's task ids name {spec.num_tasks}")
         env = make_env(env_spec, 0)
         try:
-            _check_shapes(card.id, f"{env_spec['id']} task {self.tasks[0]}", [
-                ("observation", env.observation_space.shape, _shape_of(spec.observation_space)),
-                ("action", _space_shape(env.action_space), _space_shape(spec.action_space)),
-            ])
+            _check_shapes(
+                card.id,
+                f"{env_spec['id']} task {self.tasks[0]}",
+                [
+                    ("observation", env.observation_space.shape, _shape_of(spec.observation_space)),
+                    ("action", _space_shape(env.action_space), _space_shape(spec.action_space)),
+                ],
+            )
         finally:
             env.close()
 
     def describe(self) -> EvaluationSettings:
         setup = self.setup
         return setup.settings(
-            self.name, tasks=self.tasks,
+            self.name,
+            tasks=self.tasks,
             task_target_returns=None if setup.task_target_returns is None else list(setup.task_target_returns),
             episode_seeds=f"offbench.envs.multitask.episode_seed({EPISODE_SEEDS_RULE.replace(' + episode', '')}, task name, episode)",
         )
@@ -214,17 +228,21 @@ class MultiTask:
         _, env_spec = _needs_env(setup)
         records = []
         for target in setup.target_returns:
+
             def policy_for(lanes, _envs, target=target):
                 task_ids = np.array([lane.task_id for lane in lanes], dtype=np.int64)
                 row_target = target
                 if target is None and setup.task_target_returns is not None:
                     row_target = np.asarray(setup.task_target_returns, dtype=np.float64)[task_ids]
                 labels = tuple(f"task {self.tasks[lane.task_id]} episode {lane.episode} (seed {lane.seed})" for lane in lanes)
-                return baseline.policy(PolicyOptions(task_ids=task_ids, target_return=row_target, deterministic=setup.deterministic,
-                                                     row_labels=labels))
+                return baseline.policy(
+                    PolicyOptions(task_ids=task_ids, target_return=row_target, deterministic=setup.deterministic, row_labels=labels)
+                )
 
             lanes = setup.episodes * len(self.tasks)
-            episodes = evaluate_tasks(env_spec, policy_for, setup.episodes, evaluation_seed(setup.seed, 0), max_envs=min(lanes, self.MAX_LANES))
+            episodes = evaluate_tasks(
+                env_spec, policy_for, setup.episodes, evaluation_seed(setup.seed, 0), max_envs=min(lanes, self.MAX_LANES)
+            )
             records.append(to_dict(self.record(step, episodes, target)))
         return records
 
@@ -341,8 +359,10 @@ class InContext:
             raise OffbenchError(f"{card.id}: the card's split has no {self.setup.tasks} tasks to evaluate in context")
         if len(arm_runs(self.task_list)) > 2:
             counts = sorted({len(task["means"]) for task in self.task_list})
-            raise OffbenchError(f"{card.id}: its {self.setup.tasks} tasks have {', '.join(map(str, counts))} arms, and in-context "
-                                "evaluation runs one arm count (evaluate the held-out tasks)")
+            raise OffbenchError(
+                f"{card.id}: its {self.setup.tasks} tasks have {', '.join(map(str, counts))} arms, and in-context "
+                "evaluation runs one arm count (evaluate the held-out tasks)"
+            )
         env = self.make_env()
         _check_shapes(card.id, env_spec["id"], [("observation", env.single_observation_space.shape, _shape_of(spec.observation_space))])
         data_actions = _space_shape(spec.action_space)
@@ -354,18 +374,28 @@ class InContext:
 
         variable = [name for name in baseline_names() if getattr(get_baseline(name), "variable_actions", False)]
         name = getattr(baseline_cls, "name", "this baseline")
-        raise OffbenchError(f"{card.id}: {name} is trained on {data_actions[0]} actions and the {self.setup.tasks} tasks have "
-                            f"{env.num_actions}; it acts only in the action space it trained on (for another size: {', '.join(variable)})")
+        raise OffbenchError(
+            f"{card.id}: {name} is trained on {data_actions[0]} actions and the {self.setup.tasks} tasks have "
+            f"{env.num_actions}; it acts only in the action space it trained on (for another size: {', '.join(variable)})"
+        )
 
     def describe(self) -> EvaluationSettings:
-        return self.setup.settings(self.name, in_context_episodes=self.setup.episodes, tasks=self.setup.tasks, task_ids=self.task_ids,
-                                   env_seed=evaluation_seed(self.setup.seed, 0))
+        return self.setup.settings(
+            self.name,
+            in_context_episodes=self.setup.episodes,
+            tasks=self.setup.tasks,
+            task_ids=self.task_ids,
+            env_seed=evaluation_seed(self.setup.seed, 0),
+        )
 
     def evaluate(self, baseline: Any, step: int) -> list[dict[str, Any]]:
         env = self.make_env()
-        options = PolicyOptions(task_ids=np.asarray(self.task_ids, dtype=np.int64), deterministic=self.setup.deterministic,
-                                row_labels=tuple(f"{self.setup.tasks} task {task_id}" for task_id in self.task_ids),
-                                num_actions=np.full(env.num_envs, env.num_actions, dtype=np.int64))
+        options = PolicyOptions(
+            task_ids=np.asarray(self.task_ids, dtype=np.int64),
+            deterministic=self.setup.deterministic,
+            row_labels=tuple(f"{self.setup.tasks} task {task_id}" for task_id in self.task_ids),
+            num_actions=np.full(env.num_envs, env.num_actions, dtype=np.int64),
+        )
         policy = baseline.policy(options)
         results = run_in_context(policy, env, self.setup.episodes)
         optimal = np.asarray(env.optimal_returns, dtype=np.float64)
@@ -373,19 +403,23 @@ class InContext:
         curve = results.returns.mean(axis=0)
         best = optimal[:, None] if results.optimal_expected_returns is None else results.optimal_expected_returns
         regret = np.cumsum((best - results.expected_returns).mean(axis=0)) if known else None
-        return [to_dict(EvaluationRecord(
-            step=step,
-            returns=results.returns[:, -1].tolist(),
-            lengths=results.lengths[:, -1].tolist(),
-            mean_return=float(curve[-1]),
-            in_context_returns=curve.tolist(),
-            optimal_return=float(optimal.mean()) if known else None,
-            tasks=self.setup.tasks,
-            task_returns=results.returns.tolist(),
-            regret=None if regret is None else float(regret[-1]),
-            in_context_regret=None if regret is None else regret.tolist(),
-            policy_usage=policy.usage() if callable(getattr(policy, "usage", None)) else None,
-        ))]
+        return [
+            to_dict(
+                EvaluationRecord(
+                    step=step,
+                    returns=results.returns[:, -1].tolist(),
+                    lengths=results.lengths[:, -1].tolist(),
+                    mean_return=float(curve[-1]),
+                    in_context_returns=curve.tolist(),
+                    optimal_return=float(optimal.mean()) if known else None,
+                    tasks=self.setup.tasks,
+                    task_returns=results.returns.tolist(),
+                    regret=None if regret is None else float(regret[-1]),
+                    in_context_regret=None if regret is None else regret.tolist(),
+                    policy_usage=policy.usage() if callable(getattr(policy, "usage", None)) else None,
+                )
+            )
+        ]
 
     def score_metric(self, evaluations: list[dict[str, Any]]) -> str:
         return "regret" if self.make_env().horizon == 1 else "mean_return"
@@ -398,12 +432,17 @@ PROTOCOLS: dict[str, Callable[[EvaluationSetup], EvaluationProtocol]] = {
 ACTION_MODES = {"greedy": True, "sampled": False}  # `offbench evaluate --actions` -> EvaluationSetup.deterministic
 
 
-def with_overrides(setup: EvaluationSetup, episodes: int | None = None, tasks: str | None = None,
-                   actions: str | None = None) -> EvaluationSetup:
+def with_overrides(
+    setup: EvaluationSetup, episodes: int | None = None, tasks: str | None = None, actions: str | None = None
+) -> EvaluationSetup:
     """`offbench evaluate`'s --episodes / --tasks / --actions on a run's own setup (--tasks is for in-context runs only)."""
     if tasks is not None and protocol_name(setup.card) != "in-context":
         raise OffbenchError(f"--tasks applies to in-context evaluation; this run is evaluated {protocol_name(setup.card)}")
     if actions is not None and actions not in ACTION_MODES:
         raise OffbenchError(f"--actions must be one of {', '.join(ACTION_MODES)}, got {actions!r}")
-    return replace(setup, episodes=setup.episodes if episodes is None else episodes, tasks=tasks or setup.tasks,
-                   deterministic=setup.deterministic if actions is None else ACTION_MODES[actions])
+    return replace(
+        setup,
+        episodes=setup.episodes if episodes is None else episodes,
+        tasks=tasks or setup.tasks,
+        deterministic=setup.deterministic if actions is None else ACTION_MODES[actions],
+    )

@@ -69,9 +69,7 @@ def run_episodes(policy: Policy, make_env: Callable[[], gym.Env], seeds: list[in
     finally:
         for env in envs:
             env.close()
-    return EpisodeResults(
-        returns=returns.tolist(), lengths=lengths.tolist(), successes=successes.tolist() if reports_success else None
-    )
+    return EpisodeResults(returns=returns.tolist(), lengths=lengths.tolist(), successes=successes.tolist() if reports_success else None)
 
 
 def evaluation_record(step: int, results: EpisodeResults, card: Any, target_return: float | None) -> EvaluationRecord:

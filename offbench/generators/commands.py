@@ -64,7 +64,9 @@ def _command(bench: Benchmark):
         option("allow_unlearned", bool, False, "keep the data even if most histories did not improve"),
     ]
     if not contextual:
-        params.append(option("workers", Optional[int], None, "processes to generate with (default: every core); the data is the same for any number"))
+        params.append(
+            option("workers", Optional[int], None, "processes to generate with (default: every core); the data is the same for any number")
+        )
     params.append(option("quiet", bool, False, "no progress bar", "-q"))
     command.__signature__ = inspect.Signature(params)
     command.__name__ = bench.name.replace("-", "_")
@@ -91,11 +93,15 @@ def _tabular_plan(benchmark: str, params: dict[str, Any], seed: int, quiet: bool
     def report(learning: dict[str, Any]) -> str:
         if not recipe.source_learns:
             return f"{recipe.algo} is a roll-in, not a learner: no learning to report"
-        return (f"learning ({learning['score']}, first vs last {learning['window_episodes']} episodes): "
-                f"{learning['first_return']:.3f} -> {learning['last_return']:.3f} of optimum {learning['optimal_return']:.3f}; "
-                f"{learning['histories_improved']}/{learning['histories']} histories improved")
+        return (
+            f"learning ({learning['score']}, first vs last {learning['window_episodes']} episodes): "
+            f"{learning['first_return']:.3f} -> {learning['last_return']:.3f} of optimum {learning['optimal_return']:.3f}; "
+            f"{learning['histories_improved']}/{learning['histories']} histories improved"
+        )
 
-    return GenerationPlan(recipe.dataset_id(seed), lambda path: generate(benchmark, recipe.to_params(), seed, path, quiet=quiet, workers=workers), report)
+    return GenerationPlan(
+        recipe.dataset_id(seed), lambda path: generate(benchmark, recipe.to_params(), seed, path, quiet=quiet, workers=workers), report
+    )
 
 
 def _contextual_plan(benchmark: str, params: dict[str, Any], seed: int, quiet: bool) -> GenerationPlan:
@@ -105,11 +111,15 @@ def _contextual_plan(benchmark: str, params: dict[str, Any], seed: int, quiet: b
     recipe, _ = read_recipe(benchmark, params)
 
     def report(learning: dict[str, Any]) -> str:
-        return (f"learning (regret per pull, first vs last {learning['window_episodes']} pulls): "
-                f"{learning['first_regret_per_pull']:.3f} -> {learning['last_regret_per_pull']:.3f} "
-                f"(optimum {learning['optimal_return']:.3f} a pull); {learning['histories_improved']}/{learning['histories']} histories improved")
+        return (
+            f"learning (regret per pull, first vs last {learning['window_episodes']} pulls): "
+            f"{learning['first_regret_per_pull']:.3f} -> {learning['last_regret_per_pull']:.3f} "
+            f"(optimum {learning['optimal_return']:.3f} a pull); {learning['histories_improved']}/{learning['histories']} histories improved"
+        )
 
-    return GenerationPlan(dataset_id(benchmark, recipe, seed), lambda path: generate(benchmark, to_dict(recipe), seed, path, quiet=quiet), report)
+    return GenerationPlan(
+        dataset_id(benchmark, recipe, seed), lambda path: generate(benchmark, to_dict(recipe), seed, path, quiet=quiet), report
+    )
 
 
 def generate_and_register(benchmark: str, *, seed: int, out: Path | None, quiet: bool, workers: int | None = None, **params: Any) -> Path:
@@ -125,7 +135,11 @@ def generate_and_register(benchmark: str, *, seed: int, out: Path | None, quiet:
         params["hyperparameters"] = dict(parse_override(text) for text in overrides)
     if seed < 0:
         raise OffbenchError(f"seed must be non-negative (got {seed})")
-    plan = _contextual_plan(benchmark, params, seed, quiet) if benchmark in CONTEXTUAL_BENCHMARKS else _tabular_plan(benchmark, params, seed, quiet, workers)
+    plan = (
+        _contextual_plan(benchmark, params, seed, quiet)
+        if benchmark in CONTEXTUAL_BENCHMARKS
+        else _tabular_plan(benchmark, params, seed, quiet, workers)
+    )
     if out is not None:
         if out.exists() and not out.is_dir():
             raise OffbenchError(f"{out}: --out must be a folder (it is a file)")
@@ -137,7 +151,9 @@ def generate_and_register(benchmark: str, *, seed: int, out: Path | None, quiet:
         from offbench.data.resolve import native_path
         from offbench.paths import user_cards_dir
 
-        stub = card_from_dict({"id": plan.dataset_id, "description": "", "format": "offbench", "source": {"recipe": {"generator": benchmark}}})
+        stub = card_from_dict(
+            {"id": plan.dataset_id, "description": "", "format": "offbench", "source": {"recipe": {"generator": benchmark}}}
+        )
         data_path, card_path = native_path(stub), user_cards_dir() / f"{plan.dataset_id}.toml"
 
     check_writable(data_path.parent)  # before the work, not after it

@@ -55,8 +55,32 @@ def _first_argmax(q: np.ndarray, s: int) -> int:
     return best
 
 
-def _span_loop(n, horizon, num_episodes, step0, state, start, t, episode, finished_at, sa_log, ended_log, logged, u, random_actions, drawn,
-               epsilons, q, policy, learn, next_flat, rewards_flat, terminal_flat, lr, gamma):
+def _span_loop(
+    n,
+    horizon,
+    num_episodes,
+    step0,
+    state,
+    start,
+    t,
+    episode,
+    finished_at,
+    sa_log,
+    ended_log,
+    logged,
+    u,
+    random_actions,
+    drawn,
+    epsilons,
+    q,
+    policy,
+    learn,
+    next_flat,
+    rewards_flat,
+    terminal_flat,
+    lr,
+    gamma,
+):
     """n steps of every row, the next being step step0 of the group: act epsilon-greedy (on the Q-table, or on
     the fixed policy where not `learn`), move, and with `learn` make the Q-learning update. Logs row r's steps
     in sa_log[r, logged + i] (flat state-action index) and ended_log (episode ended there); u and
@@ -137,8 +161,17 @@ class CompiledEpsilonGreedy:
     def tables(self, next_flat, rewards_flat, terminal_flat) -> tuple:
         """The loop's arguments after the draws: the source's schedule and tables, then the environment's (flat
         next state, reward and termination of every flat state-action index)."""
-        return (self.epsilons, self.q, self.policy, self.learn, np.ascontiguousarray(next_flat, dtype=np.int64),
-                np.ascontiguousarray(rewards_flat), np.ascontiguousarray(terminal_flat, dtype=np.bool_), self.lr, self.gamma)
+        return (
+            self.epsilons,
+            self.q,
+            self.policy,
+            self.learn,
+            np.ascontiguousarray(next_flat, dtype=np.int64),
+            np.ascontiguousarray(rewards_flat),
+            np.ascontiguousarray(terminal_flat, dtype=np.bool_),
+            self.lr,
+            self.gamma,
+        )
 
 
 def compiled_source(env, algo, loop: str) -> CompiledEpsilonGreedy | None:
@@ -149,19 +182,43 @@ def compiled_source(env, algo, loop: str) -> CompiledEpsilonGreedy | None:
     return CompiledEpsilonGreedy(env, algo)
 
 
-def run_span(n, horizon, num_episodes, step0, state, start, t, episode, finished_at, sa_log, ended_log, logged, u, random_actions, drawn,
-             tables) -> None:
+def run_span(
+    n, horizon, num_episodes, step0, state, start, t, episode, finished_at, sa_log, ended_log, logged, u, random_actions, drawn, tables
+) -> None:
     """The compiled `_span_loop` with the source's tables (`CompiledEpsilonGreedy.tables`)."""
-    kernel()(n, horizon, num_episodes, step0, state, start, t, episode, finished_at, sa_log, ended_log, logged, u, random_actions, drawn, *tables)
+    kernel()(
+        n, horizon, num_episodes, step0, state, start, t, episode, finished_at, sa_log, ended_log, logged, u, random_actions, drawn, *tables
+    )
 
 
 def compile_loop() -> None:
     """Compile (or load from numba's cache) the loop on a tiny table, so that worker processes forked
     afterwards start with it compiled."""
     rows, states, actions = 1, 2, 2
-    next_flat, rewards, terminal = np.zeros(states * actions, np.int64), np.zeros(states * actions, np.float32), np.zeros(states * actions, bool)
+    next_flat, rewards, terminal = (
+        np.zeros(states * actions, np.int64),
+        np.zeros(states * actions, np.float32),
+        np.zeros(states * actions, bool),
+    )
     u, random_actions = np.ones((rows, 1)), np.zeros((rows, 1), np.int64)
     for learn in (True, False):  # one compiled signature serves both sources
         tables = (np.ones(1), np.zeros((states, actions)), np.zeros(states, np.int64), learn, next_flat, rewards, terminal, 0.1, 0.9)
         state, start, t, episode, finished_at = (np.zeros(rows, np.int64) for _ in range(5))
-        run_span(1, 1, 1, 0, state, start, t, episode, finished_at, np.empty((rows, 1), np.int64), np.empty((rows, 1), bool), 0, u, random_actions, 0, tables)
+        run_span(
+            1,
+            1,
+            1,
+            0,
+            state,
+            start,
+            t,
+            episode,
+            finished_at,
+            np.empty((rows, 1), np.int64),
+            np.empty((rows, 1), bool),
+            0,
+            u,
+            random_actions,
+            0,
+            tables,
+        )

@@ -173,8 +173,15 @@ def play(env, learner, pulls: int, row_task: np.ndarray, advance: Callable[[int]
     references (offbench.generators.references) are both this loop."""
     rows = np.arange(env.num_envs)
     shape, action_dtype = (env.num_envs, pulls), np.min_scalar_type(env.num_actions - 1)
-    out = Histories(np.empty((*shape, env.context_dim), np.float32), np.empty(shape, action_dtype), np.empty(shape, np.float32),
-                    np.empty(shape), np.empty(shape), np.empty(shape, action_dtype), row_task)
+    out = Histories(
+        np.empty((*shape, env.context_dim), np.float32),
+        np.empty(shape, action_dtype),
+        np.empty(shape, np.float32),
+        np.empty(shape),
+        np.empty(shape),
+        np.empty(shape, action_dtype),
+        row_task,
+    )
     contexts = env.reset()
     for t in range(pulls):
         actions = learner.act(contexts)
@@ -248,8 +255,10 @@ def generate(benchmark: str, params: dict[str, Any], seed: int, out: Path, quiet
     check_learning(summary, recipe.allow_unlearned)
     card = {
         "id": dataset_id(benchmark, recipe, seed),
-        "description": (f"{bench.summary}. {recipe.algo} learning histories: {len(train)} training tasks x "
-                        f"{recipe.histories_per_task} histories x {histories.actions.shape[1]} pulls, {len(held_out)} held-out tasks."),
+        "description": (
+            f"{bench.summary}. {recipe.algo} learning histories: {len(train)} training tasks x "
+            f"{recipe.histories_per_task} histories x {histories.actions.shape[1]} pulls, {len(held_out)} held-out tasks."
+        ),
         "format": "offbench",
         "kind": "learning-history",
         "license": "CC0-1.0",

@@ -146,7 +146,13 @@ class HistoryRecipe:
     def to_params(self) -> dict[str, Any]:
         """TOML-ready recipe parameters (defaults that change nothing are left out)."""
         params = {k: v for k, v in asdict(self).items() if k != "benchmark"}
-        for key, unset in (("variant", None), ("allow_unlearned", False), ("hyperparameters", {}), ("num_arms", None), ("held_out_arms", None)):
+        for key, unset in (
+            ("variant", None),
+            ("allow_unlearned", False),
+            ("hyperparameters", {}),
+            ("num_arms", None),
+            ("held_out_arms", None),
+        ):
             if params[key] == unset:
                 del params[key]
         if isinstance(self.num_arms, tuple):
@@ -160,8 +166,15 @@ class HistoryRecipe:
 
     def split(self) -> tuple[list[dict], list[dict]]:
         """The (train, held_out) tasks of the recipe (`split_tasks`)."""
-        return split_tasks(get_benchmark(self.benchmark), self.tasks, self.held_out, self.split_seed, self.variant,
-                           list(self.num_arms) if isinstance(self.num_arms, tuple) else self.num_arms, self.held_out_arms)
+        return split_tasks(
+            get_benchmark(self.benchmark),
+            self.tasks,
+            self.held_out,
+            self.split_seed,
+            self.variant,
+            list(self.num_arms) if isinstance(self.num_arms, tuple) else self.num_arms,
+            self.held_out_arms,
+        )
 
     @property
     def source_learns(self) -> bool:
@@ -178,7 +191,9 @@ class HistoryRecipe:
         """The optimal return of each task's episodes as the card's environment runs them (its own horizon, the one
         evaluation uses), also for a roll-in whose own episodes are one step long (their optimum would say 0)."""
         runs, bench = arm_runs(tasks), get_benchmark(self.benchmark)
-        return np.concatenate([np.asarray(bench.make_batch(tasks[lo:hi]).optimal_returns, np.float64) for lo, hi in zip(runs[:-1], runs[1:])])
+        return np.concatenate(
+            [np.asarray(bench.make_batch(tasks[lo:hi]).optimal_returns, np.float64) for lo, hi in zip(runs[:-1], runs[1:])]
+        )
 
     def dataset_id(self, seed: int) -> str:
         """A readable id that changes whenever the data would."""
@@ -274,16 +289,29 @@ class _Plan:
         return np.arange(lo, hi, dtype=np.int32), self.row_task[lo:hi]
 
 
-def _dataset_arrays(one, histories: int, episodes: int, steps: int, mixed_arms: bool = False) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+def _dataset_arrays(
+    one, histories: int, episodes: int, steps: int, mixed_arms: bool = False
+) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
     """(shape, dtype) of every array of the dataset (`one`: a batch of one task of the benchmark, with the most
     actions); `mixed_arms` adds the num_actions column."""
     observation = one.compact_observations()
     action_dtype = np.min_scalar_type(one.num_actions - 1)
-    per_step = {"observations": observation.dtype, "actions": action_dtype, "rewards": np.float32, "terminations": bool, "truncations": bool,
-                "columns/history_id": np.int32, "columns/task_id": np.int32, "columns/episode_in_history": np.int32, "columns/optimal_action": action_dtype}
+    per_step = {
+        "observations": observation.dtype,
+        "actions": action_dtype,
+        "rewards": np.float32,
+        "terminations": bool,
+        "truncations": bool,
+        "columns/history_id": np.int32,
+        "columns/task_id": np.int32,
+        "columns/episode_in_history": np.int32,
+        "columns/optimal_action": action_dtype,
+    }
     if mixed_arms:
         per_step["columns/num_actions"] = np.min_scalar_type(one.num_actions)
-    arrays = {name: ((steps, *observation.shape[1:]) if name == "observations" else (steps,), np.dtype(dtype)) for name, dtype in per_step.items()}
+    arrays = {
+        name: ((steps, *observation.shape[1:]) if name == "observations" else (steps,), np.dtype(dtype)) for name, dtype in per_step.items()
+    }
     arrays["final_observations"] = ((histories * episodes, *observation.shape[1:]), observation.dtype)
     arrays["episode_starts"] = ((histories * episodes + 1,), np.dtype(np.int64))
     return arrays
@@ -368,22 +396,32 @@ def _run_group(plan: _Plan, group: int, regions: dict[str, Region] | None, stagi
         for name, (shape, dtype) in staging_arrays(env, plan.capacity, hasattr(env, "noisy_rewards")).items():
             staged[name] = np.lib.format.open_memmap(staging / f"{group:06d}-{name}.npy", "w+", dtype, shape)
             reserve_space(staging / f"{group:06d}-{name}.npy")
-        return {"length": run_group(env, algo, recipe.episodes, env_streams, Staged(tables, staged), plan.in_lockstep, _add_to_shared_count, plan.loop)}
+        return {
+            "length": run_group(
+                env, algo, recipe.episodes, env_streams, Staged(tables, staged), plan.in_lockstep, _add_to_shared_count, plan.loop
+            )
+        }
     # all parts are faulted in at once where they fit well in memory together
     populate = _fits_in_memory(sum(region.dtype.itemsize * int(np.prod(region.shape)) for region in regions.values()))
     part = _group_part(regions, slice(lo * plan.capacity, hi * plan.capacity), slice(lo * recipe.episodes, hi * recipe.episodes), populate)
-    sink = LaidOut(tables, {name: array.reshape(hi - lo, -1) for name, array in part.items()}, *plan.ids(group), lo * plan.capacity, env.horizon)
+    sink = LaidOut(
+        tables, {name: array.reshape(hi - lo, -1) for name, array in part.items()}, *plan.ids(group), lo * plan.capacity, env.horizon
+    )
     run_group(env, algo, recipe.episodes, env_streams, sink, plan.in_lockstep, _add_to_shared_count, plan.loop)
     _write_num_actions(regions, slice(lo * plan.capacity, hi * plan.capacity), env)
     return {"windows": learning_windows(sink.scores, sink.optimal_rate)}
 
 
-def _lay_out_group(plan: _Plan, group: int, regions: dict[str, Region], staging: Path, first_step: int, length: np.ndarray) -> dict[str, np.ndarray]:
+def _lay_out_group(
+    plan: _Plan, group: int, regions: dict[str, Region], staging: Path, first_step: int, length: np.ndarray
+) -> dict[str, np.ndarray]:
     """Write a staged group into its part of the dataset, which starts at `first_step`; returns what the learning check needs."""
     env = plan.env(group)
     lo, hi = plan.histories(group)
-    staged = {name: np.load(staging / f"{group:06d}-{name}.npy", mmap_mode="r")
-              for name in staging_arrays(env, plan.capacity, hasattr(env, "noisy_rewards"))}
+    staged = {
+        name: np.load(staging / f"{group:06d}-{name}.npy", mmap_mode="r")
+        for name in staging_arrays(env, plan.capacity, hasattr(env, "noisy_rewards"))
+    }
     steps = slice(first_step, first_step + int(length.sum()))
     part = _group_part(regions, steps, slice(lo * plan.recipe.episodes, hi * plan.recipe.episodes))
     scores, optimal_rate = lay_out_staged(StepTables(env), staged, length, *plan.ids(group), plan.recipe.episodes, part, first_step)
@@ -391,7 +429,9 @@ def _lay_out_group(plan: _Plan, group: int, regions: dict[str, Region], staging:
     return {"windows": learning_windows(scores, optimal_rate)}
 
 
-def write_histories(recipe: HistoryRecipe, seed: int, out: Path, quiet: bool = True, workers: int | None = None, check: bool = True) -> dict[str, Any]:
+def write_histories(
+    recipe: HistoryRecipe, seed: int, out: Path, quiet: bool = True, workers: int | None = None, check: bool = True
+) -> dict[str, Any]:
     """Generate every learning history and write the dataset to `out` (atomically); returns the learning
     summary. Groups of histories run in `workers` processes (default: every core this process may use)
     and write their parts of the file in place, in blocks of time, so memory does not grow with the data;
@@ -410,10 +450,18 @@ def write_histories(recipe: HistoryRecipe, seed: int, out: Path, quiet: bool = T
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     layout = lambda steps: _dataset_arrays(one, histories, episodes, steps, recipe.mixed_arms)  # noqa: E731
-    need = sum(int(np.prod(shape)) * dtype.itemsize for shape, dtype in layout(histories * plan.capacity).values()) if plan.in_lockstep else None
+    need = (
+        sum(int(np.prod(shape)) * dtype.itemsize for shape, dtype in layout(histories * plan.capacity).values())
+        if plan.in_lockstep
+        else None
+    )
     # named as every temporary is (utils.temp_prefix), so a run after a kill -9 removes this one's leftovers
-    with user_fixable_write_errors(out), tempfile.TemporaryDirectory(prefix=temp_prefix(out), suffix=".tmp", dir=out.parent) as folder, \
-            atomic_path(out, need=need) as tmp, _Workers(min(workers, plan.num_groups), quiet, f"{recipe.benchmark} {recipe.algo}", histories * episodes) as pool:
+    with (
+        user_fixable_write_errors(out),
+        tempfile.TemporaryDirectory(prefix=temp_prefix(out), suffix=".tmp", dir=out.parent) as folder,
+        atomic_path(out, need=need) as tmp,
+        _Workers(min(workers, plan.num_groups), quiet, f"{recipe.benchmark} {recipe.algo}", histories * episodes) as pool,
+    ):
         staging = Path(folder)
         allocate = lambda steps: allocate_native(tmp, layout(steps), one.single_observation_space, one.single_action_space)  # noqa: E731
         if plan.in_lockstep:
@@ -423,7 +471,9 @@ def write_histories(recipe: HistoryRecipe, seed: int, out: Path, quiet: bool = T
             lengths = [r["length"] for r in pool.map(_run_group, [(plan, g, None, staging) for g in range(plan.num_groups)])]
             regions = allocate(int(sum(length.sum() for length in lengths)))
             first_steps = np.cumsum([0] + [int(length.sum()) for length in lengths])
-            results = pool.map(_lay_out_group, [(plan, g, regions, staging, int(first_steps[g]), lengths[g]) for g in range(plan.num_groups)])
+            results = pool.map(
+                _lay_out_group, [(plan, g, regions, staging, int(first_steps[g]), lengths[g]) for g in range(plan.num_groups)]
+            )
         regions["episode_starts"].open()[0] = 0
         windows = np.concatenate([r["windows"] for r in results])
         summary = learning_summary(windows, recipe.optimal_returns(train)[plan.row_task], episodes, score_name=one.score_name)
@@ -479,14 +529,19 @@ def learning_windows(scores: np.ndarray, optimal_rate: np.ndarray) -> np.ndarray
     optimal-action rate over its first and its last window of episodes, as columns (first score, last
     score, first rate, last rate). Workers send these instead of every episode's score."""
     window = _window(scores.shape[1])
-    return np.stack([scores[:, :window].mean(1), scores[:, -window:].mean(1), optimal_rate[:, :window].mean(1), optimal_rate[:, -window:].mean(1)], axis=1)
+    return np.stack(
+        [scores[:, :window].mean(1), scores[:, -window:].mean(1), optimal_rate[:, :window].mean(1), optimal_rate[:, -window:].mean(1)],
+        axis=1,
+    )
 
 
 def _window(num_episodes: int) -> int:
     return max(1, int(num_episodes * LEARNING_WINDOW_FRACTION))
 
 
-def learning_summary(windows: np.ndarray, optimal_returns: np.ndarray, num_episodes: int, score_name: str = "episode return") -> dict[str, Any]:
+def learning_summary(
+    windows: np.ndarray, optimal_returns: np.ndarray, num_episodes: int, score_name: str = "episode return"
+) -> dict[str, Any]:
     """First vs last window of every history (windows: `learning_windows`); see the module docstring."""
     first, last, first_rate, last_rate = windows.T
     gap = np.maximum(optimal_returns - first, 0.0)

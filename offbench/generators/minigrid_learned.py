@@ -71,14 +71,22 @@ class LearnedParams:
     suite: str = ranged("MT7", choices=tuple(SUITES), doc="MOORE's task list: MT3, MT5 or MT7.")
     tasks: list[str] | None = ranged(None, doc="Some of the suite's tasks (default: all of them).")
     quality: Literal["medium", "replay", "expert"] = ranged("medium", doc="Which policy's data (module docstring).")
-    episodes_per_task: int | None = ranged(None, ge=1, doc="medium, expert: episodes the chosen policy plays per task (1000 "
-                                                           "when left out); replay has every training episode up to its checkpoint.")
+    episodes_per_task: int | None = ranged(
+        None,
+        ge=1,
+        doc="medium, expert: episodes the chosen policy plays per task (1000 "
+        "when left out); replay has every training episode up to its checkpoint.",
+    )
     timesteps: int = ranged(1 << 21, ge=ROLLOUT_STEPS, doc="The most PPO steps per task (all of them for expert).")
     checkpoint_every: int = ranged(16384, ge=ROLLOUT_STEPS, doc=f"PPO steps between checkpoints, a multiple of {ROLLOUT_STEPS}.")
     eval_episodes: int = ranged(50, ge=1, doc="Episodes that measure a checkpoint's success rate.")
     target_success: float = ranged(0.5, ge=0, le=1, doc="medium, replay: the success rate the chosen checkpoint is nearest.")
-    band: tuple[float, float] = ranged((0.4, 0.6), ge=0, le=1, doc="medium, replay: training stops at the first trained "
-                                                                   "checkpoint reaching band[0]; the card states the band.")
+    band: tuple[float, float] = ranged(
+        (0.4, 0.6),
+        ge=0,
+        le=1,
+        doc="medium, replay: training stops at the first trained checkpoint reaching band[0]; the card states the band.",
+    )
 
     def check(self) -> None:
         if self.checkpoint_every % ROLLOUT_STEPS:
@@ -112,14 +120,23 @@ class LearnedRecipe:
         from importlib.metadata import version
 
         p = self.params
-        record = {"algorithm": "PPO", "library": f"stable-baselines3 {version('stable-baselines3')}", "n_envs": N_ENVS,
-                  **PPO_SETTINGS, "timesteps": p.timesteps, "checkpoint_every": p.checkpoint_every, "eval_episodes": p.eval_episodes}
+        record = {
+            "algorithm": "PPO",
+            "library": f"stable-baselines3 {version('stable-baselines3')}",
+            "n_envs": N_ENVS,
+            **PPO_SETTINGS,
+            "timesteps": p.timesteps,
+            "checkpoint_every": p.checkpoint_every,
+            "eval_episodes": p.eval_episodes,
+        }
         if p.quality != "expert":
             record.update(target_success=p.target_success, band=list(p.band))
         return record
 
     def fingerprint(self) -> str:
-        return json.dumps({"params": to_dict(self.params), "seed": self.seed, "env": self.env, "behaviour": self.behaviour()}, sort_keys=True)
+        return json.dumps(
+            {"params": to_dict(self.params), "seed": self.seed, "env": self.env, "behaviour": self.behaviour()}, sort_keys=True
+        )
 
 
 def learned_recipe(params: dict[str, Any], seed: int) -> LearnedRecipe:
@@ -182,16 +199,29 @@ class TrainingEpisodes(gym.Wrapper):
         reset_seed = next(self.seeds)
         obs, info = self.env.reset(seed=reset_seed, options=options)
         if self.record:
-            self.episode = {"seed": reset_seed, "observations": [obs], "actions": [], "rewards": [], "terminations": [],
-                            "truncations": [], "step_success": []}
+            self.episode = {
+                "seed": reset_seed,
+                "observations": [obs],
+                "actions": [],
+                "rewards": [],
+                "terminations": [],
+                "truncations": [],
+                "step_success": [],
+            }
         return obs, info
 
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
         self.steps += 1
         if self.record:
-            for key, value in (("observations", obs), ("actions", int(action)), ("rewards", reward), ("terminations", terminated),
-                               ("truncations", truncated), ("step_success", bool(info.get("success", False)))):
+            for key, value in (
+                ("observations", obs),
+                ("actions", int(action)),
+                ("rewards", reward),
+                ("terminations", terminated),
+                ("truncations", truncated),
+                ("step_success", bool(info.get("success", False))),
+            ):
                 self.episode[key].append(value)
             if terminated or truncated:
                 self.finished.append((self.steps, self.episode))
@@ -217,12 +247,20 @@ class TaskAgent:
         self.recipe, self.task_id, self.name = recipe, task_id, recipe.names[task_id]
         seed, name = recipe.seed, self.name
         self.envs = [
-            TrainingEpisodes(make_env(recipe.env, task_id), (episode_seed(seed, name, TRAINING + 1 + j + N_ENVS * k) for k in itertools.count()), record)
+            TrainingEpisodes(
+                make_env(recipe.env, task_id), (episode_seed(seed, name, TRAINING + 1 + j + N_ENVS * k) for k in itertools.count()), record
+            )
             for j in range(N_ENVS)
         ]
         self.vec_env = DummyVecEnv([lambda env=env: env for env in self.envs])
-        self.model = PPO("MlpPolicy", self.vec_env, seed=episode_seed(seed, name, TRAINING) % 2**32,
-                         device="cpu", verbose=0, **copy.deepcopy(PPO_SETTINGS))
+        self.model = PPO(
+            "MlpPolicy",
+            self.vec_env,
+            seed=episode_seed(seed, name, TRAINING) % 2**32,
+            device="cpu",
+            verbose=0,
+            **copy.deepcopy(PPO_SETTINGS),
+        )
         self.pool = EnvPool(recipe.env)
 
     def checkpoints(self) -> Iterator[Checkpoint]:
@@ -281,8 +319,10 @@ def learn_task(recipe: LearnedRecipe, task_id: int, advance: Callable[..., None]
         if params.quality == "replay":
             episodes = agent.training_episodes(checkpoints[chosen].timesteps)
             if not episodes:
-                raise OffbenchError(f"{agent.name}: no training episode ended by the acting checkpoint, at "
-                                    f"{checkpoints[chosen].timesteps} steps; raise the band or checkpoint_every")
+                raise OffbenchError(
+                    f"{agent.name}: no training episode ended by the acting checkpoint, at "
+                    f"{checkpoints[chosen].timesteps} steps; raise the band or checkpoint_every"
+                )
         else:
             lanes = agent.lanes(recipe.episodes_per_task)
             results = agent.play(lanes, record=True, weights=checkpoints[chosen].weights)
@@ -297,8 +337,19 @@ def learn_task(recipe: LearnedRecipe, task_id: int, advance: Callable[..., None]
     }
 
 
-EPISODE_KEYS = ("observations", "final_observations", "actions", "rewards", "terminations", "truncations", "lengths",
-                "task_id", "episode_seed", "behaviour", "infos/success")
+EPISODE_KEYS = (
+    "observations",
+    "final_observations",
+    "actions",
+    "rewards",
+    "terminations",
+    "truncations",
+    "lengths",
+    "task_id",
+    "episode_seed",
+    "behaviour",
+    "infos/success",
+)
 
 
 def episode_arrays(episodes: list[dict[str, Any]], task_id: int) -> dict[str, np.ndarray]:
@@ -353,12 +404,18 @@ def merge(recipe: LearnedRecipe, work: Path):
             shards.append({key: shard[key] for key in shard.files})
     arrays = {key: np.concatenate([shard[key] for shard in shards]) for key in EPISODE_KEYS}
     probe = make_env(recipe.env, 0)
-    store = EpisodeStore.from_arrays(arrays, arrays.pop("lengths"), observation_space=probe.observation_space, action_space=probe.action_space)
+    store = EpisodeStore.from_arrays(
+        arrays, arrays.pop("lengths"), observation_space=probe.observation_space, action_space=probe.action_space
+    )
     probe.close()
     params = recipe.params
     checkpoints = {
-        name: {"timesteps": shard["checkpoint_timesteps"].tolist(), "success": shard["checkpoint_success"].tolist(),
-               "acting": int(shard["checkpoint_acting"]), **in_band(params, float(shard["checkpoint_success"][shard["checkpoint_acting"]]))}
+        name: {
+            "timesteps": shard["checkpoint_timesteps"].tolist(),
+            "success": shard["checkpoint_success"].tolist(),
+            "acting": int(shard["checkpoint_acting"]),
+            **in_band(params, float(shard["checkpoint_success"][shard["checkpoint_acting"]])),
+        }
         for name, shard in zip(recipe.names, shards)
     }
     card = {
@@ -386,8 +443,17 @@ def generate_minigrid_learned(params: dict[str, Any], seed: int, out: Path, quie
     _claim_work_dir(work, recipe)
     todo = [task_id for task_id in range(len(recipe.names)) if not shard_path(work, task_id).is_file()]
     steps = recipe.params.timesteps
-    with progress_bar(quiet, f"minigrid-learned {recipe.env['id']} {recipe.params.quality}", steps * len(recipe.names),
-                      unit="PPO steps", completed=steps * (len(recipe.names) - len(todo)), fields=("success",)) as advance, one_thread():
+    with (
+        progress_bar(
+            quiet,
+            f"minigrid-learned {recipe.env['id']} {recipe.params.quality}",
+            steps * len(recipe.names),
+            unit="PPO steps",
+            completed=steps * (len(recipe.names) - len(todo)),
+            fields=("success",),
+        ) as advance,
+        one_thread(),
+    ):
         for task_id in todo:
             atomic_write_bytes(shard_path(work, task_id), _npz_bytes(learn_task(recipe, task_id, advance)))
     merge(recipe, work).save(out)

@@ -50,8 +50,20 @@ LEVELS = ("medium", "medium-replay", "medium-expert", "expert")
 EVALUATION_SEED = 1_000_000  # checkpoints: episode i resets with seed EVALUATION_SEED + i, actions drawn from torch seed EVALUATION_SEED
 REFERENCE_SEED = 2_000_000  # reference returns: the same, from this base
 PART_SEEDS = {"medium": 1, "expert": 2}  # the rollouts of each policy draw from SeedSequence([seed, PART_SEEDS[part]])
-TRAINING_FIELDS = ("env_id", "max_episode_steps", "train_steps", "checkpoint_every", "learning_starts", "batch_size", "buffer_size",
-                   "learning_rate", "gamma", "tau", "net_arch", "evaluation_episodes")
+TRAINING_FIELDS = (
+    "env_id",
+    "max_episode_steps",
+    "train_steps",
+    "checkpoint_every",
+    "learning_starts",
+    "batch_size",
+    "buffer_size",
+    "learning_rate",
+    "gamma",
+    "tau",
+    "net_arch",
+    "evaluation_episodes",
+)
 BUFFER_ARRAYS = ("observations", "next_observations", "actions", "rewards", "dones", "timeouts")
 
 
@@ -61,7 +73,9 @@ class MujocoLocalRecipe:
 
     env_id: str = ranged(choices=ENV_IDS, doc="Gymnasium MuJoCo environment, the v4 model D4RL's cards evaluate on.")
     level: str = ranged(choices=LEVELS, doc="Which D4RL dataset to make from the run.")
-    train_steps: int = ranged(ge=1, doc="SAC environment steps (one gradient step each after `learning_starts`); the last checkpoint is the expert.")
+    train_steps: int = ranged(
+        ge=1, doc="SAC environment steps (one gradient step each after `learning_starts`); the last checkpoint is the expert."
+    )
     checkpoint_every: int = ranged(ge=1, doc="Steps between checkpoints: the resume points and the candidates for the medium policy.")
     transitions: int = ranged(1_000_000, ge=1, doc="Steps rolled out per policy (medium, expert; medium-expert has twice as many).")
     max_episode_steps: int = ranged(1000, ge=1, doc="The time limit (D4RL's: 1000).")
@@ -78,8 +92,10 @@ class MujocoLocalRecipe:
 
     def check(self) -> None:
         if self.checkpoint_every > self.buffer_size:
-            raise Invalid(f"'checkpoint_every' ({self.checkpoint_every}) must not exceed buffer_size ({self.buffer_size}): "
-                          "each checkpoint keeps its segment's experience from the replay buffer")
+            raise Invalid(
+                f"'checkpoint_every' ({self.checkpoint_every}) must not exceed buffer_size ({self.buffer_size}): "
+                "each checkpoint keeps its segment's experience from the replay buffer"
+            )
 
     def training(self) -> dict[str, Any]:
         """The settings the SAC run depends on (the workspace's key): not the level, nor what is rolled out after."""
@@ -190,9 +206,20 @@ def new_model(recipe: MujocoLocalRecipe, seed: int):
     from stable_baselines3 import SAC
     from stable_baselines3.common.vec_env import DummyVecEnv
 
-    return SAC("MlpPolicy", DummyVecEnv([lambda: make_env(recipe)]), learning_rate=recipe.learning_rate, buffer_size=recipe.buffer_size,
-               learning_starts=recipe.learning_starts, batch_size=recipe.batch_size, tau=recipe.tau, gamma=recipe.gamma,
-               policy_kwargs={"net_arch": list(recipe.net_arch)}, seed=seed, device="cpu", verbose=0)
+    return SAC(
+        "MlpPolicy",
+        DummyVecEnv([lambda: make_env(recipe)]),
+        learning_rate=recipe.learning_rate,
+        buffer_size=recipe.buffer_size,
+        learning_starts=recipe.learning_starts,
+        batch_size=recipe.batch_size,
+        tau=recipe.tau,
+        gamma=recipe.gamma,
+        policy_kwargs={"net_arch": list(recipe.net_arch)},
+        seed=seed,
+        device="cpu",
+        verbose=0,
+    )
 
 
 def _progress_callback(advance: Callable[..., None]):
@@ -400,14 +427,16 @@ def reference_returns(recipe: MujocoLocalRecipe, expert: Checkpoint, workspace: 
     seeds = range(REFERENCE_SEED, REFERENCE_SEED + n)
     with progress_bar(quiet, "reference returns", 2 * n) as advance:
         random_returns = [episode_return(e) for e in _counted(episodes(env, lambda _: env.action_space.sample(), iter(seeds)), advance)]
-        expert_returns = [episode_return(e) for e in _counted(episodes(env, sampled_actions(load_actor(expert), REFERENCE_SEED), iter(seeds)), advance)]
+        expert_returns = [
+            episode_return(e) for e in _counted(episodes(env, sampled_actions(load_actor(expert), REFERENCE_SEED), iter(seeds)), advance)
+        ]
     references = {
         "random": float(np.mean(random_returns)),
         "expert": float(np.mean(expert_returns)),
         "measured": f"offbench/generators/mujoco_local.py: mean return over {n} episodes of {recipe.env_id} (time limit "
-                    f"{recipe.max_episode_steps}), reset seeds {REFERENCE_SEED}..{REFERENCE_SEED + n - 1}; ref_min = uniformly random "
-                    f"actions (action space seeded {REFERENCE_SEED}), ref_max = the expert (SAC at step {expert.step:,}, actions "
-                    f"sampled from its policy, torch seed {REFERENCE_SEED})",
+        f"{recipe.max_episode_steps}), reset seeds {REFERENCE_SEED}..{REFERENCE_SEED + n - 1}; ref_min = uniformly random "
+        f"actions (action space seeded {REFERENCE_SEED}), ref_max = the expert (SAC at step {expert.step:,}, actions "
+        f"sampled from its policy, torch seed {REFERENCE_SEED})",
     }
     atomic_write_json(path, references)
     return references
@@ -459,18 +488,21 @@ def replay_episodes(checkpoints: list[Checkpoint], until: Checkpoint) -> list[di
     replay = []
     for lo, hi in zip(bounds[:-1], bounds[1:]):
         terminated = steps["dones"][lo:hi].astype(bool) & ~timeouts[lo:hi]
-        replay.append({
-            "observations": np.concatenate([steps["observations"][lo:hi], steps["next_observations"][hi - 1 : hi]]).astype(np.float32),
-            "actions": steps["actions"][lo:hi].astype(np.float32),
-            "rewards": steps["rewards"][lo:hi].astype(np.float32),
-            "terminations": terminated,
-            "truncations": ends[lo:hi] & ~terminated,
-        })
+        replay.append(
+            {
+                "observations": np.concatenate([steps["observations"][lo:hi], steps["next_observations"][hi - 1 : hi]]).astype(np.float32),
+                "actions": steps["actions"][lo:hi].astype(np.float32),
+                "rewards": steps["rewards"][lo:hi].astype(np.float32),
+                "terminations": terminated,
+                "truncations": ends[lo:hi] & ~terminated,
+            }
+        )
     return replay
 
 
-def level_episodes(recipe: MujocoLocalRecipe, seed: int, checkpoints: list[Checkpoint], medium: Checkpoint,
-                   quiet: bool) -> list[dict[str, np.ndarray]]:
+def level_episodes(
+    recipe: MujocoLocalRecipe, seed: int, checkpoints: list[Checkpoint], medium: Checkpoint, quiet: bool
+) -> list[dict[str, np.ndarray]]:
     """The episodes of the recipe's level (see the module docstring)."""
     if recipe.level == "medium-replay":
         return replay_episodes(checkpoints, medium)

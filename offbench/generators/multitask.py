@@ -95,8 +95,9 @@ def check_recipe_params(generator: str, params: dict[str, Any], extra: Sequence[
         raise OffbenchError(f"unknown {generator} recipe parameter(s): {', '.join(unknown)} (known: {', '.join(sorted(known))})")
 
 
-def recipe_from_params(generator: str, params: dict[str, Any], seed: int, env: dict[str, Any], behaviour: dict[str, Any],
-                       **fields: Any) -> Recipe:
+def recipe_from_params(
+    generator: str, params: dict[str, Any], seed: int, env: dict[str, Any], behaviour: dict[str, Any], **fields: Any
+) -> Recipe:
     """A Recipe from checked params; quality and episodes per task default as the cards do."""
     return Recipe(
         generator=generator,
@@ -174,13 +175,16 @@ def collect(collection: Collection, out: Path, quiet: bool = False) -> Path:
 def least_bytes(collection: Collection) -> tuple[int, int]:
     """(episodes, the fewest bytes the merged dataset can take): every episode `min_episode_steps` long, the
     per-step and per-episode arrays that `run_job` writes, sized from the spaces."""
+
     def nbytes(space: gym.Space) -> int:
         return np.dtype(space.dtype).itemsize * math.prod(space.shape or ())
 
     recipe = collection.recipe
     episodes = recipe.episodes_per_task * len(task_names(recipe.env))
     # observation, action, reward (float32), terminated, truncated, task_id, episode_seed, behaviour, success, reset columns
-    per_step = nbytes(collection.observation_space) + nbytes(collection.action_space) + 4 + 1 + 1 + 8 + 8 + 1 + 1 + 8 * len(recipe.reset_columns)
+    per_step = (
+        nbytes(collection.observation_space) + nbytes(collection.action_space) + 4 + 1 + 1 + 8 + 8 + 1 + 1 + 8 * len(recipe.reset_columns)
+    )
     per_episode = nbytes(collection.observation_space) + 8 + 8  # final observation, length, episode start
     return episodes, episodes * (collection.min_episode_steps * per_step + per_episode)
 
@@ -190,8 +194,10 @@ def check_size(collection: Collection, out: Path, work: Path) -> None:
     the disk (less the shards already there), the dataset in memory for the merge. One line each."""
     recipe = collection.recipe
     episodes, least = least_bytes(collection)
-    what = (f"{recipe.generator} {recipe.env['id']}: {episodes:,} episodes ({recipe.episodes_per_task:,} per task) take at least "
-            f"{least:,} bytes")
+    what = (
+        f"{recipe.generator} {recipe.env['id']}: {episodes:,} episodes ({recipe.episodes_per_task:,} per task) take at least "
+        f"{least:,} bytes"
+    )
     done = sum(entry.stat().st_size for entry in os.scandir(work) if entry.is_file()) if work.is_dir() else 0
     need = max(least - done, 0) + least  # the shards still to write, then the merged file while they are there
     folder = next(p for p in (out.parent, *out.parent.parents) if p.is_dir())
@@ -201,8 +207,9 @@ def check_size(collection: Collection, out: Path, work: Path) -> None:
         raise OffbenchError(f"{what}, twice on disk while merging: {disk_full_error(out, need)}") from None
     available = _available_memory()
     if available is not None and least > available:
-        raise OffbenchError(f"{what}, which the merge holds in memory, and {available:,} bytes of memory are available; "
-                            f"collect fewer episodes per task")
+        raise OffbenchError(
+            f"{what}, which the merge holds in memory, and {available:,} bytes of memory are available; collect fewer episodes per task"
+        )
 
 
 def _available_memory() -> int | None:
@@ -274,9 +281,7 @@ def _claim_work_dir(work: Path, recipe: Fingerprinted) -> None:
     stamp = work / "recipe.json"
     if stamp.is_file():
         if stamp.read_text() != recipe.fingerprint():
-            raise OffbenchError(
-                f"{work}: holds an unfinished collection of a different recipe; delete the folder or choose another output"
-            )
+            raise OffbenchError(f"{work}: holds an unfinished collection of a different recipe; delete the folder or choose another output")
         return
     work.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(stamp, recipe.fingerprint().encode())
@@ -288,9 +293,7 @@ def run_job(recipe: Recipe, behaviour: BehaviourFactory, job: Job, work: Path) -
     profiles = [lane_behaviour(lane, recipe.quality)[0] for lane in lanes]
     pool = EnvPool(recipe.env)
     try:
-        results = run_lanes(
-            pool, lanes, lambda round_lanes, envs: behaviour(round_lanes, envs, recipe), max_envs=1, record=True
-        )
+        results = run_lanes(pool, lanes, lambda round_lanes, envs: behaviour(round_lanes, envs, recipe), max_envs=1, record=True)
     finally:
         pool.close()
     lengths = np.array([r["length"] for r in results], dtype=np.int64)

@@ -98,15 +98,19 @@ def _generate(
     if dataset_id is None and out is None:  # the recipe of a registered card: fill that card's dataset
         wanted = SourceRecipe(generator=generator, seed=seed, params=params)
         registered = next((card for card in all_cards().values() if card.source.recipe == wanted), None)
-    card_data = registered.to_dict() if registered else {
-        "id": dataset_id or default_id(generator, params, seed),
-        "description": (
-            f"{generator} {params['suite']} {params['quality']}, {params['episodes_per_task']} episodes per task, seed {seed}"
-        ),
-        "format": "offbench",
-        "kind": "multi-task",
-        "source": {"recipe": recipe},
-    }
+    card_data = (
+        registered.to_dict()
+        if registered
+        else {
+            "id": dataset_id or default_id(generator, params, seed),
+            "description": (
+                f"{generator} {params['suite']} {params['quality']}, {params['episodes_per_task']} episodes per task, seed {seed}"
+            ),
+            "format": "offbench",
+            "kind": "multi-task",
+            "source": {"recipe": recipe},
+        }
+    )
     card = card_from_dict(card_data)
     target = Path(out) / "data.h5" if out else native_path(card)
     check_writable(target.parent)  # before the work, not after it

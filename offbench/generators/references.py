@@ -49,8 +49,10 @@ def reference_regret(env_spec: dict, tasks: list[dict], pulls: int, seed: int = 
     pseudo-regret after each of `pulls` pulls, per reference algorithm. Several histories, because every ratio
     to Thompson sampling divides by this number: over 500 tasks one history's value at pull 100 has a standard deviation of
     0.15-0.2 (Thompson sampling on bandit-thompson-uniform, 20 seeds), ten histories' about 0.05."""
-    curves = {name: np.cumsum(np.mean([reference_pulls(env_spec, tasks, algo, pulls, seed + k)[2] for k in range(histories)], axis=0))
-              for name, algo in REFERENCES.items()}
+    curves = {
+        name: np.cumsum(np.mean([reference_pulls(env_spec, tasks, algo, pulls, seed + k)[2] for k in range(histories)], axis=0))
+        for name, algo in REFERENCES.items()
+    }
     means = np.array([task["means"] for task in tasks], dtype=np.float64)
     curves["random"] = np.cumsum(np.full(pulls, np.mean(means.max(axis=1) - means.mean(axis=1))))
     return curves
@@ -70,8 +72,9 @@ def contextual_reference_regret(env_spec: dict, tasks: list[dict], pulls: int, e
         for name, algo in CONTEXTUAL_REFERENCES.items():
             env = bench.make_batch(tasks, seed=seed)
             algo_rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(1)[0])
-            histories = contextual.play(env, contextual.ALGORITHMS[algo](env, algo_rng, contextual.ALGORITHMS[algo].Config()),
-                                        pulls, np.arange(len(tasks)))
+            histories = contextual.play(
+                env, contextual.ALGORITHMS[algo](env, algo_rng, contextual.ALGORITHMS[algo].Config()), pulls, np.arange(len(tasks))
+            )
             per_pull[name].append(histories.regret.mean(axis=0))
         means = np.einsum("rad,rpd->rpa", thetas, histories.contexts.astype(np.float64))  # every learner saw these contexts
         per_pull["random"].append((means.max(axis=2) - means.mean(axis=2)).mean(axis=0))

@@ -29,8 +29,17 @@ from offbench.generators.sources import RowStreams, SourceAlgorithm
 BLOCK_CELLS = 1 << 17  # history-steps per block of log: its lay-out works in cache
 
 # the arrays of a learning-history dataset a group writes, per step and per episode (names of the native layout)
-STEP_ARRAYS = ("observations", "actions", "rewards", "terminations", "truncations",
-               "columns/history_id", "columns/task_id", "columns/episode_in_history", "columns/optimal_action")
+STEP_ARRAYS = (
+    "observations",
+    "actions",
+    "rewards",
+    "terminations",
+    "truncations",
+    "columns/history_id",
+    "columns/task_id",
+    "columns/episode_in_history",
+    "columns/optimal_action",
+)
 EPISODE_ARRAYS = ("final_observations", "episode_ends")  # episode_ends[e] = episode_starts[e + 1]
 
 
@@ -44,8 +53,16 @@ def block_steps(rows: int, horizon: int) -> int:
     return horizon * max(1, BLOCK_CELLS // (rows * horizon))
 
 
-def run_group(env, algo: SourceAlgorithm, num_episodes: int, env_streams: RowStreams, sink, in_lockstep: bool,
-              progress: Callable[[int], None], loop: str = "numpy") -> np.ndarray:
+def run_group(
+    env,
+    algo: SourceAlgorithm,
+    num_episodes: int,
+    env_streams: RowStreams,
+    sink,
+    in_lockstep: bool,
+    progress: Callable[[int], None],
+    loop: str = "numpy",
+) -> np.ndarray:
     """Every history of `env`'s rows for `num_episodes` episodes. Each block of log goes to
     sink(first_step, state_actions, ended, rewards), arrays (steps, rows): ended is None in lockstep,
     rewards None where they are the table's. progress(n): n more episodes done. `loop`: "numba" runs the
@@ -123,15 +140,35 @@ class Group:
         if step % per_block == 0:
             self.draws[:] = self.compiled.draws()
         n = min(per_block - step % per_block, self.block - step % self.block, self.capacity - step)
-        run_span(n, self.horizon, self.num_episodes, step, self.state, self.start, self.t, self.episode, self.finished_at,
-                 self.sa_rows, self.ended_rows, step % self.block, self.draws[0], self.draws[1], step % per_block, self.compiled_tables)
+        run_span(
+            n,
+            self.horizon,
+            self.num_episodes,
+            step,
+            self.state,
+            self.start,
+            self.t,
+            self.episode,
+            self.finished_at,
+            self.sa_rows,
+            self.ended_rows,
+            step % self.block,
+            self.draws[0],
+            self.draws[1],
+            step % per_block,
+            self.compiled_tables,
+        )
         return step + n
 
     def flush(self, step: int) -> int:
         """Hand the logged steps (up to `step`) to the sink; returns how many there were."""
         n = (step - 1) % self.block + 1
-        self.sink(step - n, self.sa_log[:n], None if self.ended_log is None else self.ended_log[:n],
-                  None if self.reward_log is None else self.reward_log[:n])
+        self.sink(
+            step - n,
+            self.sa_log[:n],
+            None if self.ended_log is None else self.ended_log[:n],
+            None if self.reward_log is None else self.reward_log[:n],
+        )
         return n
 
 
@@ -181,7 +218,9 @@ class StagedRun:
         group, step = self.group, 0
         episode_base = np.zeros(group.rows, dtype=np.int64)  # nominal step of the current episode's first step
         while step < group.capacity:
-            next_state, terminated = group.one_step(step % group.block, episode_base + group.t)  # past its history, a row's nominal steps run on
+            next_state, terminated = group.one_step(
+                step % group.block, episode_base + group.t
+            )  # past its history, a row's nominal steps run on
             group.t += 1
             step += 1
             ended = np.equal(group.t, group.horizon, out=self.ended_log[(step - 1) % group.block])
@@ -240,8 +279,16 @@ class StepTables:
         self.terminated = terminal_table.reshape(-1)
 
 
-def lay_out(tables: StepTables, sa: np.ndarray, ends: np.ndarray, rewards: np.ndarray | None, history_ids: np.ndarray,
-            task_ids: np.ndarray, steps_per_row, first_episode: int) -> dict[str, np.ndarray]:
+def lay_out(
+    tables: StepTables,
+    sa: np.ndarray,
+    ends: np.ndarray,
+    rewards: np.ndarray | None,
+    history_ids: np.ndarray,
+    task_ids: np.ndarray,
+    steps_per_row,
+    first_episode: int,
+) -> dict[str, np.ndarray]:
     """The stored arrays of consecutive steps of whole episodes, given history by history: sa (flat
     state-action indices), ends (where episodes end), rewards (None: the table's); the steps of row r
     (history_ids[r], task_ids[r]) are steps_per_row (one number, or one per row) and start its episode
@@ -262,7 +309,9 @@ def lay_out(tables: StepTables, sa: np.ndarray, ends: np.ndarray, rewards: np.nd
         "truncations": ends & ~terminated,
         "columns/history_id": np.repeat(history_ids, steps_per_row),
         "columns/task_id": np.repeat(task_ids, steps_per_row),
-        "columns/episode_in_history": np.repeat(np.tile(np.arange(first_episode, first_episode + episodes_per_row, dtype=np.int32), len(history_ids)), lengths),
+        "columns/episode_in_history": np.repeat(
+            np.tile(np.arange(first_episode, first_episode + episodes_per_row, dtype=np.int32), len(history_ids)), lengths
+        ),
         "columns/optimal_action": optimal,
         "final_observations": tables.final_observation.take(sa[ends_at]),
         "episode_lengths": lengths,
@@ -276,8 +325,9 @@ class LaidOut:
     seen history by history (per-step arrays (rows, steps), per-episode ones (rows, episodes);
     observations as words). Keeps the scores and optimal-action rates, (rows, episodes)."""
 
-    def __init__(self, tables: StepTables, out: dict[str, np.ndarray], history_ids: np.ndarray, task_ids: np.ndarray,
-                 first_step: int, horizon: int):
+    def __init__(
+        self, tables: StepTables, out: dict[str, np.ndarray], history_ids: np.ndarray, task_ids: np.ndarray, first_step: int, horizon: int
+    ):
         self.tables, self.out, self.history_ids, self.task_ids, self.horizon = tables, out, history_ids, task_ids, horizon
         self.row_first_step = first_step + np.arange(len(history_ids), dtype=np.int64) * out["actions"].shape[1]  # in the dataset
         shape = out["final_observations"].shape
@@ -288,8 +338,16 @@ class LaidOut:
         h = self.horizon
         ends = np.tile(np.arange(first_step, first_step + n) % h == h - 1, rows)
         rows_first = lambda log: np.ascontiguousarray(log.T).reshape(-1)  # noqa: E731
-        laid = lay_out(self.tables, rows_first(sa), ends, None if rewards is None else rows_first(rewards),
-                       self.history_ids, self.task_ids, n, first_step // h)
+        laid = lay_out(
+            self.tables,
+            rows_first(sa),
+            ends,
+            None if rewards is None else rows_first(rewards),
+            self.history_ids,
+            self.task_ids,
+            n,
+            first_step // h,
+        )
         steps, episodes = slice(first_step, first_step + n), slice(first_step // h, (first_step + n) // h)
         for name in STEP_ARRAYS:
             self.out[name][:, steps] = laid[name].reshape(rows, n)
@@ -326,8 +384,16 @@ class Staged:
             self.staging["rewards"][:, steps] = rewards.T
 
 
-def lay_out_staged(tables: StepTables, staging: dict[str, np.ndarray], length: np.ndarray, history_ids: np.ndarray, task_ids: np.ndarray,
-                   num_episodes: int, out: dict[str, np.ndarray], first_step: int) -> tuple[np.ndarray, np.ndarray]:
+def lay_out_staged(
+    tables: StepTables,
+    staging: dict[str, np.ndarray],
+    length: np.ndarray,
+    history_ids: np.ndarray,
+    task_ids: np.ndarray,
+    num_episodes: int,
+    out: dict[str, np.ndarray],
+    first_step: int,
+) -> tuple[np.ndarray, np.ndarray]:
     """Write the staged histories of a group (history r took length[r] steps) into `out`, its part of the
     dataset's arrays (flat; observations as words; the group's first step is first_step in the dataset), a
     few rows at a time; returns the scores and optimal-action rates, (rows, episodes)."""
@@ -340,8 +406,16 @@ def lay_out_staged(tables: StepTables, staging: dict[str, np.ndarray], length: n
         r = slice(lo, min(rows, lo + chunk))
         keep = np.arange(steps) < length[r, None]
         staged = {name: array[r, :steps][keep] for name, array in staging.items()}  # the `staging_arrays` of these rows
-        laid = lay_out(tables, staged["state_actions"] + row_base[r].repeat(length[r]), staged["ended"], staged.get("rewards"),
-                       history_ids[r], task_ids[r], length[r], 0)
+        laid = lay_out(
+            tables,
+            staged["state_actions"] + row_base[r].repeat(length[r]),
+            staged["ended"],
+            staged.get("rewards"),
+            history_ids[r],
+            task_ids[r],
+            length[r],
+            0,
+        )
         n = int(length[r].sum())
         for name in STEP_ARRAYS:
             out[name][done : done + n] = laid[name]

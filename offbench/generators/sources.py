@@ -53,6 +53,7 @@ class RowStreams:
         """A function returning the draws (BLOCK_STEPS, rows, *tail) of the next BLOCK_STEPS steps, each stream
         drawing its rows' part with draw(generator, shape) (e.g. Generator.random); with rows_first=True the
         same numbers as (rows, BLOCK_STEPS, *tail)."""
+
         def next_block(rows_first: bool = False) -> np.ndarray:
             parts = [draw(g, (self.BLOCK_STEPS, n, *tail)) for g, n in zip(self.generators, self.sizes)]
             return np.concatenate([p.swapaxes(0, 1) for p in parts]) if rows_first else np.concatenate(parts, axis=1)
@@ -130,7 +131,9 @@ class QLearning:
         # one (state, action) table per row, flattened to (rows * states, actions): row r's state s is row r * states + s
         self.q = streams.each(lambda g, rows: g.uniform(0.0, 1e-6, ((rows.stop - rows.start) * env.num_states, env.num_actions)))
         self.q_flat = self.q.reshape(-1)
-        self.explore = EpsilonGreedy(np.repeat(linear_schedule(config.epsilon_start, config.epsilon_end, num_episodes), env.horizon), env.num_actions, streams)
+        self.explore = EpsilonGreedy(
+            np.repeat(linear_schedule(config.epsilon_start, config.epsilon_end, num_episodes), env.horizon), env.num_actions, streams
+        )
         self.row_starts = np.arange(env.num_envs) * env.num_actions
 
     def act(self, states, steps):

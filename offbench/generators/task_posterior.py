@@ -37,10 +37,14 @@ def training_env(card: dict[str, Any], needs: str, where: str = "") -> TabularBa
     contextual bandit's state is a fresh context each pull: there is no table of states to draw from)."""
     env_spec = card.get("env", {})
     if env_spec.get("suite") != "offbench":
-        raise OffbenchError(f"{where}{needs} the card's environment and training tasks; card {card.get('id', '?')} names no offbench environment")
+        raise OffbenchError(
+            f"{where}{needs} the card's environment and training tasks; card {card.get('id', '?')} names no offbench environment"
+        )
     if benchmark_for_env(env_spec.get("id")).name not in BENCHMARKS:
-        raise OffbenchError(f"{where}{needs} a tabular environment; card {card.get('id', '?')} is a contextual bandit "
-                            f"({env_spec['id']}), whose state is a fresh context every pull")
+        raise OffbenchError(
+            f"{where}{needs} a tabular environment; card {card.get('id', '?')} is a contextual bandit "
+            f"({env_spec['id']}), whose state is a fresh context every pull"
+        )
     train, _ = card_tasks(card)
     return tabular(make_batch_env(card["env"], train), f"{where}{needs}")
 
@@ -101,11 +105,14 @@ class OptimalActionPosterior:
             )
         next_states, rewards, _ = env.tables()
         if not (next_states == next_states[:1]).all():
-            raise OffbenchError(f"{where}posterior labels weigh rewards only; the tasks of card {card.get('id', '?')} also differ in their transitions")
+            raise OffbenchError(
+                f"{where}posterior labels weigh rewards only; the tasks of card {card.get('id', '?')} also differ in their transitions"
+            )
         return cls(rewards, TaskStates.of_env(env))
 
-    def probabilities(self, query: np.ndarray, observations: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
-                      labels: np.ndarray) -> np.ndarray:
+    def probabilities(
+        self, query: np.ndarray, observations: np.ndarray, actions: np.ndarray, rewards: np.ndarray, labels: np.ndarray
+    ) -> np.ndarray:
         """(B, C + 1, A): after j = 0..C context transitions, the share of the still-possible tasks whose optimal
         action at the query is each action. A prefix no task explains (data not made from these tasks) gets its
         sample's own label."""

@@ -18,11 +18,13 @@ if TYPE_CHECKING:  # loaded by the commands that use it: every other CLI call im
 
 console = Console()
 err_console = Console(stderr=True)
-leaderboard_app = typer.Typer(help="Leaderboard tables: show in the terminal, build results.json, render Markdown + HTML.",
-                              no_args_is_help=True)
+leaderboard_app = typer.Typer(
+    help="Leaderboard tables: show in the terminal, build results.json, render Markdown + HTML.", no_args_is_help=True
+)
 
-ROOT_OPTION = typer.Option(None, "--root", envvar="OFFBENCH_LEADERBOARDS",
-                           help="Folder of benchmarks (default: the checkout's leaderboards/).")
+ROOT_OPTION = typer.Option(
+    None, "--root", envvar="OFFBENCH_LEADERBOARDS", help="Folder of benchmarks (default: the checkout's leaderboards/)."
+)
 RUNS_OPTION = typer.Option(None, "--runs", help="Also show these run directories (or folders of runs), not yet submitted.")
 
 
@@ -31,8 +33,14 @@ def submit(
     benchmark: str = typer.Option(..., "--benchmark", "-b", help="Benchmark name (a folder of leaderboards/)."),
     label: Optional[str] = typer.Option(None, help="Row name (default: the baseline's name); use it for a variant config."),
     render: bool = typer.Option(True, "--render/--no-render", help="Re-render README.md, index.html and figures after accepting."),
-    verify: bool = typer.Option(False, "--verify", help="Replay each run's final evaluation from its checkpoint; the entry is marked verified."),
-    allow_dirty: bool = typer.Option(False, "--allow-dirty", help="Admit runs made from uncommitted code or at different commits; the entry's provenance is marked on the page."),
+    verify: bool = typer.Option(
+        False, "--verify", help="Replay each run's final evaluation from its checkpoint; the entry is marked verified."
+    ),
+    allow_dirty: bool = typer.Option(
+        False,
+        "--allow-dirty",
+        help="Admit runs made from uncommitted code or at different commits; the entry's provenance is marked on the page.",
+    ),
     root: Optional[Path] = ROOT_OPTION,
 ) -> None:
     """Validate runs against a benchmark and add them to its leaderboard (refusals name the rule that failed)."""
@@ -45,7 +53,9 @@ def submit(
     for path in written:
         console.print(f"accepted: {path}", highlight=False, markup=False, soft_wrap=True)
     if render:
-        console.print(f"rendered: {spec.folder / 'README.md'} and {spec.folder / 'index.html'}", highlight=False, markup=False, soft_wrap=True)
+        console.print(
+            f"rendered: {spec.folder / 'README.md'} and {spec.folder / 'index.html'}", highlight=False, markup=False, soft_wrap=True
+        )
 
 
 def _preview_entries(spec: BenchmarkSpec, paths: list[Path], with_entries: bool) -> list[dict[str, Any]]:
@@ -88,10 +98,18 @@ def _require_out_for_preview(runs: Optional[list[Path]], out: Optional[Path]) ->
 
 
 @leaderboard_app.command("show")
-def show(benchmark: str = typer.Argument(..., help="Benchmark name."), runs: Optional[list[Path]] = RUNS_OPTION,
-         root: Optional[Path] = ROOT_OPTION,
-         format: str = typer.Option("table", "--format", "-f", help="table (the terminal's, default), or markdown, csv, latex: "
-                                    "the main table and the per-task tables as text to paste or redirect.")) -> None:
+def show(
+    benchmark: str = typer.Argument(..., help="Benchmark name."),
+    runs: Optional[list[Path]] = RUNS_OPTION,
+    root: Optional[Path] = ROOT_OPTION,
+    format: str = typer.Option(
+        "table",
+        "--format",
+        "-f",
+        help="table (the terminal's, default), or markdown, csv, latex: "
+        "the main table and the per-task tables as text to paste or redirect.",
+    ),
+) -> None:
     """The table in the terminal: mean [95% interval] (n seeds) per baseline and dataset, then the aggregates."""
     from offbench.leaderboard.spec import load_spec
     from offbench.leaderboard.table import compute_results, improvement_table, main_table, per_task_tables, reported_table, terminal_tables
@@ -105,8 +123,10 @@ def show(benchmark: str = typer.Argument(..., help="Benchmark name."), runs: Opt
         if board.scores.empty:
             raise OffbenchError(f"{benchmark}: no accepted entries yet, no table to export")
         results = compute_results(board)
-        tables = [("", main_table(board, results)),
-                  *((f"per task: {dataset}", frame) for dataset, frame in per_task_tables(board, results).items())]
+        tables = [
+            ("", main_table(board, results)),
+            *((f"per task: {dataset}", frame) for dataset, frame in per_task_tables(board, results).items()),
+        ]
         print(_export_tables([(title, frame) for title, frame in tables if not frame.empty], format), end="")
         return
     console.print(f"[bold]{escape(spec.title)}[/bold]: {escape(spec.score_label)}; cells are mean \\[95% bootstrap interval] (n = seeds)")
@@ -115,9 +135,12 @@ def show(benchmark: str = typer.Argument(..., help="Benchmark name."), runs: Opt
         console.print("no accepted entries yet")
     else:
         results = compute_results(board)
-        frames = [("", main_table(board, results)), *frames,
-                  *((f"per task: {dataset}", frame) for dataset, frame in per_task_tables(board, results).items()),
-                  ("", improvement_table(board, results))]
+        frames = [
+            ("", main_table(board, results)),
+            *frames,
+            *((f"per task: {dataset}", frame) for dataset, frame in per_task_tables(board, results).items()),
+            ("", improvement_table(board, results)),
+        ]
     for title, frame in frames:
         if frame.empty:
             continue
@@ -138,19 +161,40 @@ def _export_tables(tables: list[tuple[str, Any]], format: str) -> str:
             parts.append((f"# {title}\n" if title else "") + frame.to_csv(index=False))
         elif format == "markdown":
             cell = lambda text: text.replace("|", "\\|").replace("\n", " ")  # noqa: E731
-            lines = ["| " + " | ".join(map(cell, header)) + " |", "|" + "|".join("---" for _ in header) + "|",
-                     *("| " + " | ".join(map(cell, row)) + " |" for row in rows)]
+            lines = [
+                "| " + " | ".join(map(cell, header)) + " |",
+                "|" + "|".join("---" for _ in header) + "|",
+                *("| " + " | ".join(map(cell, row)) + " |" for row in rows),
+            ]
             parts.append((f"### {title}\n\n" if title else "") + "\n".join(lines) + "\n")
         else:  # latex, without pandas' Styler (it needs jinja2)
-            lines = [*([f"% {title}"] if title else []), "\\begin{tabular}{" + "l" * len(header) + "}", "\\toprule",
-                     " & ".join(map(_latex, header)) + " \\\\", "\\midrule",
-                     *(" & ".join(map(_latex, row)) + " \\\\" for row in rows), "\\bottomrule", "\\end{tabular}"]
+            lines = [
+                *([f"% {title}"] if title else []),
+                "\\begin{tabular}{" + "l" * len(header) + "}",
+                "\\toprule",
+                " & ".join(map(_latex, header)) + " \\\\",
+                "\\midrule",
+                *(" & ".join(map(_latex, row)) + " \\\\" for row in rows),
+                "\\bottomrule",
+                "\\end{tabular}",
+            ]
             parts.append("\n".join(lines) + "\n")
     return "\n".join(parts)
 
 
-_LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
-                  "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "—": "---"}
+_LATEX_SPECIAL = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+    "—": "---",
+}
 
 
 def _latex(text: str) -> str:
@@ -158,9 +202,12 @@ def _latex(text: str) -> str:
 
 
 @leaderboard_app.command("build")
-def build(benchmark: str = typer.Argument(..., help="Benchmark name."), runs: Optional[list[Path]] = RUNS_OPTION,
-          out: Optional[Path] = typer.Option(None, "--out", help="results.json to write (default: the benchmark's)."),
-          root: Optional[Path] = ROOT_OPTION) -> None:
+def build(
+    benchmark: str = typer.Argument(..., help="Benchmark name."),
+    runs: Optional[list[Path]] = RUNS_OPTION,
+    out: Optional[Path] = typer.Option(None, "--out", help="results.json to write (default: the benchmark's)."),
+    root: Optional[Path] = ROOT_OPTION,
+) -> None:
     """Roll the entries up into results.json: per-cell and aggregate estimates with their intervals."""
     from offbench.leaderboard.render import write_results
     from offbench.leaderboard.spec import load_spec
@@ -176,9 +223,12 @@ def build(benchmark: str = typer.Argument(..., help="Benchmark name."), runs: Op
 
 
 @leaderboard_app.command("render")
-def render(benchmark: str = typer.Argument(..., help="Benchmark name."), runs: Optional[list[Path]] = RUNS_OPTION,
-           out: Optional[Path] = typer.Option(None, "--out", help="Folder to write (default: the benchmark's own)."),
-           root: Optional[Path] = ROOT_OPTION) -> None:
+def render(
+    benchmark: str = typer.Argument(..., help="Benchmark name."),
+    runs: Optional[list[Path]] = RUNS_OPTION,
+    out: Optional[Path] = typer.Option(None, "--out", help="Folder to write (default: the benchmark's own)."),
+    root: Optional[Path] = ROOT_OPTION,
+) -> None:
     """Write README.md (Markdown table), index.html (sortable table and figures), figures/ and results.json."""
     from offbench.leaderboard.render import render_to
     from offbench.leaderboard.spec import load_spec
@@ -192,8 +242,9 @@ def render(benchmark: str = typer.Argument(..., help="Benchmark name."), runs: O
 
 
 @leaderboard_app.command("check")
-def check(benchmark: Optional[str] = typer.Argument(None, help="Benchmark name (default: every benchmark)."),
-          root: Optional[Path] = ROOT_OPTION) -> None:
+def check(
+    benchmark: Optional[str] = typer.Argument(None, help="Benchmark name (default: every benchmark)."), root: Optional[Path] = ROOT_OPTION
+) -> None:
     """Run every admission rule on every entry file (what a pull request adding an entry must pass)."""
     from offbench.leaderboard.entries import load_entries
     from offbench.leaderboard.spec import known_benchmarks, load_spec
@@ -215,11 +266,14 @@ def check(benchmark: Optional[str] = typer.Argument(None, help="Benchmark name (
 
 
 @leaderboard_app.command("verify")
-def verify(benchmark: str = typer.Argument(..., help="Benchmark name."),
-           runs: Optional[list[Path]] = typer.Option(None, "--runs", help="Folders holding the entries' run directories "
-                                                     "(default: each run's recorded path)."),
-           write: bool = typer.Option(False, "--write", help="Record the outcome in the entries (only their runs' verification fields change)."),
-           root: Optional[Path] = ROOT_OPTION) -> None:
+def verify(
+    benchmark: str = typer.Argument(..., help="Benchmark name."),
+    runs: Optional[list[Path]] = typer.Option(
+        None, "--runs", help="Folders holding the entries' run directories (default: each run's recorded path)."
+    ),
+    write: bool = typer.Option(False, "--write", help="Record the outcome in the entries (only their runs' verification fields change)."),
+    root: Optional[Path] = ROOT_OPTION,
+) -> None:
     """Replay every entry's runs from their checkpoints and compare with the recorded final evaluations."""
     from offbench.leaderboard.spec import load_spec
     from offbench.leaderboard.submit import verify_entries
@@ -238,10 +292,15 @@ def verify(benchmark: str = typer.Argument(..., help="Benchmark name."),
 
 
 @leaderboard_app.command("index")
-def index(root: Optional[Path] = ROOT_OPTION,
-          pages: Optional[list[Path]] = typer.Option(None, "--page", help="A Markdown page whose `<!-- board: NAME -->` "
-                                                     "tables to refresh (repeatable; default: the checkout's docs/results.md)."),
-          check: bool = typer.Option(False, "--check", help="Write nothing; exit 1 if any page is out of date.")) -> None:
+def index(
+    root: Optional[Path] = ROOT_OPTION,
+    pages: Optional[list[Path]] = typer.Option(
+        None,
+        "--page",
+        help="A Markdown page whose `<!-- board: NAME -->` tables to refresh (repeatable; default: the checkout's docs/results.md).",
+    ),
+    check: bool = typer.Option(False, "--check", help="Write nothing; exit 1 if any page is out of date."),
+) -> None:
     """Write leaderboards/README.md (every benchmark, from its benchmark.toml) and refresh the board tables other pages embed."""
     from offbench.leaderboard.index import write_index
 

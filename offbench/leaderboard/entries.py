@@ -55,7 +55,9 @@ class RunIdentity:
 
     evaluations_sha256: str = ranged(doc="sha256 of the run's evaluations.jsonl")
     checkpoint_sha256: str | None = ranged(None, null=True, doc="sha256 of its final checkpoint (none for a black box)")
-    weights: list[tuple[str, int]] | None = ranged(None, null=True, doc="[sha256 prefix, elements] of the checkpoint's largest tensors (`verify.weights_fingerprint`)")
+    weights: list[tuple[str, int]] | None = ranged(
+        None, null=True, doc="[sha256 prefix, elements] of the checkpoint's largest tensors (`verify.weights_fingerprint`)"
+    )
 
     def check(self) -> None:
         if not SHA256.match(self.evaluations_sha256):
@@ -145,8 +147,16 @@ class LeaderboardEntry:
         return self.method or MethodRecord(kind="built-in", name=self.baseline)
 
 
-LEADERBOARD_RECORDS = (BenchmarkFile, Evaluation, Reported, ReportedSource, LeaderboardEntry, EntryRun, RunIdentity,
-                       Verification)  # their field tables are in docs/leaderboards.md
+LEADERBOARD_RECORDS = (
+    BenchmarkFile,
+    Evaluation,
+    Reported,
+    ReportedSource,
+    LeaderboardEntry,
+    EntryRun,
+    RunIdentity,
+    Verification,
+)  # their field tables are in docs/leaderboards.md
 
 
 def write_field_docs(page: Path = DOCS_PAGE) -> Path:
@@ -185,6 +195,7 @@ def entry_config_sha256(config: dict[str, Any]) -> str:
 
 def check_entry(path: Path, data: Any, spec: BenchmarkSpec) -> LeaderboardEntry:
     """Every rule one entry file must meet on its own (module docstring); Refused naming the file and the rule."""
+
     def refuse(rule: str, detail: str) -> Refused:
         return Refused(path, rule, detail)
 
@@ -215,7 +226,9 @@ def _check_method(entry: LeaderboardEntry, refuse) -> None:
 
     method = entry.method_or_builtin()
     if method.name != entry.baseline:
-        raise refuse("method", f"'method' must be an object with a kind among {', '.join(METHOD_KINDS)} and the entry's baseline as its name")
+        raise refuse(
+            "method", f"'method' must be an object with a kind among {', '.join(METHOD_KINDS)} and the entry's baseline as its name"
+        )
     if method.kind == "built-in" and entry.baseline not in BASELINES:
         raise refuse("baseline", f"baseline {entry.baseline!r} is not a registered baseline (known: {', '.join(sorted(BASELINES))})")
 
@@ -243,7 +256,10 @@ def _check_protocol(spec: BenchmarkSpec, entry: LeaderboardEntry, refuse) -> Non
     for run in entry.runs:
         problem = protocol_problem(spec, entry.baseline, evaluation, run.steps, black_box)
         if problem is not None:
-            raise refuse("protocol", problem.replace("summary.json steps", f"run {run.run_id!r:.80} steps").replace("run.json evaluation", "evaluation"))
+            raise refuse(
+                "protocol",
+                problem.replace("summary.json steps", f"run {run.run_id!r:.80} steps").replace("run.json evaluation", "evaluation"),
+            )
 
 
 def _check_scores(spec: BenchmarkSpec, entry: LeaderboardEntry, refuse) -> None:
@@ -278,8 +294,11 @@ def _final_score(block: SummaryEntry, metric: Metric, card: Any, where: str, ref
         raise refuse("metric", f"{where}: the card has no reference scores to normalise its final mean_return with")
     expected = float(card.normalise(block.mean_return))
     if block.normalized_score is None or not same_number(block.normalized_score, expected):
-        raise refuse("consistency", f"{where}: final.normalized_score {block.normalized_score!r} is not "
-                                    f"{expected} from its mean_return and the card's reference scores")
+        raise refuse(
+            "consistency",
+            f"{where}: final.normalized_score {block.normalized_score!r} is not "
+            f"{expected} from its mean_return and the card's reference scores",
+        )
     return expected
 
 
@@ -351,19 +370,30 @@ def check_against_accepted(entry: dict[str, Any], accepted: list[tuple[Path, dic
                 same_setting = old.get("config_sha256") == entry["config_sha256"] and old["dataset"]["id"] == dataset_id
                 same = same_run(record, old_record, same_setting)
                 if same is not None:
-                    raise Refused(where or record["path"], "duplicate",
-                                  f"run {record['run_id']} is run {old_record['run_id']} of accepted entry {path.name} (same {same}), whatever its name")
+                    raise Refused(
+                        where or record["path"],
+                        "duplicate",
+                        f"run {record['run_id']} is run {old_record['run_id']} of accepted entry {path.name} (same {same}), whatever its name",
+                    )
         if old["label"] == row and old["baseline"] != entry["baseline"]:
-            raise Refused(first, "config-consistency",
-                          f"row '{row}' holds baseline {old['baseline']} ({path.name}), not {entry['baseline']}; choose another --label")
+            raise Refused(
+                first,
+                "config-consistency",
+                f"row '{row}' holds baseline {old['baseline']} ({path.name}), not {entry['baseline']}; choose another --label",
+            )
         if old["label"] == row and old["dataset"]["id"] == dataset_id:
             if old["config_sha256"] != entry["config_sha256"]:
-                raise Refused(first, "config-consistency",
-                              f"row '{row}' on {dataset_id} already holds another config ({path.name}); submit this one with --label NAME")
+                raise Refused(
+                    first,
+                    "config-consistency",
+                    f"row '{row}' on {dataset_id} already holds another config ({path.name}); submit this one with --label NAME",
+                )
             old_seeds = {r["seed"] for r in old["runs"]}
             for record in entry["runs"]:
                 if record["seed"] in old_seeds:
-                    raise Refused(where or record["path"], "duplicate", f"row '{row}' on {dataset_id} already has seed {record['seed']} ({path.name})")
+                    raise Refused(
+                        where or record["path"], "duplicate", f"row '{row}' on {dataset_id} already has seed {record['seed']} ({path.name})"
+                    )
 
 
 def check_board(entries: list[tuple[Path, dict[str, Any]]]) -> None:
@@ -406,9 +436,8 @@ def method_summary(entry: dict[str, Any]) -> str:
     shareable = isinstance(repository, str) and ("://" in repository or "@" in repository)  # a remote, not a local folder
     script = source.get("script")
     if not shareable and isinstance(repository, str) and isinstance(script, str) and script.startswith(repository.rstrip("/") + "/"):
-        script = script[len(repository.rstrip("/")) + 1:]  # runs that recorded their checkout's folder: the path inside it
+        script = script[len(repository.rstrip("/")) + 1 :]  # runs that recorded their checkout's folder: the path inside it
     origin = (repository if shareable else None) or source.get("distribution") or script or "unknown source"
     commit = source.get("git_commit") or source.get("version")
     label = "own code" if kind == "own-code" else "black box"
     return f"{label}: {origin}" + (f" @ {str(commit)[:12]}" if commit else "")
-

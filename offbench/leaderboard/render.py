@@ -61,14 +61,12 @@ def markdown_table(frame: pd.DataFrame, reported: dict[int, int] | None = None) 
     return "\n".join(lines)
 
 
-def html_table(frame: pd.DataFrame, table_id: str, better: dict[str, str] | None = None,
-               reported: dict[int, int] | None = None) -> str:
+def html_table(frame: pd.DataFrame, table_id: str, better: dict[str, str] | None = None, reported: dict[int, int] | None = None) -> str:
     """A sortable HTML table, every header and cell escaped. `better` marks score columns ("higher"/"lower":
     the first click sorts best first); `reported` maps row numbers to their source number (row set apart)."""
     better, reported = better or {}, reported or {}
     e = html.escape
-    head = "".join(f'<th data-better="{better[c]}">{e(str(c))}</th>' if c in better else f"<th>{e(str(c))}</th>"
-                   for c in frame.columns)
+    head = "".join(f'<th data-better="{better[c]}">{e(str(c))}</th>' if c in better else f"<th>{e(str(c))}</th>" for c in frame.columns)
     body = []
     for number, row in enumerate(frame.itertuples(index=False)):
         cells = [e(str(v)) for v in row]
@@ -77,8 +75,7 @@ def html_table(frame: pd.DataFrame, table_id: str, better: dict[str, str] | None
             body.append('<tr class="reported">' + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
         else:
             body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-    return (f'<table id="{e(table_id)}" class="sortable"><thead><tr>{head}</tr></thead>'
-            f"<tbody>{''.join(body)}</tbody></table>")
+    return f'<table id="{e(table_id)}" class="sortable"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
 
 
 @dataclass
@@ -95,37 +92,66 @@ def write_figures(board: Board, folder: Path) -> list[Figure]:
     spec, reps = board.spec, board.spec.bootstrap_reps
     figures: list[Figure] = []
     if not board.curves.empty:
-        plot_learning_curves(board.curves, spec.metric.label, folder / "figures" / "curves.svg",
-                             title=f"{spec.title}: learning curves", reps=reps)  # the figure adds a band note where one differs
+        plot_learning_curves(
+            board.curves, spec.metric.label, folder / "figures" / "curves.svg", title=f"{spec.title}: learning curves", reps=reps
+        )  # the figure adds a band note where one differs
         band = ", mean over seeds with a shaded 95% bootstrap interval" if spec.min_seeds > 1 else ""
         figures.append(Figure("figures/curves.svg", f"Learning curves: {spec.metric.label} against update step{band}."))
     if not board.in_context.empty:
-        plot_in_context(board.in_context, folder / "figures" / "in_context.svg", optimum=board.optimum,
-                        sources=source_curves(list(board.in_context["dataset"].unique())), reps=reps)
-        figures.append(Figure("figures/in_context.svg", "In-context curves: return per episode as the context grows, "
-                                                        "with the source algorithm and the optimal return as references."))
+        plot_in_context(
+            board.in_context,
+            folder / "figures" / "in_context.svg",
+            optimum=board.optimum,
+            sources=source_curves(list(board.in_context["dataset"].unique())),
+            reps=reps,
+        )
+        figures.append(
+            Figure(
+                "figures/in_context.svg",
+                "In-context curves: return per episode as the context grows, "
+                "with the source algorithm and the optimal return as references.",
+            )
+        )
     matrices = score_matrices(board.scores, spec.datasets) if aggregates_meaningful(spec) else {}
     if matrices:
         lower = spec.metric.lower_is_better
         plot_aggregate_intervals(matrices, spec.score_label, folder / "figures" / "aggregates.svg", reps=reps, lower_is_better=lower)
-        figures.append(Figure("figures/aggregates.svg", "Mean, median and interquartile mean (IQM) with 95% stratified-bootstrap intervals."))
-        plot_performance_profiles(matrices, spec.score_label, folder / "figures" / "profiles.svg", reps=reps,
-                                  bounded=spec.metric.name == "success_rate", lower_is_better=lower)
-        figures.append(Figure("figures/profiles.svg", "Performance profiles: fraction of runs whose score is "
-                                                      f"{'below' if lower else 'above'} each threshold."))
+        figures.append(
+            Figure("figures/aggregates.svg", "Mean, median and interquartile mean (IQM) with 95% stratified-bootstrap intervals.")
+        )
+        plot_performance_profiles(
+            matrices,
+            spec.score_label,
+            folder / "figures" / "profiles.svg",
+            reps=reps,
+            bounded=spec.metric.name == "success_rate",
+            lower_is_better=lower,
+        )
+        figures.append(
+            Figure(
+                "figures/profiles.svg",
+                f"Performance profiles: fraction of runs whose score is {'below' if lower else 'above'} each threshold.",
+            )
+        )
     return figures
 
 
 def _protocol_lines(spec: BenchmarkSpec) -> list[str]:
     """The protocol as plain sentences (each format escapes them its own way)."""
-    names = {"episodes": "evaluation episodes per evaluation", "every_steps": "evaluation every (update steps)",
-             "steps": "training updates", "target_returns": "target returns (DT)",
-             "in_context_episodes": "in-context episodes per evaluation"}
-    lines = [f"score: {spec.score} {spec.metric.label} ({spec.metric.name}; final = last evaluation, never mixed with best; "
-             f"{better_direction(spec)} is better)",
-             f"datasets: {', '.join(spec.datasets)}",
-             f"at least {spec.min_seeds} seeds per baseline and dataset; intervals: 95% stratified bootstrap "
-             f"({spec.bootstrap_reps} resamples, rliable)"]
+    names = {
+        "episodes": "evaluation episodes per evaluation",
+        "every_steps": "evaluation every (update steps)",
+        "steps": "training updates",
+        "target_returns": "target returns (DT)",
+        "in_context_episodes": "in-context episodes per evaluation",
+    }
+    lines = [
+        f"score: {spec.score} {spec.metric.label} ({spec.metric.name}; final = last evaluation, never mixed with best; "
+        f"{better_direction(spec)} is better)",
+        f"datasets: {', '.join(spec.datasets)}",
+        f"at least {spec.min_seeds} seeds per baseline and dataset; intervals: 95% stratified bootstrap "
+        f"({spec.bootstrap_reps} resamples, rliable)",
+    ]
     lines += [f"{names[key]}: {value}" for key, value in spec.protocol.items() if key != "baseline"]
     for baseline, keys in spec.protocol.get("baseline", {}).items():
         lines.append(f"{baseline} runs: " + ", ".join(f"{names[key]}: {value}" for key, value in keys.items()))
@@ -133,25 +159,34 @@ def _protocol_lines(spec: BenchmarkSpec) -> list[str]:
 
 
 def _cell_note(spec: BenchmarkSpec) -> str:
-    note = (f"Each cell: mean over seeds of the {spec.score_label}, [95% bootstrap interval], (n = seeds). "
-            f"Rows are baselines as submitted (--label names a variant), best first ({better_direction(spec)} is better). "
-            "method: offbench's own baseline, a plugin, someone's own code or a black-box policy (docs/submitting.md); "
-            "verified: every run's final evaluation was replayed from its checkpoint to the same returns (yes), some were "
-            "(partly), or none (no: a black box, a run submitted without --verify, or one whose checkpoint was not kept).")
+    note = (
+        f"Each cell: mean over seeds of the {spec.score_label}, [95% bootstrap interval], (n = seeds). "
+        f"Rows are baselines as submitted (--label names a variant), best first ({better_direction(spec)} is better). "
+        "method: offbench's own baseline, a plugin, someone's own code or a black-box policy (docs/submitting.md); "
+        "verified: every run's final evaluation was replayed from its checkpoint to the same returns (yes), some were "
+        "(partly), or none (no: a black box, a run submitted without --verify, or one whose checkpoint was not kept)."
+    )
     if len(spec.datasets) > 1 and aggregates_meaningful(spec):
-        note += (" Mean, median and IQM aggregate every dataset and seed of a row (rows with all datasets only; "
-                 "a row's smallest seed count per dataset is used).")
+        note += (
+            " Mean, median and IQM aggregate every dataset and seed of a row (rows with all datasets only; "
+            "a row's smallest seed count per dataset is used)."
+        )
     elif len(spec.datasets) > 1:
-        note += (" Raw returns are not comparable across datasets, so no aggregate is shown: rows are grouped by the "
-                 "first dataset they have a cell in, best first within it.")
+        note += (
+            " Raw returns are not comparable across datasets, so no aggregate is shown: rows are grouped by the "
+            "first dataset they have a cell in, best first within it."
+        )
     return note
 
 
-REPORTED_NOTE = ("Rows marked reported [n] are published numbers, not runs made here: mean ± spread as the source "
-                 "gives them, under the source's own protocol. They take no part in any interval, aggregate, "
-                 "ranking or probability of improvement.")
-IMPROVEMENT_NOTE = ("chance that a run of the row's baseline scores better than a run of the column's "
-                    "(averaged over datasets), [95% interval].")
+REPORTED_NOTE = (
+    "Rows marked reported [n] are published numbers, not runs made here: mean ± spread as the source "
+    "gives them, under the source's own protocol. They take no part in any interval, aggregate, "
+    "ranking or probability of improvement."
+)
+IMPROVEMENT_NOTE = (
+    "chance that a run of the row's baseline scores better than a run of the column's (averaged over datasets), [95% interval]."
+)
 
 
 def _source_line(number: int, row) -> str:
@@ -164,7 +199,11 @@ def _source_line(number: int, row) -> str:
 
 def _results_table(board: Board, results: Results) -> tuple[pd.DataFrame, dict[int, int]]:
     """Our rows then the reported ones in the same columns, and {row number: source number} of the reported."""
-    ours = main_table(board, results) if not board.scores.empty else pd.DataFrame(columns=["baseline", "method", "verified", *board.spec.datasets])  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns
+    ours = (
+        main_table(board, results)
+        if not board.scores.empty
+        else pd.DataFrame(columns=["baseline", "method", "verified", *board.spec.datasets])  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns
+    )
     reported = reported_table(board).drop(columns="source")
     if reported.empty:
         return ours, {}
@@ -193,19 +232,39 @@ def render_markdown(spec: BenchmarkSpec, board: Board, results: Results, figures
         parts += [f"- {markdown_text(_source_line(n, row))}" for n, row in enumerate(spec.reported, 1)]
     if not board.scores.empty:
         for dataset, frame in per_task_tables(board, results).items():
-            parts += ["", f"### Per task: {markdown_text(dataset)}", "",
-                      markdown_text(f"Mean over seeds of each task's {spec.score} {spec.metric.label}."), "", markdown_table(frame)]
+            parts += [
+                "",
+                f"### Per task: {markdown_text(dataset)}",
+                "",
+                markdown_text(f"Mean over seeds of each task's {spec.score} {spec.metric.label}."),
+                "",
+                markdown_table(frame),
+            ]
         improvement = improvement_table(board, results)
         if not improvement.empty:
-            parts += ["", "### Probability of improvement", "",
-                      markdown_text(f"{improvement_heading(spec)}: {IMPROVEMENT_NOTE}"), "", markdown_table(improvement)]
+            parts += [
+                "",
+                "### Probability of improvement",
+                "",
+                markdown_text(f"{improvement_heading(spec)}: {IMPROVEMENT_NOTE}"),
+                "",
+                markdown_table(improvement),
+            ]
         parts += ["", "## Figures", ""]
         parts += [f"![{markdown_text(f.caption)}]({f.file})\n\n*{markdown_text(f.caption)}*\n" for f in figures]
-        parts += ["## Entries", "", "Every number traces back to these files in `entries/` (config, code version, "
-                  "dataset checksum, per-seed scores and learning curves).", "",
-                  markdown_table(pd.DataFrame(board.entries))]
-    parts += ["", f"Rendered by `offbench leaderboard render {spec.name}`; the same page with a sortable table: "
-              "[index.html](index.html).", ""]
+        parts += [
+            "## Entries",
+            "",
+            "Every number traces back to these files in `entries/` (config, code version, "
+            "dataset checksum, per-seed scores and learning curves).",
+            "",
+            markdown_table(pd.DataFrame(board.entries)),
+        ]
+    parts += [
+        "",
+        f"Rendered by `offbench leaderboard render {spec.name}`; the same page with a sortable table: [index.html](index.html).",
+        "",
+    ]
     return "\n".join(parts)
 
 
@@ -277,23 +336,45 @@ def render_html(spec: BenchmarkSpec, board: Board, results: Results, figures: li
         body.append("</ul>")
     if not board.scores.empty:
         for number, (dataset, frame) in enumerate(per_task_tables(board, results).items()):
-            body += [f"<h3>Per task: {e(dataset)}</h3>",
-                     f'<p class="note">Mean over seeds of each task\'s {e(spec.score)} {e(spec.metric.label)}.</p>',
-                     html_table(frame, f"per-task-{number}", _score_columns(frame.drop(columns="task"), spec))]
+            body += [
+                f"<h3>Per task: {e(dataset)}</h3>",
+                f'<p class="note">Mean over seeds of each task\'s {e(spec.score)} {e(spec.metric.label)}.</p>',
+                html_table(frame, f"per-task-{number}", _score_columns(frame.drop(columns="task"), spec)),
+            ]
         improvement = improvement_table(board, results)
         if not improvement.empty:
-            body += ["<h3>Probability of improvement</h3>",
-                     f'<p class="note">{e(improvement_heading(spec))}: {e(IMPROVEMENT_NOTE)}</p>', html_table(improvement, "improvement")]
+            body += [
+                "<h3>Probability of improvement</h3>",
+                f'<p class="note">{e(improvement_heading(spec))}: {e(IMPROVEMENT_NOTE)}</p>',
+                html_table(improvement, "improvement"),
+            ]
         body.append("<h2>Figures</h2>")
         body += [f'<figure><img src="{e(f.file)}" alt="{e(f.caption)}"><figcaption>{e(f.caption)}</figcaption></figure>' for f in figures]
-        body += ["<h2>Entries</h2>", '<p class="note">Each entry file in <code>entries/</code> holds the config, code version, '
-                 "dataset checksum, per-seed scores and learning curves.</p>", html_table(pd.DataFrame(board.entries), "entries")]
-    return "\n".join([
-        "<!doctype html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        '<link rel="icon" href="data:,">', f"<title>{e(spec.title)} · offbench leaderboard</title>",
-        f"<style>{_STYLE}</style>", "</head>", "<body>", *body, f"<script>{_SCRIPT}</script>", "</body>", "</html>", "",
-    ])
+        body += [
+            "<h2>Entries</h2>",
+            '<p class="note">Each entry file in <code>entries/</code> holds the config, code version, '
+            "dataset checksum, per-seed scores and learning curves.</p>",
+            html_table(pd.DataFrame(board.entries), "entries"),
+        ]
+    return "\n".join(
+        [
+            "<!doctype html>",
+            '<html lang="en">',
+            "<head>",
+            '<meta charset="utf-8">',
+            '<meta name="viewport" content="width=device-width, initial-scale=1">',
+            '<link rel="icon" href="data:,">',
+            f"<title>{e(spec.title)} · offbench leaderboard</title>",
+            f"<style>{_STYLE}</style>",
+            "</head>",
+            "<body>",
+            *body,
+            f"<script>{_SCRIPT}</script>",
+            "</body>",
+            "</html>",
+            "",
+        ]
+    )
 
 
 def build_board(spec: BenchmarkSpec, previews: list[dict[str, Any]] | None = None, with_entries: bool = True) -> Board:

@@ -71,8 +71,11 @@ def score_run(run: FinishedRun, spec: BenchmarkSpec) -> ScoredRun:
     if expected is None:
         raise Refused(run.path, "dataset-checksum", f"cannot check dataset '{run.dataset_id}': {source}")
     if run.dataset_sha256 != expected:
-        raise Refused(run.path, "dataset-checksum",
-                      f"dataset '{run.dataset_id}' content sha256 {run.dataset_sha256[:12]}... differs from {expected[:12]}... ({source})")
+        raise Refused(
+            run.path,
+            "dataset-checksum",
+            f"dataset '{run.dataset_id}' content sha256 {run.dataset_sha256[:12]}... differs from {expected[:12]}... ({source})",
+        )
     _check_protocol(run, spec, card)
     check_evaluations(run)
     headline = [row for row in run.evaluations if row.get("target_return") == run.headline_target]
@@ -93,9 +96,12 @@ def line_score(run: FinishedRun, row: dict[str, Any], spec: BenchmarkSpec, card:
         recomputed = float(card.normalise(row["mean_return"]))
         recorded = row.get("normalized_score")
         if recorded is None or not same_number(recorded, recomputed):
-            raise Refused(run.path, "consistency",
-                          f"{where}: normalized_score {recorded!r} is not {recomputed} = 100 * (mean return - {card.ref_min_score}) / "
-                          f"({card.ref_max_score} - {card.ref_min_score}) from the card of '{card.id}' (scored with another card?)")
+            raise Refused(
+                run.path,
+                "consistency",
+                f"{where}: normalized_score {recorded!r} is not {recomputed} = 100 * (mean return - {card.ref_min_score}) / "
+                f"({card.ref_max_score} - {card.ref_min_score}) from the card of '{card.id}' (scored with another card?)",
+            )
         return recomputed
     value = row.get(metric.field)
     if value is None:

@@ -66,7 +66,9 @@ class Protocol:
     episodes: int | None = ranged(None, ge=1, doc="evaluation episodes per evaluation (per task on a multi-task suite)")
     every_steps: int | None = ranged(None, ge=1, doc="training updates between evaluations")
     steps: int | None = ranged(None, ge=1, doc="training updates (summary.json `steps`)")
-    target_returns: list[float] | None = ranged(None, doc="the target returns a return-conditioned run (DT) must use, all of them; other runs have none")
+    target_returns: list[float] | None = ranged(
+        None, doc="the target returns a return-conditioned run (DT) must use, all of them; other runs have none"
+    )
     in_context_episodes: int | None = ranged(None, ge=1, doc="in-context episodes per evaluation (needed by the in-context metrics)")
 
 
@@ -74,7 +76,9 @@ class Protocol:
 class Evaluation(Protocol):
     """`[evaluation]`: the benchmark's protocol, and under `[evaluation.baseline.NAME]` what differs for one baseline."""
 
-    baseline: dict[str, Protocol] | None = ranged(None, doc="`[evaluation.baseline.NAME]`: the protocol keys that differ for baseline NAME (its source's protocol)")
+    baseline: dict[str, Protocol] | None = ranged(
+        None, doc="`[evaluation.baseline.NAME]`: the protocol keys that differ for baseline NAME (its source's protocol)"
+    )
 
     def check(self) -> None:
         if not to_dict(self):
@@ -132,7 +136,9 @@ class BenchmarkFile:
     min_seeds: int = ranged(3, ge=1, doc="seeds a submission must bring for one baseline and dataset")
     bootstrap_reps: int = ranged(BOOTSTRAP_REPS, ge=100, doc="bootstrap resamples for every interval")
     evaluation: Evaluation = ranged(doc="`[evaluation]`: the protocol every run must follow (table below)")
-    dataset_checksums: dict[str, str] = ranged(default_factory=dict, doc="`[dataset_checksums]`: dataset id -> the content sha256 (64 lowercase hex) its entries were made from")
+    dataset_checksums: dict[str, str] = ranged(
+        default_factory=dict, doc="`[dataset_checksums]`: dataset id -> the content sha256 (64 lowercase hex) its entries were made from"
+    )
     reported: tuple[Reported, ...] = ranged(default_factory=tuple, doc="`[[reported]]`: published rows shown beside ours (table below)")
 
     def check(self) -> None:
@@ -174,9 +180,15 @@ class BenchmarkFile:
             protocol=to_dict(self.evaluation),
             dataset_checksums=dict(self.dataset_checksums),
             bootstrap_reps=self.bootstrap_reps,
-            reported=tuple(ReportedRow(label=row.label, source=to_dict(row.source), note=row.note or "",
-                                       scores={d: (score.mean, score.std) for d, score in row.scores.items()})
-                           for row in self.reported),
+            reported=tuple(
+                ReportedRow(
+                    label=row.label,
+                    source=to_dict(row.source),
+                    note=row.note or "",
+                    scores={d: (score.mean, score.std) for d, score in row.scores.items()},
+                )
+                for row in self.reported
+            ),
             path=path,
         )
 
@@ -223,8 +235,7 @@ class BenchmarkSpec:
 
     def protocol_for(self, baseline: str) -> dict[str, Any]:
         """The protocol a run of `baseline` must follow: the benchmark's, with that baseline's own keys over it."""
-        return {**{k: v for k, v in self.protocol.items() if k != "baseline"},
-                **self.protocol.get("baseline", {}).get(baseline, {})}
+        return {**{k: v for k, v in self.protocol.items() if k != "baseline"}, **self.protocol.get("baseline", {}).get(baseline, {})}
 
     @property
     def score_label(self) -> str:

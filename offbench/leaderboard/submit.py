@@ -77,8 +77,9 @@ def check_method(run: FinishedRun) -> dict[str, Any]:
     if method.get("name", run.baseline) != run.baseline:
         raise Refused(run.path, "method", f"run.json method.name {method.get('name')!r:.80} differs from baseline {run.baseline!r:.80}")
     if kind == "built-in" and run.baseline not in BASELINES:
-        raise Refused(run.path, "baseline", f"baseline {run.baseline!r:.80} is not a registered baseline "
-                                            f"(known: {', '.join(sorted(BASELINES))})")
+        raise Refused(
+            run.path, "baseline", f"baseline {run.baseline!r:.80} is not a registered baseline (known: {', '.join(sorted(BASELINES))})"
+        )
     if kind == "plugin" and not all(isinstance(method.get(key), str) and method[key] for key in ("distribution", "version")):
         raise Refused(run.path, "method", "a plugin run's method must name its 'distribution' and 'version'")
     try:
@@ -97,13 +98,16 @@ def check_run(run: FinishedRun, spec: BenchmarkSpec) -> ScoredRun:
     """Apply the per-run rules; return the run scored the benchmark's way."""
     method = check_method(run)
     if run.identity["checkpoint_sha256"] is None and method["kind"] in ("built-in", "plugin"):
-        raise Refused(run.path, "run-files", "no checkpoints/last.pt (a leaderboard tells runs apart by their evaluations and final checkpoint)")
+        raise Refused(
+            run.path, "run-files", "no checkpoints/last.pt (a leaderboard tells runs apart by their evaluations and final checkpoint)"
+        )
     return score_run(run, spec)
 
 
 def bounded(value: Any, what: str, run: FinishedRun) -> Any:
     """`value` (copied from a run into an entry) if no string in it is longer than MAX_TEXT and its JSON is at
     most MAX_BLOCK bytes; else Refused (free-text)."""
+
     def strings(item: Any):
         if isinstance(item, str):
             yield item
@@ -169,26 +173,30 @@ def make_entry(spec: BenchmarkSpec, label: str, scored: list[ScoredRun], verific
     record every reader checks entries with (a run block it refuses is Refused, schema), and written as it reads."""
     first = scored[0].run
     config = bounded(config_without_seed(first), "run.json config", first)
-    entry = entry_record({
-        "schema": ENTRY_SCHEMA,
-        "benchmark": spec.name,
-        "label": label,
-        "baseline": first.baseline,
-        "method": bounded(method_of(first), "run.json method", first),
-        "dataset": bounded({k: first.info["dataset"].get(k) for k in ("id", "content_sha256", "format")}, "run.json dataset", first),
-        "metric": spec.metric.name,
-        "score": spec.score,
-        "evaluation": bounded(first.info["evaluation"], "run.json evaluation", first),
-        "config": config,
-        "config_sha256": config_sha256(config),
-        "submitted_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "runs": [_run_record(spec, s, verifications[s.run.path]) for s in sorted(scored, key=lambda s: s.run.seed)],
-    }, first.path)
+    entry = entry_record(
+        {
+            "schema": ENTRY_SCHEMA,
+            "benchmark": spec.name,
+            "label": label,
+            "baseline": first.baseline,
+            "method": bounded(method_of(first), "run.json method", first),
+            "dataset": bounded({k: first.info["dataset"].get(k) for k in ("id", "content_sha256", "format")}, "run.json dataset", first),
+            "metric": spec.metric.name,
+            "score": spec.score,
+            "evaluation": bounded(first.info["evaluation"], "run.json evaluation", first),
+            "config": config,
+            "config_sha256": config_sha256(config),
+            "submitted_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "runs": [_run_record(spec, s, verifications[s.run.path]) for s in sorted(scored, key=lambda s: s.run.seed)],
+        },
+        first.path,
+    )
     return to_dict(entry)
 
 
-def validate_runs(spec: BenchmarkSpec, runs: list[FinishedRun], label: str | None = None, verify: bool = False,
-                  allow_dirty: bool = False) -> list[dict[str, Any]]:
+def validate_runs(
+    spec: BenchmarkSpec, runs: list[FinishedRun], label: str | None = None, verify: bool = False, allow_dirty: bool = False
+) -> list[dict[str, Any]]:
     """Entries for a set of runs (grouped by baseline, dataset and config); raises Refused on the first broken rule.
     With `verify`, each run's final evaluation is replayed from its checkpoint (offbench.leaderboard.verify). Runs
     from a dirty tree, or seeds made at different commits, are refused unless `allow_dirty` (the page then marks the
@@ -209,8 +217,10 @@ def validate_runs(spec: BenchmarkSpec, runs: list[FinishedRun], label: str | Non
         if not (allow_dirty or os.environ.get(ALLOW_DIRTY_VARIABLE) == "1"):
             _check_provenance(baseline, dataset_id, members)
     verifications = {run.path: verify_run(run) if verify else _not_replayed(run) for run in runs}
-    return [make_entry(spec, row_label(label, baseline), [scored[r.path] for r in members], verifications)
-            for (baseline, dataset_id), members in groups.items()]
+    return [
+        make_entry(spec, row_label(label, baseline), [scored[r.path] for r in members], verifications)
+        for (baseline, dataset_id), members in groups.items()
+    ]
 
 
 def _not_replayed(run: FinishedRun) -> dict[str, Any]:
@@ -223,20 +233,29 @@ def _check_group(spec: BenchmarkSpec, baseline: str, dataset_id: str, members: l
     """One entry = one method, one config (seed aside), distinct seeds, at least min_seeds of them."""
     configs = {config_sha256(config_without_seed(r)) for r in members}
     if len(configs) > 1:
-        raise Refused(members[0].path, "config-consistency",
-                      f"the {baseline} runs on {dataset_id} use {len(configs)} different configs; submit each config separately (with --label)")
+        raise Refused(
+            members[0].path,
+            "config-consistency",
+            f"the {baseline} runs on {dataset_id} use {len(configs)} different configs; submit each config separately (with --label)",
+        )
     kinds = {method_of(r)["kind"] for r in members}
     if len(kinds) > 1:
-        raise Refused(members[0].path, "config-consistency", f"the {baseline} runs on {dataset_id} come from methods of kinds "
-                                                             f"{', '.join(sorted(kinds))}; one entry is one method")
+        raise Refused(
+            members[0].path,
+            "config-consistency",
+            f"the {baseline} runs on {dataset_id} come from methods of kinds {', '.join(sorted(kinds))}; one entry is one method",
+        )
     seen: dict[int, Path] = {}
     for run in members:
         if run.seed in seen:
             raise Refused(run.path, "duplicate", f"seed {run.seed} is also submitted by {seen[run.seed]}")
         seen[run.seed] = run.path
     if len(seen) < spec.min_seeds:
-        raise Refused(members[0].path, "seed-count",
-                      f"{baseline} on {dataset_id} has {len(seen)} seed(s); benchmark {spec.name} needs at least {spec.min_seeds}")
+        raise Refused(
+            members[0].path,
+            "seed-count",
+            f"{baseline} on {dataset_id} has {len(seen)} seed(s); benchmark {spec.name} needs at least {spec.min_seeds}",
+        )
 
 
 ALLOW_DIRTY_VARIABLE = "OFFBENCH_ALLOW_DIRTY"  # "1": every submission as with --allow-dirty (the test suite runs from a working tree)
@@ -245,18 +264,28 @@ ALLOW_DIRTY_VARIABLE = "OFFBENCH_ALLOW_DIRTY"  # "1": every submission as with -
 def _check_provenance(baseline: str, dataset_id: str, members: list[FinishedRun]) -> None:
     """A leaderboard row traces to one clean commit of the code that made it (offbench's, and the method's own for
     own-code runs), so a reader can check out that commit and re-run it."""
-    for code_of, whose in ((lambda run: run.info.get("code") or {}, "offbench"),
-                           (lambda run: (method_of(run).get("source") or {}), "the method's")):
+    for code_of, whose in (
+        (lambda run: run.info.get("code") or {}, "offbench"),
+        (lambda run: method_of(run).get("source") or {}, "the method's"),
+    ):
         codes = [code_of(run) for run in members]
         dirty = next((run for run, code in zip(members, codes) if code.get("git_dirty")), None)
         if dirty is not None:
-            raise Refused(dirty.path, "provenance", f"made from {whose} code with uncommitted changes (commit "
-                          f"{str(code_of(dirty).get('git_commit'))[:12]}): commit, re-run, and submit again; or submit with "
-                          "--allow-dirty, and the entry is marked on the page")
+            raise Refused(
+                dirty.path,
+                "provenance",
+                f"made from {whose} code with uncommitted changes (commit "
+                f"{str(code_of(dirty).get('git_commit'))[:12]}): commit, re-run, and submit again; or submit with "
+                "--allow-dirty, and the entry is marked on the page",
+            )
         if "mixed commits" in provenance_problems(codes):
             commits = sorted({str(code.get("git_commit") or code.get("version"))[:12] for code in codes})
-            raise Refused(members[0].path, "provenance", f"the {baseline} runs on {dataset_id} were made at different commits of "
-                          f"{whose} code ({', '.join(commits)}): re-run the seeds at one commit, or submit with --allow-dirty")
+            raise Refused(
+                members[0].path,
+                "provenance",
+                f"the {baseline} runs on {dataset_id} were made at different commits of "
+                f"{whose} code ({', '.join(commits)}): re-run the seeds at one commit, or submit with --allow-dirty",
+            )
 
 
 def _refuse_repeated_runs(runs: list[FinishedRun]) -> None:
@@ -280,8 +309,14 @@ def _entry_filename(entry: dict[str, Any]) -> str:
     return f"{stamp}--{safe_component(entry['label'], 'label')}--{dataset_slug}--{digest}.json"
 
 
-def submit(spec: BenchmarkSpec, run_dirs: list[Path], label: str | None = None, render: bool = True, verify: bool = False,
-           allow_dirty: bool = False) -> list[Path]:
+def submit(
+    spec: BenchmarkSpec,
+    run_dirs: list[Path],
+    label: str | None = None,
+    render: bool = True,
+    verify: bool = False,
+    allow_dirty: bool = False,
+) -> list[Path]:
     """Validate run directories and add them as new entries (with `verify`, each replayed from its checkpoint first;
     with `allow_dirty`, runs that do not trace to one clean commit too, marked); re-render the tables. Returns the
     entry files."""
@@ -330,14 +365,23 @@ def verify_entries(spec: BenchmarkSpec, folders: list[Path], write: bool = False
                     continue
                 try:
                     run = read_run(found)
-                    if run.identity["evaluations_sha256"] != (record.get("identity") or {}).get("evaluations_sha256", run.identity["evaluations_sha256"]):
+                    if run.identity["evaluations_sha256"] != (record.get("identity") or {}).get(
+                        "evaluations_sha256", run.identity["evaluations_sha256"]
+                    ):
                         raise Refused(found, "verify", "its evaluations are not the ones the entry records (another run?)")
                     verification = verify_run(run)
                 except Refused as exc:
                     outcomes.append((path.name, record["run_id"], record["seed"], "refused", str(exc)))
                     continue
-                outcomes.append((path.name, record["run_id"], record["seed"], verification["status"],
-                                 verification.get("reason") or f"replayed on {verification['replayed_on']}"))
+                outcomes.append(
+                    (
+                        path.name,
+                        record["run_id"],
+                        record["seed"],
+                        verification["status"],
+                        verification.get("reason") or f"replayed on {verification['replayed_on']}",
+                    )
+                )
                 if verification["status"] == "verified" and record.get("verification") != verification:
                     record["verification"], updated = verification, True
             if updated:

@@ -51,8 +51,9 @@ def board_from_entries(spec: BenchmarkSpec, entries: list[tuple[Path | None, dic
         label, dataset = entry["label"], entry["dataset"]["id"]
         name = path.name if path else "(preview)"
         for run in entry["runs"]:
-            scores.append({"label": label, "dataset": dataset, "seed": run["seed"], "score": run["score"],
-                           "run_id": run["run_id"], "entry": name})
+            scores.append(
+                {"label": label, "dataset": dataset, "seed": run["seed"], "score": run["score"], "run_id": run["run_id"], "entry": name}
+            )
             for step, value in zip(run["curve"]["step"], run["curve"]["score"]):
                 curves.append({"label": label, "dataset": dataset, "seed": run["seed"], "step": step, "score": value})
             for episode, value in enumerate(run.get("in_context_returns") or [], 1):
@@ -64,11 +65,21 @@ def board_from_entries(spec: BenchmarkSpec, entries: list[tuple[Path | None, dic
         commits = sorted({str(r["code"].get("git_commit") or r["code"].get("version")) for r in entry["runs"]})
         methods[label] = method_summary(entry)
         verified.setdefault(label, set()).add(entry_verified(entry))
-        summaries.append({"entry": name, "label": label, "baseline": entry["baseline"], "method": methods[label],
-                          "verified": "yes" if entry_verified(entry) else "no", "dataset": dataset,
-                          "seeds": ", ".join(str(r["seed"]) for r in entry["runs"]), "code": ", ".join(c[:12] for c in commits),
-                          "provenance": entry_provenance(entry),
-                          "config_sha256": entry["config_sha256"][:12], "submitted_at": entry["submitted_at"]})
+        summaries.append(
+            {
+                "entry": name,
+                "label": label,
+                "baseline": entry["baseline"],
+                "method": methods[label],
+                "verified": "yes" if entry_verified(entry) else "no",
+                "dataset": dataset,
+                "seeds": ", ".join(str(r["seed"]) for r in entry["runs"]),
+                "code": ", ".join(c[:12] for c in commits),
+                "provenance": entry_provenance(entry),
+                "config_sha256": entry["config_sha256"][:12],
+                "submitted_at": entry["submitted_at"],
+            }
+        )
     columns = {
         "scores": ["label", "dataset", "seed", "score", "run_id", "entry"],
         "curves": ["label", "dataset", "seed", "step", "score"],
@@ -103,14 +114,24 @@ class Results:
 
 def compute_results(board: Board) -> Results:
     reps = board.spec.bootstrap_reps
-    groups = {(str(label), str(dataset)): rows["score"].to_numpy()
-              for (label, dataset), rows in board.scores.groupby(["label", "dataset"], sort=True)}  # pyright: ignore[reportGeneralTypeIssues]  # pandas' hints: a key is Hashable, here a pair
+    groups = {
+        (str(label), str(dataset)): rows["score"].to_numpy()
+        for (label, dataset), rows in board.scores.groupby(["label", "dataset"], sort=True)  # pyright: ignore[reportGeneralTypeIssues]  # pandas' hints: a key is Hashable, here a pair
+    }
     keyed = {f"{label}\x00{dataset}": values for (label, dataset), values in groups.items()}
     estimates = stats.cell_intervals(keyed, reps) if keyed else {}
     cells = pd.DataFrame(
-        [{"label": label, "dataset": dataset, "mean": estimates[f"{label}\x00{dataset}"][0],
-          "low": estimates[f"{label}\x00{dataset}"][1], "high": estimates[f"{label}\x00{dataset}"][2],
-          "seeds": len(values)} for (label, dataset), values in groups.items()],
+        [
+            {
+                "label": label,
+                "dataset": dataset,
+                "mean": estimates[f"{label}\x00{dataset}"][0],
+                "low": estimates[f"{label}\x00{dataset}"][1],
+                "high": estimates[f"{label}\x00{dataset}"][2],
+                "seeds": len(values),
+            }
+            for (label, dataset), values in groups.items()
+        ],
         columns=["label", "dataset", "mean", "low", "high", "seeds"],  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns
     )
     matrices = score_matrices(board.scores, board.spec.datasets) if aggregates_meaningful(board.spec) else {}
@@ -118,8 +139,17 @@ def compute_results(board: Board) -> Results:
     if matrices:
         for label, by_name in stats.aggregate_intervals(matrices, reps).items():
             for name, (estimate, low, high) in by_name.items():
-                aggregate_rows.append({"label": label, "aggregate": name, "estimate": estimate, "low": low, "high": high,
-                                       "seeds": matrices[label].shape[0], "datasets": matrices[label].shape[1]})
+                aggregate_rows.append(
+                    {
+                        "label": label,
+                        "aggregate": name,
+                        "estimate": estimate,
+                        "low": low,
+                        "high": high,
+                        "seeds": matrices[label].shape[0],
+                        "datasets": matrices[label].shape[1],
+                    }
+                )
         lower = board.spec.metric.lower_is_better
         for (x, y), (p, low, high) in stats.improvement_probabilities(matrices, reps, lower_is_better=lower).items():
             improvement_rows.append({"x": x, "y": y, "probability": p, "low": low, "high": high})
@@ -137,8 +167,12 @@ def _per_task_cells(per_task: pd.DataFrame) -> pd.DataFrame:
     if per_task.empty:
         return pd.DataFrame(columns=columns)  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns
     order = {task: i for i, task in enumerate(dict.fromkeys(per_task["task"]))}
-    cells = (per_task.groupby(["label", "dataset", "task"], sort=False)["score"].agg(["mean", "count"]).reset_index()
-             .rename(columns={"count": "seeds"}))
+    cells = (
+        per_task.groupby(["label", "dataset", "task"], sort=False)["score"]
+        .agg(["mean", "count"])
+        .reset_index()
+        .rename(columns={"count": "seeds"})
+    )
     cells["order"] = cells["task"].map(order)  # pyright: ignore[reportArgumentType]  # pandas' hints: a column may be a frame
     return cells.sort_values(["dataset", "order", "label"], kind="stable")[columns].reset_index(drop=True)  # pyright: ignore[reportReturnType]  # pandas' hints, as above
 
@@ -298,8 +332,10 @@ def results_json(board: Board, results: Results) -> dict[str, Any]:
     spec = board.spec
 
     def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
-        return [{str(k): (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
-                for row in frame.to_dict(orient="records")]
+        return [
+            {str(k): (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
+            for row in frame.to_dict(orient="records")
+        ]
 
     return {
         "benchmark": spec.name,
@@ -315,7 +351,9 @@ def results_json(board: Board, results: Results) -> dict[str, Any]:
         "aggregates": records(results.aggregates),
         "probability_of_improvement": records(results.improvement),
         "per_task": records(results.per_task),
-        "reported": [{"label": r.label, "source": r.source, "note": r.note,
-                      "scores": {d: {"mean": m, "std": s} for d, (m, s) in r.scores.items()}} for r in spec.reported],
+        "reported": [
+            {"label": r.label, "source": r.source, "note": r.note, "scores": {d: {"mean": m, "std": s} for d, (m, s) in r.scores.items()}}
+            for r in spec.reported
+        ],
         "entries": board.entries,
     }

@@ -79,8 +79,14 @@ def verify_run(run: FinishedRun) -> dict[str, Any]:
         return unverified(f"replayed on other SIMD kernels ({kernels}), where the last digits may differ: {str(exc).split(': ', 2)[-1]}")
     from offbench.tracking.run_dir import code_version
 
-    return {"status": "verified", "replayed_on": device, "at": utc_now(), "by": code_version(),
-            "step": final_step, "episodes": sum(len(row["returns"]) for row in recorded)}
+    return {
+        "status": "verified",
+        "replayed_on": device,
+        "at": utc_now(),
+        "by": code_version(),
+        "step": final_step,
+        "episodes": sum(len(row["returns"]) for row in recorded),
+    }
 
 
 @contextmanager
@@ -105,8 +111,11 @@ def _other_kernels(run: FinishedRun) -> str | None:
     from offbench.tracking.run_dir import environment_info
 
     here, there = environment_info("cpu"), run.info.get("env", {})
-    differ = [f"{key}: {there.get(key)} there, {here[key]} here" for key in ("torch_cpu_capability", "numpy_simd")
-              if key in there and there[key] != here[key]]
+    differ = [
+        f"{key}: {there.get(key)} there, {here[key]} here"
+        for key in ("torch_cpu_capability", "numpy_simd")
+        if key in there and there[key] != here[key]
+    ]
     return "; ".join(differ) or None
 
 
@@ -149,7 +158,9 @@ def _same_dataset(run: FinishedRun, checksum: str) -> None:
 
 def _compare(run: FinishedRun, recorded: list[dict[str, Any]], replayed: list[dict[str, Any]], exact: bool) -> None:
     if len(recorded) != len(replayed):
-        raise Refused(run.path, "verify", f"the replay gave {len(replayed)} evaluation lines at the final step, the run recorded {len(recorded)}")
+        raise Refused(
+            run.path, "verify", f"the replay gave {len(replayed)} evaluation lines at the final step, the run recorded {len(recorded)}"
+        )
     for old, new in zip(recorded, replayed):
         old_returns, new_returns = np.asarray(old["returns"], dtype=np.float64), np.asarray(new["returns"], dtype=np.float64)
         if old_returns.shape != new_returns.shape:
@@ -158,8 +169,12 @@ def _compare(run: FinishedRun, recorded: list[dict[str, Any]], replayed: list[di
         if not same.all():
             episode = int(np.flatnonzero(~same)[0])
             target = "" if old.get("target_return") is None else f" (target return {old['target_return']:g})"
-            raise Refused(run.path, "verify", f"final evaluation{target}, episode {episode}: replayed return {float(new_returns[episode])!r}, "
-                                              f"recorded {float(old_returns[episode])!r} (evaluations.jsonl does not match the checkpoint)")
+            raise Refused(
+                run.path,
+                "verify",
+                f"final evaluation{target}, episode {episode}: replayed return {float(new_returns[episode])!r}, "
+                f"recorded {float(old_returns[episode])!r} (evaluations.jsonl does not match the checkpoint)",
+            )
 
 
 # ---------------------------------------------------------------------------------------------- same weights
@@ -175,11 +190,14 @@ def weights_fingerprint(path: Path) -> list[list[Any]] | None:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - an unreadable checkpoint is one line naming it
         raise OffbenchError(f"{path}: unreadable checkpoint ({exc.__class__.__name__})") from None
-    tensors = [t for t in _tensors(state.get("baseline", state) if isinstance(state, dict) else state)
-               if t.is_floating_point() and t.numel() >= 2]
+    tensors = [
+        t for t in _tensors(state.get("baseline", state) if isinstance(state, dict) else state) if t.is_floating_point() and t.numel() >= 2
+    ]
     tensors.sort(key=lambda t: -t.numel())
-    return [[hashlib.sha256(t.detach().contiguous().cpu().numpy().tobytes()).hexdigest()[:16], int(t.numel())]
-            for t in tensors[:FINGERPRINT_TENSORS]]
+    return [
+        [hashlib.sha256(t.detach().contiguous().cpu().numpy().tobytes()).hexdigest()[:16], int(t.numel())]
+        for t in tensors[:FINGERPRINT_TENSORS]
+    ]
 
 
 def _tensors(value: Any):

@@ -35,8 +35,9 @@ def _plot_dataset(dataset: str, out: Path) -> Path:
     try:
         from offbench.plotting.histories import plot_learning_histories
     except ImportError:
-        raise OffbenchError(f"{dataset}: plotting a dataset's learning histories needs offbench.plotting.histories, "
-                            "which this installation lacks") from None
+        raise OffbenchError(
+            f"{dataset}: plotting a dataset's learning histories needs offbench.plotting.histories, which this installation lacks"
+        ) from None
     return plot_learning_histories(store, out, card=card)
 
 
@@ -69,14 +70,21 @@ def _frames(runs: list[FinishedRun], field: str, which: str):
         score = run.score(field, which)
         if isinstance(score, (int, float)):
             scores.append({**key, "score": float(score)})
-        curves += [{**key, "step": row["step"], "score": float(row[field])}
-                   for row in run.curve_rows(which) if isinstance(row.get(field), (int, float))]
+        curves += [
+            {**key, "step": row["step"], "score": float(row[field])}
+            for row in run.curve_rows(which)
+            if isinstance(row.get(field), (int, float))
+        ]
         in_context += [{**key, "episode": i, "score": float(v)} for i, v in enumerate(run.in_context_returns(which) or [], 1)]
-        regret += [{**key, "pull": i, "score": float(v)} for i, v in enumerate(_summary_row_field(run, which, "in_context_regret") or [], 1)]
-    return (pd.DataFrame(scores, columns=["label", "dataset", "seed", "score"]),  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns
-            pd.DataFrame(curves, columns=["label", "dataset", "seed", "step", "score"]),  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns
-            pd.DataFrame(in_context, columns=["label", "dataset", "seed", "episode", "score"]),  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns
-            pd.DataFrame(regret, columns=["label", "dataset", "seed", "pull", "score"]))  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns
+        regret += [
+            {**key, "pull": i, "score": float(v)} for i, v in enumerate(_summary_row_field(run, which, "in_context_regret") or [], 1)
+        ]
+    return (
+        pd.DataFrame(scores, columns=["label", "dataset", "seed", "score"]),  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns
+        pd.DataFrame(curves, columns=["label", "dataset", "seed", "step", "score"]),  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns
+        pd.DataFrame(in_context, columns=["label", "dataset", "seed", "episode", "score"]),  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns
+        pd.DataFrame(regret, columns=["label", "dataset", "seed", "pull", "score"]),  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns
+    )
 
 
 def _regret_references(runs: list[FinishedRun], regret, which: str) -> dict:
@@ -108,9 +116,15 @@ def _metric_of(runs: list[FinishedRun], metric: Optional[str]) -> str:
 
 
 def plot(
-    sources: list[str] = typer.Argument(..., help="Run directories (or folders of runs); or one dataset id/path: its learning histories, or its episodes' returns and lengths."),
+    sources: list[str] = typer.Argument(
+        ...,
+        help="Run directories (or folders of runs); or one dataset id/path: its learning histories, or its episodes' returns and lengths.",
+    ),
     out: Path = typer.Option(..., "--out", "-o", help="Figure file: .png, .svg or .pdf."),
-    kind: str = typer.Option("auto", help=f"One of {', '.join(KINDS)}; auto = regret curves (bandits) or in-context curves if the runs have them, else learning curves."),
+    kind: str = typer.Option(
+        "auto",
+        help=f"One of {', '.join(KINDS)}; auto = regret curves (bandits) or in-context curves if the runs have them, else learning curves.",
+    ),
     metric: Optional[str] = typer.Option(None, help=f"{' | '.join(METRICS)} (default: the runs' headline metric)."),
     score: str = typer.Option("final", help="final | best: which summary value aggregate plots use."),
     reps: int = typer.Option(BOOTSTRAP_REPS, help="Bootstrap resamples for the intervals."),
@@ -157,6 +171,7 @@ def plot(
         if kind == "aggregate":
             written = plot_aggregate_intervals(matrices, x_label, out, reps=reps, lower_is_better=chosen.lower_is_better)
         else:
-            written = plot_performance_profiles(matrices, x_label, out, reps=reps, bounded=chosen.name == "success_rate",
-                                                lower_is_better=chosen.lower_is_better)
+            written = plot_performance_profiles(
+                matrices, x_label, out, reps=reps, bounded=chosen.name == "success_rate", lower_is_better=chosen.lower_is_better
+            )
     Console().print(f"wrote {written}", highlight=False, markup=False, soft_wrap=True)

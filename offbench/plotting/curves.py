@@ -139,7 +139,7 @@ def in_context_figure(
         if source is not None and len(source):
             shown = source[:horizon]
             ax.plot(np.arange(1, len(shown) + 1), shown, color="0.45", linestyle="--", label="source algorithm (its history)")
-            tail = source[-max(1, len(source) // 10):].mean()
+            tail = source[-max(1, len(source) // 10) :].mean()
             ax.axhline(tail, color="0.45", linestyle=":", label=f"source algorithm, end of history ({len(source)} episodes)")
             references.append(tail)
         if dataset in optimum:

@@ -29,8 +29,9 @@ def episodes_figure(store, card: dict[str, Any]):
     by_length.set_ylabel("episodes")
     for ax in (by_return, by_length):
         ax.grid(alpha=0.3)
-    fig.suptitle(plain_text(f"{card.get('id', store.path)}: {store.num_episodes:,} episodes, {store.num_transitions:,} transitions"),
-                 fontsize=11)
+    fig.suptitle(
+        plain_text(f"{card.get('id', store.path)}: {store.num_episodes:,} episodes, {store.num_transitions:,} transitions"), fontsize=11
+    )
     return fig
 
 

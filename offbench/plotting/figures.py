@@ -51,8 +51,9 @@ def shared_legend(fig, axes, columns: int = 3) -> None:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             entries.setdefault(label, handle)
     if entries:
-        fig.legend(list(entries.values()), list(entries), loc="outside lower center", ncol=min(columns, len(entries)),
-                   fontsize=8, frameon=False)
+        fig.legend(
+            list(entries.values()), list(entries), loc="outside lower center", ncol=min(columns, len(entries)), fontsize=8, frameon=False
+        )
 
 
 def curve_caption(subject: str, drawn: list[tuple[int, int]], title: str = "") -> str:

@@ -38,7 +38,11 @@ def learning_curve(store) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
 def history_sample(store) -> np.ndarray:
     """The task groups of an XLand file whose histories its learning curve averages (all, if there are few)."""
     tasks = store.num_tasks
-    return np.arange(tasks) if tasks <= HISTORY_SAMPLE_TASKS else np.sort(np.random.default_rng(0).choice(tasks, HISTORY_SAMPLE_TASKS, replace=False))
+    return (
+        np.arange(tasks)
+        if tasks <= HISTORY_SAMPLE_TASKS
+        else np.sort(np.random.default_rng(0).choice(tasks, HISTORY_SAMPLE_TASKS, replace=False))
+    )
 
 
 def recorded_optimal_return(card: dict[str, Any]) -> float | None:
@@ -59,8 +63,15 @@ def learning_histories_figure(store, card: Any = None) -> Figure:
     fig = Figure(figsize=(6.4, 4.0), layout="constrained")
     ax = fig.add_subplot()
     ax.plot(episodes, mean, color="tab:blue", linewidth=1.5, label=f"mean over {histories} histories")
-    ax.fill_between(episodes, mean - half_width, mean + half_width, color="tab:blue", alpha=0.25, linewidth=0,
-                    label="95% interval of the mean (1.96 x s.e.)")
+    ax.fill_between(
+        episodes,
+        mean - half_width,
+        mean + half_width,
+        color="tab:blue",
+        alpha=0.25,
+        linewidth=0,
+        label="95% interval of the mean (1.96 x s.e.)",
+    )
     if optimal is not None:
         ax.axhline(optimal, color="black", linestyle="--", linewidth=1.2, label=f"optimal return ({optimal:.3g})")
     algo = card.get("source", {}).get("recipe", {}).get("params", {}).get("algo", "")

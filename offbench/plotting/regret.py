@@ -20,13 +20,14 @@ from offbench.plotting.curves import _draw_mean_band, _panels, _seed_matrix, _su
 from offbench.plotting.figures import curve_caption, label_colours, save_figure, shared_legend
 
 
-def regret_figure(regret: pd.DataFrame, references: dict[str, dict[str, np.ndarray]] | None = None, title: str = "",
-                  reps: int = 2000):
+def regret_figure(regret: pd.DataFrame, references: dict[str, dict[str, np.ndarray]] | None = None, title: str = "", reps: int = 2000):
     """Cumulative regret per pull (frame: label, dataset, seed, pull, score), mean over seeds with a 95% bootstrap
     band, one panel per dataset, with the reference algorithms' curves on the same tasks."""
     if regret.empty:
-        raise OffbenchError("no in-context regret to plot (evaluations.jsonl has no in_context_regret: it needs the tasks' "
-                            "optimal return, which XLand rulesets lack); plot the returns with --kind in-context")
+        raise OffbenchError(
+            "no in-context regret to plot (evaluations.jsonl has no in_context_regret: it needs the tasks' "
+            "optimal return, which XLand rulesets lack); plot the returns with --kind in-context"
+        )
     references = references or {}
     datasets = list(dict.fromkeys(regret["dataset"]))
     reference_names = sorted({name for curves in references.values() for name in curves})
@@ -49,6 +50,7 @@ def regret_figure(regret: pd.DataFrame, references: dict[str, dict[str, np.ndarr
     return fig
 
 
-def plot_regret(regret: pd.DataFrame, out: str | Path, references: dict[str, dict[str, np.ndarray]] | None = None,
-                title: str = "", reps: int = 2000) -> Path:
+def plot_regret(
+    regret: pd.DataFrame, out: str | Path, references: dict[str, dict[str, np.ndarray]] | None = None, title: str = "", reps: int = 2000
+) -> Path:
     return save_figure(regret_figure(regret, references, title, reps), out)

@@ -19,13 +19,19 @@ def sweep(
     executor: str = typer.Option("local", "--executor", help="local (processes on this machine) or ray."),
     address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address (default: start a local one, or RAY_ADDRESS)."),
     workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Local runs at once (default: the cores)."),
-    threads: Optional[int] = typer.Option(None, "--threads", min=1,
-                                          help="Torch threads per run (local default: cores / workers; ray: CPUs each task reserves, default 1)."),
-    runs: Optional[Path] = typer.Option(None, "--runs", help="Folder of the sweep's run directories (default: the spec's `runs`, else runs/sweeps/<spec name>)."),
-    retries: Optional[int] = typer.Option(None, "--retries", min=0, help="Attempts after a failure before a run is reported failed (default: the spec's, else 2)."),
+    threads: Optional[int] = typer.Option(
+        None, "--threads", min=1, help="Torch threads per run (local default: cores / workers; ray: CPUs each task reserves, default 1)."
+    ),
+    runs: Optional[Path] = typer.Option(
+        None, "--runs", help="Folder of the sweep's run directories (default: the spec's `runs`, else runs/sweeps/<spec name>)."
+    ),
+    retries: Optional[int] = typer.Option(
+        None, "--retries", min=0, help="Attempts after a failure before a run is reported failed (default: the spec's, else 2)."
+    ),
     submit: Optional[str] = typer.Option(None, "--submit", help="Afterwards, submit the finished runs to this leaderboard."),
-    max_runs: Optional[int] = typer.Option(None, "--max-runs", min=1,
-                                           help="Refuse a spec of more runs (or random samples) than this (default 5,000)."),
+    max_runs: Optional[int] = typer.Option(
+        None, "--max-runs", min=1, help="Refuse a spec of more runs (or random samples) than this (default 5,000)."
+    ),
 ) -> None:
     """Run a spec's baselines x datasets x configs x seeds (finished runs skipped, stopped ones resumed, failures retried)."""
     from offbench.sweep import runner
@@ -58,8 +64,9 @@ def sweep(
     try:
         tracker = runner.execute(spec, planned, folder, pool, console, retries)
     except KeyboardInterrupt:
-        console.print(f"stopped; run the same command again to continue (finished runs are kept, stopped ones resume): {folder}",
-                      highlight=False)
+        console.print(
+            f"stopped; run the same command again to continue (finished runs are kept, stopped ones resume): {folder}", highlight=False
+        )
         raise typer.Exit(130) from None
     finally:
         pool.close()

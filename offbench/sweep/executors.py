@@ -73,8 +73,13 @@ def spawn(job: Job) -> subprocess.Popen:
     job.log.parent.mkdir(parents=True, exist_ok=True)
     with open(job.log, "ab") as log:
         return subprocess.Popen(
-            job.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env={**os.environ, **job.env},
-            start_new_session=True, preexec_fn=die_with_parent,
+            job.argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **job.env},
+            start_new_session=True,
+            preexec_fn=die_with_parent,
         )
 
 

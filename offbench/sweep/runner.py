@@ -145,7 +145,19 @@ def run_job(run: PlannedRun, runs: Path) -> Job:
     else:
         if run_dir.exists() and not any(run_dir.iterdir()):  # died between mkdir and run.json: nothing to keep
             run_dir.rmdir()
-        args = ["run", "baseline", run.baseline, "--dataset", run.dataset, "--seed", str(run.seed), "--out", str(runs.resolve()), "--name", run.name]
+        args = [
+            "run",
+            "baseline",
+            run.baseline,
+            "--dataset",
+            run.dataset,
+            "--seed",
+            str(run.seed),
+            "--out",
+            str(runs.resolve()),
+            "--name",
+            run.name,
+        ]
         if run.config_file is not None:
             args += ["--config", str(run.config_file)]
         for override in run.overrides():
@@ -171,14 +183,21 @@ class Tracker:
         return sum(1 for s in self.state.values() if s == state)
 
     def save(self) -> None:
-        failed = {name: {"attempts": self.attempts.get(name, 0), "error": self.errors[name]}
-                  for name, s in self.state.items() if s == FAILED}
+        failed = {
+            name: {"attempts": self.attempts.get(name, 0), "error": self.errors[name]} for name, s in self.state.items() if s == FAILED
+        }
         atomic_write_json(state_dir(self.folder) / "state.json", {"failed": failed})
 
     def table(self, title: str) -> Group:
         counts = " ".join(f"{s} {self.count(s)}" for s in (QUEUED, RUNNING, DONE, FAILED) if self.count(s) or s != FAILED)
         table = Table(box=None, header_style="bold", title=None)
-        columns: tuple[tuple[str, JustifyMethod], ...] = (("run", "left"), ("state", "left"), ("step", "right"), ("rate", "right"), ("note", "left"))
+        columns: tuple[tuple[str, JustifyMethod], ...] = (
+            ("run", "left"),
+            ("state", "left"),
+            ("step", "right"),
+            ("rate", "right"),
+            ("note", "left"),
+        )
         for column, justify in columns:
             table.add_column(column, justify=justify)
         shown = [r.name for r in self.runs if self.state[r.name] == RUNNING]
@@ -199,8 +218,7 @@ class Tracker:
         return Group(header, table) if shown else Group(header)
 
 
-def execute(spec: Sweep, runs: list[PlannedRun], folder: Path, executor: Executor, console: Console,
-            retries: int | None = None) -> Tracker:
+def execute(spec: Sweep, runs: list[PlannedRun], folder: Path, executor: Executor, console: Console, retries: int | None = None) -> Tracker:
     """Run every planned run not yet done; returns the tracker (raises KeyboardInterrupt after a clean stop)."""
     ensure_dir(state_dir(folder))  # a folder that cannot be made (under /proc, a file in the way) is one line
     lock = FileLock(str(state_dir(folder) / "lock"))
@@ -301,12 +319,20 @@ def print_summary(tracker: Tracker, console: Console) -> None:
     """Counts, this invocation's throughput, then one line per failed run with its error."""
     rate = f", {3600 * len(tracker.finished) / tracker.wall_s:.0f} runs/hour" if tracker.finished and tracker.wall_s else ""
     counts = ", ".join(f"{tracker.count(s)} {s}" for s in (DONE, FAILED, STOPPED, QUEUED) if tracker.count(s) or s == DONE)
-    console.print(f"[bold]summary[/]: {counts} ({len(tracker.finished)} finished in this sweep's {tracker.wall_s:.0f} s{rate}); "
-                  f"runs in {escape(str(tracker.folder))}", highlight=False, soft_wrap=True)
+    console.print(
+        f"[bold]summary[/]: {counts} ({len(tracker.finished)} finished in this sweep's {tracker.wall_s:.0f} s{rate}); "
+        f"runs in {escape(str(tracker.folder))}",
+        highlight=False,
+        soft_wrap=True,
+    )
     for name, state in tracker.state.items():
         if state == FAILED:
-            console.print(f"[red]failed[/] {escape(name)} after {tracker.attempts.get(name, 0)} attempt(s): {escape(tracker.errors[name])}"
-                          f" (log: {escape(str(state_dir(tracker.folder) / 'logs' / (name + '.log')))})", highlight=False, soft_wrap=True)
+            console.print(
+                f"[red]failed[/] {escape(name)} after {tracker.attempts.get(name, 0)} attempt(s): {escape(tracker.errors[name])}"
+                f" (log: {escape(str(state_dir(tracker.folder) / 'logs' / (name + '.log')))})",
+                highlight=False,
+                soft_wrap=True,
+            )
 
 
 # ---------------------------------------------------------------------------------------------- status

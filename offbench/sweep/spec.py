@@ -74,7 +74,7 @@ class Distribution:
         given = {name: value for name in records.field_types(self) if (value := getattr(self, name)) is not None}
         if len(given) != 1:
             raise Invalid(f"needs exactly one of {', '.join(records.field_types(self))}, got {' and '.join(given) or 'none'}")
-        (kind, value), = given.items()
+        ((kind, value),) = given.items()
         if kind == "choice" and not value:
             raise Invalid("'choice' must be a non-empty list")
         if kind != "choice" and value[0] > value[1]:
@@ -116,7 +116,9 @@ class SweepSpec:
     runs: str | None = ranged(None, doc="folder of the run directories, from the working directory (default `runs/sweeps/<name>`)")
     benchmark: str | None = ranged(None, doc="a leaderboard whose datasets (the default) and evaluation protocol the runs take")
     baselines: tuple[str, ...] = ranged(doc="baselines to run, each once")
-    datasets: tuple[str, ...] | None = ranged(None, doc="dataset ids or paths, each once; required without `benchmark`, else some of its datasets")
+    datasets: tuple[str, ...] | None = ranged(
+        None, doc="dataset ids or paths, each once; required without `benchmark`, else some of its datasets"
+    )
     seeds: tuple[int, ...] = ranged(ge=0, lt=2**32, doc="seeds each configuration runs with, each once")
     config: str | None = ranged(None, doc="a `--config` file for every run, relative to the spec")
     retries: int = ranged(2, ge=0, doc="times a failing run is tried again (resuming) before it is reported")
@@ -213,8 +215,13 @@ class Sweep:
     def run_count(self) -> int:
         """How many runs `expand` gives, computed without expanding."""
         spec = self.spec
-        return len(spec.baselines) * len(self.datasets) * math.prod(len(v) for v in spec.grid.values()) \
-            * (spec.random.samples if spec.random else 1) * len(spec.seeds)
+        return (
+            len(spec.baselines)
+            * len(self.datasets)
+            * math.prod(len(v) for v in spec.grid.values())
+            * (spec.random.samples if spec.random else 1)
+            * len(spec.seeds)
+        )
 
     def variants(self) -> list[dict[str, Any]]:
         """Every grid point crossed with every random draw (one empty variant when there are neither)."""
@@ -242,7 +249,7 @@ class Sweep:
 
 
 def toml_value(value: Any) -> str:
-    return tomli_w.dumps({"v": value}).strip()[len("v = "):]
+    return tomli_w.dumps({"v": value}).strip()[len("v = ") :]
 
 
 def variant_digest(values: dict[str, Any]) -> str:
@@ -272,8 +279,9 @@ def _benchmark_terms(spec: SweepSpec, benchmark: str, path: Path) -> tuple[tuple
 
     bench = load_spec(benchmark)
     where = f"benchmark {benchmark}'s protocol"
-    protocol = {baseline: _protocol_values(bench.protocol_for(baseline), spec.set, f"{where} for {baseline}", path)
-                for baseline in spec.baselines}
+    protocol = {
+        baseline: _protocol_values(bench.protocol_for(baseline), spec.set, f"{where} for {baseline}", path) for baseline in spec.baselines
+    }
     pinned = sorted(spec.varied_keys() & set().union(*protocol.values()))
     if pinned:
         raise OffbenchError(f"{path}: config key '{pinned[0]}' is pinned by {where}, so it cannot be in [grid] or [random]")
@@ -299,8 +307,10 @@ def _check_size(sweep: Sweep, max_runs: int) -> None:
     expanding anything."""
     spec = sweep.spec
     if spec.random and spec.random.samples > max_runs:
-        raise OffbenchError(f"{sweep.path}: [random] samples = {spec.random.samples:,} is more than the limit of {max_runs:,} runs; "
-                            f"draw fewer, or raise the limit (offbench sweep --max-runs {spec.random.samples})")
+        raise OffbenchError(
+            f"{sweep.path}: [random] samples = {spec.random.samples:,} is more than the limit of {max_runs:,} runs; "
+            f"draw fewer, or raise the limit (offbench sweep --max-runs {spec.random.samples})"
+        )
     count = sweep.run_count()
     if count <= max_runs:
         return
@@ -314,8 +324,10 @@ def _check_size(sweep: Sweep, max_runs: int) -> None:
     if spec.random:
         factors.append(many(spec.random.samples, "random sample"))
     factors.append(many(len(spec.seeds), "seed"))
-    raise OffbenchError(f"{sweep.path}: expands to {count:,} runs ({' x '.join(factors)}), more than the limit of {max_runs:,}; "
-                        f"sweep fewer values, or raise the limit (offbench sweep --max-runs {count})")
+    raise OffbenchError(
+        f"{sweep.path}: expands to {count:,} runs ({' x '.join(factors)}), more than the limit of {max_runs:,}; "
+        f"sweep fewer values, or raise the limit (offbench sweep --max-runs {count})"
+    )
 
 
 def load_sweep(path: str | Path, max_runs: int = MAX_RUNS) -> Sweep:

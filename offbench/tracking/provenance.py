@@ -44,8 +44,15 @@ def source_of(frame: Any) -> dict[str, Any]:
     """The origin of the code running in `frame` (see the module docstring). `script` is the path inside the git
     repository where there is one (what another checkout of it finds), else the absolute path."""
     filename = frame.f_code.co_filename if frame is not None else None
-    source: dict[str, Any] = {"script": None, "script_sha256": None, "repository": None, "git_commit": None,
-                              "git_dirty": None, "distribution": None, "version": None}
+    source: dict[str, Any] = {
+        "script": None,
+        "script_sha256": None,
+        "repository": None,
+        "git_commit": None,
+        "git_dirty": None,
+        "distribution": None,
+        "version": None,
+    }
     if not filename or not Path(filename).is_file():  # an interactive session or a notebook cell
         return source
     path = Path(filename).resolve()
@@ -86,8 +93,10 @@ def loader_of(load: Callable[..., Any]) -> dict[str, Any]:
     if not module or not qualname or "<" in qualname:
         from offbench.errors import OffbenchError
 
-        raise OffbenchError(f"checkpoint(load=...): {load!r} must be a module-level function or class (importable again "
-                            "to rebuild the policy), not a lambda or a nested function")
+        raise OffbenchError(
+            f"checkpoint(load=...): {load!r} must be a module-level function or class (importable again "
+            "to rebuild the policy), not a lambda or a nested function"
+        )
     file = getattr(sys.modules.get(module), "__file__", None)
     spec: dict[str, Any] = {"module": module, "qualname": qualname, "file": None, "repository_file": None}
     if file:
@@ -131,8 +140,10 @@ def _import_script(spec: dict[str, Any]) -> Any:
     candidates = [spec.get("file"), spec.get("repository_file") and str(Path.cwd() / spec["repository_file"])]
     path = next((Path(c) for c in candidates if isinstance(c, str) and Path(c).is_file()), None)
     if path is None:
-        raise OffbenchError(f"the script that defines {spec.get('qualname')} is not on this machine "
-                            f"({spec.get('file')}; nor {spec.get('repository_file')} under {Path.cwd()})")
+        raise OffbenchError(
+            f"the script that defines {spec.get('qualname')} is not on this machine "
+            f"({spec.get('file')}; nor {spec.get('repository_file')} under {Path.cwd()})"
+        )
     name = "offbench_replayed_" + hashlib.sha256(str(path).encode()).hexdigest()[:12]
     if name in sys.modules:
         return sys.modules[name]

@@ -219,10 +219,19 @@ def read_run(path: str | Path) -> FinishedRun:
     for name, value in [*((f"{EVALUATIONS_FILE} line {n}", row) for n, row in enumerate(evaluations, 1)), (SUMMARY_FILE, summary)]:
         if (field := _non_finite(value, "")) is not None:
             raise Refused(path, "metric-finite", f"{name}: '{field}' is not a finite number")
-    run = FinishedRun(path=path, record=_parsed(path, RunRecord, info, RUN_FILE), lines=evaluation_records(evaluations, path),
-                      result=_parsed(path, RunSummary, summary, SUMMARY_FILE), info=info, evaluations=evaluations, summary=summary)
+    run = FinishedRun(
+        path=path,
+        record=_parsed(path, RunRecord, info, RUN_FILE),
+        lines=evaluation_records(evaluations, path),
+        result=_parsed(path, RunSummary, summary, SUMMARY_FILE),
+        info=info,
+        evaluations=evaluations,
+        summary=summary,
+    )
     if run.record.evaluation.episodes < 1:
-        raise Refused(path, "schema", f"{RUN_FILE}: 'evaluation.episodes' must be at least 1 for a scored run, got {run.record.evaluation.episodes}")
+        raise Refused(
+            path, "schema", f"{RUN_FILE}: 'evaluation.episodes' must be at least 1 for a scored run, got {run.record.evaluation.episodes}"
+        )
     _check_steps(run)
     _check_summary(run)
     return run
@@ -267,7 +276,9 @@ def _check_summary(run: FinishedRun) -> None:
         raise _bad_summary(run, f"steps {summary.steps} differ from run.json config.steps {config['steps']!r}")
     last = run.lines[-1].step
     if last != summary.steps:
-        raise _bad_summary(run, f"steps {summary.steps} differ from the last evaluation's step {last} (every run is evaluated at its last step)")
+        raise _bad_summary(
+            run, f"steps {summary.steps} differ from the last evaluation's step {last} (every run is evaluated at its last step)"
+        )
     for which in ("final", "best"):
         _check_entry(run, which)
     final = run.entry("final")
@@ -303,6 +314,7 @@ def check_evaluations(run: FinishedRun) -> None:
     (`per_task`) and in-context fields add up (docs/run-directory.md). read_run has checked they are finite."""
     settings = run.record.evaluation
     for number, line in enumerate(run.lines, 1):
+
         def refuse(rule: str, detail: str, where: str = f"{EVALUATIONS_FILE} line {number} (step {line.step})") -> Refused:
             return Refused(run.path, rule, f"{where}: {detail}")
 
@@ -352,7 +364,9 @@ def _check_per_task(line: EvaluationRecord, tasks: Any, episodes: int, refuse: R
             raise refuse("consistency", f"per_task[{name!r}].mean_return is not the mean of its returns ({mean})")
         rate = None if block.successes is None else sum(block.successes) / len(block.successes)
         if not _same_rate(block.success_rate, rate):
-            raise refuse("consistency", f"per_task[{name!r}].success_rate {block.success_rate!r} is not the fraction of its successes ({rate})")
+            raise refuse(
+                "consistency", f"per_task[{name!r}].success_rate {block.success_rate!r} is not the fraction of its successes ({rate})"
+            )
         rates.append(rate)
     blocks = list(line.per_task.values())
     if len(line.returns) != episodes * len(blocks):

@@ -73,7 +73,9 @@ def create_run_dir(path: Path) -> Path:
         try:
             path.mkdir()
         except FileExistsError:
-            raise OffbenchError(f"{path}: run directory already exists (choose another --name, or continue it with --resume {path})") from None
+            raise OffbenchError(
+                f"{path}: run directory already exists (choose another --name, or continue it with --resume {path})"
+            ) from None
     return path
 
 
@@ -107,7 +109,9 @@ def environment_info(device: str) -> dict[str, Any]:
 
     cpu = platform.processor()
     try:
-        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name"))
+        cpu = next(
+            line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")
+        )
     except (OSError, StopIteration):
         pass
     info = {
@@ -136,8 +140,19 @@ def write_run_json(run_dir: Path, record: RunRecord | Mapping[str, Any]) -> None
     atomic_write_json(path, to_dict(record))
 
 
-def new_run_record(run_dir: Path, *, baseline: str, method: MethodRecord, dataset: Any, seed: int, config: dict[str, Any],
-                   config_sources: list[str], device: str, evaluation: EvaluationSettings, loggers: Sequence[str] = ()) -> RunRecord:
+def new_run_record(
+    run_dir: Path,
+    *,
+    baseline: str,
+    method: MethodRecord,
+    dataset: Any,
+    seed: int,
+    config: dict[str, Any],
+    config_sources: list[str],
+    device: str,
+    evaluation: EvaluationSettings,
+    loggers: Sequence[str] = (),
+) -> RunRecord:
     """run.json of a new run, whoever runs it (the trainer, `offbench.track`, `offbench.evaluate`): `dataset` is
     an opened `offbench.data.resolve.Dataset`."""
     return RunRecord(
@@ -160,13 +175,16 @@ def new_run_record(run_dir: Path, *, baseline: str, method: MethodRecord, datase
 def write_summary(run_dir: Path, steps: int, elapsed: float, headline_target: float | None, metric: str) -> RunSummary:
     """summary.json of a finished run, from its evaluations.jsonl."""
     final, best = summarize(evaluation_records(read_evaluations(run_dir), run_dir), headline_target, metric)
-    summary = RunSummary(status="completed", steps=steps, wall_time_s=round(elapsed, 3), final=final, best=best, score_metric=metric,
-                         finished_at=utc_now())
+    summary = RunSummary(
+        status="completed", steps=steps, wall_time_s=round(elapsed, 3), final=final, best=best, score_metric=metric, finished_at=utc_now()
+    )
     atomic_write_json(run_dir / SUMMARY_FILE, to_dict(summary))
     return summary
 
 
-def summarize(evaluations: list[EvaluationRecord], headline_target: float | None, metric: str) -> tuple[SummaryEntry | None, SummaryEntry | None]:
+def summarize(
+    evaluations: list[EvaluationRecord], headline_target: float | None, metric: str
+) -> tuple[SummaryEntry | None, SummaryEntry | None]:
     """`final` (the last evaluation: what tables use) and `best` (best headline score: highest, or lowest for
     LOWER_IS_BETTER metrics; earliest on ties), both at the headline target return for return-conditioned baselines."""
     headline = [line for line in evaluations if line.target_return == headline_target]
@@ -178,5 +196,11 @@ def summarize(evaluations: list[EvaluationRecord], headline_target: float | None
 
 
 def _summary_entry(line: EvaluationRecord) -> SummaryEntry:
-    return SummaryEntry(step=line.step, mean_return=line.mean_return, normalized_score=line.normalized_score, success_rate=line.success_rate,
-                        target_return=line.target_return, regret=line.regret)
+    return SummaryEntry(
+        step=line.step,
+        mean_return=line.mean_return,
+        normalized_score=line.normalized_score,
+        success_rate=line.success_rate,
+        target_return=line.target_return,
+        regret=line.regret,
+    )

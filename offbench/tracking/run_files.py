@@ -194,15 +194,30 @@ class RunSummary:
     steps: int = ranged(ge=0, doc="training steps")
     wall_time_s: float = ranged(ge=0, doc="wall time, resumes and evaluations included")
     final: SummaryEntry | None = ranged(null=True, doc="the last evaluation at the headline target (what tables use); null without one")
-    best: SummaryEntry | None = ranged(null=True, doc="the evaluation with the best `score_metric` (highest; lowest for regret; earliest on ties)")
+    best: SummaryEntry | None = ranged(
+        null=True, doc="the evaluation with the best `score_metric` (highest; lowest for regret; earliest on ties)"
+    )
     score_metric: str = ranged(choices=SCORE_METRICS, doc="the headline field")
     finished_at: str | None = ranged(None, doc="when the run finished (UTC ISO 8601)")
 
 
 DOCS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "run-directory.md"
-RUN_DIRECTORY_RECORDS = (RunRecord, DatasetRecord, MethodRecord, SourceRecord, LoaderRecord, CodeVersion, EnvironmentInfo,
-                         EvaluationSettings, ResumeRecord, DistributedRecord, EvaluationRecord, TaskScores, RunSummary,
-                         SummaryEntry)  # documented in docs/run-directory.md
+RUN_DIRECTORY_RECORDS = (
+    RunRecord,
+    DatasetRecord,
+    MethodRecord,
+    SourceRecord,
+    LoaderRecord,
+    CodeVersion,
+    EnvironmentInfo,
+    EvaluationSettings,
+    ResumeRecord,
+    DistributedRecord,
+    EvaluationRecord,
+    TaskScores,
+    RunSummary,
+    SummaryEntry,
+)  # documented in docs/run-directory.md
 
 
 def write_field_docs(page: Path = DOCS_PAGE) -> Path:

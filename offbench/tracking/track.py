@@ -39,7 +39,9 @@ def open_for_evaluation(dataset: Any):
     if not isinstance(dataset, str):
         card = getattr(dataset, "card", None)
         if not isinstance(card, dict) or not card.get("id"):
-            raise OffbenchError(f"dataset {type(dataset).__name__}: pass a registered id or a path (this store has no card to evaluate with)")
+            raise OffbenchError(
+                f"dataset {type(dataset).__name__}: pass a registered id or a path (this store has no card to evaluate with)"
+            )
         dataset = card["id"]
     return open_dataset(dataset)
 
@@ -79,12 +81,24 @@ class Evaluator:
     def evaluate(self, policy: Any, step: int, name: str | None = None) -> EvaluationResult:
         method = ExternalMethod(policy, self.spec.action_space, self.protocol.name, name)
         records = self.protocol.evaluate(method, step)
-        return EvaluationResult(dataset=self.data.id, evaluation=to_dict(self.protocol.describe()), metric=self.protocol.score_metric(records),
-                                records=tuple(records))
+        return EvaluationResult(
+            dataset=self.data.id,
+            evaluation=to_dict(self.protocol.describe()),
+            metric=self.protocol.score_metric(records),
+            records=tuple(records),
+        )
 
 
-def evaluate(policy: Any, dataset: Any, *, seed: int = 0, episodes: int | None = None, tasks: str = "held-out",
-             out: str | os.PathLike | None = None, method: str | None = None) -> EvaluationResult:
+def evaluate(
+    policy: Any,
+    dataset: Any,
+    *,
+    seed: int = 0,
+    episodes: int | None = None,
+    tasks: str = "held-out",
+    out: str | os.PathLike | None = None,
+    method: str | None = None,
+) -> EvaluationResult:
     """Play `policy` under `dataset`'s evaluation protocol, exactly as a built-in baseline is played.
 
     `policy`: a `Policy` (reset / act / observe), an object with `policy(options)`, or a callable
@@ -108,8 +122,9 @@ def _default_name(policy: Any) -> str:
     return method_name_of(policy).lower().replace("_", "-")
 
 
-def write_black_box_run(out: Path, name: str, source: dict[str, Any], evaluator: Evaluator, result: EvaluationResult,
-                        started: str, elapsed: float) -> Path:
+def write_black_box_run(
+    out: Path, name: str, source: dict[str, Any], evaluator: Evaluator, result: EvaluationResult, started: str, elapsed: float
+) -> Path:
     """The run directory of one black-box evaluation, built in a temporary folder beside `out` and renamed into place
     (a failure leaves nothing behind, and an existing `out` is never touched)."""
     safe_component(out.name, "out")
@@ -121,9 +136,17 @@ def write_black_box_run(out: Path, name: str, source: dict[str, Any], evaluator:
         run_dir = staging / out.name
         run_dir.mkdir()
         config = {"eval_episodes": evaluator.setup.episodes, "steps": 0}
-        record = rd.new_run_record(run_dir, baseline=name, method=MethodRecord(kind="black-box", name=name, source=SourceRecord(**source)),
-                                   dataset=evaluator.data, seed=evaluator.setup.seed, config=config,
-                                   config_sources=["offbench.evaluate"], device="cpu", evaluation=evaluator.protocol.describe())
+        record = rd.new_run_record(
+            run_dir,
+            baseline=name,
+            method=MethodRecord(kind="black-box", name=name, source=SourceRecord(**source)),
+            dataset=evaluator.data,
+            seed=evaluator.setup.seed,
+            config=config,
+            config_sources=["offbench.evaluate"],
+            device="cpu",
+            evaluation=evaluator.protocol.describe(),
+        )
         record.started_at = started
         rd.write_run_json(run_dir, record)
         files = LocalFiles(run_dir)
@@ -140,8 +163,20 @@ def write_black_box_run(out: Path, name: str, source: dict[str, Any], evaluator:
 class TrackedRun:
     """One run of a user's own training loop (see `track`). Every method is a one-line error once it has closed."""
 
-    def __init__(self, method: str, dataset: Any, seed: int, config: dict[str, Any] | None, out: Path, name: str | None,
-                 episodes: int | None, tasks: str, eval_every: int, device: str, frame: Any):
+    def __init__(
+        self,
+        method: str,
+        dataset: Any,
+        seed: int,
+        config: dict[str, Any] | None,
+        out: Path,
+        name: str | None,
+        episodes: int | None,
+        tasks: str,
+        eval_every: int,
+        device: str,
+        frame: Any,
+    ):
         safe_component(method, "method")
         config = _json_config(config or {}, seed)
         self.evaluator = Evaluator.new(dataset, seed, episodes, tasks, every_steps=eval_every)
@@ -151,9 +186,17 @@ class TrackedRun:
         self.run_dir = rd.create_run_dir(Path(out) / (name or default_run_name(method, data.id, seed)))
         self.lock = rd.TrainingLock(self.run_dir)
         self.method = MethodRecord(kind="own-code", name=method, source=SourceRecord(**source_of(frame)))
-        self.record = rd.new_run_record(self.run_dir, baseline=method, method=self.method, dataset=data, seed=seed,
-                                        config=config, config_sources=["offbench.track(config=...)"], device=device,
-                                        evaluation=self.evaluator.protocol.describe())
+        self.record = rd.new_run_record(
+            self.run_dir,
+            baseline=method,
+            method=self.method,
+            dataset=data,
+            seed=seed,
+            config=config,
+            config_sources=["offbench.track(config=...)"],
+            device=device,
+            evaluation=self.evaluator.protocol.describe(),
+        )
         rd.write_run_json(self.run_dir, self.record)
         self.files: LocalFiles | None = LocalFiles(self.run_dir)
         self.clock = time.perf_counter()
@@ -238,8 +281,10 @@ class TrackedRun:
         try:
             torch.load(io.BytesIO(buffer.getvalue()), weights_only=True)
         except Exception as exc:  # noqa: BLE001 - what weights_only refuses varies; the message says what it is
-            raise OffbenchError(f"{self.run_dir}: run.checkpoint(state) holds something weights_only loading refuses "
-                                f"({str(exc).splitlines()[-1][:160]}); keep to tensors, numbers, strings, lists and dicts") from None
+            raise OffbenchError(
+                f"{self.run_dir}: run.checkpoint(state) holds something weights_only loading refuses "
+                f"({str(exc).splitlines()[-1][:160]}); keep to tensors, numbers, strings, lists and dicts"
+            ) from None
         if load is not None and self.method.load != (spec := LoaderRecord(**loader_of(load))):
             self.method.load = spec
             rd.write_run_json(self.run_dir, self.record)
@@ -268,9 +313,19 @@ def _json_config(config: Any, seed: int) -> dict[str, Any]:
     return config
 
 
-def track(method: str, *, dataset: Any, seed: int = 0, config: dict[str, Any] | None = None, out: str | os.PathLike = "runs",
-          name: str | None = None, episodes: int | None = None, tasks: str = "held-out", eval_every: int = 0,
-          device: str = "cpu") -> TrackedRun:
+def track(
+    method: str,
+    *,
+    dataset: Any,
+    seed: int = 0,
+    config: dict[str, Any] | None = None,
+    out: str | os.PathLike = "runs",
+    name: str | None = None,
+    episodes: int | None = None,
+    tasks: str = "held-out",
+    eval_every: int = 0,
+    device: str = "cpu",
+) -> TrackedRun:
     """Track a run of your own training loop in an offbench run directory (`out/name`):
 
         with offbench.track("my-method", dataset="pendulum-scripted", seed=0, config=cfg) as run:

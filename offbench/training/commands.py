@@ -40,9 +40,19 @@ class RunRequest:
         if print_config and self.resume is not None:
             raise OffbenchError(f"--print-config shows a new run's config; a resumed run's is in {self.resume}/run.json")
         if self.resume is not None:
-            given = [flag for flag, value in (("--dataset", self.dataset), ("--config", self.config), ("--set", self.overrides),
-                                              ("--seed", self.seed), ("--steps", self.steps), ("--name", self.run_name),
-                                              ("--logger", self.logger)) if value]
+            given = [
+                flag
+                for flag, value in (
+                    ("--dataset", self.dataset),
+                    ("--config", self.config),
+                    ("--set", self.overrides),
+                    ("--seed", self.seed),
+                    ("--steps", self.steps),
+                    ("--name", self.run_name),
+                    ("--logger", self.logger),
+                )
+                if value
+            ]
             if given:
                 raise OffbenchError(f"--resume continues {self.resume} with its own settings; drop {', '.join(given)}")
         else:
@@ -63,8 +73,16 @@ class RunRequest:
         args = [self.name]
         if self.resume is not None:
             args += ["--resume", str(self.resume)]
-        options = {"dataset": self.dataset, "config": self.config, "seed": self.seed, "steps": self.steps, "device": self.device,
-                   "out": self.out if self.resume is None else None, "name": self.run_name, "logger": self.logger}
+        options = {
+            "dataset": self.dataset,
+            "config": self.config,
+            "seed": self.seed,
+            "steps": self.steps,
+            "device": self.device,
+            "out": self.out if self.resume is None else None,
+            "name": self.run_name,
+            "logger": self.logger,
+        }
         args += [part for key, value in options.items() if value is not None for part in (f"--{key}", str(value))]
         return args + [part for override in self.overrides for part in ("--set", override)]
 
@@ -83,8 +101,12 @@ def run_baseline(
     logger: Optional[str] = typer.Option(None, "--logger", help="Extra back-ends, comma-separated: tensorboard,wandb,mlflow."),
     resume: Optional[Path] = typer.Option(None, "--resume", help="Continue this run directory from its last checkpoint."),
     nproc: int = typer.Option(1, "--nproc", min=1, help="Data-parallel processes on this machine (torchrun; gloo on CPU, NCCL on CUDA)."),
-    print_config: bool = typer.Option(False, "--print-config", help="Print the resolved config (TOML, usable as --config) with "
-                                      "the files and overrides it came from, and exit: nothing is trained or written."),
+    print_config: bool = typer.Option(
+        False,
+        "--print-config",
+        help="Print the resolved config (TOML, usable as --config) with "
+        "the files and overrides it came from, and exit: nothing is trained or written.",
+    ),
 ) -> None:
     """Train a baseline on a dataset, evaluate it on a schedule and track the run."""
     from offbench.training import distributed
@@ -108,8 +130,11 @@ def run_baseline(
         run.parallel.barrier()  # rank 0 still evaluates: a rank that left the group before it aborted gloo at exit (SIGABRT)
     except KeyboardInterrupt:
         if run.parallel.is_main:
-            console.print(f"interrupted; continue with: offbench run baseline {name} --resume {run.run_dir}"
-                          + (f" --nproc {processes}" if processes > 1 else ""), highlight=False)
+            console.print(
+                f"interrupted; continue with: offbench run baseline {name} --resume {run.run_dir}"
+                + (f" --nproc {processes}" if processes > 1 else ""),
+                highlight=False,
+            )
         raise typer.Exit(130) from None
     finally:
         if launch is not None:
@@ -136,9 +161,12 @@ def _print_config(request: RunRequest) -> None:
     dataset_id = open_dataset(dataset).id if Path(dataset).exists() else get_card(dataset).id
     resolved = resolve_config(baseline_cls, dataset_id, request.config, request.all_overrides())
     values = resolved.as_dict()
-    lines = [f"# offbench run baseline {request.name} --dataset {dataset_id} (seed {request.seed or 0}): the resolved config",
-             "# sources, later ones overriding earlier ones:", *(f"#   {source}" for source in resolved.sources),
-             *(f"# {key} is unset (None)" for key, value in values.items() if value is None)]
+    lines = [
+        f"# offbench run baseline {request.name} --dataset {dataset_id} (seed {request.seed or 0}): the resolved config",
+        "# sources, later ones overriding earlier ones:",
+        *(f"#   {source}" for source in resolved.sources),
+        *(f"# {key} is unset (None)" for key, value in values.items() if value is None),
+    ]
     print("\n".join(lines) + "\n" + tomli_w.dumps({key: value for key, value in values.items() if value is not None}), end="")
 
 
@@ -169,7 +197,9 @@ def _check_divisible(request: RunRequest, nproc: int) -> None:
 
         batch_size = resolve_config(get_baseline(request.name), request.dataset, request.config, request.all_overrides()).train.batch_size
     if batch_size % nproc:
-        raise OffbenchError(f"--nproc {nproc}: batch_size {batch_size} must be divisible by the {nproc} processes (each trains on an equal shard)")
+        raise OffbenchError(
+            f"--nproc {nproc}: batch_size {batch_size} must be divisible by the {nproc} processes (each trains on an equal shard)"
+        )
 
 
 def _open(request: RunRequest, device: str | None = None):
@@ -181,8 +211,16 @@ def _open(request: RunRequest, device: str | None = None):
     if request.resume is not None:
         return resume_run(request.resume, device, baseline=request.name)
     return start_run(
-        request.name, request.new_run_dataset(), request.config, request.overrides, seed=request.seed or 0, steps=request.steps,
-        device=device or "cpu", out=request.out, name=request.run_name, loggers=request.logger,
+        request.name,
+        request.new_run_dataset(),
+        request.config,
+        request.overrides,
+        seed=request.seed or 0,
+        steps=request.steps,
+        device=device or "cpu",
+        out=request.out,
+        name=request.run_name,
+        loggers=request.logger,
     ), None
 
 
@@ -217,7 +255,9 @@ def _open_rank(launch, request: RunRequest):
 
 def evaluate_command(
     run_dir: Path = typer.Argument(..., help="A run directory."),
-    episodes: Optional[int] = typer.Option(None, "--episodes", help="Episodes (per task; in context: consecutive episodes) (default: the run's)."),
+    episodes: Optional[int] = typer.Option(
+        None, "--episodes", help="Episodes (per task; in context: consecutive episodes) (default: the run's)."
+    ),
     tasks: Optional[str] = typer.Option(None, "--tasks", help="In-context runs: held-out (default) or train tasks."),
     device: Optional[str] = typer.Option(None, "--device", help="Device to evaluate on (default: the run's)."),
     actions: Optional[str] = typer.Option(None, "--actions", help="greedy or sampled actions (default: the run's eval_deterministic)."),
@@ -252,20 +292,38 @@ def evaluation_table(record: dict) -> Table:
     def number(value, digits=2):
         return "-" if value is None else f"{value:.{digits}f}"
 
-    table = Table(box=None, header_style="bold", title=f"step {record['step']}" + (
-        f", target return {record['target_return']:g}" if isinstance(record.get("target_return"), (int, float)) else ""))
+    table = Table(
+        box=None,
+        header_style="bold",
+        title=f"step {record['step']}"
+        + (f", target return {record['target_return']:g}" if isinstance(record.get("target_return"), (int, float)) else ""),
+    )
     for column in ("", "episodes", "mean return", "std", "normalized score", "success rate"):
         table.add_column(column, justify="right")
     returns = record["returns"]
-    table.add_row("all", str(len(returns)), number(record["mean_return"]), number(float(np.std(returns))),
-                  number(record["normalized_score"]), number(record["success_rate"]))
+    table.add_row(
+        "all",
+        str(len(returns)),
+        number(record["mean_return"]),
+        number(float(np.std(returns))),
+        number(record["normalized_score"]),
+        number(record["success_rate"]),
+    )
     for name, task in (record.get("per_task") or {}).items():
-        table.add_row(name, str(len(task["returns"])), number(task["mean_return"]), number(float(np.std(task["returns"]))), "-",
-                      number(task["success_rate"]))
+        table.add_row(
+            name,
+            str(len(task["returns"])),
+            number(task["mean_return"]),
+            number(float(np.std(task["returns"]))),
+            "-",
+            number(task["success_rate"]),
+        )
     curve = record.get("in_context_returns")
     if curve:
         known = record.get("optimal_return") is not None  # XLand rulesets: no known optimum, so no regret
-        table.caption = (f"in context ({record['tasks']} tasks): episode 1 {curve[0]:.2f}, last {curve[-1]:.2f}, "
-                         + (f"optimal {record['optimal_return']:.2f}, cumulative regret {record['regret']:.2f}" if known
-                            else "optimal return unknown (no regret)"))
+        table.caption = f"in context ({record['tasks']} tasks): episode 1 {curve[0]:.2f}, last {curve[-1]:.2f}, " + (
+            f"optimal {record['optimal_return']:.2f}, cumulative regret {record['regret']:.2f}"
+            if known
+            else "optimal return unknown (no regret)"
+        )
     return table

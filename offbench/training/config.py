@@ -46,7 +46,9 @@ class TrainConfig:
     micro_batch: int | Literal["auto"] | None = ranged(None, ge=1)
     log_every: int = ranged(1_000, ge=1)  # metrics.jsonl gets the mean of each loss over this many updates
     eval_every: int = ranged(10_000, ge=1)
-    eval_episodes: int = ranged(10, ge=0, le=MAX_EVAL_EPISODES)  # 0: no evaluation; per task on multi-task data; consecutive episodes in context
+    eval_episodes: int = ranged(
+        10, ge=0, le=MAX_EVAL_EPISODES
+    )  # 0: no evaluation; per task on multi-task data; consecutive episodes in context
     eval_deterministic: bool = True  # greedy / mean actions at evaluation; false samples (baselines that can)
     checkpoint_every: int = ranged(10_000, ge=1)
 
@@ -131,7 +133,8 @@ def resolve_config(
     limits = [field_limits(section) for section in sections]
     standard = standard_config_path(baseline_cls.name, dataset_id)
     layers: list[tuple[str, dict[str, Any]]] = [
-        (str(standard), read_config_file(standard)) if standard is not None
+        (str(standard), read_config_file(standard))
+        if standard is not None
         else (f"{baseline_cls.name} Config defaults (no standard config in {standard_config_folder(baseline_cls.name)})", {})
     ]
     if config_file is not None:
@@ -145,7 +148,9 @@ def resolve_config(
                 known = sorted(set().union(*fields))
                 raise OffbenchError(f"{where}: unknown config key '{key}' for baseline '{baseline_cls.name}' (known: {', '.join(known)})")
             for i in targets:
-                setattr(sections[i], key, check_allowed(coerce(value, fields[i][key], f"{where}: '{key}'"), limits[i][key], f"{where}: '{key}'"))
+                setattr(
+                    sections[i], key, check_allowed(coerce(value, fields[i][key], f"{where}: '{key}'"), limits[i][key], f"{where}: '{key}'")
+                )
     train, baseline = sections
     return ResolvedConfig(train=train, baseline=baseline, sources=[where for where, _ in layers])
 

@@ -93,8 +93,10 @@ def trained_parameters(baseline) -> list[torch.nn.Parameter]:
             for param in group["params"]:
                 seen.setdefault(id(param), param)
     if not seen:
-        raise OffbenchError(f"baseline '{baseline.name}' keeps no torch optimiser among its attributes (directly, or in a dict, list or tuple): "
-                            "data-parallel training cannot find its parameters")
+        raise OffbenchError(
+            f"baseline '{baseline.name}' keeps no torch optimiser among its attributes (directly, or in a dict, list or tuple): "
+            "data-parallel training cannot find its parameters"
+        )
     return list(seen.values())
 
 
@@ -154,7 +156,9 @@ class DataParallel(SingleProcess):
     def own_rng(self, states: dict[str, Any]) -> dict[str, Any]:
         ranks = states.get("ranks")
         if ranks is None or len(ranks) != self.world_size - 1:
-            raise OffbenchError(f"checkpoint holds RNG states for {1 + len(ranks or [])} process(es), not {self.world_size}: resume with the same --nproc")
+            raise OffbenchError(
+                f"checkpoint holds RNG states for {1 + len(ranks or [])} process(es), not {self.world_size}: resume with the same --nproc"
+            )
         return states if self.rank == 0 else ranks[self.rank - 1]
 
     def barrier(self) -> None:

@@ -118,15 +118,16 @@ def estimate_update_bytes(baseline_cls: type, config: Any, spec: Any, device: st
     if shape is None:
         features = sum(m.in_features + m.out_features for m in linears)
         formula = f"16 x {params:,} parameters + 128 B x {rows} x {features:,} Linear features"
-        return Estimate(fixed, MARGIN * MLP_BYTES_PER_ROW_FEATURE * features, MARGIN * 8 * (2 * observation + 8), batch, micro_batch, formula)
+        return Estimate(
+            fixed, MARGIN * MLP_BYTES_PER_ROW_FEATURE * features, MARGIN * 8 * (2 * observation + 8), batch, micro_batch, formula
+        )
     s, d, layers, heads = shape.tokens, shape.width, shape.layers, shape.heads
     kept = shape.attention == "explicit" or (device.type == "cpu" and shape.attention_dropout > 0)
     q = KEPT_ATTENTION_BYTES if kept else 0
     layer = LAYER_BYTES_PER_TOKEN_WIDTH * s * d + q * heads * s * s
     largest = 4 * max(heads * s * s if kept else 0, 4 * s * d)  # bytes of the largest one tensor, per row
     per_row = layers * layer + OUTSIDE_BYTES_PER_TOKEN_WIDTH * s * d + 2 * largest
-    formula = (f"16 x {params:,} parameters + {rows} x ({layers} layers x (80 s d + {q} H s^2) + 24 s d + transient), "
-               f"s={s} d={d} H={heads}")
+    formula = f"16 x {params:,} parameters + {rows} x ({layers} layers x (80 s d + {q} H s^2) + 24 s d + transient), s={s} d={d} H={heads}"
     return Estimate(fixed, MARGIN * per_row, MARGIN * 8 * s * (observation + 4), batch, micro_batch, formula)
 
 
@@ -197,12 +198,17 @@ def auto_micro_batch(baseline_cls: type, config: Any, spec: Any, device: str | t
     limit = checked_limit(device)
     if limit is None or micro_batch_refusal(baseline_cls, config.baseline) is not None:
         return batch
-    return max(1, estimate_update_bytes(baseline_cls, replace(config, train=replace(config.train, micro_batch=None)), spec, device)
-               .largest_micro_batch(limit))
+    return max(
+        1,
+        estimate_update_bytes(
+            baseline_cls, replace(config, train=replace(config.train, micro_batch=None)), spec, device
+        ).largest_micro_batch(limit),
+    )
 
 
-def check_update_memory(baseline_cls: type, config: Any, spec: Any, device: str | torch.device = "cpu",
-                        dataset_id: str | None = None) -> Estimate | None:
+def check_update_memory(
+    baseline_cls: type, config: Any, spec: Any, device: str | torch.device = "cpu", dataset_id: str | None = None
+) -> Estimate | None:
     """Refuse, in one line, a config whose update does not fit the memory available (before anything is written),
     naming a batch size that fits and, for a baseline that can split its batch, a micro-batch that does."""
     limit = checked_limit(device)
@@ -215,14 +221,20 @@ def check_update_memory(baseline_cls: type, config: Any, spec: Any, device: str 
     fits = estimate.largest_batch(limit)
     advice = f"--set batch_size={fits} fits" if fits >= 1 else "a smaller model is needed"
     micro = estimate.largest_micro_batch(limit)
-    split = (f", split it (--set micro_batch={micro} fits, or micro_batch=auto)"
-             if micro >= 1 and micro_batch_refusal(baseline_cls, config.baseline) is None else "")
+    split = (
+        f", split it (--set micro_batch={micro} fits, or micro_batch=auto)"
+        if micro >= 1 and micro_batch_refusal(baseline_cls, config.baseline) is None
+        else ""
+    )
     cpu_file = cpu_config_hint(name, dataset_id)
-    rows = f"batch {estimate.batch_size}" + (f" in micro-batches of {estimate.pass_rows}" if estimate.pass_rows < estimate.batch_size else "")
+    rows = f"batch {estimate.batch_size}" + (
+        f" in micro-batches of {estimate.pass_rows}" if estimate.pass_rows < estimate.batch_size else ""
+    )
     raise OffbenchError(
         f"{name}: one update of this config needs about {estimate.total / GB:.1f} GB ({rows}; "
         f"benchmarks/studies/memory-estimate.md) but {limit / GB:.1f} GB is available on {torch.device(device).type}: "
-        f"use a smaller batch ({advice}){split}{cpu_file}, or OFFBENCH_SKIP_MEMORY_CHECK=1 to try anyway")
+        f"use a smaller batch ({advice}){split}{cpu_file}, or OFFBENCH_SKIP_MEMORY_CHECK=1 to try anyway"
+    )
 
 
 def cpu_config_hint(name: str, dataset_id: str | None) -> str:

@@ -75,7 +75,9 @@ def check_micro_batch(baseline_cls: type, config: ResolvedConfig) -> None:
     if isinstance(micro_batch, int) and micro_batch < config.train.batch_size:
         refusal = micro_batch_refusal(baseline_cls, config.baseline)
         if refusal is not None:
-            raise OffbenchError(f"config: micro_batch = {micro_batch}: {baseline_cls.name} cannot take its gradient in micro-batches: {refusal}")
+            raise OffbenchError(
+                f"config: micro_batch = {micro_batch}: {baseline_cls.name} cannot take its gradient in micro-batches: {refusal}"
+            )
 
 
 def check_protocol_support(baseline_cls: type, card: DatasetCard | None, dataset_id: str) -> None:
@@ -107,16 +109,23 @@ def evaluation_setup(baseline_cls: type, config: ResolvedConfig, data: Dataset, 
         if given:
             targets = given
         elif not isinstance(store, EpisodeStore):
-            raise OffbenchError(f"{data.id}: read in place, this dataset has no episode returns to take a target return from; "
-                                "give the baseline's target_returns")
+            raise OffbenchError(
+                f"{data.id}: read in place, this dataset has no episode returns to take a target return from; "
+                "give the baseline's target_returns"
+            )
         elif protocol_name(data.card) == "multi-task":
             task_targets = tuple(float(r) for r in best_return_per_task(store))
         else:
             targets = (float(store.episode_returns().max()),)
     train = config.train
     return EvaluationSetup(
-        card=data.card, seed=seed, episodes=train.eval_episodes, every_steps=train.eval_every, target_returns=targets,
-        task_target_returns=task_targets, deterministic=train.eval_deterministic,
+        card=data.card,
+        seed=seed,
+        episodes=train.eval_episodes,
+        every_steps=train.eval_every,
+        target_returns=targets,
+        task_target_returns=task_targets,
+        deterministic=train.eval_deterministic,
     )
 
 
@@ -135,7 +144,10 @@ def setup_from_record(record: dict[str, Any], card: DatasetCard | None) -> Evalu
     targets = evaluation.get("target_returns")
     task_targets = evaluation.get("task_target_returns")
     return EvaluationSetup(
-        card=card, seed=int(record["seed"]), episodes=int(evaluation["episodes"]), every_steps=int(evaluation["every_steps"]),
+        card=card,
+        seed=int(record["seed"]),
+        episodes=int(evaluation["episodes"]),
+        every_steps=int(evaluation["every_steps"]),
         target_returns=tuple(float(t) for t in targets) if targets else (None,),
         task_target_returns=tuple(float(t) for t in task_targets) if task_targets else None,
         deterministic=bool(evaluation.get("deterministic", True)),
@@ -158,7 +170,10 @@ def rng_states(device: torch.device) -> dict[str, Any]:
     numpy_state = np.random.get_state(legacy=False)
     states = {
         "python": random.getstate(),
-        "numpy": {**numpy_state, "state": {"key": torch.from_numpy(numpy_state["state"]["key"].astype(np.int64)), "pos": numpy_state["state"]["pos"]}},
+        "numpy": {
+            **numpy_state,
+            "state": {"key": torch.from_numpy(numpy_state["state"]["key"].astype(np.int64)), "pos": numpy_state["state"]["pos"]},
+        },
         "torch": torch.get_rng_state(),
     }
     if device.type == "cuda":
@@ -270,7 +285,11 @@ class Run:
         resumed = bool(self.record.get("resumes"))
         # a resumed run cuts its files back to the checkpoint (to nothing if it died before the first one)
         local = LocalFiles(self.run_dir, positions=(checkpoint["files"] if checkpoint else {}) if resumed else None) if main else None
-        backends = open_loggers(self.loggers, self.run_dir, self.run_dir.name, self.config.as_dict(), state.step if resumed else None) if main else []
+        backends = (
+            open_loggers(self.loggers, self.run_dir, self.run_dir.name, self.config.as_dict(), state.step if resumed else None)
+            if main
+            else []
+        )
         all_loggers: list[Logger] = [local, *backends] if local is not None else []
         completed = False
         try:
@@ -292,7 +311,9 @@ class Run:
         protocol = self.protocol() if train.eval_episodes > 0 and self.parallel.is_main else None
         info = ""
         label = f"{self.baseline_cls.name} {self.dataset.id}"
-        with progress_bar(not self.parallel.is_main, label, train.steps, unit="updates", completed=state.step, fields=("rate", "info")) as advance:
+        with progress_bar(
+            not self.parallel.is_main, label, train.steps, unit="updates", completed=state.step, fields=("rate", "info")
+        ) as advance:
             clock, last_rate_step = time.perf_counter(), state.step
             for step in range(state.step + 1, train.steps + 1):
                 for key, value in self.parallel.mean(baseline.update(sampler.sample())).items():
@@ -330,7 +351,9 @@ class Run:
         if not records:
             return ""
         last = records[-1]
-        return f"eval {last['mean_return']:.1f}" + (f" @ {last['target_return']:g}" if isinstance(last["target_return"], (int, float)) else "")
+        return f"eval {last['mean_return']:.1f}" + (
+            f" @ {last['target_return']:g}" if isinstance(last["target_return"], (int, float)) else ""
+        )
 
     def save_checkpoint(self, state: LoopState, elapsed: float, baseline, sampler, local: LocalFiles | None) -> None:
         rng = self.parallel.gather_rng(rng_states(self.device))  # every rank's, written by rank 0
@@ -376,8 +399,15 @@ def load_checkpoint(run_dir: Path, device: torch.device) -> dict[str, Any] | Non
     return checkpoint
 
 
-CHECKPOINT_FIELDS = {"baseline": (dict,), "sampler": (dict,), "rng": (dict,), "loss_sums": (dict,), "files": (dict,),
-                     "loss_count": (int,), "time_s": (int, float)}  # besides `step`
+CHECKPOINT_FIELDS = {
+    "baseline": (dict,),
+    "sampler": (dict,),
+    "rng": (dict,),
+    "loss_sums": (dict,),
+    "files": (dict,),
+    "loss_count": (int,),
+    "time_s": (int, float),
+}  # besides `step`
 
 
 # ---------------------------------------------------------------------------------------------- entry points
@@ -429,9 +459,18 @@ def start_run(
     check_update_memory(baseline_cls, config, spec, torch_device, data.id)  # an update that cannot fit: one line, nothing written
     run_dir = rd.create_run_dir(Path(out) / (name or default_run_name(baseline_name, data.id, seed)))
     lock = rd.TrainingLock(run_dir)
-    record = rd.new_run_record(run_dir, baseline=baseline_name, method=MethodRecord(**baseline_origin(baseline_name)), dataset=data, seed=seed,
-                               config=config.as_dict(), config_sources=config.sources, device=str(torch_device),
-                               evaluation=protocol.describe(), loggers=logger_names)
+    record = rd.new_run_record(
+        run_dir,
+        baseline=baseline_name,
+        method=MethodRecord(**baseline_origin(baseline_name)),
+        dataset=data,
+        seed=seed,
+        config=config.as_dict(),
+        config_sources=config.sources,
+        device=str(torch_device),
+        evaluation=protocol.describe(),
+        loggers=logger_names,
+    )
     rd.write_run_json(run_dir, record)
     return Run(run_dir, to_dict(record), baseline_cls, config, data, spec, torch_device, logger_names, sampler=sampler, lock=lock)
 
@@ -443,8 +482,10 @@ def open_run(run_dir: Path, device: str | None = None) -> Run:
     method = record.get("method")
     kind = method.get("kind", "built-in") if isinstance(method, dict) else "built-in"
     if kind not in ("built-in", "plugin"):
-        raise OffbenchError(f"{run_dir}: a {kind} run of '{record['baseline']}' (offbench.track / offbench.evaluate): only its own code "
-                            "can continue or re-evaluate it; `offbench submit --verify` replays own-code runs checkpointed with load=...")
+        raise OffbenchError(
+            f"{run_dir}: a {kind} run of '{record['baseline']}' (offbench.track / offbench.evaluate): only its own code "
+            "can continue or re-evaluate it; `offbench submit --verify` replays own-code runs checkpointed with load=..."
+        )
     baseline_cls = get_baseline(record["baseline"])
     config = config_from_dict(baseline_cls, record["config"])
     dataset_info = record["dataset"]
@@ -457,7 +498,9 @@ def open_run(run_dir: Path, device: str | None = None) -> Run:
     if data.store.content_sha256() != dataset_info["content_sha256"]:
         raise OffbenchError(f"{run_dir}: dataset {source} has changed since the run started (content checksum differs)")
     torch_device = resolve_device(device or record["env"]["device"])
-    return Run(run_dir, record, baseline_cls, config, data, DatasetSpec.from_store(data.store), torch_device, list(record.get("loggers", [])))
+    return Run(
+        run_dir, record, baseline_cls, config, data, DatasetSpec.from_store(data.store), torch_device, list(record.get("loggers", []))
+    )
 
 
 def resume_run(run_dir: Path, device: str | None = None, baseline: str | None = None) -> tuple[Run, dict[str, Any] | None]:

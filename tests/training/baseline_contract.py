@@ -35,14 +35,16 @@ def multi_task_store(num_tasks: int = 3, episodes_per_task: int = 6, length: int
         for _ in range(episodes_per_task):
             truncations = np.zeros(length, bool)
             truncations[-1] = True
-            episodes.append({
-                "observations": rng.normal(size=(length + 1, 4)).astype(np.float32),
-                "actions": np.full(length, task, np.int64),
-                "rewards": rng.uniform(size=length).astype(np.float32) + task,
-                "terminations": np.zeros(length, bool),
-                "truncations": truncations,
-                "task_id": np.full(length, task, np.int64),
-            })
+            episodes.append(
+                {
+                    "observations": rng.normal(size=(length + 1, 4)).astype(np.float32),
+                    "actions": np.full(length, task, np.int64),
+                    "rewards": rng.uniform(size=length).astype(np.float32) + task,
+                    "terminations": np.zeros(length, bool),
+                    "truncations": truncations,
+                    "task_id": np.full(length, task, np.int64),
+                }
+            )
     return EpisodeStore.from_episodes(
         episodes, observation_space=gym.spaces.Box(-np.inf, np.inf, (4,), np.float32), action_space=gym.spaces.Discrete(num_tasks)
     )

@@ -22,13 +22,18 @@ def test_the_registry_is_every_class_the_modules_define_with_a_name_and_a_config
     for module_info in pkgutil.iter_modules(offbench.baselines.__path__):
         module = importlib.import_module(f"offbench.baselines.{module_info.name}")
         for obj in vars(module).values():
-            if isinstance(obj, type) and obj.__module__ == module.__name__ and isinstance(vars(obj).get("name"), str) and "Config" in vars(obj):
+            if (
+                isinstance(obj, type)
+                and obj.__module__ == module.__name__
+                and isinstance(vars(obj).get("name"), str)
+                and "Config" in vars(obj)
+            ):
                 defined[obj.name] = module.__name__
     assert BASELINES == defined
 
 
 def test_reading_a_module_finds_class_level_names_beside_a_config_only():
-    source = '''
+    source = """
 class Annotated:
     name: str = 'first'  # a comment
     Config = FirstConfig
@@ -48,7 +53,7 @@ class MethodLevel:
 class Inherits(Annotated):
     name = "second"
     Config = SecondConfig
-'''
+"""
     assert declared_baselines(source) == ["first", "second"]
 
 

@@ -26,13 +26,15 @@ def discrete_store(seed=0) -> EpisodeStore:
         observations = rng.normal(size=(length + 1, 3)).astype(np.float32)
         truncations = np.zeros(length, bool)
         truncations[-1] = True
-        episodes.append({
-            "observations": observations,
-            "actions": observations[:-1].argmax(axis=1).astype(np.int64),
-            "rewards": rng.normal(size=length).astype(np.float32),
-            "terminations": np.zeros(length, bool),
-            "truncations": truncations,
-        })
+        episodes.append(
+            {
+                "observations": observations,
+                "actions": observations[:-1].argmax(axis=1).astype(np.int64),
+                "rewards": rng.normal(size=length).astype(np.float32),
+                "terminations": np.zeros(length, bool),
+                "truncations": truncations,
+            }
+        )
     return EpisodeStore.from_episodes(
         episodes, observation_space=gym.spaces.Box(-np.inf, np.inf, (3,), np.float32), action_space=gym.spaces.Discrete(3)
     )
@@ -105,8 +107,11 @@ def test_dt_policy_context_matches_training_segments(pendulum):
         batch = {key: torch.as_tensor(value[None]) for key, value in segment.items()}
         with torch.no_grad():
             predicted = dt.model(
-                batch["observations"].float(), batch["actions"].float(), batch["returns_to_go"].float() * dt.config.reward_scale,
-                batch["timesteps"].long(), batch["mask"],
+                batch["observations"].float(),
+                batch["actions"].float(),
+                batch["returns_to_go"].float() * dt.config.reward_scale,
+                batch["timesteps"].long(),
+                batch["mask"],
             )[0, -1]
         np.testing.assert_allclose(predicted.numpy(), taken[-1], rtol=1e-5, atol=1e-6)
 

@@ -26,8 +26,24 @@ from offbench.paths import builtin_dir
 from offbench.training.distributed import trained_parameters
 
 TINY = ["--config", CONFIGS / "bc-tiny.toml", "--set", "steps=100"]
-IQL_TINY = ["--config", builtin_dir("baselines") / "iql" / "pendulum-scripted.toml", "--set", "steps=20", "--set", "batch_size=32",
-            "--set", "hidden_dim=32", "--set", "log_every=5", "--set", "eval_every=20", "--set", "eval_episodes=1", "--set", "checkpoint_every=20"]
+IQL_TINY = [
+    "--config",
+    builtin_dir("baselines") / "iql" / "pendulum-scripted.toml",
+    "--set",
+    "steps=20",
+    "--set",
+    "batch_size=32",
+    "--set",
+    "hidden_dim=32",
+    "--set",
+    "log_every=5",
+    "--set",
+    "eval_every=20",
+    "--set",
+    "eval_episodes=1",
+    "--set",
+    "checkpoint_every=20",
+]
 
 
 def assert_same_curves(a: Path, b: Path, rel: float, losses: tuple[str, ...] = ("actor_loss",)) -> None:
@@ -71,7 +87,12 @@ def test_two_processes_train_a_baseline_keeping_its_optimisers_in_a_dict(pendulu
 def parameters_of(baseline) -> list[torch.nn.Parameter]:
     """Every parameter the baseline holds: in its modules (directly or in a dict of them) and bare."""
     held = [item for value in vars(baseline).values() for item in (value.values() if isinstance(value, dict) else [value])]
-    return [p for item in held for p in (item.parameters() if isinstance(item, torch.nn.Module) else [item]) if isinstance(p, torch.nn.Parameter)]
+    return [
+        p
+        for item in held
+        for p in (item.parameters() if isinstance(item, torch.nn.Module) else [item])
+        if isinstance(p, torch.nn.Parameter)
+    ]
 
 
 @pytest.mark.parametrize("name", sorted(n for n in BASELINES if getattr(get_baseline(n), "trains", True)))
@@ -88,22 +109,45 @@ def test_every_parameter_an_update_gives_a_gradient_is_averaged_across_processes
 
 
 def test_batch_not_divisible_by_the_processes_is_a_one_line_error(pendulum, cli, tmp_path):
-    code, _, err = cli("run", "baseline", "bc", "--dataset", "pendulum-scripted", *TINY, "--set", "batch_size=33", "--out", tmp_path,
-                       "--nproc", "2")
+    code, _, err = cli(
+        "run", "baseline", "bc", "--dataset", "pendulum-scripted", *TINY, "--set", "batch_size=33", "--out", tmp_path, "--nproc", "2"
+    )
     assert code == 2 and err.count("\n") == 1
     assert "--nproc 2: batch_size 33 must be divisible by the 2 processes" in err and not list(tmp_path.iterdir())
 
 
 @pytest.mark.slow  # three 2-process launches: ~40 s on a quiet 2-core machine
 def test_killed_two_process_run_resumes_to_the_same_numbers(pendulum, cli, tmp_path):
-    args = ["run", "baseline", "bc", "--dataset", "pendulum-scripted", "--config", CONFIGS / "bc-tiny.toml", "--out", tmp_path, "--nproc", "2",
-            "--set", "steps=1200", "--set", "log_every=50", "--set", "checkpoint_every=400", "--set", "eval_every=600"]
-    killed = subprocess.Popen(offbench_command(*args, "--name", "killed"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              start_new_session=True)
+    args = [
+        "run",
+        "baseline",
+        "bc",
+        "--dataset",
+        "pendulum-scripted",
+        "--config",
+        CONFIGS / "bc-tiny.toml",
+        "--out",
+        tmp_path,
+        "--nproc",
+        "2",
+        "--set",
+        "steps=1200",
+        "--set",
+        "log_every=50",
+        "--set",
+        "checkpoint_every=400",
+        "--set",
+        "eval_every=600",
+    ]
+    killed = subprocess.Popen(
+        offbench_command(*args, "--name", "killed"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     metrics = tmp_path / "killed" / "metrics.jsonl"
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
-        if metrics.exists() and any(json.loads(line)["step"] >= 700 for line in metrics.read_text().splitlines()[-3:] if line.endswith("}")):
+        if metrics.exists() and any(
+            json.loads(line)["step"] >= 700 for line in metrics.read_text().splitlines()[-3:] if line.endswith("}")
+        ):
             break
         time.sleep(0.01)
     os.killpg(killed.pid, signal.SIGKILL)  # the launcher and torchrun; the ranks (own sessions) die with torchrun

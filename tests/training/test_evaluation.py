@@ -70,8 +70,15 @@ def test_success_counts_if_reported_at_any_step_and_finished_envs_stop():
     assert results.successes == [True, False, True, True]  # success at step 2 only, false at the end
     record = evaluation_record(7, results, None, None)
     assert record.success_rate == 0.75 and record.normalized_score is None and record.step == 7
-    assert to_dict(record) == {"step": 7, "returns": [3.0, 4.0, 5.0, 4.0], "lengths": [3, 4, 5, 4], "mean_return": 4.0,
-                               "normalized_score": None, "success_rate": 0.75, "target_return": None}  # nulls written, as before
+    assert to_dict(record) == {
+        "step": 7,
+        "returns": [3.0, 4.0, 5.0, 4.0],
+        "lengths": [3, 4, 5, 4],
+        "mean_return": 4.0,
+        "normalized_score": None,
+        "success_rate": 0.75,
+        "target_return": None,
+    }  # nulls written, as before
 
 
 def test_normalised_score_uses_the_card():

@@ -22,8 +22,12 @@ TD3_BC_TINY = ["--steps", "20", "--eval-every", "10", "--episodes", "2", "--log-
 
 def run_examples(script: str, *arg_lists: list) -> list[str]:
     """Run the example once per argument list, all at once (as a user would, in a subprocess); their outputs."""
-    processes = [subprocess.Popen([sys.executable, str(EXAMPLES / script), *map(str, args)], stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True) for args in arg_lists]
+    processes = [
+        subprocess.Popen(
+            [sys.executable, str(EXAMPLES / script), *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for args in arg_lists
+    ]
     outputs = [process.communicate(timeout=300) for process in processes]
     for process, (_, stderr) in zip(processes, outputs):
         assert process.returncode == 0, stderr
@@ -53,8 +57,13 @@ def submit(spec, runs, **options):
 def test_td3_bc_trains_reproducibly_and_its_runs_are_verified(pendulum, tmp_path, monkeypatch):
     board = temporary_board(tmp_path, monkeypatch, "pendulum-scripted", evaluation={"episodes": 2, "every_steps": 10, "steps": 20})
     runs = tmp_path / "runs"
-    run_examples("td3_bc.py", *(["--dataset", "pendulum-scripted", "--seed", seed, *TD3_BC_TINY, "--out", runs, "--name", name]
-                                 for seed, name in ((0, "s0"), (1, "s1"), (0, "s0-again"))))
+    run_examples(
+        "td3_bc.py",
+        *(
+            ["--dataset", "pendulum-scripted", "--seed", seed, *TD3_BC_TINY, "--out", runs, "--name", name]
+            for seed, name in ((0, "s0"), (1, "s1"), (0, "s0-again"))
+        ),
+    )
 
     record = read_run(runs / "s0")  # every rule of the trainer's run directories holds
     assert [line["step"] for line in record.evaluations] == [10, 20]
@@ -71,11 +80,14 @@ def test_td3_bc_trains_reproducibly_and_its_runs_are_verified(pendulum, tmp_path
 
 
 def test_the_darkroom_heuristic_improves_in_context_and_is_a_black_box_entry(darkroom, tmp_path, monkeypatch):
-    board = temporary_board(tmp_path, monkeypatch, "darkroom", datasets=["darkroom-small"], dataset_checksums={},
-                            evaluation={"in_context_episodes": 10})
+    board = temporary_board(
+        tmp_path, monkeypatch, "darkroom", datasets=["darkroom-small"], dataset_checksums={}, evaluation={"in_context_episodes": 10}
+    )
     runs = [tmp_path / "runs" / f"heuristic-s{seed}" for seed in (0, 1)]
-    printed = run_examples("darkroom_heuristic.py", *(["--dataset", "darkroom-small", "--seed", seed, "--episodes", 10, "--out", run]
-                                                       for seed, run in enumerate(runs)))
+    printed = run_examples(
+        "darkroom_heuristic.py",
+        *(["--dataset", "darkroom-small", "--seed", seed, "--episodes", 10, "--out", run] for seed, run in enumerate(runs)),
+    )
     assert all("in-context return per episode" in text for text in printed)
 
     curves = [read_run(run).evaluations[-1]["in_context_returns"] for run in runs]
@@ -91,7 +103,11 @@ def test_the_darkroom_heuristic_improves_in_context_and_is_a_black_box_entry(dar
 def test_importing_an_example_runs_nothing(script, tmp_path, monkeypatch):
     """A leaderboard's replay imports the script from its file: only `__main__` trains or evaluates."""
     monkeypatch.chdir(tmp_path)
-    done = subprocess.run([sys.executable, "-c", f"import runpy; runpy.run_path({str(EXAMPLES / script)!r}, run_name='replayed')"],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", f"import runpy; runpy.run_path({str(EXAMPLES / script)!r}, run_name='replayed')"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout == "" and list(tmp_path.iterdir()) == []

@@ -92,7 +92,9 @@ def test_permuting_the_available_actions_permutes_the_policy_the_same_way(traine
     for step in range(PULLS + 5):  # past context_steps: the window slides
         actions = first.act(np.zeros((5, 1), np.float32))
         assert np.array_equal(second.act(np.zeros((5, 1), np.float32)), inverse[actions])
-        torch.testing.assert_close(second.last_probabilities, first.last_probabilities[:, torch.as_tensor(permutation)], atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(
+            second.last_probabilities, first.last_probabilities[:, torch.as_tensor(permutation)], atol=1e-5, rtol=1e-4
+        )
         for policy in (first, second):
             policy.observe(rewards[step], np.ones(5, bool))
 

@@ -176,8 +176,9 @@ def test_sampled_evaluation_draws_from_the_run_seed(darkroom, name, tmp_path):
     assert not np.array_equal(sampled[0], sampled[3])
 
 
-@pytest.mark.parametrize("name,overrides", [("ad", {"token_layout": "sar"}), ("ad", {"token_layout": "step"}), ("dpt", {}),
-                                            ("dpt", {"state_table": True})])
+@pytest.mark.parametrize(
+    "name,overrides", [("ad", {"token_layout": "sar"}), ("ad", {"token_layout": "step"}), ("dpt", {}), ("dpt", {"state_table": True})]
+)
 def test_updates_fit_a_batch(darkroom, name, overrides):
     """Repeated updates on one batch drive its loss down: gradients reach the model through every token kind."""
     baseline = build(name, darkroom, learning_rate=3e-3, **overrides)
@@ -194,7 +195,9 @@ def test_dpt_trains_every_prefix(darkroom, state_table):
     sampler = make_sampler(dpt.sampler, darkroom, 4, 0, **dpt.sampler_options())
     batch = sampler.sample()
     dpt.model.eval()
-    args = [batch[k] for k in ("query_observations", "context_observations", "context_actions", "context_rewards", "context_next_observations")]
+    args = [
+        batch[k] for k in ("query_observations", "context_observations", "context_actions", "context_rewards", "context_next_observations")
+    ]
     full = dpt.model(*args)
     assert full.shape == (4, dpt.config.context_size + 1, dpt.spec.action_dim)
     changed = [a.clone() for a in args]
@@ -216,8 +219,9 @@ def test_dpt_state_table_adds_one_vector_per_state_to_each_token(darkroom):
 
     dpt = build("dpt", darkroom, state_table=True)
     batch = make_sampler(dpt.sampler, darkroom, 3, 0, **dpt.sampler_options()).sample()
-    query, observations, actions, rewards, next_observations = (batch[k] for k in (
-        "query_observations", "context_observations", "context_actions", "context_rewards", "context_next_observations"))
+    query, observations, actions, rewards, next_observations = (
+        batch[k] for k in ("query_observations", "context_observations", "context_actions", "context_rewards", "context_next_observations")
+    )
     model, tokens = dpt.model, []
     model.transformer.register_forward_pre_hook(lambda module, inputs: tokens.append(inputs[0].detach().clone()))
     table, next_table = model.state_table.table.weight.detach().clone(), model.next_state_table.table.weight.detach().clone()

@@ -43,8 +43,10 @@ def test_evaluate_in_the_runs_own_action_mode_repeats_its_last_evaluation(darkro
     code, out, err = cli("evaluate", tmp_path / "run", "--actions", "greedy")
     assert code == 0, err
     caption = " ".join(out.split())
-    assert (f"in context (held-out tasks): episode 1 {last['in_context_returns'][0]:.2f}, "
-            f"last {last['in_context_returns'][-1]:.2f}, optimal {last['optimal_return']:.2f}") in caption
+    assert (
+        f"in context (held-out tasks): episode 1 {last['in_context_returns'][0]:.2f}, "
+        f"last {last['in_context_returns'][-1]:.2f}, optimal {last['optimal_return']:.2f}"
+    ) in caption
     code, _, err = cli("evaluate", tmp_path / "run", "--actions", "best")
     assert code == 2 and "--actions must be one of greedy, sampled" in err and len(err.strip().splitlines()) == 1
 
@@ -63,8 +65,9 @@ def test_a_dataset_that_is_not_a_learning_history_is_refused_before_anything_is_
     from offbench.data.store import EpisodeStore
 
     path = tmp_path / "offline.h5"
-    EpisodeStore.from_episodes([darkroom.episode(i) for i in range(4)], observation_space=darkroom.observation_space,
-                               action_space=darkroom.action_space).save(path)
+    EpisodeStore.from_episodes(
+        [darkroom.episode(i) for i in range(4)], observation_space=darkroom.observation_space, action_space=darkroom.action_space
+    ).save(path)
     code, _, err = cli("run", "baseline", name, "--dataset", path, "--out", tmp_path / "runs")
     assert code == 2 and f"baseline '{name}'" in err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err

@@ -29,9 +29,26 @@ def test_llm_meets_the_baseline_contract(bandit, server, tmp_path):
 
 def test_a_run_is_its_evaluation_and_replays_from_the_cache(bandit, server, run_cli, tmp_path):
     cache = tmp_path / "responses.jsonl"
-    run_cli("run", "baseline", "llm", "--dataset", "bandit-small", "--out", tmp_path, "--name", "ucb-model",
-                   "--set", f'endpoint="{server.url}"', "--set", 'model="scripted-ucb"', "--set", f'cache="{cache}"',
-                   "--set", "eval_episodes=12", check=True)
+    run_cli(
+        "run",
+        "baseline",
+        "llm",
+        "--dataset",
+        "bandit-small",
+        "--out",
+        tmp_path,
+        "--name",
+        "ucb-model",
+        "--set",
+        f'endpoint="{server.url}"',
+        "--set",
+        'model="scripted-ucb"',
+        "--set",
+        f'cache="{cache}"',
+        "--set",
+        "eval_episodes=12",
+        check=True,
+    )
     run_dir = tmp_path / "ucb-model"
     record = json.loads((run_dir / "run.json").read_text())
     assert record["baseline"] == "llm" and record["config"]["model"] == "scripted-ucb" and record["config"]["steps"] == 1
@@ -55,4 +72,3 @@ def test_a_card_that_is_not_a_bandit_is_refused_in_one_line(darkroom, run_cli, t
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0
     assert "llm plays bandits (one pull per episode)" in proc.stderr
     assert not any(tmp_path.iterdir())
-

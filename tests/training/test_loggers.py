@@ -48,9 +48,24 @@ def wandb_records(path):
 @pytest.mark.skipif(not INSTALLED, reason="no optional logger back-end installed")
 def test_installed_backends_hold_what_the_run_logged(pendulum, tmp_path):
     proc = subprocess.run(
-        offbench_command("run", "baseline", "bc", "--dataset", "pendulum-scripted", "--config", TRAINING_CONFIGS / "bc-tiny.toml",
-                         "--out", tmp_path, "--name", "logged", "--logger", ",".join(INSTALLED)),
-        capture_output=True, text=True, timeout=300,
+        offbench_command(
+            "run",
+            "baseline",
+            "bc",
+            "--dataset",
+            "pendulum-scripted",
+            "--config",
+            TRAINING_CONFIGS / "bc-tiny.toml",
+            "--out",
+            tmp_path,
+            "--name",
+            "logged",
+            "--logger",
+            ",".join(INSTALLED),
+        ),
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
     run_dir = tmp_path / "logged"

@@ -36,8 +36,19 @@ def test_a_config_over_the_limit_is_refused_in_one_line_with_no_run_directory(da
 
     monkeypatch.delenv("OFFBENCH_SKIP_MEMORY_CHECK", raising=False)
     limit(monkeypatch, 1024**2)  # 1 MB: below any update
-    code, _, err = cli("run", "baseline", "ad", "--dataset", "darkroom-small", "--config", CONFIGS / "ad-tiny.toml",
-                       "--steps", "1", "--out", tmp_path / "runs")
+    code, _, err = cli(
+        "run",
+        "baseline",
+        "ad",
+        "--dataset",
+        "darkroom-small",
+        "--config",
+        CONFIGS / "ad-tiny.toml",
+        "--steps",
+        "1",
+        "--out",
+        tmp_path / "runs",
+    )
     assert code == 2, err
     assert len(err.strip().splitlines()) == 1, err
     assert "needs about" in err and "available on cpu" in err and "batch" in err
@@ -47,8 +58,23 @@ def test_a_config_over_the_limit_is_refused_in_one_line_with_no_run_directory(da
 def test_the_same_config_under_a_large_limit_runs(darkroom, cli, tmp_path, monkeypatch):
     monkeypatch.delenv("OFFBENCH_SKIP_MEMORY_CHECK", raising=False)
     limit(monkeypatch, 64 * GB)
-    code, _, err = cli("run", "baseline", "ad", "--dataset", "darkroom-small", "--config", CONFIGS / "ad-tiny.toml",
-                       "--steps", "1", "--set", "eval_episodes=0", "--out", tmp_path / "runs", "--name", "run")
+    code, _, err = cli(
+        "run",
+        "baseline",
+        "ad",
+        "--dataset",
+        "darkroom-small",
+        "--config",
+        CONFIGS / "ad-tiny.toml",
+        "--steps",
+        "1",
+        "--set",
+        "eval_episodes=0",
+        "--out",
+        tmp_path / "runs",
+        "--name",
+        "run",
+    )
     assert code == 0, err
     assert (tmp_path / "runs" / "run" / "run.json").is_file()
 
@@ -58,8 +84,9 @@ def test_the_published_ad_config_on_bandit_small_is_refused_naming_what_fits(ban
     by the kernel at 24 GB), naming a batch size that fits and the CPU-sized family file."""
     limit(monkeypatch, 20 * GB)
     published = builtin_dir("baselines") / "ad" / "default.toml"
-    code, _, err = cli("run", "baseline", "ad", "--dataset", "bandit-small", "--config", published, "--steps", "1",
-                       "--out", tmp_path / "runs")
+    code, _, err = cli(
+        "run", "baseline", "ad", "--dataset", "bandit-small", "--config", published, "--steps", "1", "--out", tmp_path / "runs"
+    )
     assert code == 2, err
     assert len(err.strip().splitlines()) == 1, err
     assert "batch 512" in err and "20.0 GB is available" in err
@@ -104,7 +131,9 @@ def ad_estimate(darkroom, *overrides: str, config_file: Path | None = None):
 
     cls = get_baseline("ad")
     published = builtin_dir("baselines") / "ad" / "default.toml"
-    return estimate_update_bytes(cls, resolve_config(cls, "darkroom-small", config_file or published, list(overrides)), DatasetSpec.from_store(darkroom))
+    return estimate_update_bytes(
+        cls, resolve_config(cls, "darkroom-small", config_file or published, list(overrides)), DatasetSpec.from_store(darkroom)
+    )
 
 
 def test_activations_scale_with_the_micro_batch_and_the_sampled_batch_with_the_batch(darkroom):
@@ -133,8 +162,14 @@ def test_a_baseline_states_its_own_memory_shape(darkroom):
 
     config, spec = resolve_config(ad, "darkroom-small"), DatasetSpec.from_store(darkroom)
     shape = ad.memory_shape(config.baseline)
-    assert shape == TransformerShape(shape.tokens, config.baseline.hidden_dim, config.baseline.num_layers, config.baseline.num_heads, "sdpa",
-                                     config.baseline.attention_dropout)
+    assert shape == TransformerShape(
+        shape.tokens,
+        config.baseline.hidden_dim,
+        config.baseline.num_layers,
+        config.baseline.num_heads,
+        "sdpa",
+        config.baseline.attention_dropout,
+    )
     same, flat = (estimate_update_bytes(cls, config, spec) for cls in (Renamed, Flat))
     assert same.total == estimate_update_bytes(ad, config, spec).total and f"s={shape.tokens}" in same.formula
     assert "Linear features" in flat.formula
@@ -154,8 +189,9 @@ def test_headless_ad_counts_its_action_prompt_and_keeps_its_attention_written_ou
     config, spec = resolve_config(cls, "darkroom-small"), DatasetSpec.from_store(darkroom)
     model = config.baseline
     assert model.attention_dropout == 0
-    assert cls.memory_shape(model) == TransformerShape(model.context_steps + model.embedding_dim, model.hidden_dim, model.num_layers,
-                                                       model.num_heads, "explicit", 0.0)
+    assert cls.memory_shape(model) == TransformerShape(
+        model.context_steps + model.embedding_dim, model.hidden_dim, model.num_layers, model.num_heads, "explicit", 0.0
+    )
     estimate = estimate_update_bytes(cls, config, spec)
     assert f"s={model.context_steps + model.embedding_dim}" in estimate.formula and "16 H s^2" in estimate.formula
     wider = estimate_update_bytes(cls, resolve_config(cls, "darkroom-small", None, [f"embedding_dim={2 * model.embedding_dim}"]), spec)
@@ -171,8 +207,23 @@ def test_auto_picks_the_largest_micro_batch_that_fits_and_run_json_records_it(da
     whole = ad_estimate(darkroom, "batch_size=64", config_file=CONFIGS / "ad-tiny.toml")
     limit = whole.fixed + 64 * whole.per_sample + 10.5 * whole.per_row  # micro-batches of 10 fit, 11 do not
     monkeypatch.setenv("OFFBENCH_MEMORY_LIMIT", str(int(limit)))
-    args = ["run", "baseline", "ad", "--dataset", "darkroom-small", "--config", CONFIGS / "ad-tiny.toml", "--set", "batch_size=64",
-            "--steps", "1", "--set", "eval_episodes=0", "--out", tmp_path / "runs"]
+    args = [
+        "run",
+        "baseline",
+        "ad",
+        "--dataset",
+        "darkroom-small",
+        "--config",
+        CONFIGS / "ad-tiny.toml",
+        "--set",
+        "batch_size=64",
+        "--steps",
+        "1",
+        "--set",
+        "eval_episodes=0",
+        "--out",
+        tmp_path / "runs",
+    ]
     code, _, err = cli(*args[:-2], "--set", "micro_batch=auto", *args[-2:], "--name", "auto")
     assert code == 0, err
     assert json.loads((tmp_path / "runs" / "auto" / "run.json").read_text())["config"]["micro_batch"] == 10

@@ -64,8 +64,12 @@ def one_update(cls, config, spec, batch, micro_batch):
     baseline.micro_batch = micro_batch
     torch.manual_seed(1)
     logged = baseline.update(batch)
-    grads = [p.grad for value in vars(baseline).values() for p in (value.parameters() if isinstance(value, torch.nn.Module) else [value])
-             if isinstance(p, torch.nn.Parameter)]
+    grads = [
+        p.grad
+        for value in vars(baseline).values()
+        for p in (value.parameters() if isinstance(value, torch.nn.Module) else [value])
+        if isinstance(p, torch.nn.Parameter)
+    ]
     return baseline.state_dict(), grads, logged
 
 
@@ -101,7 +105,10 @@ def test_micro_batches_are_weighted_by_their_share_of_what_the_loss_averages():
     parts' gradients add up to the whole batch's only when each is weighted by its share of the real steps."""
     generator = torch.Generator().manual_seed(0)
     weight = torch.nn.Parameter(torch.randn(3, generator=generator))
-    batch = {"x": torch.randn(10, 5, 3, generator=generator), "mask": torch.arange(5) < torch.tensor([1, 5, 2, 5, 3, 4, 1, 5, 2, 3])[:, None]}
+    batch = {
+        "x": torch.randn(10, 5, 3, generator=generator),
+        "mask": torch.arange(5) < torch.tensor([1, 5, 2, 5, 3, 4, 1, 5, 2, 3])[:, None],
+    }
 
     def loss_fn(part):
         return {"loss": ((part["x"] @ weight) ** 2)[part["mask"]].mean()}
@@ -131,7 +138,9 @@ def test_gradient_surgery_couples_the_batch_and_refuses_micro_batch(name):
     """PCGrad projects each task's gradient of the whole batch off the others': no sum over micro-batches equals it."""
     cls = get_baseline(name)
     config = resolve_config(cls, None, None, ["gradient=pcgrad", "batch_size=16", "micro_batch=4"])
-    with pytest.raises(OffbenchError, match=r"^config: micro_batch = 4: .* cannot take its gradient in micro-batches: gradient=pcgrad projects"):
+    with pytest.raises(
+        OffbenchError, match=r"^config: micro_batch = 4: .* cannot take its gradient in micro-batches: gradient=pcgrad projects"
+    ):
         check_micro_batch(cls, config)
     check_micro_batch(cls, resolve_config(cls, None, None, ["gradient=pcgrad", "batch_size=16", "micro_batch=16"]))  # nothing split
 
@@ -139,8 +148,25 @@ def test_gradient_surgery_couples_the_batch_and_refuses_micro_batch(name):
 def test_a_run_trains_in_micro_batches_and_records_them(pendulum, cli, tmp_path):
     from helpers import TRAINING_CONFIGS, read_jsonl
 
-    code, _, err = cli("run", "baseline", "bc", "--dataset", "pendulum-scripted", "--config", TRAINING_CONFIGS / "bc-tiny.toml",
-                       "--steps", "10", "--set", "micro_batch=5", "--set", "eval_episodes=0", "--out", tmp_path, "--name", "run")
+    code, _, err = cli(
+        "run",
+        "baseline",
+        "bc",
+        "--dataset",
+        "pendulum-scripted",
+        "--config",
+        TRAINING_CONFIGS / "bc-tiny.toml",
+        "--steps",
+        "10",
+        "--set",
+        "micro_batch=5",
+        "--set",
+        "eval_episodes=0",
+        "--out",
+        tmp_path,
+        "--name",
+        "run",
+    )
     assert code == 0, err
     assert read_jsonl(tmp_path / "run" / "metrics.jsonl")[-1]["step"] == 10
     import json

@@ -72,7 +72,9 @@ def test_moore_mixes_orthogonalised_experts_with_bias_free_task_weights_and_one_
 
     plain = MooreNetwork(6, 2, [8, 8], num_experts=3, num_tasks=4, orthogonal=False)  # the ablation: no Gram-Schmidt
     raw = plain.experts(x).transpose(0, 1)
-    assert torch.allclose(plain.features(x, tasks), torch.tanh(torch.einsum("bk,bkd->bd", plain.task_encoder(torch.eye(4)[tasks]), raw)), atol=1e-6)
+    assert torch.allclose(
+        plain.features(x, tasks), torch.tanh(torch.einsum("bk,bkd->bd", plain.task_encoder(torch.eye(4)[tasks]), raw)), atol=1e-6
+    )
 
 
 # ---------------------------------------------------------------------------------------------- PCGrad
@@ -331,7 +333,17 @@ def test_multitask_runs_repeat_and_resume_to_the_same_numbers(multitask_home, mo
     """Same seed, same numbers; Ctrl-C after the step-20 checkpoint and --resume end like the whole run (HarmoDT:
     masks, iteration count and each task's latest batch restored; MOORE-BC with PCGrad: its random task order)."""
     monkeypatch.setenv("OFFBENCH_HOME", str(multitask_home))
-    args = ["run", "baseline", name, "--dataset", "metaworld/tiny-near-optimal", "--config", CONFIGS / f"{name}-tiny.toml", "--out", tmp_path]
+    args = [
+        "run",
+        "baseline",
+        name,
+        "--dataset",
+        "metaworld/tiny-near-optimal",
+        "--config",
+        CONFIGS / f"{name}-tiny.toml",
+        "--out",
+        tmp_path,
+    ]
     if name == "moore-bc":
         args += ["--set", 'gradient="pcgrad"']
     for run in ("whole", "again"):

@@ -10,8 +10,10 @@ import pytest
 import torch
 
 TINY = ["--steps", "10", "--set", "eval_every=10", "--set", "eval_episodes=1", "--set", "log_every=10", "--set", "checkpoint_every=10"]
-SPEC = ('name = "t"\nbaselines = ["bc"]\ndatasets = ["pendulum-scripted"]\nseeds = [0]\n'
-        "[set]\nsteps = 10\neval_every = 10\neval_episodes = 1\nlog_every = 10\ncheckpoint_every = 10\n")
+SPEC = (
+    'name = "t"\nbaselines = ["bc"]\ndatasets = ["pendulum-scripted"]\nseeds = [0]\n'
+    "[set]\nsteps = 10\neval_every = 10\neval_episodes = 1\nlog_every = 10\ncheckpoint_every = 10\n"
+)
 
 
 def one_line_error(code: int, err: str, *needles: str) -> None:
@@ -39,10 +41,13 @@ def test_a_latin1_sweep_spec(cli, tmp_path, command):
     one_line_error(*cli(*command, spec, "--runs", tmp_path / "runs")[::2], "spec.toml: sweep spec is not UTF-8 text")
 
 
-@pytest.mark.parametrize("state, problem", [
-    ([1, 2], "must hold an object with a 'failed' object"),
-    ({"failed": {"bc-pendulum-scripted-s0": {"error": "boom"}}}, "needs a non-negative integer 'attempts'"),
-])
+@pytest.mark.parametrize(
+    "state, problem",
+    [
+        ([1, 2], "must hold an object with a 'failed' object"),
+        ({"failed": {"bc-pendulum-scripted-s0": {"error": "boom"}}}, "needs a non-negative integer 'attempts'"),
+    ],
+)
 def test_a_broken_sweep_state_file(cli, tmp_path, pendulum, state, problem):
     spec, runs = tmp_path / "spec.toml", tmp_path / "runs"
     spec.write_text(SPEC)
@@ -69,12 +74,15 @@ def test_runs_under_proc(cli, tmp_path):
     one_line_error(*cli("sweep", spec, "--runs", "/proc/offbench-runs")[::2], "cannot make folder /proc/offbench-runs")
 
 
-@pytest.mark.parametrize("checkpoint, problem", [
-    ([1, 2], "not a checkpoint (holds a list"),
-    ({"baseline": {}}, "field 'step' must be a non-negative integer, got None"),
-    ({"step": "5"}, "field 'step' must be a non-negative integer, got '5'"),
-    ({"step": 5, "baseline": {}}, "field 'sampler' is missing"),
-])
+@pytest.mark.parametrize(
+    "checkpoint, problem",
+    [
+        ([1, 2], "not a checkpoint (holds a list"),
+        ({"baseline": {}}, "field 'step' must be a non-negative integer, got None"),
+        ({"step": "5"}, "field 'step' must be a non-negative integer, got '5'"),
+        ({"step": 5, "baseline": {}}, "field 'sampler' is missing"),
+    ],
+)
 def test_a_broken_checkpoint_is_refused_before_the_resume_is_recorded(cli, finished, checkpoint, problem):
     run = unfinished_copy(finished, "cut")
     torch.save(checkpoint, run / "checkpoints" / "last.pt")
@@ -90,12 +98,18 @@ def test_resuming_another_baselines_run_records_nothing(cli, finished):
     assert (run / "run.json").read_text() == before
 
 
-@pytest.mark.parametrize("edit, problem", [
-    (lambda r: (r.update(seed=2**70), r["config"].update(seed=2**70)), "run.json: 'seed' must be at least 0 and less than 4294967296"),
-    (lambda r: r["evaluation"].update(episodes="ten"), "run.json: 'evaluation.episodes' must be an integer, got 'ten'"),
-    (lambda r: r["evaluation"].pop("every_steps"), "run.json: missing required key 'evaluation.every_steps'"),
-    (lambda r: r["evaluation"].update(target_returns=["x"]), "run.json: 'evaluation.target_returns[0]' must be a finite number, got 'x'"),
-])
+@pytest.mark.parametrize(
+    "edit, problem",
+    [
+        (lambda r: (r.update(seed=2**70), r["config"].update(seed=2**70)), "run.json: 'seed' must be at least 0 and less than 4294967296"),
+        (lambda r: r["evaluation"].update(episodes="ten"), "run.json: 'evaluation.episodes' must be an integer, got 'ten'"),
+        (lambda r: r["evaluation"].pop("every_steps"), "run.json: missing required key 'evaluation.every_steps'"),
+        (
+            lambda r: r["evaluation"].update(target_returns=["x"]),
+            "run.json: 'evaluation.target_returns[0]' must be a finite number, got 'x'",
+        ),
+    ],
+)
 def test_evaluate_on_a_broken_run_json(cli, finished, edit, problem):
     record = json.loads((finished / "run.json").read_text())
     edit(record)

@@ -45,7 +45,10 @@ def test_card_reference_scores_are_what_the_script_measures():
     card = get_card("pendulum-scripted")
     out = subprocess.run(
         [sys.executable, str(REPO / "scripts" / "pendulum_reference_scores.py"), "--episodes", "100"],
-        capture_output=True, text=True, check=True, timeout=120,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
     ).stdout
     measured = tomllib.loads(out)["scores"]
     assert measured["ref_min"] == card.ref_min_score and measured["ref_max"] == card.ref_max_score

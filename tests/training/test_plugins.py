@@ -23,14 +23,39 @@ from offbench.data.store import EpisodeStore
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE_SOURCE = REPO / "examples" / "plugin" / "src" / "offbench_example_plugin"
-EXAMPLE_ORIGIN = {"kind": "plugin", "name": "linear-bc", "distribution": "offbench-example-plugin", "version": "0.1.0",
-                  "entry_point": "offbench_example_plugin.linear_bc:LinearBC"}
-TINY_RUN = ["--set", "steps=60", "--set", "batch_size=32", "--set", "hidden_dim=8", "--set", "log_every=10", "--set", "eval_every=30",
-            "--set", "eval_episodes=2", "--set", "checkpoint_every=20"]
+EXAMPLE_ORIGIN = {
+    "kind": "plugin",
+    "name": "linear-bc",
+    "distribution": "offbench-example-plugin",
+    "version": "0.1.0",
+    "entry_point": "offbench_example_plugin.linear_bc:LinearBC",
+}
+TINY_RUN = [
+    "--set",
+    "steps=60",
+    "--set",
+    "batch_size=32",
+    "--set",
+    "hidden_dim=8",
+    "--set",
+    "log_every=10",
+    "--set",
+    "eval_every=30",
+    "--set",
+    "eval_episodes=2",
+    "--set",
+    "checkpoint_every=20",
+]
 
 
-def plugin_site(site: Path, entry_points: dict[str, str], distribution: str = "offbench-example-plugin", version: str = "0.1.0",
-                example: bool = True, example_configs: bool = True) -> Path:
+def plugin_site(
+    site: Path,
+    entry_points: dict[str, str],
+    distribution: str = "offbench-example-plugin",
+    version: str = "0.1.0",
+    example: bool = True,
+    example_configs: bool = True,
+) -> Path:
     """What `pip install` of a plugin package leaves in site directory `site`, without pip or a network: a
     `<distribution>-<version>.dist-info` whose entry_points.txt declares `entry_points` (baseline name ->
     "module:Class") in the offbench.baselines group, and (`example`) a copy of the example package, with its
@@ -38,7 +63,9 @@ def plugin_site(site: Path, entry_points: dict[str, str], distribution: str = "o
     info = site / f"{distribution.replace('-', '_')}-{version}.dist-info"
     info.mkdir(parents=True)
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {distribution}\nVersion: {version}\n")
-    (info / "entry_points.txt").write_text("[offbench.baselines]\n" + "".join(f"{name} = {target}\n" for name, target in entry_points.items()))
+    (info / "entry_points.txt").write_text(
+        "[offbench.baselines]\n" + "".join(f"{name} = {target}\n" for name, target in entry_points.items())
+    )
     if example:
         skipped = ("__pycache__",) if example_configs else ("__pycache__", "configs")
         shutil.copytree(EXAMPLE_SOURCE, site / EXAMPLE_SOURCE.name, ignore=shutil.ignore_patterns(*skipped))
@@ -107,8 +134,21 @@ def test_plugin_trains_records_its_origin_resumes_and_reevaluates(example, pendu
 def test_plugin_without_standard_configs_runs_on_its_config_defaults(tmp_path, install, pendulum, cli):
     site = plugin_site(tmp_path / "site", {"linear-bc": EXAMPLE_ORIGIN["entry_point"]}, example_configs=False)
     install(site)
-    code, _, err = cli("run", "baseline", "linear-bc", "--dataset", "pendulum-scripted", "--steps", "4", "--set", "eval_episodes=0",
-                       "--out", tmp_path, "--name", "defaults")
+    code, _, err = cli(
+        "run",
+        "baseline",
+        "linear-bc",
+        "--dataset",
+        "pendulum-scripted",
+        "--steps",
+        "4",
+        "--set",
+        "eval_episodes=0",
+        "--out",
+        tmp_path,
+        "--name",
+        "defaults",
+    )
     assert code == 0, err
     run = json.loads((tmp_path / "defaults" / "run.json").read_text())
     folder = site / "offbench_example_plugin" / "configs" / "linear-bc"
@@ -118,8 +158,10 @@ def test_plugin_without_standard_configs_runs_on_its_config_defaults(tmp_path, i
 
 def test_sweep_runs_the_plugin_over_two_seeds_and_a_board_verifies_them(example, pendulum, cli, tmp_path, monkeypatch):
     spec = tmp_path / "spec.toml"
-    spec.write_text('name = "plugin"\nbaselines = ["linear-bc"]\ndatasets = ["pendulum-scripted"]\nseeds = [0, 1]\n'
-                    "[set]\nsteps = 20\nbatch_size = 32\nlog_every = 10\neval_every = 20\neval_episodes = 1\ncheckpoint_every = 20\n")
+    spec.write_text(
+        'name = "plugin"\nbaselines = ["linear-bc"]\ndatasets = ["pendulum-scripted"]\nseeds = [0, 1]\n'
+        "[set]\nsteps = 20\nbatch_size = 32\nlog_every = 10\neval_every = 20\neval_episodes = 1\ncheckpoint_every = 20\n"
+    )
     code, _, err = cli("sweep", spec, "--runs", tmp_path / "runs", "--workers", "2")
     assert code == 0, err
     runs = sorted(p.parent for p in (tmp_path / "runs").glob("*/run.json"))
@@ -161,8 +203,22 @@ def submit_verified_then_catch_tampering(runs: list[Path], tmp_path: Path, monke
 
 def test_plugin_trains_data_parallel(example, pendulum, cli, tmp_path):
     """--nproc relaunches offbench under torchrun: every process finds the plugin through its environment."""
-    code, _, err = cli("run", "baseline", "linear-bc", "--dataset", "pendulum-scripted", *TINY_RUN, "--steps", "20", "--nproc", "2",
-                       "--out", tmp_path, "--name", "two")
+    code, _, err = cli(
+        "run",
+        "baseline",
+        "linear-bc",
+        "--dataset",
+        "pendulum-scripted",
+        *TINY_RUN,
+        "--steps",
+        "20",
+        "--nproc",
+        "2",
+        "--out",
+        tmp_path,
+        "--name",
+        "two",
+    )
     assert code == 0, err
     run = json.loads((tmp_path / "two" / "run.json").read_text())
     assert run["method"] == EXAMPLE_ORIGIN and run["distributed"]["world_size"] == 2 and (tmp_path / "two" / "summary.json").is_file()
@@ -177,8 +233,10 @@ def test_a_plugin_may_not_take_a_built_in_name(tmp_path, install, pendulum, cli)
     install(plugin_site(tmp_path / "site", {"bc": EXAMPLE_ORIGIN["entry_point"]}, distribution="rogue-plugin", version="2.0"))
     code, _, err = cli("run", "baseline", "bc", "--dataset", "pendulum-scripted", "--out", tmp_path / "runs")
     assert code == 2
-    assert one_line(err).endswith("plugin baseline 'bc' (rogue-plugin 2.0, offbench_example_plugin.linear_bc:LinearBC): "
-                                  "'bc' is a built-in baseline, which a plugin may not replace (rename the entry point)")
+    assert one_line(err).endswith(
+        "plugin baseline 'bc' (rogue-plugin 2.0, offbench_example_plugin.linear_bc:LinearBC): "
+        "'bc' is a built-in baseline, which a plugin may not replace (rename the entry point)"
+    )
     assert "bc" not in baseline_names() and "dt" in baseline_names() and not (tmp_path / "runs").exists()
 
 
@@ -186,7 +244,9 @@ def test_two_distributions_may_not_register_one_name(tmp_path, example, install)
     from offbench.baselines import get_baseline
     from offbench.errors import OffbenchError
 
-    install(plugin_site(tmp_path / "other-site", {"linear-bc": "other_pkg:LinearBC"}, distribution="other-plugin", version="3.1", example=False))
+    install(
+        plugin_site(tmp_path / "other-site", {"linear-bc": "other_pkg:LinearBC"}, distribution="other-plugin", version="3.1", example=False)
+    )
     with pytest.raises(OffbenchError, match=r"^plugin baseline 'linear-bc' \(.+\): the name is also registered by .+ \(uninstall one"):
         get_baseline("linear-bc")
 
@@ -201,20 +261,30 @@ BROKEN_MODULES = {
 def broken(tmp_path, example, install) -> None:
     """The example plus a distribution "broken-plugins 1.0" with a module that fails to import and a class whose
     name is not its entry point's."""
-    site = plugin_site(tmp_path / "broken-site", {"raises": "broken_plugin_modules.raises:Method",
-                                                   "misnamed": "broken_plugin_modules.misnamed:Misnamed"},
-                       distribution="broken-plugins", version="1.0", example=False)
+    site = plugin_site(
+        tmp_path / "broken-site",
+        {"raises": "broken_plugin_modules.raises:Method", "misnamed": "broken_plugin_modules.misnamed:Misnamed"},
+        distribution="broken-plugins",
+        version="1.0",
+        example=False,
+    )
     (site / "broken_plugin_modules").mkdir()
     for name, text in {"__init__.py": "", **BROKEN_MODULES}.items():
         (site / "broken_plugin_modules" / name).write_text(text)
     install(site)
 
 
-@pytest.mark.parametrize(("name", "problem"), [
-    ("raises", "(broken-plugins 1.0, broken_plugin_modules.raises:Method): cannot import it (ImportError: needs the quantum package)"),
-    ("misnamed", "(broken-plugins 1.0, broken_plugin_modules.misnamed:Misnamed): its class attribute name is 'something-else', not the "
-                 "registered 'misnamed'"),
-])
+@pytest.mark.parametrize(
+    ("name", "problem"),
+    [
+        ("raises", "(broken-plugins 1.0, broken_plugin_modules.raises:Method): cannot import it (ImportError: needs the quantum package)"),
+        (
+            "misnamed",
+            "(broken-plugins 1.0, broken_plugin_modules.misnamed:Misnamed): its class attribute name is 'something-else', not the "
+            "registered 'misnamed'",
+        ),
+    ],
+)
 def test_a_broken_plugin_is_one_line_when_asked_for(broken, pendulum, cli, tmp_path, name, problem):
     code, _, err = cli("run", "baseline", name, "--dataset", "pendulum-scripted", "--out", tmp_path / "runs")
     assert code == 2 and one_line(err).endswith(f"plugin baseline '{name}' {problem}")
@@ -229,14 +299,29 @@ def test_broken_plugins_stop_nothing_else(broken, pendulum, cli, run_cli, tmp_pa
     assert "linear-bc" in err and err.strip().endswith("; broken plugins, ask for one to see why: misnamed, raises)")
     code, _, err = cli("run", "baseline", "ad", "--dataset", "pendulum-scripted")  # lists the baselines that have a mode
     assert code == 2 and "baselines that have one: bc, cql, dt, iql, linear-bc)" in one_line(err)
-    code, _, err = cli("run", "baseline", "bc", "--dataset", "pendulum-scripted", "--steps", "4", "--set", "eval_episodes=0",
-                       "--out", tmp_path, "--name", "bc")
+    code, _, err = cli(
+        "run",
+        "baseline",
+        "bc",
+        "--dataset",
+        "pendulum-scripted",
+        "--steps",
+        "4",
+        "--set",
+        "eval_episodes=0",
+        "--out",
+        tmp_path,
+        "--name",
+        "bc",
+    )
     assert code == 0, err
 
     listed = run_cli("list")
     assert listed.returncode == 0 and "pendulum-scripted" in listed.stdout
-    probe = ("import sys\nfrom offbench.cli import main\ntry:\n    main(['list'])\nexcept SystemExit:\n    pass\n"
-             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'broken_plugin_modules', 'offbench_example_plugin')))")
+    probe = (
+        "import sys\nfrom offbench.cli import main\ntry:\n    main(['list'])\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'broken_plugin_modules', 'offbench_example_plugin')))"
+    )
     imported = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
     assert imported.stdout.strip().splitlines()[-1] == "[]"  # `offbench list` imports no plugin, and no torch
 
@@ -257,13 +342,19 @@ def test_check_baseline_passes_the_example_on_a_store_and_on_a_path(example, tmp
 
 BROKEN_VARIANTS: dict[str, tuple[dict, str]] = {  # name -> (class attributes overriding LinearBC's, the rule check_baseline names)
     "state without the network": (
-        {"state_dict": lambda self: {"optimizer": self.optimizer.state_dict()},
-         "load_state_dict": lambda self, state: self.optimizer.load_state_dict(state["optimizer"])},
-        "state_dict must hold everything the policy uses"),
+        {
+            "state_dict": lambda self: {"optimizer": self.optimizer.state_dict()},
+            "load_state_dict": lambda self, state: self.optimizer.load_state_dict(state["optimizer"]),
+        },
+        "state_dict must hold everything the policy uses",
+    ),
     "state without the optimiser": (
-        {"state_dict": lambda self: {"net": self.net.state_dict()},
-         "load_state_dict": lambda self, state: self.net.load_state_dict(state["net"])},
-        "state_dict must hold everything training uses"),
+        {
+            "state_dict": lambda self: {"net": self.net.state_dict()},
+            "load_state_dict": lambda self, state: self.net.load_state_dict(state["net"]),
+        },
+        "state_dict must hold everything training uses",
+    ),
     "an unknown sampler": ({"sampler": "shuffled"}, "its sampler 'shuffled' is not registered"),
     "no losses": ({"update": lambda self, batch: {}}, r"update\(batch\) must return a non-empty dict of finite losses, got \{\}"),
     "continuous only, on discrete data": ({"action_kinds": ("continuous",)}, "the dataset has discrete actions"),
@@ -291,13 +382,17 @@ def test_check_baseline_names_the_rule_a_broken_class_breaks(example, variant):
 
 
 def test_the_example_packages_own_tests_pass(example):
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(REPO / "examples" / "plugin" / "tests")],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(REPO / "examples" / "plugin" / "tests")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout[-2000:]
 
 
 # ---------------------------------------------------------------------------------------------- a new baseline: one module, one config
-THROWAWAY_MODULE = '''
+THROWAWAY_MODULE = """
 from dataclasses import dataclass
 
 import torch
@@ -348,7 +443,7 @@ class MeanShift:
     def load_state_dict(self, state):
         self.net.load_state_dict(state["net"])
         self.optimizer.load_state_dict(state["optimizer"])
-'''
+"""
 THROWAWAY_CONFIG = 'source = "a throwaway test baseline"\nsteps = 30\nbatch_size = 16\nhidden_dim = 8\nlog_every = 10\neval_every = 15\neval_episodes = 2\ncheckpoint_every = 15\n'
 
 

@@ -7,8 +7,9 @@ import tomllib
 
 def test_print_config_prints_the_resolved_config_and_writes_nothing(cli, tmp_path, pendulum, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    code, out, err = cli("run", "baseline", "bc", "--dataset", "pendulum-scripted", "--print-config",
-                         "--set", "learning_rate=0.001", "--steps", "20")
+    code, out, err = cli(
+        "run", "baseline", "bc", "--dataset", "pendulum-scripted", "--print-config", "--set", "learning_rate=0.001", "--steps", "20"
+    )
     assert code in (0, None), err
     assert list(tmp_path.iterdir()) == []  # no runs/ folder, no run directory
     values = tomllib.loads(out)

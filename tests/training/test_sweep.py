@@ -57,7 +57,11 @@ def wait_for(condition, what: str, timeout: float = 120) -> None:
 
 
 def last_step(run_dir: Path) -> int:
-    lines = [line for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.endswith("}")] if (run_dir / "metrics.jsonl").exists() else []
+    lines = (
+        [line for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.endswith("}")]
+        if (run_dir / "metrics.jsonl").exists()
+        else []
+    )
     return json.loads(lines[-1])["step"] if lines else 0
 
 
@@ -124,9 +128,13 @@ def test_retries_then_failure_and_bad_input_is_not_retried(tmp_path):
 def sweep_process(spec: Path, runs: Path) -> subprocess.Popen:
     """The sweep as a terminal would start it: Ctrl-C's default handling, whatever this test process inherited
     (an ignored SIGINT stays ignored across exec, and Python then never raises KeyboardInterrupt)."""
-    return subprocess.Popen(offbench_command("sweep", spec, "--runs", runs, "--workers", "2"),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    return subprocess.Popen(
+        offbench_command("sweep", spec, "--runs", runs, "--workers", "2"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
 
 
 LONG = "[set]\nsteps = 1200\nlog_every = 50\ncheckpoint_every = 300\neval_every = 600\n"
@@ -162,7 +170,7 @@ def test_killed_sweep_and_worker_rerun_ends_like_an_uninterrupted_sweep(pendulum
 
 def test_ctrl_c_stops_the_runs_cleanly_and_the_next_invocation_continues(pendulum, cli, tmp_path):
     spec = write_spec(tmp_path, seeds=(0,), extra=LONG)
-    name, = [r.name for r in load_sweep(spec).expand()]
+    (name,) = [r.name for r in load_sweep(spec).expand()]
     sweep = sweep_process(spec, tmp_path / "runs")
     wait_for(lambda: last_step(tmp_path / "runs" / name) >= 350, "the run to pass its first checkpoint")
     workers = children(sweep.pid)

@@ -39,7 +39,9 @@ def ray_cluster(tmp_path_factory):
 def test_ray_executor_runs_the_spec_skips_finished_runs_and_submits(ray_cluster, pendulum, cli, tmp_path, monkeypatch):
     board = pendulum_board(tmp_path, monkeypatch) / "pendulum-scripted"
     spec = tmp_path / "spec.toml"
-    spec.write_text(f'name = "t"\nbenchmark = "pendulum-scripted"\nbaselines = ["bc"]\nseeds = [0, 1, 2]\nconfig = "{CONFIGS / "bc-tiny.toml"}"\n')
+    spec.write_text(
+        f'name = "t"\nbenchmark = "pendulum-scripted"\nbaselines = ["bc"]\nseeds = [0, 1, 2]\nconfig = "{CONFIGS / "bc-tiny.toml"}"\n'
+    )
     args = ["sweep", spec, "--executor", "ray", "--runs", tmp_path / "runs", "--submit", "pendulum-scripted"]
     code, out, err = cli(*args)
     assert code == 0, err
@@ -47,7 +49,7 @@ def test_ray_executor_runs_the_spec_skips_finished_runs_and_submits(ray_cluster,
     for run in load_sweep(spec).expand():
         record = json.loads((tmp_path / "runs" / run.name / "run.json").read_text())
         assert record["seed"] == run.seed and record["evaluation"]["episodes"] == 10 and record["evaluation"]["every_steps"] == 1000
-    entry, = [json.loads(p.read_text()) for p in (board / "entries").glob("*.json")]
+    (entry,) = [json.loads(p.read_text()) for p in (board / "entries").glob("*.json")]
     assert entry["label"] == "bc" and sorted(r["seed"] for r in entry["runs"]) == [0, 1, 2]
 
     code, _, err = cli(*args)

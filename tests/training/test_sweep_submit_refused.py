@@ -5,18 +5,30 @@ from __future__ import annotations
 
 import tomli_w
 
-SPEC = ('name = "t"\nbaselines = ["bc"]\ndatasets = ["pendulum-scripted"]\nseeds = [0]\n'
-        "[set]\nsteps = 10\neval_every = 10\neval_episodes = 1\nlog_every = 10\ncheckpoint_every = 10\n")
+SPEC = (
+    'name = "t"\nbaselines = ["bc"]\ndatasets = ["pendulum-scripted"]\nseeds = [0]\n'
+    "[set]\nsteps = 10\neval_every = 10\neval_episodes = 1\nlog_every = 10\ncheckpoint_every = 10\n"
+)
 
 
 def board(tmp_path, monkeypatch):
     root = tmp_path / "leaderboards"
     monkeypatch.setenv("OFFBENCH_LEADERBOARDS", str(root))
     (root / "tb").mkdir(parents=True)
-    (root / "tb" / "benchmark.toml").write_text(tomli_w.dumps({
-        "title": "t", "description": "Made by the tests.", "datasets": ["pendulum-scripted"], "metric": "normalized_score",
-        "score": "final", "min_seeds": 1, "bootstrap_reps": 100, "evaluation": {"episodes": 1, "every_steps": 10, "steps": 10},
-    }))
+    (root / "tb" / "benchmark.toml").write_text(
+        tomli_w.dumps(
+            {
+                "title": "t",
+                "description": "Made by the tests.",
+                "datasets": ["pendulum-scripted"],
+                "metric": "normalized_score",
+                "score": "final",
+                "min_seeds": 1,
+                "bootstrap_reps": 100,
+                "evaluation": {"episodes": 1, "every_steps": 10, "steps": 10},
+            }
+        )
+    )
     return root / "tb"
 
 

@@ -28,8 +28,17 @@ from offbench.testing import check_baseline
 from offbench.training.config import resolve_config
 
 T2MIR_TINY = {"moe": "t2mir", "num_experts": 3, "task_experts": 4, "top_k": 2, "expert_hidden": 8}
-T2MIR_FIELDS = ("moe", "moe_layers", "num_experts", "task_experts", "top_k", "expert_hidden", "balance_weight",
-                "contrastive_weight", "router_momentum")
+T2MIR_FIELDS = (
+    "moe",
+    "moe_layers",
+    "num_experts",
+    "task_experts",
+    "top_k",
+    "expert_hidden",
+    "balance_weight",
+    "contrastive_weight",
+    "router_momentum",
+)
 NO_DROPOUT = {"ad": {"attention_dropout": 0.0, "residual_dropout": 0.0, "embedding_dropout": 0.0}, "dpt": {"dropout": 0.0}}
 
 
@@ -99,7 +108,10 @@ def test_contrastive_task_loss_rewards_same_task_embeddings_and_takes_same_task_
     across = torch.eye(3)[torch.tensor([0, 1, 2, 0, 1, 2])]  # same-task rows point at different experts
     assert contrastive_task_loss(by_task, by_task, bilinear, tasks) < contrastive_task_loss(across, across, bilinear, tasks) - 1
     # the same embeddings, labelled so that rows 0 and 1 are no longer one task: their positives are now far
-    assert contrastive_task_loss(by_task, by_task, bilinear, tasks) < contrastive_task_loss(by_task, by_task, bilinear, torch.tensor([0, 1, 1, 2, 2, 0])) - 1
+    assert (
+        contrastive_task_loss(by_task, by_task, bilinear, tasks)
+        < contrastive_task_loss(by_task, by_task, bilinear, torch.tensor([0, 1, 1, 2, 2, 0])) - 1
+    )
     # a row with no other row of its task is left out; no positives at all gives 0
     three = torch.tensor([0, 0, 1])
     pair = contrastive_task_loss(by_task[:3], by_task[:3], bilinear, three)
@@ -157,8 +169,14 @@ def test_one_expert_per_mixture_recovers_the_dense_model(darkroom, name):
     moe = build(name, spec, moe="t2mir", moe_layers=layers, num_experts=1, task_experts=1, top_k=1, expert_hidden=4 * width)
     one_expert_copy_of_dense(dense.model, moe.model)
     batch = make_sampler(dense.sampler, darkroom, 4, 0, **dense.sampler_options()).sample()
-    inputs = ([batch["observations"], batch["actions"], batch["rewards"]] if name == "ad" else
-              [batch[key] for key in ("query_observations", "context_observations", "context_actions", "context_rewards", "context_next_observations")])
+    inputs = (
+        [batch["observations"], batch["actions"], batch["rewards"]]
+        if name == "ad"
+        else [
+            batch[key]
+            for key in ("query_observations", "context_observations", "context_actions", "context_rewards", "context_next_observations")
+        ]
+    )
     for model in (dense.model, moe.model):
         model.train()  # noisy routing included: one expert is chosen whatever the noise
     torch.testing.assert_close(moe.model(*inputs), dense.model(*inputs), rtol=1e-5, atol=1e-6)
@@ -180,7 +198,10 @@ def test_routing_terms_enter_the_objective_at_their_weights_and_the_log(darkroom
     assert losses["balance_loss"] > 0 and losses["contrastive_loss"] > 0
     torch.testing.assert_close(losses["loss"], losses["action_loss"] + 0.3 * losses["balance_loss"] + 0.7 * losses["contrastive_loss"])
     layer = baseline.model.transformer.blocks[-1].feed_forward
-    bilinear, target, = layer.bilinear.detach().clone(), layer.target_gate_in.clone()
+    (
+        bilinear,
+        target,
+    ) = layer.bilinear.detach().clone(), layer.target_gate_in.clone()
     torch.manual_seed(1)
     logged = baseline.update(batch)
     for term in ("action_loss", "balance_loss", "contrastive_loss"):  # logged unweighted, the action loss alone
@@ -214,8 +235,14 @@ def test_t2mir_state_round_trips_and_evaluation_routes_tokens_alone(darkroom, na
         assert torch.equal(loaded[key], value), key  # the momentum router's state is in the checkpoint
     # evaluation: no noise and no task id; the same tokens route the same way every time
     evaluation = {key: value for key, value in batch.items() if key != "task_ids"}
-    inputs = ([evaluation["observations"], evaluation["actions"], evaluation["rewards"]] if name == "ad" else
-              [evaluation[key] for key in ("query_observations", "context_observations", "context_actions", "context_rewards", "context_next_observations")])
+    inputs = (
+        [evaluation["observations"], evaluation["actions"], evaluation["rewards"]]
+        if name == "ad"
+        else [
+            evaluation[key]
+            for key in ("query_observations", "context_observations", "context_actions", "context_rewards", "context_next_observations")
+        ]
+    )
     baseline.model.eval()
     with torch.no_grad():
         assert torch.equal(baseline.model(*inputs), baseline.model(*inputs))
@@ -262,7 +289,6 @@ def test_t2mir_cpu_config_matches_the_dense_cpu_config_in_active_parameters(dark
     assert abs(moe - dense) / dense < 0.003
     source = (folder / "t2mir-darkroom-cpu.toml").read_text()
     assert f"{moe:,} against the dense model's {dense:,}" in source
-
 
 
 @pytest.mark.parametrize("name", ["ad", "dpt"])

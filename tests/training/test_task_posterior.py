@@ -52,8 +52,13 @@ def test_posterior_labels_match_stepping_every_training_goal(roll_in):
     assert probabilities.shape == (12, 11, 5)
     rewarded = 0
     for b in range(12):
-        expected = brute_force(goals, batch["query_observations"][b].numpy(), batch["context_observations"][b].numpy(),
-                               batch["context_actions"][b].numpy(), batch["context_rewards"][b].numpy())
+        expected = brute_force(
+            goals,
+            batch["query_observations"][b].numpy(),
+            batch["context_observations"][b].numpy(),
+            batch["context_actions"][b].numpy(),
+            batch["context_rewards"][b].numpy(),
+        )
         np.testing.assert_allclose(probabilities[b], expected, atol=1e-6)
         if batch["context_rewards"][b].any():  # the reward names the goal: the label itself, one-hot, from then on
             rewarded += 1
@@ -71,7 +76,9 @@ def test_dpt_posterior_loss_is_the_cross_entropy_to_the_posterior(roll_in):
     torch.manual_seed(0)
     dpt = cls(cls.Config(context_size=10, embedding_dim=16, num_layers=2, label="posterior"), DatasetSpec.from_store(roll_in))
     batch = make_sampler(dpt.sampler, roll_in, 8, 0, **dpt.sampler_options()).sample()
-    args = [batch[k] for k in ("query_observations", "context_observations", "context_actions", "context_rewards", "context_next_observations")]
+    args = [
+        batch[k] for k in ("query_observations", "context_observations", "context_actions", "context_rewards", "context_next_observations")
+    ]
     with torch.no_grad():
         log_p = F.log_softmax(dpt.model(*args), -1)
     expected = -(batch["optimal_action_probabilities"] * log_p).sum(-1).mean().item()

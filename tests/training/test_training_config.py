@@ -50,7 +50,12 @@ def test_corl_d4rl_numbers_reach_the_resolved_config():
     config = resolve_config(DT, "d4rl/hopper-medium-replay-v2")
     assert (config.train.steps, config.train.batch_size) == (100_000, 4096)
     assert config.baseline.learning_rate == 8e-4 and config.baseline.warmup_steps == 10_000
-    assert (config.baseline.segment_length, config.baseline.num_layers, config.baseline.num_heads, config.baseline.embedding_dim) == (20, 3, 1, 128)
+    assert (config.baseline.segment_length, config.baseline.num_layers, config.baseline.num_heads, config.baseline.embedding_dim) == (
+        20,
+        3,
+        1,
+        128,
+    )
     assert config.baseline.target_returns == (3600.0, 1800.0)
     assert config.baseline.reward_scale == 1e-3 and config.baseline.grad_clip == 0.25
 

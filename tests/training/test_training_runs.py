@@ -25,8 +25,21 @@ CONTRACT_FILES = {"run.json", "metrics.jsonl", "evaluations.jsonl", "summary.jso
 
 
 def test_dt_run_writes_the_run_directory_contract(pendulum, cli, tmp_path):
-    code, out, err = cli("run", "baseline", "dt", "--dataset", "pendulum-scripted", "--config", TRAINING_CONFIGS / "dt-tiny.toml",
-                         "--seed", "3", "--out", tmp_path, "--name", "dt-run")
+    code, out, err = cli(
+        "run",
+        "baseline",
+        "dt",
+        "--dataset",
+        "pendulum-scripted",
+        "--config",
+        TRAINING_CONFIGS / "dt-tiny.toml",
+        "--seed",
+        "3",
+        "--out",
+        tmp_path,
+        "--name",
+        "dt-run",
+    )
     assert code == 0, err
     assert "final normalized_score" in out
     run_dir = tmp_path / "dt-run"
@@ -72,8 +85,21 @@ def test_dt_run_writes_the_run_directory_contract(pendulum, cli, tmp_path):
 
 def test_same_seed_same_numbers_other_seed_other_numbers(pendulum, cli, tmp_path):
     for name, seed in (("a", 1), ("b", 1), ("c", 2)):  # DT: dropout draws from torch's RNG every update
-        code, _, err = cli("run", "baseline", "dt", "--dataset", "pendulum-scripted", "--config", TRAINING_CONFIGS / "dt-tiny.toml",
-                           "--seed", seed, "--out", tmp_path, "--name", name)
+        code, _, err = cli(
+            "run",
+            "baseline",
+            "dt",
+            "--dataset",
+            "pendulum-scripted",
+            "--config",
+            TRAINING_CONFIGS / "dt-tiny.toml",
+            "--seed",
+            seed,
+            "--out",
+            tmp_path,
+            "--name",
+            name,
+        )
         assert code == 0, err
     assert losses(tmp_path / "a") == losses(tmp_path / "b")
     assert (tmp_path / "a" / "evaluations.jsonl").read_text() == (tmp_path / "b" / "evaluations.jsonl").read_text()
@@ -107,8 +133,19 @@ def interrupted_bc_run(cli, monkeypatch, run_dir: Path) -> None:
         return update(self, batch)
 
     monkeypatch.setattr(bc, "update", interrupted_update)
-    code, _, _ = cli("run", "baseline", "bc", "--dataset", "pendulum-scripted", "--config", TRAINING_CONFIGS / "bc-tiny.toml",
-                     "--out", run_dir.parent, "--name", run_dir.name)
+    code, _, _ = cli(
+        "run",
+        "baseline",
+        "bc",
+        "--dataset",
+        "pendulum-scripted",
+        "--config",
+        TRAINING_CONFIGS / "bc-tiny.toml",
+        "--out",
+        run_dir.parent,
+        "--name",
+        run_dir.name,
+    )
     assert code == 130
     monkeypatch.setattr(bc, "update", update)
 
@@ -151,13 +188,32 @@ def test_a_run_being_trained_cannot_be_resumed_beside_it(pendulum, cli, tmp_path
 
 
 def test_sigkill_then_resume_ends_like_an_uninterrupted_run(pendulum, cli, tmp_path):
-    args = ["run", "baseline", "bc", "--dataset", "pendulum-scripted", "--config", TRAINING_CONFIGS / "bc-tiny.toml", "--out", tmp_path,
-            "--set", "steps=1200", "--set", "log_every=50", "--set", "checkpoint_every=400", "--set", "eval_every=600"]
+    args = [
+        "run",
+        "baseline",
+        "bc",
+        "--dataset",
+        "pendulum-scripted",
+        "--config",
+        TRAINING_CONFIGS / "bc-tiny.toml",
+        "--out",
+        tmp_path,
+        "--set",
+        "steps=1200",
+        "--set",
+        "log_every=50",
+        "--set",
+        "checkpoint_every=400",
+        "--set",
+        "eval_every=600",
+    ]
     killed = subprocess.Popen(offbench_command(*args, "--name", "killed"), stderr=subprocess.DEVNULL)
     metrics = tmp_path / "killed" / "metrics.jsonl"
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:  # kill after the step-400 checkpoint and the step-600 evaluation
-        if metrics.exists() and any(json.loads(line)["step"] >= 700 for line in metrics.read_text().splitlines()[-3:] if line.endswith("}")):
+        if metrics.exists() and any(
+            json.loads(line)["step"] >= 700 for line in metrics.read_text().splitlines()[-3:] if line.endswith("}")
+        ):
             break
         time.sleep(0.005)
     killed.send_signal(signal.SIGKILL)
@@ -215,8 +271,15 @@ def test_action_kind_and_environment_are_checked_before_training(pendulum, monke
         check_fit(ContinuousOnly, discrete, data, bare, evaluate=False)
 
     spec = DatasetSpec.from_store(pendulum)
-    card = card_from_dict({"id": "toy/hopper", "description": "", "format": "offbench", "source": {"recipe": {"generator": "x"}},
-                           "env": {"suite": "gymnasium", "id": "Hopper-v5"}})
+    card = card_from_dict(
+        {
+            "id": "toy/hopper",
+            "description": "",
+            "format": "offbench",
+            "source": {"recipe": {"generator": "x"}},
+            "env": {"suite": "gymnasium", "id": "Hopper-v5"},
+        }
+    )
     protocol = build_protocol(EvaluationSetup(card=card, seed=0, episodes=1, every_steps=1))
     monkeypatch.setitem(sys.modules, "mujoco", None)  # as if the mujoco extra were not installed
     with pytest.raises(OffbenchError, match=r"pip install 'offbench\[mujoco\]'"):
@@ -231,8 +294,9 @@ def test_dataset_path_without_card_trains_only_without_evaluation(pendulum, cli,
     from offbench.data.store import EpisodeStore
 
     path = tmp_path / "bare.h5"
-    EpisodeStore.from_episodes([pendulum.episode(i) for i in range(4)], observation_space=pendulum.observation_space,
-                               action_space=pendulum.action_space).save(path)
+    EpisodeStore.from_episodes(
+        [pendulum.episode(i) for i in range(4)], observation_space=pendulum.observation_space, action_space=pendulum.action_space
+    ).save(path)
     args = ["run", "baseline", "bc", "--dataset", path, "--config", TRAINING_CONFIGS / "bc-tiny.toml", "--out", tmp_path / "runs"]
     code, _, err = cli(*args)
     assert code == 2 and "no dataset card with an [env]" in err and "eval_episodes=0" in err

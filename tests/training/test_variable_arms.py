@@ -13,8 +13,28 @@ from offbench.errors import OffbenchError
 from offbench.generators.histories import HistoryRecipe, run_histories
 
 MIXED = {"algo": "thompson", "variant": "uniform", "tasks": 70, "held_out": 6, "episodes": 30, "num_arms": [3, 4, 5], "held_out_arms": 8}
-TINY = ["--set", "steps=20", "--set", "eval_every=20", "--set", "eval_episodes=10", "--set", "batch_size=4", "--set", "log_every=10",
-        "--set", "context_steps=20", "--set", "embedding_dim=16", "--set", "hidden_dim=16", "--set", "num_layers=1", "--set", "num_heads=2"]
+TINY = [
+    "--set",
+    "steps=20",
+    "--set",
+    "eval_every=20",
+    "--set",
+    "eval_episodes=10",
+    "--set",
+    "batch_size=4",
+    "--set",
+    "log_every=10",
+    "--set",
+    "context_steps=20",
+    "--set",
+    "embedding_dim=16",
+    "--set",
+    "hidden_dim=16",
+    "--set",
+    "num_layers=1",
+    "--set",
+    "num_heads=2",
+]
 
 
 @pytest.fixture(scope="module")
@@ -68,16 +88,23 @@ def test_ad_windows_carry_each_windows_arm_count(mixed):
     assert batch["num_actions"].dtype.is_floating_point is False and batch["num_actions"].shape == (64,)
     np.testing.assert_array_equal(batch["num_actions"].numpy(), [len(train[task]["means"]) for task in batch["task_ids"].numpy()])
     assert (batch["actions"] < batch["num_actions"][:, None]).all()
-    assert "num_actions" not in make_sampler("ad_windows", run_histories(HistoryRecipe.from_params("bandit", {**MIXED, "num_arms": 4}), 0)[0],
-                                            4, 0, window_length=10).sample()
+    assert (
+        "num_actions"
+        not in make_sampler(
+            "ad_windows", run_histories(HistoryRecipe.from_params("bandit", {**MIXED, "num_arms": 4}), 0)[0], 4, 0, window_length=10
+        ).sample()
+    )
 
 
-@pytest.mark.parametrize("params,message", [
-    ({"num_arms": [3, 3]}, "list of distinct ones"),
-    ({"num_arms": [3, 1]}, "num-arms must be at least 2"),
-    ({"held_out_arms": 1}, "held-out-arms must be at least 2"),
-    ({"num_arms": "4"}, "num-arms must be an integer"),
-])
+@pytest.mark.parametrize(
+    "params,message",
+    [
+        ({"num_arms": [3, 3]}, "list of distinct ones"),
+        ({"num_arms": [3, 1]}, "num-arms must be at least 2"),
+        ({"held_out_arms": 1}, "held-out-arms must be at least 2"),
+        ({"num_arms": "4"}, "num-arms must be an integer"),
+    ],
+)
 def test_bad_arm_counts_are_one_line(params, message):
     with pytest.raises(OffbenchError, match=message) as info:
         HistoryRecipe.from_params("bandit", {**MIXED, **params})
@@ -91,9 +118,11 @@ def test_arm_counts_are_refused_where_there_are_no_arms():
 
 def test_headless_ad_trains_on_three_to_five_arms_and_is_evaluated_on_eight(variable_arms, cli, tmp_path):
     """Its regret at 8 arms is recorded; the training tasks (3, 4 and 5 arms) cannot share one evaluation batch."""
-    code, out, err = cli("run", "baseline", "headless-ad", "--dataset", "bandit-variable-arms-small", "--out", tmp_path, "--name", "run", *TINY)
+    code, out, err = cli(
+        "run", "baseline", "headless-ad", "--dataset", "bandit-variable-arms-small", "--out", tmp_path, "--name", "run", *TINY
+    )
     assert code == 0, err
-    line, = read_jsonl(tmp_path / "run" / "evaluations.jsonl")
+    (line,) = read_jsonl(tmp_path / "run" / "evaluations.jsonl")
     assert len(line["task_returns"]) == 48 and len(line["in_context_regret"]) == 10 and line["regret"] > 0
     assert "final regret" in out
     code, _, err = cli("evaluate", tmp_path / "run", "--tasks", "train")

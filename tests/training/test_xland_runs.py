@@ -41,11 +41,26 @@ def test_tile_and_colour_codes_are_embedded_as_categories(tmp_path):
     assert torch.equal(features[1, 2, 1], torch.cat([codes.tables[0].weight[0], codes.tables[1].weight[0]]))
 
 
-@pytest.mark.parametrize("name,config", [
-    ("ad", {"token_layout": "step", "context_steps": 12, "embedding_dim": 8, "hidden_dim": 16, "num_layers": 1, "num_heads": 2,
-            "attention_dropout": 0.0, "residual_dropout": 0.0, "embedding_dropout": 0.0}),
-    ("dpt", {"context_size": 12, "embedding_dim": 16, "num_layers": 1}),
-])
+@pytest.mark.parametrize(
+    "name,config",
+    [
+        (
+            "ad",
+            {
+                "token_layout": "step",
+                "context_steps": 12,
+                "embedding_dim": 8,
+                "hidden_dim": 16,
+                "num_layers": 1,
+                "num_heads": 2,
+                "attention_dropout": 0.0,
+                "residual_dropout": 0.0,
+                "embedding_dropout": 0.0,
+            },
+        ),
+        ("dpt", {"context_size": 12, "embedding_dim": 16, "num_layers": 1}),
+    ],
+)
 def test_updates_on_xland_batches_fit_them(tmp_path, name, config):
     """Repeated updates on one batch of an XLand sampler drive its loss down (DPT's labels: the file's expert_actions)."""
     import offbench
@@ -63,8 +78,12 @@ def test_updates_on_xland_batches_fit_them(tmp_path, name, config):
 
 
 def test_a_machine_without_the_xland_extra_is_told_before_any_download(tmp_path, isolated_home, cli, monkeypatch):
-    placeholders = {"goals": np.zeros((4, 5), np.uint8), "rules": np.zeros((4, 1, 7), np.uint8),
-                    "init_tiles": np.zeros((4, 1, 2), np.uint8), "num_rules": np.zeros(4, np.int64)}
+    placeholders = {
+        "goals": np.zeros((4, 5), np.uint8),
+        "rules": np.zeros((4, 1, 7), np.uint8),
+        "init_tiles": np.zeros((4, 1, 2), np.uint8),
+        "num_rules": np.zeros(4, np.int64),
+    }
     registered_xland_card(isolated_home, tmp_path, HELD_OUT, placeholders, in_place=False)  # a download would fail
     monkeypatch.setitem(sys.modules, "xminigrid", None)  # import xminigrid raises ImportError, as when not installed
     code, _, err = cli("run", "baseline", "ad", "--dataset", "test/xland", "--out", tmp_path / "runs")

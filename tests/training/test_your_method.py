@@ -88,12 +88,21 @@ def test_a_copied_black_box_run_under_another_seed_is_a_duplicate(board, tmp_pat
         submit(board, [*runs, copy])
 
 
-@pytest.mark.parametrize("act, problem", [
-    (lambda obs: np.zeros((len(obs), 2), np.float32), r"returned shape \(2, 2\) at episode 0 \(seed 10000\), step 0; expected \(2, 1\)"),
-    (lambda obs: np.full((len(obs), 1), 3.0, np.float32), r"action \[3.\] at episode 0 \(seed 10000\), step 0 is outside the action space"),
-    (lambda obs: np.where(obs[:, :1] > -9, np.nan, 0.0), r"returned \[nan\] \(not finite\) at episode 0"),
-    (lambda obs: np.array(["left"] * len(obs)), r"returned dtype <U4"),
-])
+@pytest.mark.parametrize(
+    "act, problem",
+    [
+        (
+            lambda obs: np.zeros((len(obs), 2), np.float32),
+            r"returned shape \(2, 2\) at episode 0 \(seed 10000\), step 0; expected \(2, 1\)",
+        ),
+        (
+            lambda obs: np.full((len(obs), 1), 3.0, np.float32),
+            r"action \[3.\] at episode 0 \(seed 10000\), step 0 is outside the action space",
+        ),
+        (lambda obs: np.where(obs[:, :1] > -9, np.nan, 0.0), r"returned \[nan\] \(not finite\) at episode 0"),
+        (lambda obs: np.array(["left"] * len(obs)), r"returned dtype <U4"),
+    ],
+)
 def test_a_policy_that_breaks_the_action_space_is_one_line_naming_episode_and_step(pendulum, tmp_path, act, problem):
     with pytest.raises(OffbenchError, match=problem) as error:
         offbench.evaluate(act, "pendulum-scripted", episodes=2, out=tmp_path / "run")
@@ -110,7 +119,9 @@ def test_a_policy_that_raises_midway_is_one_line_with_its_step(pendulum, tmp_pat
             raise KeyError("state")
         return swing(observations)
 
-    with pytest.raises(OffbenchError, match=r"policy 'flaky': act\(\) raised KeyError: 'state' at episode 0 \(seed 10000\), step 4 \(and 1 more rows\)"):
+    with pytest.raises(
+        OffbenchError, match=r"policy 'flaky': act\(\) raised KeyError: 'state' at episode 0 \(seed 10000\), step 4 \(and 1 more rows\)"
+    ):
         offbench.evaluate(flaky, "pendulum-scripted", episodes=2, out=tmp_path / "run")
     assert not (tmp_path / "run").exists()
 
@@ -140,7 +151,9 @@ def test_a_discrete_card_refuses_float_actions_and_plays_a_stateful_policy_in_co
     assert result.in_context_returns[-1] >= max(result.in_context_returns[:5])  # it keeps its best action
     frame = result.to_frame()
     assert len(frame) == 7 * len(result.returns) and set(frame["episode"]) == set(range(7))
-    with pytest.raises(OffbenchError, match=r"dtype float64 .*held-out task \d+, in-context episode 0, step 0; Discrete\(5\) takes integer actions"):
+    with pytest.raises(
+        OffbenchError, match=r"dtype float64 .*held-out task \d+, in-context episode 0, step 0; Discrete\(5\) takes integer actions"
+    ):
         offbench.evaluate(lambda obs: np.zeros(len(obs)), "darkroom-small", episodes=2)
 
 
@@ -179,8 +192,16 @@ def build_policy(state):
 
 def train_own_method(seed: int, out, steps: int = 20):
     torch.manual_seed(seed)
-    with offbench.track("linear-bc", dataset="pendulum-scripted", seed=seed, config={"lr": 1e-2, "steps": steps}, out=out,
-                        name=f"linear-s{seed}", episodes=2, eval_every=10) as run:
+    with offbench.track(
+        "linear-bc",
+        dataset="pendulum-scripted",
+        seed=seed,
+        config={"lr": 1e-2, "steps": steps},
+        out=out,
+        name=f"linear-s{seed}",
+        episodes=2,
+        eval_every=10,
+    ) as run:
         policy = LinearPolicy()
         optimiser = torch.optim.Adam(policy.parameters(), lr=1e-2)
         batches = run.sampler("transitions", batch_size=32)
@@ -285,9 +306,11 @@ def test_a_scripts_load_function_is_imported_from_its_file_dataclasses_and_all(t
 
     script = tmp_path / "repo" / "train.py"
     script.parent.mkdir()
-    script.write_text("from __future__ import annotations\nfrom dataclasses import dataclass\n\n@dataclass\nclass Config:\n"
-                      "    lr: float = 1e-3\n\ndef build(state):\n    return Config(**state)\n\n"
-                      "if __name__ == '__main__':\n    raise SystemExit('the training must not run again')\n")
+    script.write_text(
+        "from __future__ import annotations\nfrom dataclasses import dataclass\n\n@dataclass\nclass Config:\n"
+        "    lr: float = 1e-3\n\ndef build(state):\n    return Config(**state)\n\n"
+        "if __name__ == '__main__':\n    raise SystemExit('the training must not run again')\n"
+    )
     build = import_loader({"module": "__main__", "qualname": "build", "file": str(script), "repository_file": "train.py"})
     assert build({"lr": 0.5}).lr == 0.5
     monkeypatch.chdir(script.parent)
@@ -302,8 +325,25 @@ def test_a_replay_uses_the_runs_thread_count(cli, tmp_path, pendulum):
     sums in another order, so the replay takes the run's count (run.json env.torch_threads) to match exactly."""
     from offbench.leaderboard.verify import verify_run
 
-    code, _, err = cli("run", "baseline", "bc", "--dataset", "pendulum-scripted", "--out", tmp_path, "--name", "bc",
-                       "--steps", "200", "--set", "eval_every=200", "--set", "eval_episodes=10", "--set", "checkpoint_every=200")
+    code, _, err = cli(
+        "run",
+        "baseline",
+        "bc",
+        "--dataset",
+        "pendulum-scripted",
+        "--out",
+        tmp_path,
+        "--name",
+        "bc",
+        "--steps",
+        "200",
+        "--set",
+        "eval_every=200",
+        "--set",
+        "eval_episodes=10",
+        "--set",
+        "checkpoint_every=200",
+    )
     assert code == 0, err
     assert json.loads((tmp_path / "bc" / "run.json").read_text())["env"]["torch_threads"] == 1
     torch.set_num_threads(2)

@@ -30,8 +30,11 @@ def tiny_store(discrete: bool, num_tasks: int = 1, episodes: int = 6, length: in
             columns["task_id"] = np.full(length, index % num_tasks, np.int64)
         return columns
 
-    return EpisodeStore.from_episodes([episode(i) for i in range(episodes)], action_space=action_space,
-                                      observation_space=gym.spaces.Box(-np.inf, np.inf, (4,), np.float32))
+    return EpisodeStore.from_episodes(
+        [episode(i) for i in range(episodes)],
+        action_space=action_space,
+        observation_space=gym.spaces.Box(-np.inf, np.inf, (4,), np.float32),
+    )
 
 
 @pytest.mark.parametrize("hidden_dim", [0, 8])

@@ -188,7 +188,10 @@ class XLandHistories:
             ("environment", ", ".join(envs)),
             ("benchmark", ", ".join(benchmarks)),
             ("chunks", f"{self.chunk_steps:,} steps, {self.compression or 'uncompressed'}"),
-            ("observation space", f"Box(0, (tile <= {NUM_TILES - 1}, colour <= {NUM_COLORS - 1}), {(*VIEW, 2)}, uint8), stored packed as tile * {NUM_COLORS} + colour"),
+            (
+                "observation space",
+                f"Box(0, (tile <= {NUM_TILES - 1}, colour <= {NUM_COLORS - 1}), {(*VIEW, 2)}, uint8), stored packed as tile * {NUM_COLORS} + colour",
+            ),
             ("action space", str(self.action_space)),
             ("episodes", "not counted (whole learning histories; `dones` marks episode ends)"),
         ]
@@ -206,7 +209,6 @@ class XLandHistories:
             max_episode_length=max_episode_steps(str(self.task_attrs[0].get("env-id", ""))),
             num_tasks=self.num_tasks,
         )
-
 
 
 @dataclass(frozen=True)

@@ -121,9 +121,13 @@ def scan_layout(path: Path, f: h5py.File) -> tuple[Layout, list[Problem]]:
                 needed_bytes += checked
     size = path.stat().st_size
     if needed_bytes > size:
-        found.append(Problem(
-            "datasets", f"declare {len(names):,} tasks x {histories:,} histories x {steps:,} steps, at least "
-            f"{needed_bytes:,.0f} bytes even at deflate's best ratio; the file has {size:,} (a declared shape, not data)"))
+        found.append(
+            Problem(
+                "datasets",
+                f"declare {len(names):,} tasks x {histories:,} histories x {steps:,} steps, at least "
+                f"{needed_bytes:,.0f} bytes even at deflate's best ratio; the file has {size:,} (a declared shape, not data)",
+            )
+        )
     return Layout(len(names), histories, steps, chunks, compression, attrs), found
 
 
@@ -139,7 +143,13 @@ def _group0_shape(f: h5py.File, names: list[str]) -> tuple[int, int] | Problem:
     if not isinstance(reference, h5py.h5d.DatasetID):
         return Problem("group 0", "missing dataset 'rewards'")
     if reference.rank != 2 or 0 in reference.shape:
-        what = "no histories" if reference.rank and reference.shape[0] == 0 else "no steps" if reference.rank == 2 else f"{reference.rank} dimensions"
+        what = (
+            "no histories"
+            if reference.rank and reference.shape[0] == 0
+            else "no steps"
+            if reference.rank == 2
+            else f"{reference.rank} dimensions"
+        )
         return Problem("group 0/rewards", f"shape {reference.shape}: {what} (expected (histories, steps), both > 0)")
     histories, steps = (int(n) for n in reference.shape)
     return histories, steps
@@ -163,8 +173,17 @@ def _group_attrs(group: h5py.h5g.GroupID, where: str, found: list[Problem]) -> d
     return values
 
 
-def _scan_dataset(ds: h5py.h5d.DatasetID, here: str, name: str, dtype: np.dtype, item: tuple[int, ...], shape: tuple[int, int],
-                  first: bool, chunks: dict[str, tuple[int, ...] | None], compression: dict[str, str | None]) -> Problem | float:
+def _scan_dataset(
+    ds: h5py.h5d.DatasetID,
+    here: str,
+    name: str,
+    dtype: np.dtype,
+    item: tuple[int, ...],
+    shape: tuple[int, int],
+    first: bool,
+    chunks: dict[str, tuple[int, ...] | None],
+    compression: dict[str, str | None],
+) -> Problem | float:
     """One task's dataset `name`: its first problem, or the fewest bytes the file needs to hold it. Group 0's
     (`first`) sets the chunks and compression every other group's must match."""
     if ds.dtype != dtype:

@@ -49,7 +49,9 @@ def check_chunk(path: Path, task: int, name: str, data: np.ndarray, offset: tupl
         return
     if bad.any():
         where = tuple(int(i) for i in np.argwhere(bad)[0])
-        raise OffbenchError(f"{path}: group {task}/{name}, history {offset[0] + where[0]}, step {offset[1] + where[1]:,}: {what(valid[where])}")
+        raise OffbenchError(
+            f"{path}: group {task}/{name}, history {offset[0] + where[0]}, step {offset[1] + where[1]:,}: {what(valid[where])}"
+        )
 
 
 class ChunkReader:
@@ -100,7 +102,9 @@ class ChunkReader:
             self.file()
         if key not in self._datasets:
             ds = hdf5_node(self.file()[f"{task}/{name}"], h5py.Dataset)
-            plain_gzip = ds.chunks is not None and ds.compression == "gzip" and not ds.shuffle and not ds.fletcher32 and ds.scaleoffset is None
+            plain_gzip = (
+                ds.chunks is not None and ds.compression == "gzip" and not ds.shuffle and not ds.fletcher32 and ds.scaleoffset is None
+            )
             chunks = ds.chunks or ds.shape
             self._datasets[key] = (ds, chunks, plain_gzip, ds.dtype, int(np.prod(chunks)) * ds.dtype.itemsize)
         return self._datasets[key]
@@ -126,8 +130,10 @@ class ChunkReader:
                 data = None  # chunk never written or stored otherwise: let HDF5 read it (or say it was never written)
         if data is None:
             if ds.chunks is not None and ds.id.get_chunk_info_by_coord(offset).byte_offset is None:
-                raise OffbenchError(f"{self.path}: group {task}/{name}: the chunk of history {offset[0]} from step {offset[1]:,} was never "
-                                    "written (HDF5 would hand over zeros; the file is incomplete)")
+                raise OffbenchError(
+                    f"{self.path}: group {task}/{name}: the chunk of history {offset[0]} from step {offset[1]:,} was never "
+                    "written (HDF5 would hand over zeros; the file is incomplete)"
+                )
             stop = min(offset[1] + chunks[1], ds.shape[1])
             data = np.zeros(chunks, dtype)
             rows = min(chunks[0], ds.shape[0] - offset[0])
@@ -172,4 +178,3 @@ class ChunkReader:
                 out[b, done : done + count] = self.chunk(task, name, history, index)[within : within + count]
                 done += count
         return out
-

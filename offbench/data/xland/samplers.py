@@ -24,8 +24,13 @@ class _XLandSampler(_SeededSampler[XLandHistories]):
     AD and DPT baselines do)."""
 
     def __init__(
-        self, store: XLandHistories, batch_size: int, seed: int, device: str | torch.device,
-        cache_mb: int, observation_dtype: str,
+        self,
+        store: XLandHistories,
+        batch_size: int,
+        seed: int,
+        device: str | torch.device,
+        cache_mb: int,
+        observation_dtype: str,
     ):
         if observation_dtype not in ("float32", "uint8"):
             raise OffbenchError(f"observation_dtype must be 'float32' or 'uint8', got '{observation_dtype}'")
@@ -116,14 +121,18 @@ class XLandDPTSampler(_XLandSampler):
     ):
         super().__init__(store, batch_size, seed, device, cache_mb, observation_dtype)
         if label != "optimal":
-            raise OffbenchError(f"{store.path}: an XLand file has only the expert's labels (label = \"optimal\"), got '{label}'; the posterior label needs a tabular roll-in card")
+            raise OffbenchError(
+                f"{store.path}: an XLand file has only the expert's labels (label = \"optimal\"), got '{label}'; the posterior label needs a tabular roll-in card"
+            )
         if context not in ("window", "random"):
             raise OffbenchError(f"context must be 'window' or 'random', got '{context}'")
         group_by = group_by or "task_id"
         if group_by not in ("task_id", "history_id"):
             raise OffbenchError(f"group_by must be 'task_id' or 'history_id' for an XLand file, got '{group_by}'")
         if not 1 <= int(context_size) <= store.steps - 1:
-            raise OffbenchError(f"{store.path}: context_size must be between 1 and {store.steps - 1} (steps with a next state), got {context_size}")
+            raise OffbenchError(
+                f"{store.path}: context_size must be between 1 and {store.steps - 1} (steps with a next state), got {context_size}"
+            )
         self.context_size, self.context, self.group_by = int(context_size), context, group_by
 
     def sample(self) -> dict[str, torch.Tensor]:
@@ -152,4 +161,3 @@ class XLandDPTSampler(_XLandSampler):
             "task_ids": self.tensor(tasks, np.int64),
         }
         return batch
-
