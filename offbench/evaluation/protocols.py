@@ -370,13 +370,11 @@ class InContext:
             return
         if not spec.discrete:
             _check_shapes(card.id, env_spec["id"], [("action", (env.num_actions,), data_actions)])
-        from offbench.baselines import baseline_names, get_baseline
-
-        variable = [name for name in baseline_names() if getattr(get_baseline(name), "variable_actions", False)]
         name = getattr(baseline_cls, "name", "this baseline")
         raise OffbenchError(
             f"{card.id}: {name} is trained on {data_actions[0]} actions and the {self.setup.tasks} tasks have "
-            f"{env.num_actions}; it acts only in the action space it trained on (for another size: {', '.join(variable)})"
+            f"{env.num_actions}; it acts only in the action space it trained on (a baseline with variable_actions, "
+            "such as headless-ad, acts in others)"
         )
 
     def describe(self) -> EvaluationSettings:
