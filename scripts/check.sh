@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# What CI checks, in order: lint (ruff), formatting (ruff format), types (basedpyright, pyright's basic mode), then
+# the default test suite with the 25 slowest tests listed. Configuration: pyproject.toml. Run after scripts/setup.sh --test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+.venv/bin/basedpyright
+.venv/bin/python -m pytest --durations=25 "$@"
