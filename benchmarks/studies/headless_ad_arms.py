@@ -30,8 +30,22 @@ def run(name: str, dataset: str, seed: int, steps: int, out: Path) -> tuple[floa
     extra = {"token_layout": '"step"'} if name == "ad" else {}
     settings = {**MODEL, **TRAIN, **extra, "steps": steps, "cosine_steps": steps, "eval_every": steps, "checkpoint_every": steps}
     if not (folder / "summary.json").is_file():
-        args = [sys.executable, "-m", "offbench", "run", "baseline", name, "--dataset", dataset, "--seed", str(seed),
-                "--out", str(out), "--name", folder.name]
+        args = [
+            sys.executable,
+            "-m",
+            "offbench",
+            "run",
+            "baseline",
+            name,
+            "--dataset",
+            dataset,
+            "--seed",
+            str(seed),
+            "--out",
+            str(out),
+            "--name",
+            folder.name,
+        ]
         for key, value in settings.items():
             args += ["--set", f"{key}={value}"]
         start = time.time()
