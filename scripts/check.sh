@@ -5,5 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-.venv/bin/basedpyright
+.venv/bin/basedpyright --project pyproject.toml
 .venv/bin/python -m pytest --durations=25 "$@"
