@@ -28,7 +28,7 @@ def _plot_dataset(dataset: str, out: Path) -> Path:
     card = None if Path(dataset).exists() else get_card(dataset)
     store = resolve(dataset)
     card_table = {**dict(store.card or {}), **(card.to_dict() if card is not None else {})}
-    if card_table.get("kind") != "learning-history":
+    if card_table.get("kind") != "learning-history" and not store.read_in_place:  # a file read in place is XLand's histories
         from offbench.plotting.episodes import plot_episodes
 
         return plot_episodes(store, out, card_table)
