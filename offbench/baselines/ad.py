@@ -43,6 +43,7 @@ from offbench.baselines.incontext import (
     with_routing_losses,
 )
 from offbench.baselines.nets import fused_adam, load_part_states, part_states
+from offbench.baselines.t2mir_fields import T2MIRFields
 from offbench.data.spec import DatasetSpec
 from offbench.evaluation.policy import PolicyOptions
 from offbench.records import ranged
@@ -51,7 +52,7 @@ TOKEN_LAYOUTS = ("sar", "step")
 
 
 @dataclass
-class ADConfig:
+class ADConfig(T2MIRFields):
     token_layout: str = ranged(
         "sar", choices=("sar", "step")
     )  # "sar": three tokens per step (ad-eps); "step": one token per step (XLand AD)
@@ -73,17 +74,6 @@ class ADConfig:
     compile: bool = False  # torch.compile the training forward pass
     kv_cache: bool = True  # evaluation: key-value cache (False: recompute the whole context every step)
     eval_window: str = ranged("half", choices=("half", "sliding"))  # evaluation past context_steps (module docstring)
-    moe: str = ranged(
-        "none", choices=("none", "t2mir")
-    )  # "t2mir": T2MIR's token- and task-wise experts in the last blocks (docs/in-context-rl.md)
-    moe_layers: int = ranged(1, ge=1)  # T2MIR: how many of the last blocks get experts (the reference: the last one)
-    num_experts: int = ranged(6, ge=1)  # T2MIR: token-wise experts
-    task_experts: int = ranged(12, ge=1)  # T2MIR: task-wise experts (the reference's Dark Room AD: 12)
-    top_k: int = ranged(2, ge=1)  # T2MIR: experts per token in each mixture
-    expert_hidden: int = ranged(1024, ge=1)  # T2MIR: hidden units of one expert (the reference: twice the width)
-    balance_weight: float = ranged(0.1, ge=0)  # T2MIR: weight of the token router's load-balancing term
-    contrastive_weight: float = ranged(0.01, ge=0)  # T2MIR: weight of the task router's contrastive loss
-    router_momentum: float = ranged(0.005, gt=0, le=1)  # T2MIR: EMA rate of the task router's momentum copy (keys)
 
 
 class ADModel(nn.Module):

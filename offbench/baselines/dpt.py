@@ -49,6 +49,7 @@ from offbench.baselines.incontext import (
     with_routing_losses,
 )
 from offbench.baselines.nets import flat_observation_dim, fused_adam, load_part_states, part_states
+from offbench.baselines.t2mir_fields import T2MIRFields
 from offbench.data.samplers import CONTEXT_SAMPLINGS, DPT_LABELS
 from offbench.data.spec import DatasetSpec
 from offbench.errors import OffbenchError
@@ -57,7 +58,7 @@ from offbench.records import ranged
 
 
 @dataclass
-class DPTConfig:
+class DPTConfig(T2MIRFields):
     context_size: int = ranged(100, ge=1)  # C: transitions in a training context, and the most an action sees at evaluation
     context_sampling: str = ranged("window", choices=CONTEXT_SAMPLINGS)  # "window": C consecutive steps of one history; "random": C steps
     #                     drawn i.i.d.; "shuffled": C distinct steps in a fresh random order per sample (exchangeable data)
@@ -79,17 +80,11 @@ class DPTConfig:
     compile: bool = False  # torch.compile the training forward pass
     offline_episodes: int = ranged(0, ge=0)  # evaluation: 0 = online; k > 0 = offline: the first k episodes act uniformly at random
     #                            and their transitions become a fixed context (DPT's uniform roll-in data)
-    moe: str = ranged(
-        "none", choices=("none", "t2mir")
-    )  # "t2mir": T2MIR's token- and task-wise experts in the last blocks (docs/in-context-rl.md)
-    moe_layers: int = ranged(1, ge=1)  # T2MIR: how many of the last blocks get experts (the reference: the last one)
-    num_experts: int = ranged(6, ge=1)  # T2MIR: token-wise experts
+    # T2MIR's fields are T2MIRFields'; these four take the reference's Dark Room DPT values instead of its AD's
     task_experts: int = ranged(8, ge=1)  # T2MIR: task-wise experts (the reference's Dark Room DPT: 8)
-    top_k: int = ranged(2, ge=1)  # T2MIR: experts per token in each mixture
     expert_hidden: int = ranged(64, ge=1)  # T2MIR: hidden units of one expert (the reference: twice the width)
     balance_weight: float = ranged(0.01, ge=0)  # T2MIR: weight of the token router's load-balancing term
     contrastive_weight: float = ranged(0.001, ge=0)  # T2MIR: weight of the task router's contrastive loss
-    router_momentum: float = ranged(0.005, gt=0, le=1)  # T2MIR: EMA rate of the task router's momentum copy (keys)
 
 
 class DPTModel(nn.Module):

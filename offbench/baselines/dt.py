@@ -33,6 +33,7 @@ from torch import nn
 
 from offbench.baselines import pcgrad
 from offbench.baselines.base import SINGLE_AND_MULTI_TASK, DatasetSpec, MicroBatching, TransformerShape
+from offbench.baselines.incontext import init_gpt_weights
 from offbench.baselines.nets import (
     Block,
     BoundedActions,
@@ -85,14 +86,7 @@ class DecisionTransformerModel(nn.Module):
         self.blocks = dt_blocks(config)
         self.action_head = nn.Linear(dim, spec.action_dim)
         self.bound = nn.Identity() if spec.discrete else BoundedActions(spec)
-        self.apply(self._init_weights)
-
-    @staticmethod
-    def _init_weights(module: nn.Module) -> None:  # GPT-2 / CORL initialisation
-        if isinstance(module, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
-        if isinstance(module, nn.Linear) and module.bias is not None:
-            nn.init.zeros_(module.bias)
+        self.apply(init_gpt_weights)
 
     def forward(self, observations, actions, returns_to_go, timesteps, mask, task_ids=None, newest_only: bool = False) -> torch.Tensor:
         """(B, K, ...) inputs, returns-to-go already scaled, task ids (B,) on multi-task data -> action predictions
@@ -119,6 +113,20 @@ class DecisionTransformerModel(nn.Module):
     def attention_bias(self, mask: torch.Tensor) -> torch.Tensor:
         """(B, 1, L, L) for the interleaved tokens of steps `mask` (B, K) (see `causal_bias`)."""
         return causal_bias(mask.repeat_interleave(3, dim=1)[:, :-1])
+
+
+def warmup_adamw(model: nn.Module, config: DTConfig, device: torch.device) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
+    """The DT family's optimiser (DT, Prompt-DT, HarmoDT; CORL's): AdamW, its rate rising linearly over
+    `warmup_steps` updates and constant after."""
+    optimizer = torch.optim.AdamW(
+        model.parameters(),
+        lr=config.learning_rate,
+        weight_decay=config.weight_decay,
+        betas=(config.betas[0], config.betas[1]),
+        fused=fused_adam(device),
+    )
+    warmup = max(1, config.warmup_steps)
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min((step + 1) / warmup, 1.0))
 
 
 def dt_blocks(config: DTConfig) -> nn.ModuleList:
@@ -159,15 +167,7 @@ class DecisionTransformer(MicroBatching):
         pcgrad.check_gradient_mode(config.gradient, self.name, spec.num_tasks)
         self.config, self.spec, self.device = config, spec, torch.device(device)
         self.model = DecisionTransformerModel(config, spec).to(self.device)
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(),
-            lr=config.learning_rate,
-            weight_decay=config.weight_decay,
-            betas=(config.betas[0], config.betas[1]),
-            fused=fused_adam(self.device),
-        )
-        warmup = max(1, config.warmup_steps)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda step: min((step + 1) / warmup, 1.0))
+        self.optimizer, self.scheduler = warmup_adamw(self.model, config, self.device)
 
     @classmethod
     def memory_shape(cls, config: DTConfig) -> TransformerShape:

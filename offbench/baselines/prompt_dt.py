@@ -25,14 +25,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from offbench.baselines.base import DatasetSpec, MicroBatching, TransformerShape, accumulate_backward, multi_task_spec
-from offbench.baselines.dt import DTConfig, DTPolicy, causal_bias, dt_blocks, real_steps
+from offbench.baselines.dt import DTConfig, DTPolicy, causal_bias, dt_blocks, real_steps, warmup_adamw
+from offbench.baselines.incontext import init_gpt_weights
 from offbench.baselines.nets import (
     Block,
     BoundedActions,
     Dropout,
     ObservationNormalizer,
     flat_observation_dim,
-    fused_adam,
     grouped_layer_norm,
     load_part_states,
     part_states,
@@ -89,11 +89,7 @@ class PromptDTModel(nn.Module):
         self.blocks = dt_blocks(config)
         self.action_head = nn.Linear(dim, spec.action_dim)
         self.bound = nn.Identity() if spec.discrete else BoundedActions(spec)
-        for module in self.modules():  # GPT-2 initialisation, as DT
-            if isinstance(module, (nn.Linear, nn.Embedding)):
-                nn.init.normal_(module.weight, mean=0.0, std=0.02)
-            if isinstance(module, nn.Linear) and module.bias is not None:
-                nn.init.zeros_(module.bias)
+        self.apply(init_gpt_weights)  # as DT
 
     def forward(
         self,
@@ -165,15 +161,7 @@ class PromptDT(MicroBatching):
         check_gradient_mode(config.gradient, self.name, spec.num_tasks)
         self.config, self.spec, self.device = config, spec, torch.device(device)
         self.model = PromptDTModel(config, spec).to(self.device)
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(),
-            lr=config.learning_rate,
-            weight_decay=config.weight_decay,
-            betas=(config.betas[0], config.betas[1]),
-            fused=fused_adam(self.device),
-        )
-        warmup = max(1, config.warmup_steps)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda step: min((step + 1) / warmup, 1.0))
+        self.optimizer, self.scheduler = warmup_adamw(self.model, config, self.device)
         # each task's evaluation prompt (its best episode's), copied from the batches and kept with the state; a task
         # no batch has held yet has an all-padding prompt (mask False: the model sees no prompt)
         t, p, device = spec.num_tasks, config.prompt_length, self.device
