@@ -14,7 +14,8 @@ import argparse
 import gymnasium as gym
 import numpy as np
 
-from offbench.generators.pendulum import ENV_ID, rollout, scripted_action
+from offbench.generators.gym_episodes import rollout
+from offbench.generators.pendulum import ENV_ID, scripted_action
 
 
 def mean_return(act, episodes: int) -> float:

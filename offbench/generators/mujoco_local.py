@@ -38,6 +38,7 @@ from offbench import records
 from offbench.data.store import EpisodeStore
 from offbench.errors import require
 from offbench.generators import register_generator
+from offbench.generators.gym_episodes import rollout
 from offbench.paths import offbench_home
 from offbench.records import Invalid, ranged
 from offbench.utils import atomic_dir, atomic_write_json, progress_bar
@@ -383,27 +384,8 @@ def sampled_actions(actor, torch_seed: int) -> Callable[[np.ndarray], np.ndarray
 
 
 def episodes(env: gym.Env, act: Callable[[np.ndarray], np.ndarray], reset_seeds: Iterator[int]) -> Iterator[dict[str, np.ndarray]]:
-    """Whole episodes, one per reset seed, in EpisodeStore.from_episodes' layout (float32, the final observation included)."""
-    for reset_seed in reset_seeds:
-        observation, _ = env.reset(seed=reset_seed)
-        observations, actions, rewards, terminations, truncations = [observation], [], [], [], []
-        while True:
-            action = act(observation)
-            observation, reward, terminated, truncated, _ = env.step(action)
-            observations.append(observation)
-            actions.append(action)
-            rewards.append(reward)
-            terminations.append(terminated)
-            truncations.append(truncated and not terminated)
-            if terminated or truncated:
-                break
-        yield {
-            "observations": np.asarray(observations, dtype=np.float32),
-            "actions": np.asarray(actions, dtype=np.float32),
-            "rewards": np.asarray(rewards, dtype=np.float32),
-            "terminations": np.asarray(terminations, dtype=bool),
-            "truncations": np.asarray(truncations, dtype=bool),
-        }
+    """Whole episodes, one per reset seed (`gym_episodes.rollout`'s layout)."""
+    return (rollout(env, act, reset_seed) for reset_seed in reset_seeds)
 
 
 def episode_return(episode: dict[str, np.ndarray]) -> float:

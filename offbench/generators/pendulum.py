@@ -21,6 +21,7 @@ import numpy as np
 
 from offbench.data.store import EpisodeStore
 from offbench.generators import register_generator
+from offbench.generators.gym_episodes import rollout
 from offbench.utils import progress_bar
 
 ENV_ID = "Pendulum-v1"
@@ -37,29 +38,6 @@ def scripted_action(observation: np.ndarray) -> np.ndarray:
     near_top = (cos > np.cos(0.5)) & (np.abs(velocity) < 4.0)
     torque = np.where(near_top, balance, swing_up)
     return np.clip(torque, -MAX_TORQUE, MAX_TORQUE)[..., None].astype(np.float32)
-
-
-def rollout(env: gym.Env, act, reset_seed: int) -> dict[str, np.ndarray]:
-    """One episode as EpisodeStore.from_episodes expects it (observations include the final one)."""
-    observation, _ = env.reset(seed=reset_seed)
-    observations, actions, rewards, terminations, truncations = [observation], [], [], [], []
-    while True:
-        action = act(observation)
-        observation, reward, terminated, truncated, _ = env.step(action)
-        observations.append(observation)
-        actions.append(action)
-        rewards.append(reward)
-        terminations.append(terminated)
-        truncations.append(truncated)
-        if terminated or truncated:
-            break
-    return {
-        "observations": np.asarray(observations, dtype=np.float32),
-        "actions": np.asarray(actions, dtype=np.float32),
-        "rewards": np.asarray(rewards, dtype=np.float32),
-        "terminations": np.asarray(terminations, dtype=bool),
-        "truncations": np.asarray(truncations, dtype=bool),
-    }
 
 
 def noisy_scripted_policy(noise_std: float, rng: np.random.Generator):

@@ -7,7 +7,8 @@ import numpy as np
 
 from offbench.data.cards import get_card
 from offbench.evaluation.rollout import evaluation_record, evaluation_seed, run_episodes
-from offbench.generators.pendulum import rollout, scripted_action
+from offbench.generators.gym_episodes import rollout
+from offbench.generators.pendulum import scripted_action
 from offbench.records import to_dict
 
 
