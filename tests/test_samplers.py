@@ -424,3 +424,24 @@ def test_bad_options_are_one_line_errors():
         make_sampler("transitions", store, 0, 0)
     with pytest.raises(OffbenchError, match="kind 'transitions', not 'segments'"):
         make_sampler("segments", store, 4, 0).load_state_dict(make_sampler("transitions", store, 4, 0).state_dict())
+
+
+@pytest.mark.parametrize(
+    "kind, options, named",
+    [
+        ("segments", {"segment_length": 0}, "segment_length must be at least 1, got 0"),
+        ("prompt_segments", {"prompt_length": 0}, "prompt_length must be at least 1, got 0"),
+        ("prompt_segments", {"prompt_pool": -2}, "prompt_pool must be at least 1, got -2"),
+        ("ad_windows", {"window_length": 0}, "window_length must be at least 1, got 0"),
+    ],
+)
+def test_a_count_option_below_one_is_a_line_naming_it(kind, options, named):
+    with pytest.raises(OffbenchError, match=f"^{named}$"):
+        make_sampler(kind, history_store(), 4, 0, **options)
+    with pytest.raises(OffbenchError, match="^batch_size must be at least 1, got 0$"):
+        make_sampler(kind, history_store(), 0, 0, **{**options, **{key: 1 for key in options}})
+
+
+def test_dpt_context_size_below_one_is_a_line_naming_it():
+    with pytest.raises(OffbenchError, match="^context_size must be at least 1, got 0$"):
+        make_sampler("dpt", dpt_store(), 4, 0, context_size=0)

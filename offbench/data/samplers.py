@@ -134,6 +134,13 @@ def sampler(dataset: Any, kind: str, *, batch_size: int, seed: int = 0, device: 
 # ----------------------------------------------------------------------------- shared machinery
 
 
+def _at_least_one(name: str, value: Any) -> int:
+    """A sampler's count option (a batch size, a length) as an int, or one line naming it when it is below 1."""
+    if int(value) < 1:
+        raise OffbenchError(f"{name} must be at least 1, got {value}")
+    return int(value)
+
+
 class _SeededSampler(torch.utils.data.IterableDataset[dict[str, torch.Tensor]], Generic[S]):
     """What every sampler shares, whatever its dataset (`S`: the store type it reads): the seeded RNG, resume,
     endless iteration (DataLoader workers included) and tensor conversion."""
@@ -141,10 +148,8 @@ class _SeededSampler(torch.utils.data.IterableDataset[dict[str, torch.Tensor]], 
     kind: str
 
     def __init__(self, store: S, batch_size: int, seed: int, device: str | torch.device):
-        if int(batch_size) < 1:
-            raise OffbenchError(f"batch_size must be at least 1, got {batch_size}")
         self.store = store
-        self.batch_size = int(batch_size)
+        self.batch_size = _at_least_one("batch_size", batch_size)
         self.device = torch.device(device)
         self.rng = np.random.default_rng(seed)
         self.where = f"{store.path}: " if store.path else ""
@@ -331,9 +336,7 @@ class SegmentSampler(_StoreSampler):
         segment_length: int = 20,
     ):
         super().__init__(store, batch_size, seed, device)
-        if int(segment_length) < 1:
-            raise OffbenchError(f"segment_length must be at least 1, got {segment_length}")
-        self.segment_length = int(segment_length)
+        self.segment_length = _at_least_one("segment_length", segment_length)
         # rewards and returns-to-go side by side, so one gather fetches both (8 bytes a step)
         self.reward_and_rtg = np.stack([self.rewards.astype(np.float32), returns_to_go(self.rewards, self.starts)], axis=1).astype(
             np.float32
@@ -410,17 +413,16 @@ class PromptSegmentSampler(SegmentSampler):
         super().__init__(store, batch_size, seed, device, segment_length=segment_length)
         if self.task_ids is None:
             raise OffbenchError(f"{self.where}prompt_segments needs a 'task_id' column (a multi-task dataset); this dataset has none")
-        if int(prompt_length) < 1 or int(prompt_pool) < 1:
-            raise OffbenchError(f"prompt_length and prompt_pool must be at least 1, got {prompt_length} and {prompt_pool}")
-        self.prompt_length, self.one_task_per_batch, self.batches = int(prompt_length), bool(one_task_per_batch), 0
+        self.prompt_length, prompt_pool = _at_least_one("prompt_length", prompt_length), _at_least_one("prompt_pool", prompt_pool)
+        self.one_task_per_batch, self.batches = bool(one_task_per_batch), 0
         episode_task = np.asarray(self.task_ids)[self.starts[:-1]]
         self.tasks = np.unique(episode_task)
         returns = np.add.reduceat(self.rewards.astype(np.float64), self.starts[:-1])
-        self.pools = np.zeros((int(self.tasks.max()) + 1, int(prompt_pool)), np.int64)  # episode ids, best first (rows of ids present)
+        self.pools = np.zeros((int(self.tasks.max()) + 1, prompt_pool), np.int64)  # episode ids, best first (rows of ids present)
         for task in self.tasks:
             episodes = np.flatnonzero(episode_task == task)
-            best_first = episodes[np.lexsort((episodes, -returns[episodes]))][: int(prompt_pool)]
-            self.pools[task] = np.resize(best_first, int(prompt_pool))  # a task with fewer episodes repeats its best
+            best_first = episodes[np.lexsort((episodes, -returns[episodes]))][:prompt_pool]
+            self.pools[task] = np.resize(best_first, prompt_pool)  # a task with fewer episodes repeats its best
         self.task_steps = {int(t): np.flatnonzero(self.task_ids == t) for t in self.tasks} if one_task_per_batch else None
 
     def state_dict(self) -> dict[str, Any]:
@@ -480,9 +482,7 @@ class ADWindowSampler(_StoreSampler):
         super().__init__(store, batch_size, seed, device)
         if "history_id" not in store.columns:
             raise OffbenchError(f"{self.where}ad_windows needs a 'history_id' column (learning histories); this dataset has none")
-        if int(window_length) < 1:
-            raise OffbenchError(f"window_length must be at least 1, got {window_length}")
-        self.window_length = int(window_length)
+        self.window_length = _at_least_one("window_length", window_length)
         ids, bounds = _contiguous_groups(store.columns["history_id"], "history_id", self.where)
         lengths = np.diff(bounds)
         if lengths.min() < self.window_length:
@@ -569,11 +569,10 @@ class DPTSampler(_StoreSampler):
         group_by = "history_id" if "history_id" in store.columns else "task_id"
         if context not in CONTEXT_SAMPLINGS:
             raise OffbenchError(f"context must be one of {', '.join(CONTEXT_SAMPLINGS)}, got '{context}'")
-        if int(context_size) < 1:
-            raise OffbenchError(f"context_size must be at least 1, got {context_size}")
+        context_size = _at_least_one("context_size", context_size)
         if label not in DPT_LABELS:
             raise OffbenchError(f"label must be one of {', '.join(DPT_LABELS)}, got '{label}'")
-        self.context_size, self.context = int(context_size), context
+        self.context_size, self.context = context_size, context
 
         from offbench.generators.task_posterior import OptimalActionPosterior, TaskStates, training_env
 
