@@ -17,7 +17,8 @@ Observation: the agent's position as two ints (x, y). The goal is never observed
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import gymnasium as gym
 import numpy as np
@@ -36,6 +37,8 @@ from offbench.envs.gridworld import (
     start_cell,
 )
 
+T = TypeVar("T")
+
 
 def optimal_return(goal, size: int, horizon: int, hard: bool) -> float:
     """Best return from the start: walk a shortest path (d steps), then stay on the goal."""
@@ -50,14 +53,19 @@ def goals(size: int, hard: bool) -> list[tuple[int, int]]:
     return [c for c in all_cells(size) if not (hard and c == start_cell(size))]
 
 
-def sample_split(num_tasks: int, num_held_out: int, rng: np.random.Generator, size: int = 9, hard: bool = False, **_: Any):
-    """Train and held-out goals: a seeded permutation of all goals; its first `num_held_out` are held out,
-    the next `num_tasks - num_held_out` are the training goals (so the held-out set does not change when
-    fewer training goals are asked for). Each list is sorted by cell index."""
-    pool = goals(size, hard)
+def permuted_split(pool: Sequence[T], num_tasks: int, num_held_out: int, rng: np.random.Generator, task: Callable[[T], dict]):
+    """Training and held-out tasks (`task` of each) from `pool`, every admissible task in a fixed order (Dark Room's
+    goals, Key-to-Door's (key, door) pairs): of a seeded permutation, the first `num_held_out` are held out and the
+    next `num_tasks - num_held_out` train, so the held-out set does not change when fewer training tasks are asked
+    for. Each list keeps the pool's order."""
     order = rng.permutation(len(pool))
-    pick = lambda idx: [{"goal": list(pool[i])} for i in sorted(idx)]  # noqa: E731
+    pick = lambda idx: [task(pool[i]) for i in sorted(idx)]  # noqa: E731
     return pick(order[num_held_out:num_tasks]), pick(order[:num_held_out])
+
+
+def sample_split(num_tasks: int, num_held_out: int, rng: np.random.Generator, size: int = 9, hard: bool = False, **_: Any):
+    """Train and held-out goals (`permuted_split` of all goals), each list sorted by cell index."""
+    return permuted_split(goals(size, hard), num_tasks, num_held_out, rng, lambda goal: {"goal": list(goal)})
 
 
 def task_space_size(size: int = 9, hard: bool = False, **_: Any) -> int:

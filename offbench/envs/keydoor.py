@@ -19,6 +19,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from offbench.envs.darkroom import permuted_split
 from offbench.envs.gridworld import (
     NUM_ACTIONS,
     GridBatch,
@@ -49,12 +50,8 @@ def tasks(size: int) -> list[tuple[tuple[int, int], tuple[int, int]]]:
 
 
 def sample_split(num_tasks: int, num_held_out: int, rng: np.random.Generator, size: int = 9, **_: Any):
-    """A seeded permutation of all (key, door) pairs: the first `num_held_out` held out, the next
-    `num_tasks - num_held_out` for training; each list sorted by (key, door) cell index."""
-    pool = tasks(size)
-    order = rng.permutation(len(pool))
-    pick = lambda idx: [{"key": list(pool[i][0]), "door": list(pool[i][1])} for i in sorted(idx)]  # noqa: E731
-    return pick(order[num_held_out:num_tasks]), pick(order[:num_held_out])
+    """Train and held-out (key, door) pairs (`permuted_split` of all pairs), each list sorted by (key, door) cell index."""
+    return permuted_split(tasks(size), num_tasks, num_held_out, rng, lambda pair: {"key": list(pair[0]), "door": list(pair[1])})
 
 
 def task_space_size(size: int = 9, **_: Any) -> int:
