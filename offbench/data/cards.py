@@ -154,6 +154,42 @@ class CardScores(TableView):
             raise Invalid(f"'ref_max' must differ from ref_min, both are {self.ref_min} (the normalised score divides by their difference)")
 
 
+VALIDATION_SOURCES = ("fresh", "unused", "train")  # where a learning-history card's validation tasks come from
+
+
+@dataclass(frozen=True, eq=False)
+class CardSplit(TableView):
+    """A learning-history card's tasks: training, held-out (what boards report) and validation (what variants are
+    chosen on). `offbench.envs.benchmarks` computes the lists from these keys and the recipe; docs/in-context-rl.md."""
+
+    seed: int = ranged(
+        0, ge=0, doc="The split's seed: held-out and training tasks come from it, validation tasks from a stream of their own."
+    )
+    rule: str | None = ranged(None, doc="The held-out rule in words.")
+    variant: str | None = ranged(None, doc="Written at generation: the task distribution (bandits).")
+    train: list[dict[str, Any]] | None = ranged(
+        None, doc="Written at generation: the training tasks; a step's `task_id` is a position here."
+    )
+    held_out: list[dict[str, Any]] | int | None = ranged(
+        None, doc="Written at generation: the held-out tasks (task k has id `len(train) + k`); an XLand card's: how many unused rulesets."
+    )
+    validation: int | None = ranged(
+        None, ge=1, doc="How many validation tasks `--tasks validation` evaluates; give with `validation_from`."
+    )
+    validation_from: str | None = ranged(
+        None,
+        choices=VALIDATION_SOURCES,
+        doc="`fresh`: new draws of a sampled task space (bandits) from the validation seed stream; `unused`: a seeded "
+        "choice of the enumerated tasks that neither training nor held-out uses; `train`: a seeded choice of the "
+        "training tasks (in distribution: the data has their histories).",
+    )
+
+    def check(self) -> None:
+        if (self.validation is None) != (self.validation_from is None):
+            given, missing = ("validation", "validation_from") if self.validation_from is None else ("validation_from", "validation")
+            raise Invalid(f"'{missing}' is missing: a validation split needs both {given} and {missing}")
+
+
 @dataclass(frozen=True, kw_only=True)
 class DatasetCard:
     id: str = ranged(
@@ -184,6 +220,9 @@ class DatasetCard:
     )
     env: CardEnv = ranged(default_factory=CardEnv, doc="What evaluation recreates (`[env]`, below).")
     scores: CardScores = ranged(default_factory=CardScores, doc="Reference returns for the normalised score (`[scores]`, below).")
+    split: CardSplit | None = ranged(
+        None, doc="Learning-history cards: their training, held-out and validation tasks (`[split]`, docs/in-context-rl.md)."
+    )
     extra: dict[str, Any] = field(default_factory=dict)  # any other top-level key, kept and written back unchanged
     card_path: Path | None = field(default=None, init=False)  # the file it was read from: not a key of the card
 

@@ -10,10 +10,18 @@ seeded permutation of every admissible task; bandits sample arm means (see each 
 come first in the draw, so the held-out set for a given (held_out, split_seed) does not change with the
 number of training tasks. A dataset's `task_id` column is the position in its card's `split.train`
 list; held-out task k has id `len(train) + k`.
+
+Validation tasks (`card_split(card, "validation")`) are where variants are chosen, so that the held-out tasks a
+board reports stay unseen by every choice. The card's `[split]` says how many and from where: `fresh` draws of a
+sampled task space from a seed stream of their own (`validation_rng`), `unused` enumerated tasks that neither the
+data nor the held-out set uses, or `train`, a seeded choice of the training tasks (in distribution). They never
+change the training or held-out tasks. Fresh and unused validation task k has id `len(train) + len(held_out) + k`;
+a training task keeps its id.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Protocol
@@ -232,7 +240,18 @@ def split_tasks(
     """(train, held_out) task lists: the benchmark's seeded split (see the module docstring). A tabular bandit's
     arm count may be set: `num_arms` one count, or a list of counts for the training tasks (consecutive runs of
     tasks, one per count), `held_out_arms` the held-out tasks' (`bandits.sample_split`)."""
-    rng = np.random.default_rng(split_seed)
+    return _sample(benchmark, num_tasks, num_held_out, np.random.default_rng(split_seed), variant, num_arms, held_out_arms)
+
+
+def _sample(
+    benchmark: Benchmark,
+    num_tasks: int,
+    num_held_out: int,
+    rng: np.random.Generator,
+    variant: str | None,
+    num_arms: int | list[int] | None,
+    held_out_arms: int | None,
+):
     options = {**benchmark.env_kwargs, **benchmark.split_kwargs}
     if benchmark.variants:
         options["variant"] = variant or benchmark.variants[0]
@@ -267,6 +286,75 @@ def card_tasks(card) -> tuple[list[dict], list[dict]]:
         params.get("num_arms"),
         params.get("held_out_arms"),
     )
+
+
+VALIDATION_STREAM = 1  # validation tasks draw from SeedSequence(split seed, spawn_key=(1,)); the split itself uses spawn_key ()
+
+
+def validation_rng(split_seed: int) -> np.random.Generator:
+    """The validation tasks' own seed stream: the split seed's first spawned child, which no training, held-out or
+    evaluation draw uses (those seed `default_rng(split_seed)` itself)."""
+    return np.random.default_rng(np.random.SeedSequence(split_seed, spawn_key=(VALIDATION_STREAM,)))
+
+
+def card_split(card, which: str) -> tuple[list[dict], list[int]]:
+    """(tasks, task ids) of one split of a learning-history card: `train`, `held-out` or `validation`."""
+    data = card.to_dict() if hasattr(card, "to_dict") else dict(card)
+    if which == "validation":
+        _check_validation(data)
+    train, held_out = card_tasks(data)
+    if which == "train":
+        return train, list(range(len(train)))
+    if which == "held-out":
+        return held_out, list(range(len(train), len(train) + len(held_out)))
+    return _validation(data, train, held_out)
+
+
+def _check_validation(data: dict[str, Any]) -> None:
+    """A card's [split] declares validation tasks and they can be made (before its other tasks are computed)."""
+    split, where = data.get("split", {}), f"card {data.get('id', '?')}"
+    if split.get("validation") is None or split.get("validation_from") is None:
+        raise OffbenchError(f"{where}: its [split] declares no validation tasks (validation and validation_from, docs/in-context-rl.md)")
+    if data.get("env", {}).get("suite") == "xland" or not data.get("source", {}).get("recipe"):
+        raise OffbenchError(f"{where}: validation tasks are made from a generator recipe, and this card has none")
+
+
+def _validation(data: dict[str, Any], train: list[dict], held_out: list[dict]) -> tuple[list[dict], list[int]]:
+    """The card's validation tasks, made by the rule its [split] names (see the module docstring)."""
+    split, recipe = data["split"], data["source"]["recipe"]
+    where = f"card {data.get('id', '?')}"
+    count, source = int(split["validation"]), split["validation_from"]
+    params = recipe.get("params", {})
+    benchmark = get_benchmark(recipe.get("generator", ""))
+    rng = validation_rng(int(params.get("split_seed", split.get("seed", 0))))
+    first_new = len(train) + len(held_out)
+    space = benchmark.task_space_size()
+    if source == "fresh":
+        if space is not None:
+            raise OffbenchError(f"{where}: {benchmark.name} enumerates {space} tasks, so there are no fresh ones: use unused or train")
+        # the held-out draws of a split with no training tasks: the held-out task distribution (and arm count)
+        _, fresh = _sample(benchmark, count, count, rng, params.get("variant"), params.get("num_arms"), params.get("held_out_arms"))
+        return fresh, list(range(first_new, first_new + count))
+    if source == "unused":
+        if space is None:
+            raise OffbenchError(f"{where}: {benchmark.name}'s task space is sampled, not enumerated: use fresh")
+        used = {_task_key(task) for task in train + held_out}
+        pool = [task for task in split_tasks(benchmark, space, 0)[0] if _task_key(task) not in used]
+        chosen = _choose(pool, count, rng, f"{where}: validation = {count} unused tasks asked, but {benchmark.name} has {len(pool)}")
+        return [pool[i] for i in chosen], list(range(first_new, first_new + count))
+    chosen = _choose(train, count, rng, f"{where}: validation = {count} training tasks asked, but the split has {len(train)}")
+    return [train[i] for i in chosen], [int(i) for i in chosen]
+
+
+def _choose(pool: list[dict], count: int, rng: np.random.Generator, too_few: str) -> np.ndarray:
+    """`count` positions of `pool` drawn without replacement, in pool order."""
+    if count > len(pool):
+        raise OffbenchError(too_few)
+    return np.sort(rng.choice(len(pool), size=count, replace=False))
+
+
+def _task_key(task: dict) -> str:
+    return json.dumps(task, sort_keys=True)
 
 
 def make_batch_env(env_spec: dict[str, Any], tasks: list[dict], seed: int | None = None) -> BatchEnv:

@@ -5,7 +5,7 @@ A protocol is chosen by the dataset card's `kind` (`PROTOCOL_FOR_KIND`) and buil
     single-task   one environment, `episodes` seeded episodes (D4RL / Minari / pendulum cards)
     multi-task    every task of the card's suite, `episodes` per task, all tasks' episodes batched into one
                   policy call per step; success and return per task and their means (Meta-World, MiniGrid)
-    in-context    the card's held-out tasks (or its training tasks), all in one batched environment,
+    in-context    the card's held-out tasks (or its validation or training tasks), all in one batched environment,
                   `episodes` consecutive episodes per task with the policy's context kept across them (AD, DPT)
 
 Each one checks what it needs before training (`check`), says what run.json's `evaluation` block records
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from offbench.data.spec import DatasetSpec
 
 PROTOCOL_FOR_KIND = {"offline": "single-task", "multi-task": "multi-task", "learning-history": "in-context"}
-TASK_SPLITS = ("held-out", "train")
+TASK_SPLITS = ("held-out", "train", "validation")  # boards report held-out; variants are chosen on validation
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class EvaluationSetup:
     target_returns: tuple[float | None, ...] = (None,)  # one evaluation per target; (None,) unless return-conditioned
     task_target_returns: tuple[float, ...] | None = None  # multi-task, return-conditioned, no target given: per task
     deterministic: bool = True
-    tasks: str = "held-out"  # in-context only: which split of the card's tasks
+    tasks: str = "held-out"  # in-context only: which split of the card's tasks (TASK_SPLITS)
 
     @property
     def env_spec(self) -> dict[str, Any] | None:
@@ -103,7 +103,11 @@ def protocol_name(card: DatasetCard | None) -> str:
 
 
 def build_protocol(setup: EvaluationSetup) -> EvaluationProtocol:
-    return PROTOCOLS[protocol_name(setup.card)](setup)
+    name = protocol_name(setup.card)
+    if setup.tasks != "held-out" and name != "in-context":
+        where = setup.card.id if setup.card is not None else "this dataset file"
+        raise OffbenchError(f"{where}: the {setup.tasks} tasks are an in-context split (eval_tasks); this dataset is evaluated {name}")
+    return PROTOCOLS[name](setup)
 
 
 def _check_shapes(dataset_id: str, env_id: str, pairs: list[tuple[str, tuple[int, ...] | None, tuple[int, ...] | None]]) -> None:
@@ -316,7 +320,7 @@ def run_in_context(policy, env, episodes: int) -> InContextResults:
 
 
 class InContext:
-    """The card's held-out tasks (or its training tasks), all in one batched environment, `episodes` consecutive
+    """The card's held-out tasks (or its validation or training tasks), all in one batched environment, `episodes` consecutive
     episodes per task with the policy's context kept across them. `regret` sums the optimal return minus the
     expected return over all episodes (bandits: the pseudo-regret of the pulls; contextual bandits: each pull's
     own optimum, max_a theta_a . x_t, minus the pulled arm's theta . x_t); it is the headline metric
@@ -335,14 +339,11 @@ class InContext:
         self.task_list, self.task_ids = self._tasks()
 
     def _tasks(self) -> tuple[list[dict], list[int]]:
-        from offbench.envs.benchmarks import card_tasks
+        from offbench.envs.benchmarks import card_split
 
         if self.setup.card is None:
             return [], []
-        train, held_out = card_tasks(self.setup.card)
-        if self.setup.tasks == "train":
-            return train, list(range(len(train)))
-        return held_out, list(range(len(train), len(train) + len(held_out)))
+        return card_split(self.setup.card, self.setup.tasks)
 
     def make_env(self):
         from offbench.envs.benchmarks import make_batch_env

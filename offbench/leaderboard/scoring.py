@@ -126,7 +126,10 @@ TRAINING_KEYS = ("steps", "every_steps")  # the training budget and schedule: a 
 
 
 def protocol_problem(spec: BenchmarkSpec, baseline: str, evaluation: dict[str, Any], steps: Any, black_box: bool) -> str | None:
-    """How a run's `evaluation` block (and training `steps`) differ from the benchmark's protocol, or None."""
+    """How a run's `evaluation` block (and training `steps`) differ from the benchmark's protocol, or None. Boards
+    report held-out tasks, so an in-context run evaluated on its validation or training tasks is refused."""
+    if evaluation.get("protocol") == "in-context" and evaluation.get("tasks") != "held-out":
+        return f"run.json evaluation.tasks is {evaluation.get('tasks')!r}; benchmark {spec.name} reports the held-out tasks"
     for key, wanted in spec.protocol_for(baseline).items():
         if key in TRAINING_KEYS and black_box:
             continue

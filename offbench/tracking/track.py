@@ -103,7 +103,8 @@ def evaluate(
 
     `policy`: a `Policy` (reset / act / observe), an object with `policy(options)`, or a callable
     `observations -> actions` (`(observations, task_ids)` on multi-task cards). `episodes`: episodes (per task on
-    multi-task cards, consecutive in context), default 10. `tasks`: in context, "held-out" or "train".
+    multi-task cards, consecutive in context), default 10. `tasks`: in context, "held-out", "validation" (where
+    variants are chosen) or "train".
     With `out`, writes a run directory there (it must not exist) that `offbench submit` accepts, as a black-box
     entry (no code to replay it: shown unverified); `method` names it (default: the policy's name)."""
     frame = caller_frame(1)

@@ -258,7 +258,9 @@ def evaluate_command(
     episodes: Optional[int] = typer.Option(
         None, "--episodes", help="Episodes (per task; in context: consecutive episodes) (default: the run's)."
     ),
-    tasks: Optional[str] = typer.Option(None, "--tasks", help="In-context runs: held-out (default) or train tasks."),
+    tasks: Optional[str] = typer.Option(
+        None, "--tasks", help="In-context runs: held-out (default, what boards report), validation (choose variants here) or train tasks."
+    ),
     device: Optional[str] = typer.Option(None, "--device", help="Device to evaluate on (default: the run's)."),
     actions: Optional[str] = typer.Option(None, "--actions", help="greedy or sampled actions (default: the run's eval_deterministic)."),
 ) -> None:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from offbench.errors import OffbenchError
+from offbench.evaluation.protocols import TASK_SPLITS
 from offbench.evaluation.rollout import EPISODES_PER_SEED as MAX_EVAL_EPISODES  # evaluation seeds stay per training seed
 from offbench.paths import builtin_dir
 from offbench.records import check_allowed, coerce, field_limits, field_types, ranged
@@ -50,6 +51,7 @@ class TrainConfig:
         10, ge=0, le=MAX_EVAL_EPISODES
     )  # 0: no evaluation; per task on multi-task data; consecutive episodes in context
     eval_deterministic: bool = True  # greedy / mean actions at evaluation; false samples (baselines that can)
+    eval_tasks: str = ranged("held-out", choices=TASK_SPLITS)  # in context: the tasks evaluated; choose variants on validation
     checkpoint_every: int = ranged(10_000, ge=1)
 
 

@@ -126,6 +126,7 @@ def evaluation_setup(baseline_cls: type, config: ResolvedConfig, data: Dataset, 
         target_returns=targets,
         task_target_returns=task_targets,
         deterministic=train.eval_deterministic,
+        tasks=train.eval_tasks,
     )
 
 

@@ -196,6 +196,8 @@ def test_in_context_protocol_evaluates_held_out_tasks_unless_asked_for_training_
     assert held.task_list == held_out and held.task_ids == list(range(len(train), len(train) + len(held_out)))
     on_train = InContext(EvaluationSetup(card=card, seed=0, episodes=5, every_steps=1, tasks="train"))
     assert on_train.task_list == train and on_train.task_ids == list(range(len(train)))
+    on_validation = InContext(EvaluationSetup(card=card, seed=0, episodes=5, every_steps=1, tasks="validation"))
+    assert on_validation.task_ids[0] == len(train) + len(held_out) and len(on_validation.task_list) == len(held_out)
     with pytest.raises(OffbenchError, match="--tasks must be one of held-out, train"):
         InContext(EvaluationSetup(card=card, seed=0, episodes=5, every_steps=1, tasks="test"))
 
@@ -246,12 +248,24 @@ def test_in_context_run_records_the_curve_regret_and_reevaluates(cli, tmp_path, 
 
     code, out, err = cli("evaluate", run_dir, "--tasks", "train", "--episodes", "10")
     assert code == 0, err and "in context (train tasks)" in out
+    code, out, err = cli("evaluate", run_dir, "--tasks", "validation", "--episodes", "10")
+    assert code == 0, err
+    assert "in context (validation tasks)" in out
     assert ArmCounterBaseline.policies_asked[-1] == (True, True)  # the run's eval_deterministic, the protocol's task ids
     code, out, err = cli("evaluate", run_dir, "--actions", "sampled")
     assert code == 0, err
     assert ArmCounterBaseline.policies_asked[-1] == (False, True)
     code, _, err = cli("evaluate", run_dir, "--tasks", "test")
     assert code == 2 and "--tasks must be one of held-out, train" in err
+
+    tuning = ["--set", "eval_every=2", "--set", "eval_episodes=5", "--set", "batch_size=4", "--set", "eval_tasks=validation"]
+    code, _, err = cli(
+        "run", "baseline", "arm-counter", "--dataset", "bandit-small", "--steps", "2", *tuning, "--out", tmp_path, "--name", "val"
+    )
+    assert code == 0, err
+    evaluation = json.loads((tmp_path / "val" / "run.json").read_text())["evaluation"]
+    [line] = [json.loads(line) for line in (tmp_path / "val" / "evaluations.jsonl").read_text().splitlines()]
+    assert evaluation["tasks"] == line["tasks"] == "validation" and evaluation["task_ids"][0] == 40  # after 32 training, 8 held out
 
 
 # ---------------------------------------------------------------------------------------------- multi-task
