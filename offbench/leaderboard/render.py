@@ -25,6 +25,7 @@ from offbench.leaderboard.table import (
     Board,
     Results,
     aggregates_meaningful,
+    best_column,
     better_direction,
     board_from_entries,
     compute_results,
@@ -34,6 +35,7 @@ from offbench.leaderboard.table import (
     per_task_tables,
     reported_table,
     results_json,
+    shows_best,
 )
 from offbench.stats import score_matrices
 from offbench.utils import atomic_write_json, atomic_write_text
@@ -85,13 +87,16 @@ class Figure:
 
 
 def write_figures(board: Board, folder: Path) -> list[Figure]:
-    """Learning curves, in-context curves and aggregate plots for the board, as SVG files under folder/figures."""
+    """Learning curves, in-context curves and aggregate plots for the board, as SVG files under folder/figures. A
+    multi-task board's learning curves are one figure per dataset against updates and wall-clock (`write_budget_figures`)."""
     from offbench.plotting.aggregate import plot_aggregate_intervals, plot_performance_profiles
     from offbench.plotting.curves import plot_in_context, plot_learning_curves, source_curves
 
     spec, reps = board.spec, board.spec.bootstrap_reps
     figures: list[Figure] = []
-    if not board.curves.empty:
+    if board.multi_task:
+        figures += write_budget_figures(board, folder)
+    elif not board.curves.empty:
         plot_learning_curves(
             board.curves, spec.metric.label, folder / "figures" / "curves.svg", title=f"{spec.title}: learning curves", reps=reps
         )  # the figure adds a band note where one differs
@@ -136,6 +141,26 @@ def write_figures(board: Board, folder: Path) -> list[Figure]:
     return figures
 
 
+def budget_figure_file(dataset: str) -> str:
+    """The figure of one dataset's methods against updates and wall-clock, relative to the leaderboard folder."""
+    return "figures/budget-" + re.sub(r"[^A-Za-z0-9._-]+", "-", dataset).strip(".-") + ".svg"
+
+
+def write_budget_figures(board: Board, folder: Path) -> list[Figure]:
+    """A multi-task board's learning curves: per dataset, every method against updates and against wall-clock seconds
+    (offbench.plotting.budget), in the board's dataset order."""
+    from offbench.plotting.budget import budget_caption, plot_budget
+
+    label = board.spec.metric.label
+    present = set(board.curves["dataset"])
+    figures = []
+    for dataset in (d for d in board.spec.datasets if d in present):
+        figure = Figure(budget_figure_file(dataset), budget_caption(dataset, label, board.curves))
+        plot_budget(board.curves, dataset, label, folder / figure.file)
+        figures.append(figure)
+    return figures
+
+
 def _protocol_lines(spec: BenchmarkSpec) -> list[str]:
     """The protocol as plain sentences (each format escapes them its own way)."""
     names = {
@@ -158,7 +183,8 @@ def _protocol_lines(spec: BenchmarkSpec) -> list[str]:
     return lines
 
 
-def _cell_note(spec: BenchmarkSpec) -> str:
+def _cell_note(board: Board) -> str:
+    spec = board.spec
     note = (
         f"Each cell: mean over seeds of the {spec.score_label}, [95% bootstrap interval], (n = seeds). "
         f"Rows are baselines as submitted (--label names a variant), best first ({better_direction(spec)} is better). "
@@ -166,6 +192,12 @@ def _cell_note(spec: BenchmarkSpec) -> str:
         "verified: every run's final evaluation was replayed from its checkpoint to the same returns (yes), some were "
         "(partly), or none (no: a black box, a run submitted without --verify, or one whose checkpoint was not kept)."
     )
+    if shows_best(board):
+        note += (
+            f" Beside each dataset's cell, the column '{best_column('DATASET')}' is the mean over seeds of each run's best "
+            "evaluation during training (what some papers report; HarmoDT's does): shown for comparison, never ranked, "
+            "and not the board's score, which is the final evaluation."
+        )
     if len(spec.datasets) > 1 and aggregates_meaningful(spec):
         note += (
             " Mean, median and IQM aggregate every dataset and seed of a row (rows with all datasets only; "
@@ -223,7 +255,7 @@ def render_markdown(spec: BenchmarkSpec, board: Board, results: Results, figures
     if board.scores.empty:
         parts += [f"No accepted entries yet. Submit runs with `offbench submit RUN_DIR... --benchmark {spec.name}`.", ""]
     else:
-        parts += [markdown_text(_cell_note(spec)), ""]
+        parts += [markdown_text(_cell_note(board)), ""]
     table, reported = _results_table(board, results)
     if len(table):
         parts += [markdown_table(table, reported)]
@@ -326,7 +358,7 @@ def render_html(spec: BenchmarkSpec, board: Board, results: Results, figures: li
     if board.scores.empty:
         body.append(f"<p>No accepted entries yet. Submit runs with <code>offbench submit RUN_DIR... --benchmark {e(spec.name)}</code>.</p>")
     else:
-        body.append(f'<p class="note">{e(_cell_note(spec))} Click a column header to sort.</p>')
+        body.append(f'<p class="note">{e(_cell_note(board))} Click a column header to sort.</p>')
     table, reported = _results_table(board, results)
     if len(table):
         body.append(html_table(table, "scores", _score_columns(table, spec), reported))

@@ -8,8 +8,10 @@ that have every dataset; where seed counts differ between datasets, a row's lowe
 bootstrap takes a (runs x datasets) matrix. Rows are ranked best first (by the mean aggregate, or the one
 dataset's cell; lowest first where the metric is lower-is-better); rows with no aggregate are grouped by
 their first dataset column and ranked within it. Multi-task entries add a per-task
-table (mean over seeds of each task's score). Reported rows (published numbers, `[[reported]]` in
-benchmark.toml) are shown beside ours and take no part in any statistic.
+table (mean over seeds of each task's score) and, beside each dataset's cell, the mean of each run's best
+evaluation during training, labelled as not ranked: some papers report best, the board ranks by its own score.
+Reported rows (published numbers, `[[reported]]` in benchmark.toml) are shown beside ours and take no part in
+any statistic.
 """
 
 from __future__ import annotations
@@ -31,14 +33,15 @@ class Board:
     """Everything the statistics and figures need, as tidy DataFrames."""
 
     spec: BenchmarkSpec
-    scores: pd.DataFrame  # label, dataset, seed, score, run_id, entry
-    curves: pd.DataFrame  # label, dataset, seed, step, score
+    scores: pd.DataFrame  # label, dataset, seed, score, best (the best point of the run's curve), run_id, entry
+    curves: pd.DataFrame  # label, dataset, seed, step, seconds (step * wall_time_s / steps; NaN without a wall time), score
     in_context: pd.DataFrame  # label, dataset, seed, episode, score
     optimum: dict[str, float]  # dataset -> mean optimal return in evaluation (in-context benchmarks)
     per_task: pd.DataFrame  # label, dataset, seed, task, score (multi-task entries)
     entries: list[dict[str, Any]] = field(default_factory=list)  # summary of each entry, for tracing
     methods: dict[str, str] = field(default_factory=dict)  # label -> where its method comes from (entries.method_summary)
     verified: dict[str, str] = field(default_factory=dict)  # label -> "yes" | "partly" | "no": runs replayed from checkpoints
+    multi_task: bool = False  # the entries were evaluated under the multi-task protocol (one policy, every task of a suite)
 
 
 def board_from_entries(spec: BenchmarkSpec, entries: list[tuple[Path | None, dict[str, Any]]]) -> Board:
@@ -47,15 +50,28 @@ def board_from_entries(spec: BenchmarkSpec, entries: list[tuple[Path | None, dic
     scores, curves, in_context, per_task, optimum, summaries = [], [], [], [], {}, []
     methods: dict[str, str] = {}
     verified: dict[str, set[bool]] = {}
+    sign = spec.metric.sign
     for path, entry in entries:
         label, dataset = entry["label"], entry["dataset"]["id"]
         name = path.name if path else "(preview)"
         for run in entry["runs"]:
+            best = sign * max(sign * value for value in run["curve"]["score"])  # every evaluation, where a run has at most 64
             scores.append(
-                {"label": label, "dataset": dataset, "seed": run["seed"], "score": run["score"], "run_id": run["run_id"], "entry": name}
+                {
+                    "label": label,
+                    "dataset": dataset,
+                    "seed": run["seed"],
+                    "score": run["score"],
+                    "best": best,
+                    "run_id": run["run_id"],
+                    "entry": name,
+                }
             )
+            rate = run["wall_time_s"] / run["steps"] if run.get("wall_time_s") and run["steps"] else math.nan  # seconds per update
             for step, value in zip(run["curve"]["step"], run["curve"]["score"]):
-                curves.append({"label": label, "dataset": dataset, "seed": run["seed"], "step": step, "score": value})
+                curves.append(
+                    {"label": label, "dataset": dataset, "seed": run["seed"], "step": step, "seconds": step * rate, "score": value}
+                )
             for episode, value in enumerate(run.get("in_context_returns") or [], 1):
                 in_context.append({"label": label, "dataset": dataset, "seed": run["seed"], "episode": episode, "score": value})
             for task in run.get("per_task") or []:
@@ -81,8 +97,8 @@ def board_from_entries(spec: BenchmarkSpec, entries: list[tuple[Path | None, dic
             }
         )
     columns = {
-        "scores": ["label", "dataset", "seed", "score", "run_id", "entry"],
-        "curves": ["label", "dataset", "seed", "step", "score"],
+        "scores": ["label", "dataset", "seed", "score", "best", "run_id", "entry"],
+        "curves": ["label", "dataset", "seed", "step", "seconds", "score"],
         "in_context": ["label", "dataset", "seed", "episode", "score"],
         "per_task": ["label", "dataset", "seed", "task", "score"],
     }
@@ -96,6 +112,7 @@ def board_from_entries(spec: BenchmarkSpec, entries: list[tuple[Path | None, dic
         entries=summaries,
         methods=methods,
         verified={label: "yes" if flags == {True} else "no" if flags == {False} else "partly" for label, flags in verified.items()},
+        multi_task=any(entry["evaluation"].get("protocol") == "multi-task" for _, entry in entries),
     )
 
 
@@ -214,11 +231,25 @@ def better_direction(spec: BenchmarkSpec) -> str:
     return "lower" if spec.metric.lower_is_better else "higher"
 
 
+def shows_best(board: Board) -> bool:
+    """A multi-task board scored by its final evaluation shows each run's best beside it (a board scored by best
+    already shows it)."""
+    return board.multi_task and board.spec.score == "final"
+
+
+def best_column(dataset: str) -> str:
+    """The heading of a multi-task board's best-evaluation column: says it is not the score the rows rank by."""
+    return f"{dataset} best during training (not ranked)"
+
+
 def main_table(board: Board, results: Results) -> pd.DataFrame:
     """Display table: one row per label (best first), where its method comes from and whether its runs were replayed
-    from their checkpoints (verified), a cell per dataset 'mean [low, high] (n=seeds)', then the aggregates."""
+    from their checkpoints (verified), a cell per dataset 'mean [low, high] (n=seeds)', then the aggregates. A
+    multi-task board adds after each dataset's cell the mean over seeds of each run's best evaluation (`best_column`):
+    papers of that field report best (HarmoDT does), and the pair shows how far a run fell from its peak by the end."""
     digits = _digits(board.spec)
     labels = ranked_labels(board, results)
+    best = board.scores.groupby(["label", "dataset"])["best"].mean().to_dict() if shows_best(board) else {}
     rows = []
     for label in labels:
         row: dict[str, str] = {"baseline": label, "method": board.methods.get(label, "—"), "verified": board.verified.get(label, "—")}
@@ -229,6 +260,8 @@ def main_table(board: Board, results: Results) -> pd.DataFrame:
             else:
                 c = cell.iloc[0]
                 row[dataset] = f"{format_estimate(c['mean'], c['low'], c['high'], digits)} (n={c['seeds']})"
+            if shows_best(board):
+                row[best_column(dataset)] = f"{best[(label, dataset)]:.{digits}f}" if (label, dataset) in best else "—"
         if aggregates_meaningful(board.spec) and len(board.spec.datasets) > 1:
             for name in stats.AGGREGATES:
                 agg = results.aggregates[(results.aggregates["label"] == label) & (results.aggregates["aggregate"] == name)]
@@ -238,7 +271,9 @@ def main_table(board: Board, results: Results) -> pd.DataFrame:
                     a = agg.iloc[0]
                     row[name] = format_estimate(a["estimate"], a["low"], a["high"], digits)
         rows.append(row)
-    columns = ["baseline", "method", "verified", *board.spec.datasets]
+    columns = ["baseline", "method", "verified"]
+    for dataset in board.spec.datasets:
+        columns += [dataset, best_column(dataset)] if shows_best(board) else [dataset]
     if aggregates_meaningful(board.spec) and len(board.spec.datasets) > 1:
         columns += list(stats.AGGREGATES)
     return pd.DataFrame(rows, columns=columns)  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns
