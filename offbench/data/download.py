@@ -207,7 +207,9 @@ def read_sums(raw: Path) -> dict[str, str]:
     return sums
 
 
-def _record_sums(raw: Path, digests: dict[str, str]) -> None:
+def record_sums(raw: Path, digests: dict[str, str]) -> None:
+    """Add `digests` (relpath -> sha256 of a first download that no card verifies) to `raw`'s record, which
+    `read_sums` gives later downloads to be checked against."""
     sums = read_sums(raw) | digests
     atomic_write_text(raw / SUMS_FILE, "".join(f"{d}  {r}\n" for r, d in sorted(sums.items())))
 
@@ -465,7 +467,7 @@ def fetch_card(card: DatasetCard, target: Path, mirror: str | None = None, quiet
         store.card = {**card.to_dict(), "import": store.card}
         store.save(target)
     if unrecorded:  # only a payload that opened in its format is trusted on first use
-        _record_sums(raw, unrecorded)
+        record_sums(raw, unrecorded)
         for relpath, digest in unrecorded.items():
             _stderr.print(f"offbench: unverified first download; recorded sha256 {digest} of {relpath} in {raw / SUMS_FILE}")
     if in_place:

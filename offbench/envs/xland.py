@@ -124,7 +124,7 @@ def rulesets_path(benchmark_id: str, mirror: str | None = None) -> Path:
     import requests
     from rich.progress import Progress
 
-    from offbench.data.download import RemoteFile, _record_sums, fetch_file
+    from offbench.data.download import RemoteFile, fetch_file, record_sums
 
     folder.mkdir(parents=True, exist_ok=True)
     remote = RemoteFile(RULESETS_URL.format(file=BENCHMARK_FILES[benchmark_id]), BENCHMARK_FILES[benchmark_id])
@@ -136,7 +136,7 @@ def rulesets_path(benchmark_id: str, mirror: str | None = None) -> Path:
         except OffbenchError:
             path.unlink()
             raise
-        _record_sums(folder, {remote.relpath: unrecorded})
+        record_sums(folder, {remote.relpath: unrecorded})
     return path
 
 
@@ -250,11 +250,12 @@ def make_xland_batch(
 
 
 class XLandEnv(gym.Env):
-    """One ruleset as a Gymnasium environment (what `make_env(card.env, task)` gives): a one-row XLandBatch."""
+    """One ruleset as a Gymnasium environment (what `make_env(card.env, task)` gives): a one-row XLandBatch from
+    `batch_factory(seed)`, whose time limit (the card's max_steps) is the episode's."""
 
     metadata: dict[str, Any] = {"render_modes": []}
 
-    def __init__(self, batch_factory: Callable[[int | None], XLandBatch], max_steps: int | None = None):
+    def __init__(self, batch_factory: Callable[[int | None], XLandBatch]):
         self._factory = batch_factory
         self._batch: XLandBatch | None = None
         self.observation_space = gym.spaces.Box(0, 255, (5, 5, 2), np.uint8)
