@@ -37,6 +37,9 @@ def _command(bench: Benchmark):
     contextual generator takes no --workers: it runs every history in one batch."""
 
     def command(**options: Any) -> None:
+        counts = options.pop("num_arms", None)
+        if counts:  # one count, or a list of them: the recipe's num_arms (a repeated --num-arms)
+            options["num_arms"] = counts[0] if len(counts) == 1 else counts
         generate_and_register(bench.name, **options)
 
     def option(name: str, annotation: Any, default: Any, help: str, *flags: str) -> inspect.Parameter:
@@ -59,6 +62,23 @@ def _command(bench: Benchmark):
     ]
     if bench.variants:
         params.append(option("variant", str, bench.variants[0], f"task distribution: {', '.join(bench.variants)}"))
+    if not contextual and "num_arms" in bench.split_kwargs:
+        arms = bench.split_kwargs["num_arms"]
+        params += [
+            option(
+                "num_arms",
+                list[int],
+                [],
+                f"arms of the training tasks (default {arms}); repeat it for tasks of several counts: one consecutive run of "
+                "training tasks per count, and the data gets a num_actions column (for Headless-AD)",
+            ),
+            option(
+                "held_out_arms",
+                Optional[int],
+                None,
+                "arms of the held-out tasks (default: the training tasks' count, the largest of several)",
+            ),
+        ]
     params += [
         option("out", Optional[Path], None, "write data.h5 and card.toml into this folder instead of registering"),
         option("allow_unlearned", bool, False, "keep the data even if most histories did not improve"),
