@@ -30,20 +30,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from offbench.baselines.base import MicroBatching, TransformerShape, accumulate_backward
+from offbench.baselines.base import TransformerShape
 from offbench.baselines.incontext import (
     CausalTransformer,
     ObservationEmbedding,
     autocast,
     init_gpt_weights,
     logged_losses,
-    routing_batch_coupling,
     t2mir_of,
-    warmup_cosine,
     with_routing_losses,
 )
-from offbench.baselines.nets import fused_adam, load_part_states, part_states
-from offbench.baselines.t2mir_fields import T2MIRFields
+from offbench.baselines.incontext_training import T2MIRFields, TransformerTraining
 from offbench.data.spec import DatasetSpec
 from offbench.evaluation.policy import PolicyOptions
 from offbench.records import ranged
@@ -130,7 +127,7 @@ class ADModel(nn.Module):
         return self.action_logits(self.transformer(self.embed(observations, actions, rewards), routing=routing))
 
 
-class AlgorithmDistillation(MicroBatching):
+class AlgorithmDistillation(TransformerTraining[ADConfig, ADModel]):
     name = "ad"
     Config = ADConfig
     summary = (
@@ -148,18 +145,7 @@ class AlgorithmDistillation(MicroBatching):
         self.config, self.spec, self.device = config, spec, torch.device(device)
         self.model = ADModel(config, spec).to(self.device)
         self.train_forward = torch.compile(self.model) if config.compile else self.model
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(),
-            lr=config.learning_rate,
-            betas=(config.betas[0], config.betas[1]),
-            weight_decay=config.weight_decay,
-            fused=fused_adam(self.device),
-        )
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, warmup_cosine(config.warmup_steps, config.cosine_steps))
-
-    @classmethod
-    def batch_coupling(cls, config: ADConfig) -> str | None:
-        return routing_batch_coupling(config)
+        self.set_optimiser(betas=(config.betas[0], config.betas[1]))
 
     @classmethod
     def memory_shape(cls, config: ADConfig) -> TransformerShape:
@@ -182,24 +168,11 @@ class AlgorithmDistillation(MicroBatching):
         return values if routing is None else with_routing_losses(values, routing, batch.get("task_ids"), self.config)
 
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
-        self.model.train()
-        self.optimizer.zero_grad(set_to_none=True)
-        logged = accumulate_backward(self.losses, batch, self.micro_batch)
-        if self.config.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
-        self.optimizer.step()
-        self.model.transformer.follow_task_routers()
-        self.scheduler.step()
-        return {**logged_losses(logged), "accuracy": logged["accuracy"].item(), "learning_rate": float(self.scheduler.get_last_lr()[0])}
+        logged = self.step(batch)
+        return {**logged_losses(logged), "accuracy": logged["accuracy"].item(), "learning_rate": self.learning_rate()}
 
     def policy(self, options: PolicyOptions) -> ADPolicy:
         return ADPolicy(self, deterministic=options.deterministic)
-
-    def state_dict(self) -> dict[str, Any]:
-        return part_states(model=self.model, optimizer=self.optimizer, scheduler=self.scheduler)
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        load_part_states(state, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler)
 
 
 class ADPolicy:

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from offbench.baselines.base import MicroBatching, TransformerShape, accumulate_backward
+from offbench.baselines.base import TransformerShape
 from offbench.baselines.incontext import (
     MAX_TABLE_STATES,
     CausalTransformer,
@@ -42,14 +42,12 @@ from offbench.baselines.incontext import (
     init_gpt_weights,
     logged_losses,
     observation_features,
-    routing_batch_coupling,
     state_index_layout,
     t2mir_of,
-    warmup_cosine,
     with_routing_losses,
 )
-from offbench.baselines.nets import flat_observation_dim, fused_adam, load_part_states, part_states
-from offbench.baselines.t2mir_fields import T2MIRFields
+from offbench.baselines.incontext_training import T2MIRFields, TransformerTraining
+from offbench.baselines.nets import flat_observation_dim
 from offbench.data.samplers import CONTEXT_SAMPLINGS, DPT_LABELS
 from offbench.data.spec import DatasetSpec
 from offbench.errors import OffbenchError
@@ -140,7 +138,7 @@ class DPTModel(nn.Module):
         return self.action_head(self.transformer(tokens, routing=routing))
 
 
-class DecisionPretrainedTransformer(MicroBatching):
+class DecisionPretrainedTransformer(TransformerTraining[DPTConfig, DPTModel]):
     name = "dpt"
     Config = DPTConfig
     summary = (
@@ -158,14 +156,7 @@ class DecisionPretrainedTransformer(MicroBatching):
         self.config, self.spec, self.device = config, spec, torch.device(device)
         self.model = DPTModel(config, spec).to(self.device)
         self.train_forward = torch.compile(self.model) if config.compile else self.model
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay, fused=fused_adam(self.device)
-        )
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, warmup_cosine(config.warmup_steps, config.cosine_steps))
-
-    @classmethod
-    def batch_coupling(cls, config: DPTConfig) -> str | None:
-        return routing_batch_coupling(config)
+        self.set_optimiser()
 
     @classmethod
     def memory_shape(cls, config: DPTConfig) -> TransformerShape:
@@ -198,18 +189,11 @@ class DecisionPretrainedTransformer(MicroBatching):
         return labels.shape[0] * labels.shape[1] if labels.is_floating_point() else int((labels != -100).sum())
 
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
-        self.model.train()
-        self.optimizer.zero_grad(set_to_none=True)
-        logged = accumulate_backward(self.losses, batch, self.micro_batch, self.labelled_prefixes)
-        if self.config.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
-        self.optimizer.step()
-        self.model.transformer.follow_task_routers()
-        self.scheduler.step()
+        logged = self.step(batch, self.labelled_prefixes)
         return {
             **logged_losses(logged),
             "full_context_accuracy": logged["full_context_accuracy"].item(),
-            "learning_rate": float(self.scheduler.get_last_lr()[0]),
+            "learning_rate": self.learning_rate(),
         }
 
     def prefix_labels(self, batch: dict[str, torch.Tensor], prefixes: int) -> torch.Tensor:
@@ -222,12 +206,6 @@ class DecisionPretrainedTransformer(MicroBatching):
 
     def policy(self, options: PolicyOptions) -> DPTPolicy:
         return DPTPolicy(self, deterministic=options.deterministic)
-
-    def state_dict(self) -> dict[str, Any]:
-        return part_states(model=self.model, optimizer=self.optimizer, scheduler=self.scheduler)
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        load_part_states(state, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler)
 
 
 class DPTPolicy:
