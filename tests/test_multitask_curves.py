@@ -151,3 +151,13 @@ def test_single_task_boards_have_no_best_column_and_keep_their_learning_curves(r
     figures = {p.name for p in (tmp_path / "page" / "figures").iterdir()}
     assert "curves.svg" in figures and not any(name.startswith("budget-") for name in figures)
     assert "best during training" not in (tmp_path / "page" / "README.md").read_text()
+
+
+def test_the_results_page_block_of_one_dataset_keeps_its_best_column(multi_task):
+    """docs/results.md's per-dataset tables (board_table with `datasets`) show the not-ranked best beside the final."""
+    from offbench.leaderboard.index import board_table
+    from offbench.leaderboard.render import render_benchmark
+
+    render_benchmark(multi_task)
+    header = board_table(multi_task, datasets=["test/mt"]).splitlines()[0]
+    assert "| test/mt |" in header and f"| {best_column('test/mt')} |" in header

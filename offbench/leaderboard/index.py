@@ -105,7 +105,7 @@ def board_table(spec: BenchmarkSpec, datasets: list[str] | None = None) -> str:
     """The board's headline table in Markdown (ours best first, then the published rows and their sources), the
     same cells as the board's own README; `datasets` keeps those columns only."""
     from offbench.leaderboard.render import _results_table, _source_line, build_board, markdown_table, markdown_text
-    from offbench.leaderboard.table import Results
+    from offbench.leaderboard.table import Results, best_column
 
     unknown = [d for d in datasets or [] if d not in spec.datasets]
     if unknown:
@@ -120,7 +120,8 @@ def board_table(spec: BenchmarkSpec, datasets: list[str] | None = None) -> str:
     )
     table, reported = _results_table(board, results)
     if datasets:
-        keep = ["baseline", "method", "verified", *datasets]
+        kept = [column for d in datasets for column in (d, best_column(d)) if column in table.columns]
+        keep = ["baseline", "method", "verified", *kept]
         shown = [i for i, row in enumerate(table[datasets].itertuples(index=False)) if any(cell != "—" for cell in row)]
         reported = {shown.index(i): number for i, number in reported.items() if i in shown}
         table = table.iloc[shown][keep].reset_index(drop=True)
