@@ -41,6 +41,8 @@ def generate(params: dict, out: Path, seed: int = 0):
     return load_native(get_generator("minigrid-learned")(params, seed, out, True))
 
 
+# The tiny card's PPO run (about 50k steps) is slow: the two tests that need a policy trained into the band are
+# marked slow; test_quick_medium_data_is_the_acting_checkpoints_evaluation_episodes checks the same rules at 2k steps.
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """The tiny card's medium data: PPO on LavaGap until a checkpoint reaches its band (about 50k steps)."""
@@ -52,6 +54,7 @@ def quick(tmp_path_factory):
     return generate(QUICK, tmp_path_factory.mktemp("quick") / "data.h5")
 
 
+@pytest.mark.slow
 def test_the_medium_data_is_played_by_the_checkpoint_in_the_band(tiny):
     record = tiny.card["checkpoints"][LAVA]
     low, high = tiny.card["behaviour"]["band"]
@@ -66,6 +69,22 @@ def test_the_medium_data_is_played_by_the_checkpoint_in_the_band(tiny):
     assert tiny.card["quality"] == "medium" and tiny.card["behaviour_profiles"] == ["medium"]
     seeds = np.asarray(tiny.columns["episode_seed"])[tiny.episode_starts[:-1]]
     assert seeds.tolist() == [episode_seed(0, LAVA, e) for e in range(32)]
+
+
+def test_quick_medium_data_is_the_acting_checkpoints_evaluation_episodes(quick):
+    """The medium rules at 2k steps, where no checkpoint need reach the band: training stops at the first that does,
+    the nearest to the target acts, and the data is its evaluation episodes (their seeds and success)."""
+    task_ids = np.asarray(quick.columns["task_id"])[quick.episode_starts[:-1]]
+    seeds = np.asarray(quick.columns["episode_seed"])[quick.episode_starts[:-1]]
+    low, _ = quick.card["behaviour"]["band"]
+    for task_id, task in enumerate([LAVA, DIST]):
+        record = quick.card["checkpoints"][task]
+        success, acting = record["success"], record["acting"]
+        assert record["timesteps"] == [1024 * i for i in range(len(success))]
+        assert all(s < low for s in success[1:-1])
+        assert acting == minigrid_learned.choose_checkpoint(success, "medium", QUICK["target_success"])
+        assert quick.card["task_stats"][task]["success_rate"] == success[acting]
+        assert seeds[task_ids == task_id].tolist() == [episode_seed(0, task, e) for e in range(QUICK["episodes_per_task"])]
 
 
 def lookup_accuracy(observations: np.ndarray, actions: np.ndarray, episodes: np.ndarray) -> tuple[float, float]:
@@ -89,6 +108,7 @@ def store_lookup_accuracy(store) -> tuple[float, float]:
     return lookup_accuracy(np.asarray(store.observations), np.asarray(store.actions), episodes)
 
 
+@pytest.mark.slow
 def test_learned_actions_follow_the_observation_where_the_noisy_planners_barely_do(tiny, tmp_path):
     noisy_params = {"suite": "MT3", "tasks": [LAVA], "quality": "sub-optimal", "episodes_per_task": 32, "workers": 1}
     noisy = load_native(get_generator("minigrid")(noisy_params, 0, tmp_path / "noisy.h5", True))
@@ -192,3 +212,12 @@ def test_a_missing_stable_baselines3_names_the_extra(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "stable_baselines3", None)  # as if not installed
     with pytest.raises(OffbenchError, match=r"offbench\[learned\]"):
         generate(QUICK, tmp_path / "data.h5")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def module_home(tmp_path_factory):
+    """The module's fixtures (`tiny`, `quick`) run before each test's own OFFBENCH_HOME is set: without a home of
+    their own they would keep their PPO runs in the user's cache (and reuse them on the next test run)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("OFFBENCH_HOME", str(tmp_path_factory.mktemp("module_home")))
+        yield

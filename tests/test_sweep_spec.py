@@ -290,7 +290,7 @@ def test_repeated_names_are_found_in_linear_time(tmp_path):
         OffbenchError, match=r"several runs would be named bc-pendulum-scripted-[0-9a-f]{16}-s0 \(datasets or values repeated\?\)"
     ):
         spec.expand()
-    assert time.monotonic() - started < 3
+    assert time.monotonic() - started < 30  # about a second; comparing all 8e8 pairs would take minutes
 
 
 def test_a_run_name_too_long_for_a_run_directory_is_refused_before_anything_runs(tmp_path):

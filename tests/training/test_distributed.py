@@ -73,9 +73,11 @@ def test_two_processes_follow_the_one_process_loss_curve(pendulum, cli, tmp_path
     assert code == 2 and "trained with 2 process(es); resume it with --nproc 2" in err
 
 
+@pytest.mark.slow
 def test_two_processes_train_a_baseline_keeping_its_optimisers_in_a_dict(pendulum, cli, tmp_path):
     """IQL steps an optimiser per network, held in a dict: its 2-process run trains all three networks as the
-    1-process run does."""
+    1-process run does. (Slow: two real processes; the default suite checks the same averaging in one process in
+    test_every_parameter_an_update_gives_a_gradient_is_averaged_across_processes.)"""
     base = ["run", "baseline", "iql", "--dataset", "pendulum-scripted", *IQL_TINY, "--out", tmp_path]
     code, _, err = cli(*base, "--name", "one")
     assert code == 0, err
