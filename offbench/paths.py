@@ -18,6 +18,12 @@ def data_dir(dataset_id: str) -> Path:
     return offbench_home() / "data" / dataset_id
 
 
+def work_dir(generator: str) -> Path:
+    """Where a generator keeps work that outlives one dataset, for other recipes to reuse (training runs):
+    $OFFBENCH_HOME/work/<generator>."""
+    return offbench_home() / "work" / generator
+
+
 def user_cards_dir() -> Path:
     return offbench_home() / "datasets"
 

@@ -22,11 +22,18 @@ seeded by its reset seed): their success rate is the checkpoint's. The recipe's 
 The card records every task's checkpoints (steps, success) and which one acted; `task_stats` the data's own
 success. Resumable per task: each finished task is a shard in a work folder beside the output (as the
 multi-task collection's), and a rerun trains only the tasks without one. Same seed, same bytes.
+
+A finished task's run (its checkpoints' success and acting weights, and for medium and replay the training
+episodes) is kept under $OFFBENCH_HOME/work/minigrid-learned/runs/, keyed by what determines it (`run_key`: the
+task, the seed, PPO's settings, timesteps, checkpoint_every, eval_episodes and the stop), so a medium and a replay
+card of one suite, or of suites sharing a task, train it once; the next recipe only replays or collects.
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
+import io
 import itertools
 import json
 import shutil
@@ -44,6 +51,7 @@ from offbench.errors import OffbenchError, require
 from offbench.evaluation.lanes import run_lanes
 from offbench.generators import register_generator
 from offbench.generators.multitask import _claim_work_dir, _npz_bytes, task_stats
+from offbench.paths import work_dir
 from offbench.records import Invalid, from_dict, ranged, to_dict
 from offbench.utils import atomic_write_bytes, progress_bar
 
@@ -281,11 +289,10 @@ class TaskAgent:
             self.model.policy.load_state_dict(weights)
         return run_lanes(self.pool, lanes, lambda round_lanes, envs: SampledPolicy(self.model.policy, round_lanes), ROUND, record)
 
-    def training_episodes(self, timesteps: int) -> list[dict[str, Any]]:
-        """Every training episode that ended within the first `timesteps` steps, in the order they ended."""
-        last_step = timesteps // N_ENVS
-        ended = sorted((step, j, episode) for j, env in enumerate(self.envs) for step, episode in env.finished if step <= last_step)
-        return [episode for _, _, episode in ended]
+    def ended_episodes(self) -> list[tuple[int, dict[str, Any]]]:
+        """Every recorded training episode, in the order they ended, with the run's timesteps when it ended."""
+        ended = sorted((step, j, episode) for j, env in enumerate(self.envs) for step, episode in env.finished)
+        return [(step * N_ENVS, episode) for step, _, episode in ended]
 
     def lanes(self, episodes: int) -> list[Lane]:
         return [Lane(self.task_id, e, episode_seed(self.recipe.seed, self.name, e)) for e in range(episodes)]
@@ -308,31 +315,137 @@ def train(agent: TaskAgent, advance: Callable[..., None]) -> list[Checkpoint]:
     return checkpoints
 
 
-def learn_task(recipe: LearnedRecipe, task_id: int, advance: Callable[..., None]) -> dict[str, np.ndarray]:
-    """Train one task's agent, choose its acting checkpoint, and return the task's shard: its episodes and checkpoints."""
+def stops_at_band(params: LearnedParams) -> bool:
+    """medium and replay stop training at the band; expert trains all its timesteps."""
+    return params.quality != "expert"
+
+
+@dataclass(frozen=True)
+class TaskRun:
+    """One task's finished PPO run, all that medium and replay data are made from: every checkpoint's steps and
+    success, the weights of the checkpoints that may act, and (runs stopped at the band) every training episode that
+    ended by the last checkpoint, as `episode_arrays` columns (task 0) with the timesteps at which each ended."""
+
+    timesteps: np.ndarray
+    success: np.ndarray
+    weights: dict[int, dict[str, Any]]
+    training: dict[str, np.ndarray] | None
+
+    def training_episodes(self, timesteps: int, task_id: int) -> dict[str, np.ndarray] | None:
+        """The training episodes that ended within the first `timesteps` steps as the task's columns; None if none did."""
+        if self.training is None:
+            return None
+        count = int(np.searchsorted(self.training["ended_at"], timesteps, side="right"))
+        if count == 0:
+            return None
+        rows = int(self.training["lengths"][:count].sum())
+        per_episode = ("final_observations", "lengths")
+        columns = {key: self.training[key][:count] if key in per_episode else self.training[key][:rows] for key in EPISODE_KEYS}
+        return {**columns, "task_id": np.full(rows, task_id, dtype=np.int64)}
+
+    def to_bytes(self) -> bytes:
+        arrays = {"checkpoint_timesteps": self.timesteps, "checkpoint_success": self.success}
+        for index, state in self.weights.items():
+            arrays.update({f"weights/{index}/{name}": tensor.numpy() for name, tensor in state.items()})
+        arrays.update({f"training/{key}": values for key, values in (self.training or {}).items()})
+        return _npz_bytes(arrays)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> TaskRun:
+        import torch
+
+        with np.load(io.BytesIO(data), allow_pickle=False) as saved:
+            arrays = {key: saved[key] for key in saved.files}
+        weights: dict[int, dict[str, Any]] = {}
+        training: dict[str, np.ndarray] = {}
+        for key, values in arrays.items():
+            if key.startswith("weights/"):
+                _, index, name = key.split("/", 2)
+                weights.setdefault(int(index), {})[name] = torch.from_numpy(values)
+            elif key.startswith("training/"):
+                training[key.removeprefix("training/")] = values
+        return cls(arrays["checkpoint_timesteps"], arrays["checkpoint_success"], weights, training or None)
+
+
+def run_key(recipe: LearnedRecipe, task_id: int) -> dict[str, Any]:
+    """What a task's run depends on (torch's version too: its kernels train it): not the suite or the task's place in
+    it, nor what is made of the run."""
+    import torch
+
     params = recipe.params
-    agent = TaskAgent(recipe, task_id, record=params.quality == "replay")
+    behaviour = {key: value for key, value in recipe.behaviour().items() if key not in ("target_success", "band")}
+    return {
+        "task": recipe.names[task_id],
+        "seed": recipe.seed,
+        "env": {"suite": recipe.env["suite"], "kwargs": {k: v for k, v in recipe.env["kwargs"].items() if k != "tasks"}},
+        **behaviour,
+        "torch": torch.__version__,
+        "stop_at": list(params.band) if stops_at_band(params) else "timesteps",
+    }
+
+
+def run_path(recipe: LearnedRecipe, task_id: int) -> Path:
+    """The task's run in the cache: $OFFBENCH_HOME/work/minigrid-learned/runs/<task>-s<seed>-<hash of run_key>.npz."""
+    key = hashlib.sha256(json.dumps(run_key(recipe, task_id), sort_keys=True).encode()).hexdigest()[:16]
+    return work_dir("minigrid-learned") / "runs" / f"{recipe.names[task_id]}-s{recipe.seed}-{key}.npz"
+
+
+def task_run(recipe: LearnedRecipe, task_id: int, advance: Callable[..., None]) -> TaskRun:
+    """The task's run from the cache, else trained and cached (written by one rename: a cache file is whole)."""
+    params, path = recipe.params, run_path(recipe, task_id)
+    if path.is_file():
+        advance(params.timesteps, success=f"{recipe.names[task_id]} trained before")
+        return TaskRun.from_bytes(path.read_bytes())
+    band = stops_at_band(params)
+    agent = TaskAgent(recipe, task_id, record=band)
     try:
         checkpoints = train(agent, advance)
-        advance(params.timesteps - checkpoints[-1].timesteps)  # the steps the stop spared
-        chosen = choose_checkpoint([c.success for c in checkpoints], params.quality, params.target_success)
-        if params.quality == "replay":
-            episodes = agent.training_episodes(checkpoints[chosen].timesteps)
-            if not episodes:
-                raise OffbenchError(
-                    f"{agent.name}: no training episode ended by the acting checkpoint, at "
-                    f"{checkpoints[chosen].timesteps} steps; raise the band or checkpoint_every"
-                )
-        else:
-            lanes = agent.lanes(recipe.episodes_per_task)
-            results = agent.play(lanes, record=True, weights=checkpoints[chosen].weights)
-            episodes = [{**result, "seed": lane.seed} for result, lane in zip(results, lanes)]
+        ended = [(step, episode) for step, episode in agent.ended_episodes() if step <= checkpoints[-1].timesteps]
     finally:
         agent.close()
+    advance(params.timesteps - checkpoints[-1].timesteps)  # the steps the stop spared
+    may_act = range(1, len(checkpoints)) if band else [len(checkpoints) - 1]  # choose_checkpoint's candidates
+    training = None
+    if ended:
+        training = {
+            **episode_arrays([episode for _, episode in ended], 0),
+            "ended_at": np.array([step for step, _ in ended], dtype=np.int64),
+        }
+    run = TaskRun(
+        timesteps=np.array([c.timesteps for c in checkpoints], dtype=np.int64),
+        success=np.array([c.success for c in checkpoints], dtype=np.float64),
+        weights={index: checkpoints[index].weights for index in may_act},
+        training=training,
+    )
+    atomic_write_bytes(path, run.to_bytes())
+    return run
+
+
+def learn_task(recipe: LearnedRecipe, task_id: int, advance: Callable[..., None]) -> dict[str, np.ndarray]:
+    """The task's run (trained, or reused from the cache), its acting checkpoint, and the task's shard: its episodes
+    and checkpoints."""
+    params, name = recipe.params, recipe.names[task_id]
+    run = task_run(recipe, task_id, advance)
+    chosen = choose_checkpoint(run.success.tolist(), params.quality, params.target_success)
+    if params.quality == "replay":
+        episodes = run.training_episodes(int(run.timesteps[chosen]), task_id)
+        if episodes is None:
+            raise OffbenchError(
+                f"{name}: no training episode ended by the acting checkpoint, at {run.timesteps[chosen]} steps; "
+                "raise the band or checkpoint_every"
+            )
+    else:
+        agent = TaskAgent(recipe, task_id, record=False)
+        try:
+            lanes = agent.lanes(recipe.episodes_per_task)
+            results = agent.play(lanes, record=True, weights=run.weights[chosen])
+        finally:
+            agent.close()
+        episodes = episode_arrays([{**result, "seed": lane.seed} for result, lane in zip(results, lanes)], task_id)
     return {
-        **episode_arrays(episodes, task_id),
-        "checkpoint_timesteps": np.array([c.timesteps for c in checkpoints], dtype=np.int64),
-        "checkpoint_success": np.array([c.success for c in checkpoints], dtype=np.float64),
+        **episodes,
+        "checkpoint_timesteps": run.timesteps,
+        "checkpoint_success": run.success,
         "checkpoint_acting": np.array(chosen, dtype=np.int64),
     }
 
@@ -386,7 +499,7 @@ def one_thread() -> Iterator[None]:
 
 def in_band(params: LearnedParams, success: float) -> dict[str, bool]:
     """medium, replay: whether the acting checkpoint's success lies in the band (the card says so per task)."""
-    return {} if params.quality == "expert" else {"in_band": params.band[0] <= success <= params.band[1]}
+    return {"in_band": params.band[0] <= success <= params.band[1]} if stops_at_band(params) else {}
 
 
 def shard_path(work: Path, task_id: int) -> Path:

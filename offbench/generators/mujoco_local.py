@@ -39,7 +39,7 @@ from offbench.data.store import EpisodeStore
 from offbench.errors import require
 from offbench.generators import register_generator
 from offbench.generators.gym_episodes import rollout
-from offbench.paths import offbench_home
+from offbench.paths import work_dir
 from offbench.records import Invalid, ranged
 from offbench.utils import atomic_dir, atomic_write_json, progress_bar
 
@@ -117,7 +117,7 @@ class Checkpoint:
 def workspace_dir(recipe: MujocoLocalRecipe, seed: int) -> Path:
     """Where the run of these training settings and seed lives: $OFFBENCH_HOME/work/mujoco-local/<env>-s<seed>-<hash>."""
     key = hashlib.sha256(json.dumps({**recipe.training(), "seed": seed}, sort_keys=True).encode()).hexdigest()[:12]
-    return offbench_home() / "work" / "mujoco-local" / f"{recipe.env_id}-s{seed}-{key}"
+    return work_dir("mujoco-local") / f"{recipe.env_id}-s{seed}-{key}"
 
 
 @register_generator("mujoco-local")
