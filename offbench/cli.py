@@ -209,6 +209,9 @@ from offbench.generators import multitask_cli  # noqa: E402  (light: Typer optio
 
 generate_app.command("metaworld")(multitask_cli.generate_metaworld)
 generate_app.command("minigrid")(multitask_cli.generate_minigrid)
+from offbench.generators.learned_cli import add_commands as add_learned_commands  # noqa: E402
+
+add_learned_commands(generate_app)
 
 
 def main(argv: list[str] | None = None) -> None:

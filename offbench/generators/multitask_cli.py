@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
 from offbench.envs.metaworld import MAX_PATH_LENGTH
 from offbench.errors import OffbenchError
+
+if TYPE_CHECKING:  # the command's options load light; the data layer when a command runs
+    from offbench.data.cards import DatasetCard
+    from offbench.data.store import EpisodeStore
 
 QUALITY_HELP = "near-optimal | sub-optimal | mixed (a coin per episode between the two)."
 WORKERS_HELP = "Worker processes (0: all cores). Does not change the data."
@@ -30,7 +36,7 @@ def generate_metaworld(
     """Meta-World multi-task data from the scripted expert policies plus action noise."""
     params: dict[str, Any] = {"suite": suite, "quality": quality, "episodes_per_task": episodes}
     if tasks:
-        params["tasks"] = _task_list(tasks)
+        params["tasks"] = task_list(tasks)
     if max_episode_steps != MAX_PATH_LENGTH:
         params["max_episode_steps"] = max_episode_steps
     _generate("metaworld", params, seed, workers, out, dataset_id, quiet)
@@ -51,13 +57,13 @@ def generate_minigrid(
     """MiniGrid multi-task data from a shortest-path planner on the full grid, plus random actions."""
     params: dict[str, Any] = {"suite": suite, "quality": quality, "episodes_per_task": episodes}
     if tasks:
-        params["tasks"] = _task_list(tasks)
+        params["tasks"] = task_list(tasks)
     if observation != "flat":
         params["observation"] = observation
     _generate("minigrid", params, seed, workers, out, dataset_id, quiet)
 
 
-def _task_list(text: str) -> list[str]:
+def task_list(text: str) -> list[str]:
     return [name.strip() for name in text.split(",") if name.strip()]
 
 
@@ -81,50 +87,118 @@ def default_id(generator: str, params: dict[str, Any], seed: int) -> str:
 def _generate(
     generator: str, params: dict[str, Any], seed: int, workers: int, out: Path | None, dataset_id: str | None, quiet: bool
 ) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    if workers < 0:
+        raise OffbenchError(f"--workers must be 0 (all cores) or more, got {workers}")
+    made = write_generated(
+        generator,
+        params,
+        seed,
+        out,
+        dataset_id,
+        quiet,
+        new_card={
+            "id": default_id(generator, params, seed),
+            "description": f"{generator} {params['suite']} {params['quality']}, {params['episodes_per_task']} episodes per task, seed {seed}",
+            "kind": "multi-task",
+        },
+        recorded=("env", "quality", "behaviour", "behaviour_profiles", "task_stats"),
+        run_params={**params, "workers": workers},
+    )
+    print_task_table(made)
 
-    from offbench.data.cards import SourceRecipe, all_cards, card_from_dict, write_card
+
+@dataclass(frozen=True)
+class Generated:
+    """What `write_generated` made: the card (a registered one filled, or a new one), the data, and both paths."""
+
+    card: DatasetCard
+    store: EpisodeStore
+    path: Path
+    card_path: Path
+
+
+def write_generated(
+    generator: str,
+    params: dict[str, Any],
+    seed: int,
+    out: Path | None,
+    dataset_id: str | None,
+    quiet: bool,
+    *,
+    new_card: dict[str, Any],
+    recorded: tuple[str, ...],
+    run_params: dict[str, Any] | None = None,
+    same_params: Callable[[dict[str, Any]], Any] = dict,
+) -> Generated:
+    """Run the generator on `params` (or `run_params`, which may add options that do not change the data) and write
+    the data with a card holding the recipe and the keys of the file's own card named in `recorded` (what the
+    generator measured). Without --out and --id, a registered card of this recipe (its params equal to these after
+    `same_params`, which may fill in defaults) gets its dataset filled; otherwise the card is `new_card` (id,
+    description, kind, env), named `dataset_id` if given, registered under OFFBENCH_HOME or with --out written
+    beside the data."""
+    from offbench.data.cards import all_cards, card_from_dict, write_card
     from offbench.data.resolve import native_path
     from offbench.data.store import load_native, replace_card
     from offbench.generators import get_generator
     from offbench.paths import user_cards_dir
     from offbench.utils import check_writable
 
-    if workers < 0:
-        raise OffbenchError(f"--workers must be 0 (all cores) or more, got {workers}")
-    recipe = {"generator": generator, "seed": seed, "params": params}
     registered = None
-    if dataset_id is None and out is None:  # the recipe of a registered card: fill that card's dataset
-        wanted = SourceRecipe(generator=generator, seed=seed, params=params)
-        registered = next((card for card in all_cards().values() if card.source.recipe == wanted), None)
+    if dataset_id is None and out is None:
+        wanted = same_params(params)
+        registered = next((card for card in all_cards().values() if _made_by(card, generator, seed, wanted, same_params)), None)
     card_data = (
         registered.to_dict()
         if registered
         else {
-            "id": dataset_id or default_id(generator, params, seed),
-            "description": (
-                f"{generator} {params['suite']} {params['quality']}, {params['episodes_per_task']} episodes per task, seed {seed}"
-            ),
+            **new_card,
+            "id": dataset_id or new_card["id"],
             "format": "offbench",
-            "kind": "multi-task",
-            "source": {"recipe": recipe},
+            "source": {"recipe": {"generator": generator, "seed": seed, "params": params}},
         }
     )
     card = card_from_dict(card_data)
     target = Path(out) / "data.h5" if out else native_path(card)
     check_writable(target.parent)  # before the work, not after it
-    path = get_generator(generator)({**params, "workers": workers}, seed, target, quiet)
+    path = get_generator(generator)(run_params or params, seed, target, quiet)
     store = load_native(path)
-    recorded = ("env", "quality", "behaviour", "behaviour_profiles", "task_stats")
-    card = card_from_dict({**card_data, **{key: store.card[key] for key in recorded}})
+    card = card_from_dict({**card_data, **{key: store.card[key] for key in recorded if key in store.card}})
     replace_card(path, {**store.card, **card.to_dict()})  # the file names its dataset (exports are named from it)
     card_path = write_card(card, Path(out) / "card.toml" if out else user_cards_dir() / f"{card.id}.toml")
+    return Generated(card, store, path, card_path)
 
+
+def _made_by(card: DatasetCard, generator: str, seed: int, wanted: Any, same_params: Callable[[dict[str, Any]], Any]) -> bool:
+    """Whether a registered card's recipe is this generator's with this seed and these params (a card whose params
+    the generator would refuse is no match)."""
+    recipe = card.source.recipe
+    if recipe is None or recipe.generator != generator or recipe.seed != seed:
+        return False
+    try:
+        return same_params(dict(recipe.params)) == wanted
+    except OffbenchError:
+        return False
+
+
+def print_task_table(made: Generated, columns: Callable[[str], dict[str, str]] | None = None) -> None:
+    """Per task: episodes, success rate, mean return (and the generator's own `columns`); then where the data went."""
+    from rich.console import Console
+    from rich.table import Table
+
+    card = made.store.card
+    names = card["env"]["kwargs"]["tasks"]
+    extra = {name: (columns(name) if columns else {}) for name in names}
+    headers = list(next(iter(extra.values()), {}))
+    table = Table("task", "episodes", "success rate", "mean return", *headers, box=None, header_style="bold")
+    for name in names:
+        stats = card["task_stats"][name]
+        table.add_row(name, str(stats["episodes"]), f"{stats['success_rate']:.3f}", f"{stats['mean_return']:.2f}", *extra[name].values())
     console = Console()
-    table = Table("task", "episodes", "success rate", "mean return", box=None, header_style="bold")
-    for name in store.card["env"]["kwargs"]["tasks"]:
-        stats = store.card["task_stats"][name]
-        table.add_row(name, str(stats["episodes"]), f"{stats['success_rate']:.3f}", f"{stats['mean_return']:.2f}")
     console.print(table)
-    console.print(f"{card.id}: {path} ({store.num_episodes:,} episodes, {store.num_transitions:,} steps); card {card_path}")
+    console.print(written(made), soft_wrap=True, highlight=False)  # a path broken over lines cannot be copied
+
+
+def written(made: Generated) -> str:
+    """Where the data and its card went."""
+    store = made.store
+    return f"{made.card.id}: {made.path} ({store.num_episodes:,} episodes, {store.num_transitions:,} steps); card {made.card_path}"
