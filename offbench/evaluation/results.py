@@ -38,7 +38,7 @@ class EvaluationSettings:
     env: dict[str, Any] | None = ranged(None, null=True, doc="the card's environment spec")
     episode_seeds: str | None = ranged(None, doc="how episode seeds follow from the run's seed")
     tasks: list[str] | str | None = ranged(
-        None, doc="multi-task: the task names in task-id order; in-context: the split evaluated (held-out or train)"
+        None, doc="multi-task: the task names in task-id order; in-context: the split evaluated (held-out, validation or train)"
     )
     task_target_returns: list[float] | None = ranged(
         None,
@@ -93,7 +93,7 @@ class EvaluationRecord:
     optimal_return: float | None = ranged(
         None, null=_in_context, doc="in-context: mean over tasks of the optimal return; null where unknown"
     )
-    tasks: str | None = ranged(None, doc="in-context: which split was evaluated (held-out or train)")
+    tasks: str | None = ranged(None, doc="in-context: which split was evaluated (held-out, validation or train)")
     task_returns: list[list[float]] | None = ranged(None, doc="in-context: per task, each episode's return")
     regret: float | None = ranged(
         None, null=_in_context, doc="in-context: cumulative regret over all episodes (lower is better); null where the optimum is unknown"

@@ -19,7 +19,8 @@ Rules, in the order they are checked (the refusal names the rule):
   consistency, metric            agree with its mean, success rate, per-task and in-context fields; its score
                                  is recomputed with the benchmark's own card (offbench.leaderboard.scoring)
   protocol                       run.json `evaluation` (and summary `steps`) equal the benchmark's protocol,
-                                 and the run was evaluated in the dataset card's environment
+                                 and the run was evaluated in the dataset card's environment; an in-context
+                                 run on its held-out tasks only (not validation or train: boards report held-out)
   free-text                      every string copied from the run into the entry is at most MAX_TEXT long,
                                  every copied block at most MAX_BLOCK bytes of JSON
   config-consistency             one entry = one baseline and one config (seed aside); a row (label) keeps
