@@ -154,7 +154,7 @@ class AlgorithmDistillation(TransformerTraining[ADConfig, ADModel]):
         return TransformerShape(tokens, config.hidden_dim, config.num_layers, config.num_heads, "sdpa", config.attention_dropout)
 
     def sampler_options(self) -> dict[str, Any]:
-        return {"window_length": self.config.context_steps}
+        return {"window_length": self.config.context_steps, **self.config.pair_option()}
 
     def losses(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Cross-entropy of every step's action over the windows of `batch`, and the accuracy of the greedy action;

@@ -164,7 +164,12 @@ class DecisionPretrainedTransformer(TransformerTraining[DPTConfig, DPTModel]):
         return TransformerShape(config.context_size + 1, config.embedding_dim, config.num_layers, config.num_heads, "sdpa", config.dropout)
 
     def sampler_options(self) -> dict[str, Any]:
-        return {"context_size": self.config.context_size, "context": self.config.context_sampling, "label": self.config.label}
+        return {
+            "context_size": self.config.context_size,
+            "context": self.config.context_sampling,
+            "label": self.config.label,
+            **self.config.pair_option(),
+        }
 
     def losses(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Cross-entropy of every prefix's prediction over `batch`, and the accuracy of the full context's greedy action;

@@ -197,7 +197,8 @@ def with_routing_losses(
 ) -> dict[str, torch.Tensor]:
     """A T2MIR training pass's `values` with the routing terms added to the objective "loss" at the Config's
     weights (balance_weight, contrastive_weight): the action loss alone stays as action_loss, and each term is also
-    given unweighted, as the reference logs them. The contrastive term needs the batch's task ids."""
+    given unweighted, as the reference logs them. The contrastive term needs the batch's task ids: a row's positives
+    are the other rows of its task (with the Config's `task_pairs`, its pair's other row at least)."""
     if config.contrastive_weight > 0 and task_ids is None:
         raise ValueError("moe = 't2mir' with contrastive_weight > 0: the batch must carry task_ids")
     terms = routing_losses(routing, task_ids)

@@ -35,6 +35,12 @@ class T2MIRFields:
     balance_weight: float = ranged(0.1, ge=0)  # T2MIR: weight of the token router's load-balancing term
     contrastive_weight: float = ranged(0.01, ge=0)  # T2MIR: weight of the task router's contrastive loss
     router_momentum: float = ranged(0.005, gt=0, le=1)  # T2MIR: EMA rate of the task router's momentum copy (keys)
+    task_pairs: bool = False  # draw batches in same-task pairs of rows, every row's positive for the contrastive loss
+    #                           (the reference's batches; the samplers' task_pairs option)
+
+    def pair_option(self) -> dict[str, bool]:
+        """The sampler option `task_pairs` asks for; none when off, so a sampler without it (XLand's in place) serves."""
+        return {"task_pairs": True} if self.task_pairs else {}
 
 
 class TrainedConfig(Protocol):

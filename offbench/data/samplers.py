@@ -102,19 +102,21 @@ def sampler(dataset: Any, kind: str, *, batch_size: int, seed: int = 0, device: 
     prompt_segments  segment_length=20, prompt_length=5, prompt_pool=5, one_task_per_batch=False. The segments'
                      keys plus prompt_{observations,actions,returns_to_go,timesteps,mask} and task_prompt_* (B,P,..):
                      the end of one of the row's task's best episodes (Prompt-DT). Needs a task_id column.
-    ad_windows       window_length (required). observations (B,T,*obs), actions (B,T,*act), rewards (B,T): T
-                     consecutive steps of one learning history, across episodes (Algorithm Distillation). Needs
-                     a history_id column; a num_actions column (bandits of several arm counts) adds
-                     num_actions (B,) int64, the actions of each window's task.
+    ad_windows       window_length (required), task_pairs=False. observations (B,T,*obs), actions (B,T,*act),
+                     rewards (B,T): T consecutive steps of one learning history, across episodes (Algorithm
+                     Distillation). Needs a history_id column; a num_actions column (bandits of several arm
+                     counts) adds num_actions (B,) int64, the actions of each window's task.
     dpt              context_size (required), context="window" | "random" | "shuffled", label="optimal" |
-                     "posterior". query_observations (B,*obs): a state drawn uniformly over the environment's
+                     "posterior", task_pairs=False. query_observations (B,*obs): a state drawn uniformly over the environment's
                      states, independent of the context; context_{observations,actions,rewards,
                      next_observations} (B,C,..), optimal_actions (B,): the task's optimal action at the query;
                      "posterior" adds optimal_action_probabilities (B,C+1,A) (Decision-Pretrained Transformer).
                      Needs optimal_action and task_id columns and a card naming its offbench environment and
                      training tasks.
 
-    Every kind adds task_ids (B,) int64 when the dataset has a task_id column. Observations and rewards are
+    Every kind adds task_ids (B,) int64 when the dataset has a task_id column. `task_pairs=True` (ad_windows,
+    dpt) draws rows in same-task pairs, rows 2k and 2k + 1 (`TaskPairs`), for a contrastive loss whose
+    positives are rows of one task (T2MIR's); an even batch_size and two or more tasks. Observations and rewards are
     float32; actions are int64 for integer (discrete) actions, float32 otherwise. An XLand file samples
     ad_windows and dpt in place (also cache_mb=512 and observation_dtype="float32" | "uint8"; dpt: group_by).
     Each sampler class's docstring says exactly how it draws.
@@ -263,6 +265,47 @@ def _contiguous_groups(values: np.ndarray, name: str, where: str) -> tuple[np.nd
     if len(unique) != len(ids):
         raise OffbenchError(f"{where}{name} {unique[counts > 1][0]} is split into several separate runs of rows; it must be contiguous")
     return ids, bounds
+
+
+class TaskPairs:
+    """A batch's groups (learning histories, say) drawn in same-task pairs, for a contrastive loss whose positives are
+    rows of one task (T2MIR's task router, as NJU-RL/T2MIR's `sample_batch_contrastive` draws its batches): rows 2k
+    and 2k + 1 hold two groups of one task, two different ones where the task has several. The pairs' tasks are
+    uniform and distinct while the dataset has at least as many tasks as the batch has pairs, else drawn with
+    replacement (the reference's rule). Adjacent rows keep a pair whole when a batch is cut into even-sized shards."""
+
+    def __init__(self, group_task: np.ndarray, batch_size: int, where: str):
+        tasks, task_of_group = np.unique(group_task, return_inverse=True)
+        if len(tasks) < 2:
+            raise OffbenchError(
+                f"{where}task_pairs contrasts pairs of rows of one task with the other tasks' rows, but this dataset has one "
+                f"task ({tasks[0]}); turn task_pairs off"
+            )
+        if batch_size % 2:
+            raise OffbenchError(f"task_pairs draws rows in pairs: batch_size must be even, got {batch_size}")
+        self.pairs = batch_size // 2
+        self.groups = np.argsort(task_of_group, kind="stable")  # group indices, task by task
+        self.task_groups = np.bincount(task_of_group)  # groups per task
+        self.task_first = np.concatenate([[0], np.cumsum(self.task_groups)[:-1]])  # each task's first place in `groups`
+
+    def draw(self, rng: np.random.Generator) -> np.ndarray:
+        """(B,) group indices: the pairs' tasks, then two places among each task's groups (distinct when it has two or more)."""
+        tasks = len(self.task_groups)
+        task = rng.choice(tasks, self.pairs, replace=self.pairs > tasks)
+        count = self.task_groups[task]
+        first = rng.integers(0, count)
+        other = rng.integers(0, np.maximum(count - 1, 1))
+        second = np.where(count > 1, other + (other >= first), first)
+        return self.groups[(self.task_first[task][:, None] + np.stack([first, second], axis=1)).reshape(-1)]
+
+
+def task_pairs_of(task_pairs: bool, store_task_ids: np.ndarray | None, group_rows: np.ndarray, batch_size: int, where: str, kind: str):
+    """The `TaskPairs` of a sampler's groups (each group's task read at its row in `group_rows`), or None when off."""
+    if not task_pairs:
+        return None
+    if store_task_ids is None:
+        raise OffbenchError(f"{where}{kind} with task_pairs pairs rows of one task: the dataset has no 'task_id' column")
+    return TaskPairs(np.asarray(store_task_ids)[group_rows], batch_size, where)
 
 
 # ----------------------------------------------------------------------------- transitions
@@ -466,6 +509,9 @@ class ADWindowSampler(_StoreSampler):
     is uniform over every valid position of every history (each full window equally likely). A dataset
     with a `num_actions` column (bandit histories of several arm counts) adds each window's num_actions (B,),
     its first step's (one history has one arm count).
+
+    `task_pairs`: rows 2k and 2k + 1 are windows of one task (`TaskPairs`: two of its histories where it has
+    several, else two windows of its one history, drawn independently), each uniform over its history's windows.
     """
 
     kind = "ad_windows"
@@ -478,6 +524,7 @@ class ADWindowSampler(_StoreSampler):
         device: str | torch.device = "cpu",
         *,
         window_length: int,
+        task_pairs: bool = False,
     ):
         super().__init__(store, batch_size, seed, device)
         if "history_id" not in store.columns:
@@ -496,11 +543,16 @@ class ADWindowSampler(_StoreSampler):
         self.windows_before = np.concatenate([[0], np.cumsum(windows)])
         self.offsets = np.arange(self.window_length, dtype=np.int64)
         self.num_actions = np.asarray(store.columns["num_actions"]) if "num_actions" in store.columns else None
+        self.pairs = task_pairs_of(task_pairs, self.task_ids, self.history_first, self.batch_size, self.where, self.kind)
 
     def sample(self) -> dict[str, torch.Tensor]:
-        draw = np.sort(self.rng.integers(0, self.windows_before[-1], self.batch_size))
-        history = np.searchsorted(self.windows_before, draw, side="right") - 1
-        first = self.history_first[history] + (draw - self.windows_before[history])
+        if self.pairs is None:
+            draw = np.sort(self.rng.integers(0, self.windows_before[-1], self.batch_size))
+            history = np.searchsorted(self.windows_before, draw, side="right") - 1
+            first = self.history_first[history] + (draw - self.windows_before[history])
+        else:
+            history = self.pairs.draw(self.rng)
+            first = self.history_first[history] + self.rng.integers(0, np.diff(self.windows_before)[history])
         index = first[:, None] + self.offsets  # (B, T)
         batch = self.with_task_ids(self.step_tensors(index), first)
         if self.num_actions is not None:
@@ -544,6 +596,9 @@ class DPTSampler(_StoreSampler):
     `label="posterior"` adds `optimal_action_probabilities` (B, C + 1, A): for every prefix of the context, the
     distribution of the label given the query and that prefix under the card's training tasks
     (offbench.generators.task_posterior), for a roll-in card whose contexts ignore the task.
+
+    `task_pairs`: rows 2k and 2k + 1 are groups of one task (`TaskPairs`: two different groups where the task has
+    several, else its one group twice), each with its own context and query.
     """
 
     kind = "dpt"
@@ -559,6 +614,7 @@ class DPTSampler(_StoreSampler):
         context_size: int,
         context: str = "window",
         label: str = "optimal",
+        task_pairs: bool = False,
     ):
         super().__init__(store, batch_size, seed, device)
         if "optimal_action" not in store.columns:
@@ -596,6 +652,7 @@ class DPTSampler(_StoreSampler):
                 f"({self.group_length[short]} steps, the shortest); {context} contexts of distinct steps need at most {self.group_length[short]}"
             )
         self.offsets = np.arange(self.context_size, dtype=np.int64)
+        self.pairs = task_pairs_of(task_pairs, task_ids, self.rows[self.group_first], self.batch_size, self.where, self.kind)
 
     def check_labels(self, labels: np.ndarray, task_ids: np.ndarray, card_id: str) -> None:
         """The card's tasks give the stored labels on `LABEL_CHECK_ROWS` evenly spaced rows (task ids in range too)."""
@@ -620,7 +677,7 @@ class DPTSampler(_StoreSampler):
             )
 
     def sample(self) -> dict[str, torch.Tensor]:
-        group = self.rng.integers(0, len(self.group_first), self.batch_size)
+        group = self.rng.integers(0, len(self.group_first), self.batch_size) if self.pairs is None else self.pairs.draw(self.rng)
         first, length = self.group_first[group], self.group_length[group]
         if self.context == "window":
             position = self.rng.integers(0, length - self.context_size + 1)[:, None] + self.offsets

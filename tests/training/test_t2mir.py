@@ -6,9 +6,12 @@ contract, on tiny models and darkroom-small."""
 from __future__ import annotations
 
 import dataclasses
+import json
+from typing import Any
 
 import pytest
 import torch
+from helpers import TRAINING_CONFIGS, assert_resume_repeats_the_run, logged_metrics
 
 from offbench.baselines import get_baseline
 from offbench.baselines.base import micro_batch_refusal
@@ -38,6 +41,7 @@ T2MIR_FIELDS = (
     "balance_weight",
     "contrastive_weight",
     "router_momentum",
+    "task_pairs",
 )
 NO_DROPOUT = {"ad": {"attention_dropout": 0.0, "residual_dropout": 0.0, "embedding_dropout": 0.0}, "dpt": {"dropout": 0.0}}
 
@@ -46,6 +50,14 @@ def build(name: str, spec: DatasetSpec, seed: int = 0, **fields):
     torch.manual_seed(seed)
     cls = get_baseline(name)
     return cls(cls.Config(**{**cls.tiny_config, **NO_DROPOUT[name], **fields}), spec)
+
+
+def model_inputs(name: str, batch: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+    """What the AD or DPT model's forward takes from a batch of its sampler."""
+    if name == "ad":
+        return [batch["observations"], batch["actions"], batch["rewards"]]
+    keys = ("query_observations", "context_observations", "context_actions", "context_rewards", "context_next_observations")
+    return [batch[key] for key in keys]
 
 
 def scattered(experts: torch.Tensor, weights: torch.Tensor, num_experts: int) -> torch.Tensor:
@@ -62,6 +74,7 @@ def test_top_k_sends_each_token_to_exactly_k_experts_with_weights_summing_to_one
     torch.testing.assert_close(gates.sum(1), torch.ones(64))
     assert (gates > 0).eq(logits >= logits.topk(2, dim=1).values[:, 1:]).all()  # the two highest logits
     router = Router(16, 6, 3, noisy=True).train()
+    assert router.noise is not None
     router.noise.data.normal_()  # a learned noise scale that matters
     routed = router(torch.randn(64, 16))
     gates = scattered(routed.experts, routed.weights, 6)
@@ -121,7 +134,42 @@ def test_contrastive_task_loss_rewards_same_task_embeddings_and_takes_same_task_
     alone = contrastive_task_loss(by_task, by_task, trained, torch.arange(6))
     assert alone == 0
     alone.backward()  # a zero gradient, not none: data-parallel ranks average it with the others'
-    assert torch.equal(trained.grad, torch.zeros(3, 3))
+    assert trained.grad is not None and torch.equal(trained.grad, torch.zeros(3, 3))
+
+
+def test_a_batch_of_task_pairs_makes_each_rows_partner_its_one_positive():
+    tasks = torch.tensor([5, 5, 8, 8])  # rows 0, 1 and rows 2, 3: two pairs, as task_pairs draws them
+    queries = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.0, 1.0]])
+    keys = queries.clone()
+    keys[1] = torch.tensor([0.0, 1.0])  # row 1's key looks like the other pair's
+    bilinear = 2 * torch.eye(2)  # a score q_i W k_j of 2 where q_i and k_j agree, else 0
+    expected = [  # each row: -log softmax over the other rows' scores, its partner's listed first
+        -torch.log_softmax(torch.tensor([0.0, 0.0, 0.0]), 0)[0],  # row 0: partner 1 (its key moved), rows 2, 3
+        -torch.log_softmax(torch.tensor([2.0, 0.0, 0.0]), 0)[0],  # row 1: partner 0, rows 2, 3
+        -torch.log_softmax(torch.tensor([2.0, 0.0, 2.0]), 0)[0],  # row 2: partner 3, row 0, row 1 (a negative scoring 2)
+        -torch.log_softmax(torch.tensor([2.0, 0.0, 2.0]), 0)[0],  # row 3: partner 2, row 0, row 1
+    ]
+    torch.testing.assert_close(contrastive_task_loss(queries, keys, bilinear, tasks), torch.stack(expected).mean())
+
+
+@pytest.mark.parametrize("name", ["ad", "dpt"])
+def test_with_task_pairs_the_contrastive_positives_are_exactly_the_pairs(darkroom, name):
+    """A task_pairs batch of darkroom-small (4 pairs of its 8 tasks: all different) through a T2MIR model: its
+    contrastive loss is the loss whose positives are the pairs (row 2k with row 2k + 1) and nothing else."""
+    spec = DatasetSpec.from_store(darkroom)
+    baseline = build(name, spec, **T2MIR_TINY, task_pairs=True)
+    assert baseline.sampler_options()["task_pairs"] is True
+    batch = make_sampler(baseline.sampler, darkroom, 8, 0, **baseline.sampler_options()).sample()
+    torch.manual_seed(3)
+    losses = baseline.losses(batch)
+    routing: list = []
+    torch.manual_seed(3)  # the same router noise
+    inputs = model_inputs(name, batch)
+    baseline.model(*inputs, routing=routing)
+    pairs = torch.arange(8) // 2
+    (layer,) = routing
+    torch.testing.assert_close(losses["contrastive_loss"], contrastive_task_loss(layer.task_query, layer.task_key, layer.bilinear, pairs))
+    assert "task_pairs" not in build(name, spec, **T2MIR_TINY).sampler_options()  # off: the sampler is asked nothing new
 
 
 def test_the_two_mixtures_each_write_half_of_the_output():
@@ -143,7 +191,7 @@ def test_the_two_mixtures_each_write_half_of_the_output():
                 p.copy_(saved[name])
 
 
-def one_expert_copy_of_dense(dense: torch.nn.Module, moe: torch.nn.Module) -> None:
+def one_expert_copy_of_dense(dense: Any, moe: Any) -> None:
     """`moe` (every block one expert per mixture, top-1, 4 x width hidden units) given `dense`'s weights: both
     experts take the MLP's first layer, the token expert the first half of its output rows, the task expert the rest."""
     missing, unexpected = moe.load_state_dict(dense.state_dict(), strict=False)
@@ -169,14 +217,7 @@ def test_one_expert_per_mixture_recovers_the_dense_model(darkroom, name):
     moe = build(name, spec, moe="t2mir", moe_layers=layers, num_experts=1, task_experts=1, top_k=1, expert_hidden=4 * width)
     one_expert_copy_of_dense(dense.model, moe.model)
     batch = make_sampler(dense.sampler, darkroom, 4, 0, **dense.sampler_options()).sample()
-    inputs = (
-        [batch["observations"], batch["actions"], batch["rewards"]]
-        if name == "ad"
-        else [
-            batch[key]
-            for key in ("query_observations", "context_observations", "context_actions", "context_rewards", "context_next_observations")
-        ]
-    )
+    inputs = model_inputs(name, batch)
     for model in (dense.model, moe.model):
         model.train()  # noisy routing included: one expert is chosen whatever the noise
     torch.testing.assert_close(moe.model(*inputs), dense.model(*inputs), rtol=1e-5, atol=1e-6)
@@ -235,14 +276,7 @@ def test_t2mir_state_round_trips_and_evaluation_routes_tokens_alone(darkroom, na
         assert torch.equal(loaded[key], value), key  # the momentum router's state is in the checkpoint
     # evaluation: no noise and no task id; the same tokens route the same way every time
     evaluation = {key: value for key, value in batch.items() if key != "task_ids"}
-    inputs = (
-        [evaluation["observations"], evaluation["actions"], evaluation["rewards"]]
-        if name == "ad"
-        else [
-            evaluation[key]
-            for key in ("query_observations", "context_observations", "context_actions", "context_rewards", "context_next_observations")
-        ]
-    )
+    inputs = model_inputs(name, evaluation)
     baseline.model.eval()
     with torch.no_grad():
         assert torch.equal(baseline.model(*inputs), baseline.model(*inputs))
@@ -256,7 +290,7 @@ def test_t2mir_baselines_pass_the_baseline_contract(darkroom, name):
 @pytest.mark.parametrize("name", ["ad", "dpt"])
 def test_t2mir_refuses_micro_batches_and_contrast_without_tasks(darkroom, name):
     cls = get_baseline(name)
-    assert "moe = 't2mir'" in micro_batch_refusal(cls, cls.Config(moe="t2mir"))
+    assert "moe = 't2mir'" in str(micro_batch_refusal(cls, cls.Config(moe="t2mir")))
     assert micro_batch_refusal(cls, cls.Config()) is None
     one_task = dataclasses.replace(DatasetSpec.from_store(darkroom), num_tasks=1)
     with pytest.raises(OffbenchError, match="contrastive_weight = 0"):
@@ -283,6 +317,7 @@ def test_t2mir_cpu_config_matches_the_dense_cpu_config_in_active_parameters(dark
     dense_config = resolve_config(cls, "darkroom-small", folder / "cpu-darkroom.toml")
     moe_config = resolve_config(cls, "darkroom-small", folder / "t2mir-darkroom-cpu.toml")
     assert moe_config.train == dense_config.train
+    assert moe_config.baseline.task_pairs and not dense_config.baseline.task_pairs  # the reference's pair batches
     assert dataclasses.replace(moe_config.baseline, **{f: getattr(dense_config.baseline, f) for f in T2MIR_FIELDS}) == dense_config.baseline
     dense = active_parameters(cls(dense_config.baseline, spec).model)
     moe = active_parameters(cls(moe_config.baseline, spec).model)
@@ -299,3 +334,15 @@ def test_t2mir_fields_that_disagree_are_refused_in_one_line(darkroom, name):
     with pytest.raises(OffbenchError, match="moe_layers 9 is more than the model's num_layers"):
         build(name, spec, **T2MIR_TINY, moe_layers=9)
     build(name, spec, top_k=5, moe_layers=9)  # the dense model has no mixtures to check
+
+
+def test_an_interrupted_t2mir_run_in_task_pairs_resumes_to_the_same_numbers(darkroom, cli, tmp_path, monkeypatch):
+    """The pairs are drawn from the sampler's own seeded stream, so Ctrl-C and --resume end where one run ends."""
+    overrides = [f"{key}={value}" for key, value in {**T2MIR_TINY, "task_pairs": "true"}.items()]
+    args = ["run", "baseline", "ad", "--dataset", "darkroom-small", "--config", TRAINING_CONFIGS / "ad-tiny.toml", "--out", tmp_path]
+    args += [part for override in overrides for part in ("--set", override)]
+    code, _, err = cli(*args, "--name", "whole")
+    assert code == 0, err
+    assert json.loads((tmp_path / "whole" / "run.json").read_text())["config"]["task_pairs"] is True
+    assert all(line["contrastive_loss"] > 0 for line in logged_metrics(tmp_path / "whole"))
+    assert_resume_repeats_the_run(cli, monkeypatch, "ad", args, tmp_path, stop_at=27)
