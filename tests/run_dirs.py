@@ -97,7 +97,7 @@ def write_run(
         "started_at": "2025-01-01T00:00:00+00:00",
     }
     if in_context is not None:
-        info["evaluation"].update(protocol="in-context", in_context_episodes=len(in_context), task_ids=list(range(5)))
+        info["evaluation"].update(protocol="in-context", in_context_episodes=len(in_context), task_ids=list(range(5)), tasks="held-out")
     if per_task_success is not None:
         info["evaluation"].update(protocol="multi-task", tasks=list(per_task_success))
     lines = []
