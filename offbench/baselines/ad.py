@@ -40,7 +40,7 @@ from offbench.baselines.incontext import (
     t2mir_of,
     with_routing_losses,
 )
-from offbench.baselines.incontext_training import T2MIRFields, TransformerTraining
+from offbench.baselines.incontext_training import T2MIRFields, T2MIRTraining
 from offbench.data.spec import DatasetSpec
 from offbench.evaluation.policy import PolicyOptions
 from offbench.records import ranged
@@ -127,7 +127,7 @@ class ADModel(nn.Module):
         return self.action_logits(self.transformer(self.embed(observations, actions, rewards), routing=routing))
 
 
-class AlgorithmDistillation(TransformerTraining[ADConfig, ADModel]):
+class AlgorithmDistillation(T2MIRTraining[ADConfig, ADModel]):
     name = "ad"
     Config = ADConfig
     summary = (

@@ -46,7 +46,7 @@ from offbench.baselines.incontext import (
     t2mir_of,
     with_routing_losses,
 )
-from offbench.baselines.incontext_training import T2MIRFields, TransformerTraining
+from offbench.baselines.incontext_training import T2MIRFields, T2MIRTraining
 from offbench.baselines.nets import flat_observation_dim
 from offbench.data.samplers import CONTEXT_SAMPLINGS, DPT_LABELS
 from offbench.data.spec import DatasetSpec
@@ -138,7 +138,7 @@ class DPTModel(nn.Module):
         return self.action_head(self.transformer(tokens, routing=routing))
 
 
-class DecisionPretrainedTransformer(TransformerTraining[DPTConfig, DPTModel]):
+class DecisionPretrainedTransformer(T2MIRTraining[DPTConfig, DPTModel]):
     name = "dpt"
     Config = DPTConfig
     summary = (

@@ -52,9 +52,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from offbench.baselines.base import MicroBatching, TransformerShape, accumulate_backward
-from offbench.baselines.incontext import CausalTransformer, ObservationEmbedding, autocast, init_gpt_weights, warmup_cosine
-from offbench.baselines.nets import fused_adam, load_part_states, part_states
+from offbench.baselines.base import TransformerShape
+from offbench.baselines.incontext import CausalTransformer, ObservationEmbedding, autocast, init_gpt_weights
+from offbench.baselines.incontext_training import TransformerTraining
 from offbench.data.spec import DatasetSpec
 from offbench.errors import OffbenchError
 from offbench.evaluation.policy import PolicyOptions
@@ -158,7 +158,7 @@ def prompt_attention_bias(available: torch.Tensor, steps: int) -> torch.Tensor:
     return zeros.masked_fill(~allowed, float("-inf")).unsqueeze(1)
 
 
-class HeadlessAD(MicroBatching):
+class HeadlessAD(TransformerTraining[HeadlessADConfig, HeadlessADModel]):
     name = "headless-ad"
     Config = HeadlessADConfig
     summary = (
@@ -181,14 +181,7 @@ class HeadlessAD(MicroBatching):
             )
         self.config, self.spec, self.device = config, spec, torch.device(device)
         self.model = HeadlessADModel(config, spec).to(self.device)
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(),
-            lr=config.learning_rate,
-            betas=(config.betas[0], config.betas[1]),
-            weight_decay=config.weight_decay,
-            fused=fused_adam(self.device),
-        )
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, warmup_cosine(config.warmup_steps, config.cosine_steps))
+        self.set_optimiser(betas=(config.betas[0], config.betas[1]))
 
     @classmethod
     def memory_shape(cls, config: HeadlessADConfig) -> TransformerShape:
@@ -227,31 +220,13 @@ class HeadlessAD(MicroBatching):
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         """One step; the embeddings are drawn for the whole batch before any split into micro-batches, so each row
         has the same ones however the batch is split (its loss is over its own actions only)."""
-        self.model.train()
-        self.optimizer.zero_grad(set_to_none=True)
-        logged = accumulate_backward(
-            self.losses, {**batch, "action_embeddings": self.embeddings_for(len(batch["actions"]))}, self.micro_batch
-        )
-        if self.config.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
-        self.optimizer.step()
-        self.scheduler.step()
-        return {
-            "contrastive_loss": logged["loss"].item(),
-            "accuracy": logged["accuracy"].item(),
-            "learning_rate": float(self.scheduler.get_last_lr()[0]),
-        }
+        logged = self.step({**batch, "action_embeddings": self.embeddings_for(len(batch["actions"]))})
+        return {"contrastive_loss": logged["loss"].item(), "accuracy": logged["accuracy"].item(), "learning_rate": self.learning_rate()}
 
     def policy(self, options: PolicyOptions) -> HeadlessADPolicy:
         """A policy acting with `options.num_actions` available actions per row (by default the dataset's):
         actions 0 .. num_actions - 1 of each row."""
         return HeadlessADPolicy(self, self.spec.action_dim if options.num_actions is None else options.num_actions, options.deterministic)
-
-    def state_dict(self) -> dict[str, Any]:
-        return part_states(model=self.model, optimizer=self.optimizer, scheduler=self.scheduler)
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        load_part_states(state, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler)
 
 
 class HeadlessADPolicy:

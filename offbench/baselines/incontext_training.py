@@ -1,6 +1,7 @@
-"""What Algorithm Distillation and DPT share as baselines around their networks (those: offbench.baselines.incontext):
-T2MIR's Config fields and the training of one transformer on their losses (AdamW, a warm-up and cosine schedule,
-clipping, T2MIR's momentum routers following each step, the checkpointed parts)."""
+"""What Algorithm Distillation, DPT and Headless-AD share as baselines around their networks (those:
+offbench.baselines.incontext): the training of one transformer on their losses (AdamW, a warm-up and cosine schedule,
+clipping, T2MIR's momentum routers following each step, the checkpointed parts), and AD's and DPT's T2MIR Config
+fields."""
 
 from __future__ import annotations
 
@@ -44,9 +45,8 @@ class T2MIRFields:
 
 
 class TrainedConfig(Protocol):
-    """The Config fields the training reads (AD's and DPT's have them all)."""
+    """The Config fields the training reads (AD's, DPT's and Headless-AD's have them all)."""
 
-    moe: str
     learning_rate: float
     weight_decay: float
     warmup_steps: int
@@ -55,7 +55,7 @@ class TrainedConfig(Protocol):
 
 
 class TransformerModel(Protocol):
-    """The model the training steps: a module whose blocks are one CausalTransformer (ADModel, DPTModel)."""
+    """The model the training steps: a module whose blocks are one CausalTransformer (ADModel, DPTModel, HeadlessADModel)."""
 
     transformer: CausalTransformer
 
@@ -79,10 +79,6 @@ class TransformerTraining(MicroBatching, Generic[ConfigT, ModelT]):
     config: ConfigT
     device: torch.device
     model: ModelT
-
-    @classmethod
-    def batch_coupling(cls, config: Any) -> str | None:
-        return routing_batch_coupling(config)
 
     @abstractmethod
     def losses(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -117,3 +113,11 @@ class TransformerTraining(MicroBatching, Generic[ConfigT, ModelT]):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         load_part_states(state, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler)
+
+
+class T2MIRTraining(TransformerTraining[ConfigT, ModelT]):
+    """The training of a model that may have T2MIR's layers (AD, DPT): their routing terms tie a batch's rows."""
+
+    @classmethod
+    def batch_coupling(cls, config: Any) -> str | None:
+        return routing_batch_coupling(config)
