@@ -37,7 +37,6 @@ import io
 import itertools
 import json
 import shutil
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Literal, Sequence
@@ -51,6 +50,7 @@ from offbench.errors import OffbenchError, require
 from offbench.evaluation.lanes import run_lanes
 from offbench.generators import register_generator
 from offbench.generators.multitask import _claim_work_dir, _npz_bytes, task_stats
+from offbench.generators.torch_threads import one_torch_thread
 from offbench.paths import work_dir
 from offbench.records import Invalid, from_dict, ranged, to_dict
 from offbench.utils import atomic_write_bytes, progress_bar
@@ -484,19 +484,6 @@ def episode_arrays(episodes: list[dict[str, Any]], task_id: int) -> dict[str, np
     }
 
 
-@contextmanager
-def one_thread() -> Iterator[None]:
-    """torch on one thread while PPO trains (deterministic on CPU, and one core per generation), then as it was."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
 def in_band(params: LearnedParams, success: float) -> dict[str, bool]:
     """medium, replay: whether the acting checkpoint's success lies in the band (the card says so per task)."""
     return {"in_band": params.band[0] <= success <= params.band[1]} if stops_at_band(params) else {}
@@ -565,7 +552,7 @@ def generate_minigrid_learned(params: dict[str, Any], seed: int, out: Path, quie
             completed=steps * (len(recipe.names) - len(todo)),
             fields=("success",),
         ) as advance,
-        one_thread(),
+        one_torch_thread(),
     ):
         for task_id in todo:
             atomic_write_bytes(shard_path(work, task_id), _npz_bytes(learn_task(recipe, task_id, advance)))

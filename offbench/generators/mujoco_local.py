@@ -26,7 +26,6 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, cast
@@ -39,6 +38,7 @@ from offbench.data.store import EpisodeStore
 from offbench.errors import require
 from offbench.generators import register_generator
 from offbench.generators.gym_episodes import rollout
+from offbench.generators.torch_threads import one_torch_thread
 from offbench.paths import work_dir
 from offbench.records import Invalid, ranged
 from offbench.utils import atomic_dir, atomic_write_json, progress_bar
@@ -157,20 +157,6 @@ def make_dataset(recipe: MujocoLocalRecipe, seed: int, out: Path, quiet: bool, w
         },
     )
     return store.save(out)
-
-
-@contextmanager
-def one_torch_thread() -> Iterator[None]:
-    """Torch on one intra-op thread while generating: the same seed gives the same bytes (reductions split over threads
-    may add in another order)."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def make_env(recipe: MujocoLocalRecipe) -> gym.Env:
