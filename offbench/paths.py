@@ -18,10 +18,15 @@ def data_dir(dataset_id: str) -> Path:
     return offbench_home() / "data" / dataset_id
 
 
+def work_root() -> Path:
+    """$OFFBENCH_HOME/work: the generators' `work_dir`s (`offbench cache` lists and deletes them)."""
+    return offbench_home() / "work"
+
+
 def work_dir(generator: str) -> Path:
     """Where a generator keeps work that outlives one dataset, for other recipes to reuse (training runs):
     $OFFBENCH_HOME/work/<generator>."""
-    return offbench_home() / "work" / generator
+    return work_root() / generator
 
 
 def user_cards_dir() -> Path:

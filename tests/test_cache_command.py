@@ -12,15 +12,18 @@ from offbench.data import cache
 from offbench.data.resolve import PREPARE_LOCK
 
 
-def cli(capsys, *args, answer: str | None = None, monkeypatch=None) -> tuple[int, str, str]:
+def cli(capsys, *args, answer: str | None = None, monkeypatch: pytest.MonkeyPatch | None = None) -> tuple[int, str, str]:
     from offbench import cli as offbench_cli
 
     if answer is not None:
+        assert monkeypatch is not None, "an answer is typed through monkeypatch"
         monkeypatch.setattr(sys, "stdin", io.StringIO(answer))
     with pytest.raises(SystemExit) as exit_info:
         offbench_cli.main([str(a) for a in args])
     out, err = capsys.readouterr()
-    return exit_info.value.code, out, err
+    code = exit_info.value.code
+    assert isinstance(code, int)
+    return code, out, err
 
 
 def native(home, dataset_id: str):
@@ -121,3 +124,89 @@ def test_an_interrupted_delete_leaves_nothing_that_looks_complete(capsys, monkey
     assert rows(out)["darkroom-small"][2:4] == ["interrupted", "delete"]
     code, out, _ = cli(capsys, "cache", "delete", "darkroom-small", "--yes")
     assert code == 0 and list((isolated_home / "data").iterdir()) == []
+
+
+# ---------------------------------------------------------------------------------------- generators' work folders
+
+
+def training_run(home, generator: str, name: str, size: int):
+    """What a generator keeps under $OFFBENCH_HOME/work/<generator>/: a training run's files."""
+    folder = home / "work" / generator / name
+    folder.mkdir(parents=True)
+    (folder / "checkpoint.zip").write_bytes(b"w" * size)
+    return folder
+
+
+def work_rows(out: str) -> dict[str, list[str]]:
+    """`cache list`'s work table (after the blank line) as generator -> [size, unit, status..., path]."""
+    lines = out.split("\n\n", 1)[1].splitlines()
+    assert lines[0].split()[:3] == ["work", "of", "size"]
+    return {line.split()[0]: line.split()[1:] for line in lines[1:-1]}
+
+
+def test_list_shows_each_generators_work_folder_and_its_size_after_the_datasets(capsys, isolated_home):
+    native(isolated_home, "mine/full")
+    training_run(isolated_home, "mujoco-local", "Hopper-v4-s0-abc", 20_000)
+    training_run(isolated_home, "minigrid-learned", "runs", 5_000)
+    code, out, _ = cli(capsys, "cache", "list")
+    assert code == 0
+    assert set(rows(out.split("\n\n")[0] + "\n")) == {"mine/full"}  # the dataset table as before
+    work = work_rows(out)
+    assert set(work) == {"minigrid-learned", "mujoco-local"}
+    assert work["mujoco-local"][2:] == ["reusable", str(isolated_home / "work" / "mujoco-local")]
+    sizes = {folder.generator: folder.size for folder in cache.work_folders()}
+    assert sizes["mujoco-local"] >= 20_000 and 5_000 <= sizes["minigrid-learned"] < 20_000
+    assert "--work GENERATOR" in out.splitlines()[-1]
+
+
+def test_list_shows_work_folders_when_there_are_no_datasets(capsys, isolated_home):
+    training_run(isolated_home, "mujoco-local", "Hopper-v4-s0-abc", 100)
+    code, out, _ = cli(capsys, "cache", "list")
+    assert code == 0 and out.startswith(f"no datasets under {isolated_home / 'data'}\n") and set(work_rows(out)) == {"mujoco-local"}
+
+
+def test_delete_work_asks_first_and_removes_only_that_generators_folder(capsys, monkeypatch, isolated_home):
+    native(isolated_home, "mine/x")
+    training_run(isolated_home, "mujoco-local", "Hopper-v4-s0-abc", 100)
+    kept = training_run(isolated_home, "minigrid-learned", "runs", 100)
+    code, out, _ = cli(capsys, "cache", "delete", "--work", "mujoco-local", answer="n\n", monkeypatch=monkeypatch)
+    assert code == 1 and "work of mujoco-local" in out and (isolated_home / "work" / "mujoco-local").is_dir()
+    code, out, _ = cli(capsys, "cache", "delete", "--work", "mujoco-local", answer="y\n", monkeypatch=monkeypatch)
+    assert code == 0 and "deleted work of mujoco-local" in out
+    assert sorted(p.name for p in (isolated_home / "work").iterdir()) == ["minigrid-learned"] and kept.is_dir()
+    assert (isolated_home / "data" / "mine" / "x" / "data.h5").is_file()  # datasets go only when named
+    code, out, _ = cli(capsys, "cache", "delete", "mine/x", "--work", "minigrid-learned", "--yes")
+    assert code == 0 and list((isolated_home / "work").iterdir()) == [] and not (isolated_home / "data" / "mine").exists()
+
+
+@pytest.mark.parametrize("args, fragment", [
+    ([], "name dataset ids, --work GENERATOR, or both"),
+    (["--work", "nope"], "--work nope: no work folder under"),
+    (["--work", "mujoco-local", "--work", "nope"], "--work nope: no work folder under"),  # one unknown: nothing deleted
+    (["--work", ".."], "'..' is not a safe file name"),
+    (["--work", "linked"], "a link (to"),
+])  # fmt: skip
+def test_delete_work_refuses_in_one_line_and_touches_nothing(args, fragment, capsys, isolated_home, tmp_path):
+    training_run(isolated_home, "mujoco-local", "Hopper-v4-s0-abc", 100)
+    training_run(tmp_path, "elsewhere", "run", 100)
+    (isolated_home / "work" / "linked").symlink_to(tmp_path / "work" / "elsewhere")
+    before = sorted(tmp_path.rglob("*"))
+    code, _, err = cli(capsys, "cache", "delete", *args, "--yes")
+    assert code == 2 and err.count("\n") == 1 and fragment in err, err
+    assert sorted(tmp_path.rglob("*")) == before
+
+
+def test_an_interrupted_work_delete_is_listed_and_finished(capsys, monkeypatch, isolated_home):
+    training_run(isolated_home, "mujoco-local", "Hopper-v4-s0-abc", 100)
+
+    def cut_short(path, *args, **kwargs):
+        raise KeyboardInterrupt  # Ctrl-C once the folder is renamed, before anything is removed
+
+    with monkeypatch.context() as patch, pytest.raises(KeyboardInterrupt):
+        patch.setattr(cache.shutil, "rmtree", cut_short)
+        cache._remove_work(cache.work_folders()[0])
+    assert not (isolated_home / "work" / "mujoco-local").exists()  # no generator resumes from half a run
+    code, out, _ = cli(capsys, "cache", "list")
+    assert work_rows(out)["mujoco-local"][2:4] == ["interrupted", "delete"]
+    code, _, _ = cli(capsys, "cache", "delete", "--work", "mujoco-local", "--yes")
+    assert code == 0 and list((isolated_home / "work").iterdir()) == []

@@ -1,4 +1,5 @@
-"""`offbench cache list|delete`: the datasets on this machine, under `$OFFBENCH_HOME/data/<id>/`.
+"""`offbench cache list|delete`: the datasets on this machine, under `$OFFBENCH_HOME/data/<id>/`, and the work
+generators share between datasets (training runs), under `$OFFBENCH_HOME/work/<generator>/` (`paths.work_dir`).
 
 A dataset's folder holds its native file `data.h5` once it is complete, and while it is being prepared the
 download's `raw/` files (`*.part` until verified), a generator's staging file or work folder, and the lock
@@ -12,6 +13,10 @@ process holds its lock (a download or generation in progress). The folder is fir
 which no id resolves to (so nothing half-deleted looks complete); `cache list` shows it as `interrupted
 delete` and `cache delete ID` finishes it. Cards stay registered: the data is fetched or generated again on
 next use.
+
+A generator's work folder goes only when named (`cache delete --work GENERATOR`), the same way: renamed aside in one
+step, then removed, so a generator never resumes from half a training run; the next generation trains again. No lock
+guards it: delete it while no generation runs.
 """
 
 from __future__ import annotations
@@ -19,12 +24,13 @@ from __future__ import annotations
 import os
 import shutil
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import typer
 
 from offbench.errors import OffbenchError
-from offbench.paths import offbench_home
+from offbench.paths import offbench_home, work_root
 from offbench.utils import safe_component
 
 DELETING_SUFFIX = ".deleting"
@@ -37,6 +43,14 @@ class CachedDataset:
     path: Path
     size: int  # bytes on disk (allocated blocks, as du counts them)
     status: str  # complete | partial | interrupted delete
+
+
+@dataclass(frozen=True)
+class WorkFolder:
+    generator: str
+    path: Path
+    size: int  # bytes on disk, as CachedDataset's
+    status: str  # reusable | interrupted delete
 
 
 def data_root() -> Path:
@@ -96,6 +110,24 @@ def cached_datasets() -> list[CachedDataset]:
     return sorted(found, key=lambda dataset: (dataset.id, dataset.status))
 
 
+def work_folders() -> list[WorkFolder]:
+    """Every generator's work folder and interrupted delete under the work root, by generator."""
+    root = work_root()
+    if not root.is_dir():
+        return []
+    found = []
+    with os.scandir(root) as scan:
+        for entry in scan:
+            path = Path(entry.path)
+            if not entry.is_dir(follow_symlinks=False):
+                continue
+            if entry.name.startswith(".") and entry.name.endswith(DELETING_SUFFIX):
+                found.append(WorkFolder(entry.name[1 : -len(DELETING_SUFFIX)], path, _disk_usage(path), "interrupted delete"))
+            elif not entry.name.startswith("."):
+                found.append(WorkFolder(entry.name, path, _disk_usage(path), "reusable"))
+    return sorted(found, key=lambda folder: (folder.generator, folder.status))
+
+
 def _targets(dataset_ids: list[str]) -> list[CachedDataset]:
     """What deleting these ids removes, after every check (so either all are deleted or none)."""
     root = data_root()
@@ -122,6 +154,38 @@ def _targets(dataset_ids: list[str]) -> list[CachedDataset]:
     return targets
 
 
+def _work_targets(generators: list[str]) -> list[WorkFolder]:
+    """The work folders `--work` names, after every check (an interrupted delete before its folder, as `_targets`)."""
+    root, on_disk = work_root(), work_folders()
+    targets = []
+    for generator in dict.fromkeys(generators):
+        path = root / safe_component(generator, "--work")
+        if path.is_symlink():
+            raise OffbenchError(
+                f"{path}: a link (to {os.readlink(path)}); offbench deletes only what lies under {root}, remove the link yourself"
+            )
+        mine = [folder for folder in on_disk if folder.generator == generator]
+        if not mine:
+            raise OffbenchError(f"--work {generator}: no work folder under {root} (see `offbench cache list`)")
+        targets += sorted(mine, key=lambda folder: folder.status != "interrupted delete")
+    return targets
+
+
+def _set_aside(path: Path) -> Path:
+    """`path` renamed in one step to the hidden `.<name>.deleting` beside it (an earlier delete's leftover there
+    removed first), which nothing resolves to; returns the new path."""
+    graveyard = path.with_name(f".{path.name}{DELETING_SUFFIX}")
+    if graveyard.exists():
+        shutil.rmtree(graveyard)
+    os.rename(path, graveyard)
+    return graveyard
+
+
+def _remove_work(folder: WorkFolder) -> None:
+    """Rename the work folder aside, then remove it."""
+    shutil.rmtree(folder.path if folder.status == "interrupted delete" else _set_aside(folder.path))
+
+
 def _remove(dataset: CachedDataset) -> None:
     """Rename the folder aside in one step (holding its lock, so no download or generation is under way), then
     remove it; then the namespace folders it leaves empty."""
@@ -131,7 +195,6 @@ def _remove(dataset: CachedDataset) -> None:
 
     graveyard = dataset.path
     if dataset.status != "interrupted delete":
-        graveyard = dataset.path.with_name(f".{dataset.path.name}{DELETING_SUFFIX}")
         lock = FileLock(str(dataset.path / PREPARE_LOCK))
         try:
             lock.acquire(timeout=0)
@@ -140,9 +203,7 @@ def _remove(dataset: CachedDataset) -> None:
                 f"{dataset.id}: another process is downloading or generating it ({lock.lock_file}); delete it once that is done"
             ) from None
         try:
-            if graveyard.exists():  # left by an earlier delete that was cut short
-                shutil.rmtree(graveyard)
-            os.rename(dataset.path, graveyard)
+            graveyard = _set_aside(dataset.path)
         finally:
             lock.release()
     shutil.rmtree(graveyard)
@@ -153,7 +214,10 @@ def _remove(dataset: CachedDataset) -> None:
 
 
 # ---------------------------------------------------------------------------------------- commands
-cache_app = typer.Typer(help="Datasets on this machine (under $OFFBENCH_HOME/data): list them, delete them.", no_args_is_help=True)
+cache_app = typer.Typer(
+    help="Datasets on this machine (under $OFFBENCH_HOME/data) and generators' shared work (under $OFFBENCH_HOME/work): list them, delete them.",
+    no_args_is_help=True,
+)
 
 
 def _size(n: int) -> str:
@@ -162,32 +226,55 @@ def _size(n: int) -> str:
     return decimal(n)
 
 
+def _table(heading: str, rows: list[tuple[str, int, str, Path]]) -> None:
+    """Rows of (name, size, status, folder) under a header whose first column is `heading`."""
+    width = max(len(heading), *(len(name) for name, *_ in rows))
+    typer.echo(f"{heading:<{width}}  {'size':>9}  {'status':<18}  path")
+    for name, size, status, path in rows:
+        typer.echo(f"{name:<{width}}  {_size(size):>9}  {status:<18}  {path}")
+
+
 @cache_app.command("list")
 def list_command() -> None:
-    """Every local dataset: id, size on disk, whether it is complete or a partial download, its folder."""
-    datasets = cached_datasets()
-    if not datasets:
+    """Every local dataset: id, size on disk, whether it is complete or a partial download, its folder; then each
+    generator's work folder (training runs its datasets share), if any."""
+    datasets, work = cached_datasets(), work_folders()
+    if datasets:
+        _table("id", [(dataset.id, dataset.size, dataset.status, dataset.path) for dataset in datasets])
+        typer.echo(f"{len(datasets)} dataset(s), {_size(sum(dataset.size for dataset in datasets))} under {data_root()}")
+    else:
         typer.echo(f"no datasets under {data_root()}")
-        return
-    width = max(len(dataset.id) for dataset in datasets)
-    typer.echo(f"{'id':<{width}}  {'size':>9}  {'status':<18}  path")
-    for dataset in datasets:
-        typer.echo(f"{dataset.id:<{width}}  {_size(dataset.size):>9}  {dataset.status:<18}  {dataset.path}")
-    typer.echo(f"{len(datasets)} dataset(s), {_size(sum(dataset.size for dataset in datasets))} under {data_root()}")
+    if work:
+        typer.echo("")
+        _table("work of", [(folder.generator, folder.size, folder.status, folder.path) for folder in work])
+        typer.echo(
+            f"{len(work)} work folder(s), {_size(sum(folder.size for folder in work))} under {work_root()}: the generators' "
+            "training runs, kept for their other datasets; `offbench cache delete --work GENERATOR` deletes one"
+        )
 
 
 @cache_app.command("delete")
 def delete_command(
-    dataset_ids: list[str] = typer.Argument(..., metavar="ID...", help="Dataset ids as `offbench cache list` shows them."),
+    dataset_ids: list[str] | None = typer.Argument(None, metavar="ID", help="Dataset ids as `offbench cache list` shows them."),
+    work: list[str] | None = typer.Option(
+        None,
+        "--work",
+        metavar="GENERATOR",
+        help="Also delete this generator's work folder, its training runs shared between datasets (repeatable).",
+    ),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
 ) -> None:
-    """Delete local datasets (their cards stay registered: the data is fetched or generated again on next use)."""
-    targets = _targets(dataset_ids)
-    total = _size(sum(dataset.size for dataset in targets))
+    """Delete local datasets (their cards stay registered: the data is fetched or generated again on next use) and,
+    with --work, generators' work folders (the next generation trains again)."""
+    if not dataset_ids and not work:
+        raise OffbenchError("cache delete: name dataset ids, --work GENERATOR, or both (see `offbench cache list`)")
+    datasets, folders = _targets(dataset_ids or []), _work_targets(work or [])
+    removals = [(dataset.id, dataset.size, dataset.path, partial(_remove, dataset)) for dataset in datasets]
+    removals += [(f"work of {folder.generator}", folder.size, folder.path, partial(_remove_work, folder)) for folder in folders]
     if not yes:
-        for dataset in targets:
-            typer.echo(f"  {dataset.id}  {_size(dataset.size)}  {dataset.path}")
-        typer.confirm(f"Delete {len(targets)} folder(s), {total}?", abort=True)
-    for dataset in targets:
-        _remove(dataset)
-        typer.echo(f"deleted {dataset.id} ({_size(dataset.size)}, {dataset.path})")
+        for name, size, path, _ in removals:
+            typer.echo(f"  {name}  {_size(size)}  {path}")
+        typer.confirm(f"Delete {len(removals)} folder(s), {_size(sum(size for _, size, _, _ in removals))}?", abort=True)
+    for name, size, path, remove in removals:
+        remove()
+        typer.echo(f"deleted {name} ({_size(size)}, {path})")
