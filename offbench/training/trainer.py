@@ -80,6 +80,21 @@ def check_micro_batch(baseline_cls: type, config: ResolvedConfig) -> None:
             )
 
 
+def check_data_parallel(baseline_cls: type, baseline_config: Any) -> None:
+    """Under --nproc N each process takes the gradient of its shard of the batch and the shards' gradients are
+    averaged: only the whole batch's gradient where no term couples the rows (T2MIR's contrastive pairs, PCGrad)."""
+    from offbench.training.distributed import launched
+
+    launch = launched()
+    coupling = getattr(baseline_cls, "batch_coupling", None)
+    refusal = coupling(baseline_config) if launch is not None and coupling is not None else None
+    if launch is not None and refusal is not None:
+        raise OffbenchError(
+            f"config: --nproc {launch.world_size} averages the gradients of each process's share of the batch, "
+            f"which {baseline_cls.name} cannot take apart: {refusal}"
+        )
+
+
 def check_protocol_support(baseline_cls: type, card: DatasetCard | None, dataset_id: str) -> None:
     """The baseline has a mode for the protocol the card's kind calls for, and an in-context card's environment
     package is installed (checked from the card alone, so a registered dataset is refused before it is
@@ -455,6 +470,7 @@ def start_run(
     # data the baseline's sampler cannot use (DPT without optimal-action labels) is refused before the run dir exists
     sampler = baseline_sampler(probe, data.store, config.train.batch_size, seed, str(torch_device))
     check_micro_batch(baseline_cls, config)
+    check_data_parallel(baseline_cls, config.baseline)
     if config.train.micro_batch == "auto":  # run.json records the micro-batch chosen
         config.train.micro_batch = auto_micro_batch(baseline_cls, config, spec, torch_device)
     check_update_memory(baseline_cls, config, spec, torch_device, data.id)  # an update that cannot fit: one line, nothing written

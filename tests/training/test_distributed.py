@@ -164,3 +164,19 @@ def test_killed_two_process_run_resumes_to_the_same_numbers(pendulum, cli, tmp_p
     assert [m["step"] for m in read_jsonl(metrics)] == list(range(50, 1201, 50))
     assert_same_curves(tmp_path / "killed", tmp_path / "whole", rel=1e-9)
     assert json.loads((tmp_path / "killed" / "run.json").read_text())["resumes"][0]["from_step"] in (400, 800)
+
+
+def test_a_gradient_that_couples_the_batch_rows_is_refused_under_nproc(monkeypatch):
+    """T2MIR's contrastive pairs (and PCGrad's projections) span the whole batch: the average of per-process shard
+    gradients is not its gradient, so --nproc refuses it; one process, or a dense AD, is not refused."""
+    from offbench.errors import OffbenchError
+    from offbench.training.trainer import check_data_parallel
+
+    ad = get_baseline("ad")
+    t2mir = ad.Config(moe="t2mir")
+    check_data_parallel(ad, t2mir)  # one process
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    with pytest.raises(OffbenchError, match=r"^config: --nproc 2 averages .* ad cannot take apart: moe = 't2mir'"):
+        check_data_parallel(ad, t2mir)
+    check_data_parallel(ad, ad.Config())
