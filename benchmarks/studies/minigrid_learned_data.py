@@ -22,7 +22,8 @@ from pathlib import Path
 import typer
 
 from offbench.envs.minigrid import suite_tasks
-from offbench.generators.minigrid_learned import TaskAgent, learned_recipe, one_thread, train
+from offbench.generators.minigrid_learned import TaskAgent, learned_recipe, train
+from offbench.generators.torch_threads import one_torch_thread
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout, for benchmarks.*
 from benchmarks.common import cli_help, print_table  # noqa: E402
@@ -77,7 +78,7 @@ def main(
             "band": [band_low, 1.0],
             "target_success": band_low,
         }
-        with one_thread():  # as the generator: the initial weights' float bits depend on torch's threads
+        with one_torch_thread():  # as the generator: the initial weights' float bits depend on torch's threads
             agent = TaskAgent(learned_recipe(params, 0), 0, record=False)
             clock = Clock(agent)
             checkpoints = train(agent, lambda steps, **values: None)
