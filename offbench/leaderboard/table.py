@@ -249,7 +249,8 @@ def main_table(board: Board, results: Results) -> pd.DataFrame:
     papers of that field report best (HarmoDT does), and the pair shows how far a run fell from its peak by the end."""
     digits = _digits(board.spec)
     labels = ranked_labels(board, results)
-    best = board.scores.groupby(["label", "dataset"])["best"].mean().to_dict() if shows_best(board) else {}
+    with_best = shows_best(board)
+    best = board.scores.groupby(["label", "dataset"])["best"].mean().to_dict() if with_best else {}
     rows = []
     for label in labels:
         row: dict[str, str] = {"baseline": label, "method": board.methods.get(label, "—"), "verified": board.verified.get(label, "—")}
@@ -260,7 +261,7 @@ def main_table(board: Board, results: Results) -> pd.DataFrame:
             else:
                 c = cell.iloc[0]
                 row[dataset] = f"{format_estimate(c['mean'], c['low'], c['high'], digits)} (n={c['seeds']})"
-            if shows_best(board):
+            if with_best:
                 row[best_column(dataset)] = f"{best[(label, dataset)]:.{digits}f}" if (label, dataset) in best else "—"
         if aggregates_meaningful(board.spec) and len(board.spec.datasets) > 1:
             for name in stats.AGGREGATES:
@@ -273,7 +274,7 @@ def main_table(board: Board, results: Results) -> pd.DataFrame:
         rows.append(row)
     columns = ["baseline", "method", "verified"]
     for dataset in board.spec.datasets:
-        columns += [dataset, best_column(dataset)] if shows_best(board) else [dataset]
+        columns += [dataset, best_column(dataset)] if with_best else [dataset]
     if aggregates_meaningful(board.spec) and len(board.spec.datasets) > 1:
         columns += list(stats.AGGREGATES)
     return pd.DataFrame(rows, columns=columns)  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns

@@ -85,10 +85,11 @@ def check_data_parallel(baseline_cls: type, baseline_config: Any) -> None:
     averaged: only the whole batch's gradient where no term couples the rows (T2MIR's contrastive pairs, PCGrad)."""
     from offbench.training.distributed import launched
 
-    launch = launched()
-    coupling = getattr(baseline_cls, "batch_coupling", None)
-    refusal = coupling(baseline_config) if launch is not None and coupling is not None else None
-    if launch is not None and refusal is not None:
+    launch, coupling = launched(), getattr(baseline_cls, "batch_coupling", None)
+    if launch is None or coupling is None:
+        return
+    refusal = coupling(baseline_config)
+    if refusal is not None:
         raise OffbenchError(
             f"config: --nproc {launch.world_size} averages the gradients of each process's share of the batch, "
             f"which {baseline_cls.name} cannot take apart: {refusal}"
