@@ -248,4 +248,5 @@ def test_the_repositorys_reported_rows_cover_their_benchmarks():
     mt50 = load_spec("metaworld-mt50", REPO_ROOT / "leaderboards")
     assert {row.label for row in mt50.reported} == {"MTBC", "MTIQL", "MTDT", "Prompt-DT", "HarmoDT-F"}
     assert all(set(row.scores) == set(mt50.datasets) and all(0 <= m <= 1 for m, _ in row.scores.values()) for row in mt50.reported)
-    assert d4rl.protocol_for("dt")["episodes"] == 100 and d4rl.protocol_for("cql")["episodes"] == 10
+    hopper = d4rl.datasets[0]
+    assert d4rl.protocol_for("dt", hopper)["episodes"] == 100 and d4rl.protocol_for("cql", hopper)["episodes"] == 10

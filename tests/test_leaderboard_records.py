@@ -12,6 +12,7 @@ from run_dirs import make_bench, runs_of, write_benchmark
 
 from offbench.errors import OffbenchError
 from offbench.leaderboard.entries import DOCS_PAGE, LEADERBOARD_RECORDS, entry_record, load_entries
+from offbench.leaderboard.scoring import protocol_problem
 from offbench.leaderboard.spec import load_spec
 from offbench.records import fill_field_tables, to_dict
 from offbench.tracking.read_run import Refused
@@ -44,6 +45,14 @@ BOARD_EDITS = {
     ),
     "a dataset twice": ({"datasets": ["test/a", "test/a"]}, r"'datasets' lists a dataset twice"),
     "an in-context metric without in-context episodes": ({"metric": "regret"}, r"metric 'regret' needs evaluation.in_context_episodes"),
+    "an in-context metric without in-context episodes for one dataset": (
+        {"datasets": ["test/a", "test/b"], "metric": "regret", "evaluation": {"dataset": {"test/a": {"in_context_episodes": 300}}}},
+        r"metric 'regret' needs evaluation.in_context_episodes \(for dataset 'test/b'\)",
+    ),
+    "a protocol table of another dataset": (
+        {"evaluation": {"episodes": 5, "dataset": {"test/z": {"episodes": 50}}}},
+        r"'evaluation.dataset' names 'test/z', which is not in 'datasets'",
+    ),
 }
 
 
@@ -67,7 +76,28 @@ def test_a_benchmark_resolves_with_its_defaults(tmp_path):
     spec = load_spec("tb", tmp_path)
     assert (spec.title, spec.score, spec.min_seeds, spec.bootstrap_reps) == ("tb", "final", 3, 2000)
     assert spec.protocol == {"episodes": 5, "baseline": {"dt": {"episodes": 50}}}
-    assert spec.protocol_for("dt") == {"episodes": 50} and spec.protocol_for("bc") == {"episodes": 5}
+    assert spec.protocol_for("dt", "test/a") == {"episodes": 50} and spec.protocol_for("bc", "test/a") == {"episodes": 5}
+
+
+def test_a_datasets_protocol_keys_apply_to_its_runs_and_a_baselines_win(tmp_path):
+    """Cards whose histories differ in length score regret at their own horizon; a baseline's own protocol still wins."""
+    evaluation = {
+        "in_context_episodes": 500,
+        "every_steps": 100,
+        "dataset": {"short": {"in_context_episodes": 300}},
+        "baseline": {"x": {"every_steps": 7}},
+    }
+    write_benchmark(tmp_path, "tb", ["long", "short"], metric="regret", evaluation=evaluation)
+    spec = load_spec("tb", tmp_path)
+    assert spec.protocol_for("ad", "long") == {"in_context_episodes": 500, "every_steps": 100}
+    assert spec.protocol_for("ad", "short") == {"in_context_episodes": 300, "every_steps": 100}
+    assert spec.protocol_for("x", "short") == {"in_context_episodes": 300, "every_steps": 7}
+    assert (spec.dataset_note("short"), spec.dataset_note("long")) == (" on short", "")
+    five_hundred = {"protocol": "in-context", "tasks": "held-out", "in_context_episodes": 500, "every_steps": 100}
+    assert protocol_problem(spec, "ad", "long", five_hundred, 1000, black_box=False) is None
+    assert protocol_problem(spec, "ad", "short", five_hundred, 1000, black_box=False) == (
+        "run.json evaluation.in_context_episodes is 500; benchmark tb requires 300"
+    )
 
 
 # ------------------------------------------------------------------------------ entry files

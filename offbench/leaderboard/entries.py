@@ -254,7 +254,7 @@ def _check_protocol(spec: BenchmarkSpec, entry: LeaderboardEntry, refuse) -> Non
 
     black_box, evaluation = entry.method_or_builtin().kind == "black-box", to_dict(entry.evaluation)
     for run in entry.runs:
-        problem = protocol_problem(spec, entry.baseline, evaluation, run.steps, black_box)
+        problem = protocol_problem(spec, entry.baseline, entry.dataset.id, evaluation, run.steps, black_box)
         if problem is not None:
             raise refuse(
                 "protocol",

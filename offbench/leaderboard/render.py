@@ -20,7 +20,7 @@ from typing import Any
 import pandas as pd
 
 from offbench.leaderboard.entries import load_entries
-from offbench.leaderboard.spec import BenchmarkSpec
+from offbench.leaderboard.spec import PER_KEYS, BenchmarkSpec
 from offbench.leaderboard.table import (
     Board,
     Results,
@@ -177,7 +177,9 @@ def _protocol_lines(spec: BenchmarkSpec) -> list[str]:
         f"at least {spec.min_seeds} seeds per baseline and dataset; intervals: 95% stratified bootstrap "
         f"({spec.bootstrap_reps} resamples, rliable)",
     ]
-    lines += [f"{names[key]}: {value}" for key, value in spec.protocol.items() if key != "baseline"]
+    lines += [f"{names[key]}: {value}" for key, value in spec.protocol.items() if key not in PER_KEYS]
+    for dataset, keys in spec.protocol.get("dataset", {}).items():
+        lines.append(f"on {dataset}: " + ", ".join(f"{names[key]}: {value}" for key, value in keys.items()))
     for baseline, keys in spec.protocol.get("baseline", {}).items():
         lines.append(f"{baseline} runs: " + ", ".join(f"{names[key]}: {value}" for key, value in keys.items()))
     return lines

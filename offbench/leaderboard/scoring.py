@@ -112,7 +112,7 @@ def line_score(run: FinishedRun, row: dict[str, Any], spec: BenchmarkSpec, card:
 def _check_protocol(run: FinishedRun, spec: BenchmarkSpec, card: DatasetCard) -> None:
     evaluation = run.info["evaluation"]
     black_box = (run.info.get("method") or {}).get("kind") == "black-box"
-    problem = protocol_problem(spec, run.baseline, evaluation, run.summary["steps"], black_box)
+    problem = protocol_problem(spec, run.baseline, card.id, evaluation, run.summary["steps"], black_box)
     if problem is not None:
         raise Refused(run.path, "protocol", problem)
     card_env = _environment(to_dict(card.env))
@@ -125,12 +125,14 @@ def _check_protocol(run: FinishedRun, spec: BenchmarkSpec, card: DatasetCard) ->
 TRAINING_KEYS = ("steps", "every_steps")  # the training budget and schedule: a black box has none to match
 
 
-def protocol_problem(spec: BenchmarkSpec, baseline: str, evaluation: dict[str, Any], steps: Any, black_box: bool) -> str | None:
+def protocol_problem(
+    spec: BenchmarkSpec, baseline: str, dataset: str, evaluation: dict[str, Any], steps: Any, black_box: bool
+) -> str | None:
     """How a run's `evaluation` block (and training `steps`) differ from the benchmark's protocol, or None. Boards
     report held-out tasks, so an in-context run evaluated on its validation or training tasks is refused."""
     if evaluation.get("protocol") == "in-context" and evaluation.get("tasks") != "held-out":
         return f"run.json evaluation.tasks is {evaluation.get('tasks')!r}; benchmark {spec.name} reports the held-out tasks"
-    for key, wanted in spec.protocol_for(baseline).items():
+    for key, wanted in spec.protocol_for(baseline, dataset).items():
         if key in TRAINING_KEYS and black_box:
             continue
         if key == "steps":

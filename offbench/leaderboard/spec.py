@@ -13,6 +13,8 @@
     steps = 5000                          # training updates, summary.json `steps` (optional)
     target_returns = [6000.0, 12000.0]    # return-conditioned runs (DT) must use exactly these (optional)
     in_context_episodes = 20              # in-context benchmarks only
+    [evaluation.dataset."bandit-long"]    # optional: what differs for one dataset (e.g. its histories' length)
+    in_context_episodes = 500
     [evaluation.baseline.dt]              # optional: what differs for one baseline (its source's protocol)
     episodes = 100
     [dataset_checksums]                   # optional pins of each dataset's content sha256
@@ -47,6 +49,7 @@ REPORTED_TEXT = 300  # characters of any one field of a reported row's source or
 REPORTED_LABEL = 64  # characters of a reported row's label
 SCORE_KINDS = ("final", "best")
 PROTOCOL_KEYS = ("episodes", "every_steps", "steps", "target_returns", "in_context_episodes")
+PER_KEYS = ("dataset", "baseline")  # [evaluation] tables that differ for one dataset or one baseline
 IN_CONTEXT_METRICS = ("in_context_return", "regret")  # scored from in-context episodes, whose number the protocol must fix
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -74,8 +77,13 @@ class Protocol:
 
 @dataclass(frozen=True)
 class Evaluation(Protocol):
-    """`[evaluation]`: the benchmark's protocol, and under `[evaluation.baseline.NAME]` what differs for one baseline."""
+    """`[evaluation]`: the benchmark's protocol; under `[evaluation.dataset."ID"]` what differs for one dataset, and
+    under `[evaluation.baseline.NAME]` what differs for one baseline (that order: a baseline's keys win)."""
 
+    dataset: dict[str, Protocol] | None = ranged(
+        None,
+        doc='`[evaluation.dataset."ID"]`: the protocol keys that differ for dataset ID (e.g. its histories\' length); datasets of the benchmark only',
+    )
     baseline: dict[str, Protocol] | None = ranged(
         None, doc="`[evaluation.baseline.NAME]`: the protocol keys that differ for baseline NAME (its source's protocol)"
     )
@@ -146,8 +154,17 @@ class BenchmarkFile:
             raise Invalid("'datasets' must be a non-empty list of dataset ids")
         if len(set(self.datasets)) != len(self.datasets):
             raise Invalid("'datasets' lists a dataset twice")
-        if self.metric in IN_CONTEXT_METRICS and self.evaluation.in_context_episodes is None:
-            raise Invalid(f"metric '{self.metric}' needs evaluation.in_context_episodes")
+        per_dataset = self.evaluation.dataset or {}
+        unset = [
+            d
+            for d in self.datasets
+            if self.evaluation.in_context_episodes is None and (d not in per_dataset or per_dataset[d].in_context_episodes is None)
+        ]
+        if self.metric in IN_CONTEXT_METRICS and unset:
+            raise Invalid(f"metric '{self.metric}' needs evaluation.in_context_episodes (for dataset '{unset[0]}')")
+        outside = [d for d in (self.evaluation.dataset or {}) if d not in self.datasets]
+        if outside:
+            raise Invalid(f"'evaluation.dataset' names '{outside[0]}', which is not in 'datasets'")
         self._check_checksums()
         self._check_reported()
 
@@ -233,9 +250,15 @@ class BenchmarkSpec:
         """The one lock that submissions and re-renders of this benchmark take, so none interleave."""
         return FileLock(str(self.folder / ".submit.lock"))
 
-    def protocol_for(self, baseline: str) -> dict[str, Any]:
-        """The protocol a run of `baseline` must follow: the benchmark's, with that baseline's own keys over it."""
-        return {**{k: v for k, v in self.protocol.items() if k != "baseline"}, **self.protocol.get("baseline", {}).get(baseline, {})}
+    def protocol_for(self, baseline: str, dataset: str) -> dict[str, Any]:
+        """The protocol a run of `baseline` on `dataset` must follow: the benchmark's, with the dataset's own keys over
+        it, then the baseline's."""
+        board = {k: v for k, v in self.protocol.items() if k not in PER_KEYS}
+        return {**board, **self.protocol.get("dataset", {}).get(dataset, {}), **self.protocol.get("baseline", {}).get(baseline, {})}
+
+    def dataset_note(self, dataset: str) -> str:
+        """' on DATASET' where the dataset has protocol keys of its own (for messages), else ''."""
+        return f" on {dataset}" if dataset in self.protocol.get("dataset", {}) else ""
 
     @property
     def score_label(self) -> str:

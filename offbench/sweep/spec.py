@@ -196,7 +196,7 @@ class Sweep:
     path: Path
     spec: SweepSpec
     datasets: tuple[str, ...]
-    protocol: dict[str, dict[str, Any]] = field(default_factory=dict)  # baseline -> config values its benchmark pins
+    protocol: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # (baseline, dataset) -> config values its benchmark pins
     config_file: Path | None = None
 
     @property
@@ -240,7 +240,7 @@ class Sweep:
             name = f"{stem}-{digest}-s{seed}" if digest else f"{stem}-s{seed}"
             if len(name) > 128:  # what `offbench run baseline --name` takes (safe_component): an error now, not in every run
                 raise OffbenchError(f"{self.path}: run name {name} is longer than 128 characters (shorten the dataset's name or path)")
-            values = {**self.spec.set, **self.protocol.get(baseline, {}), **variant}
+            values = {**self.spec.set, **self.protocol.get((baseline, dataset), {}), **variant}
             runs.append(PlannedRun(name, baseline, dataset, seed, values, digest, self.config_file))
         twice = sorted(name for name, count in Counter(run.name for run in runs).items() if count > 1)  # linear
         if twice:
@@ -272,23 +272,28 @@ def _protocol_values(pins: dict[str, Any], fixed: dict[str, Any], where: str, pa
     return values
 
 
-def _benchmark_terms(spec: SweepSpec, benchmark: str, path: Path) -> tuple[tuple[str, ...], dict[str, dict[str, Any]]]:
+def _benchmark_terms(spec: SweepSpec, benchmark: str, path: Path) -> tuple[tuple[str, ...], dict[tuple[str, str], dict[str, Any]]]:
     """The datasets a spec on `benchmark` (its `benchmark` key) runs (its own, or the benchmark's) and the config values the
-    benchmark's protocol pins for each baseline; a dataset not the benchmark's, or a varied key the protocol pins, is an error."""
+    benchmark's protocol pins for each baseline and dataset; a dataset not the benchmark's, or a varied key the protocol
+    pins, is an error."""
     from offbench.leaderboard.spec import load_spec
 
     bench = load_spec(benchmark)
-    where = f"benchmark {benchmark}'s protocol"
-    protocol = {
-        baseline: _protocol_values(bench.protocol_for(baseline), spec.set, f"{where} for {baseline}", path) for baseline in spec.baselines
-    }
-    pinned = sorted(spec.varied_keys() & set().union(*protocol.values()))
-    if pinned:
-        raise OffbenchError(f"{path}: config key '{pinned[0]}' is pinned by {where}, so it cannot be in [grid] or [random]")
     datasets = spec.datasets or tuple(bench.datasets)
     outside = [d for d in datasets if d not in bench.datasets]
     if outside:
         raise OffbenchError(f"{path}: dataset '{outside[0]}' is not one of benchmark {benchmark}'s ({', '.join(bench.datasets)})")
+    where = f"benchmark {benchmark}'s protocol"
+    protocol = {
+        (baseline, dataset): _protocol_values(
+            bench.protocol_for(baseline, dataset), spec.set, f"{where} for {baseline}{bench.dataset_note(dataset)}", path
+        )
+        for baseline in spec.baselines
+        for dataset in datasets
+    }
+    pinned = sorted(spec.varied_keys() & set().union(*protocol.values()))
+    if pinned:
+        raise OffbenchError(f"{path}: config key '{pinned[0]}' is pinned by {where}, so it cannot be in [grid] or [random]")
     return datasets, protocol
 
 
