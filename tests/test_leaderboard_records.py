@@ -175,3 +175,22 @@ def test_entries_from_before_methods_identities_and_verification_still_read(acce
     edit(path, lambda e: (e.pop("method"), [run.pop(key) for run in e["runs"] for key in ("identity", "verification")]))
     [(_, entry)] = load_entries(spec)
     assert "method" not in entry and "identity" not in entry["runs"][0]
+
+
+def test_the_contextual_bandit_boards_sweeps_evaluate_each_card_at_its_history_length():
+    from run_dirs import REPO_ROOT
+
+    from offbench.sweep.spec import load_sweep
+
+    folder = REPO_ROOT / "leaderboards" / "contextual-bandit"
+    pulls = {
+        (run.baseline, run.dataset): run.values["eval_episodes"]
+        for name in ("sweep-cpu-ad", "sweep-cpu-headless-ad")
+        for run in load_sweep(folder / f"{name}.toml").expand()
+    }
+    assert pulls == {
+        ("ad", "contextual-bandit-linucb"): 500,
+        ("ad", "contextual-bandit-thompson"): 500,
+        ("ad", "contextual-bandit-headless-linucb"): 300,
+        ("headless-ad", "contextual-bandit-headless-linucb"): 300,
+    }
