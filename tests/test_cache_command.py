@@ -210,3 +210,29 @@ def test_an_interrupted_work_delete_is_listed_and_finished(capsys, monkeypatch, 
     assert work_rows(out)["mujoco-local"][2:4] == ["interrupted", "delete"]
     code, _, _ = cli(capsys, "cache", "delete", "--work", "mujoco-local", "--yes")
     assert code == 0 and list((isolated_home / "work").iterdir()) == []
+
+
+def test_delete_work_is_refused_while_a_run_is_being_trained_and_done_once_it_is_not(capsys, isolated_home):
+    from filelock import FileLock
+
+    from offbench.generators.work_lock import lock_file, work_lock
+
+    run = training_run(isolated_home, "mujoco-local", "Hopper-v4-s0-abc", 100)
+    with work_lock(training_run(isolated_home, "mujoco-local", "Walker2d-v4-s0-def", 100)):
+        pass  # a finished run: its lock file is left, free
+    with FileLock(str(lock_file(run))):  # what a generation holds while it trains the run
+        code, _, err = cli(capsys, "cache", "delete", "--work", "mujoco-local", "--yes")
+    assert code == 2 and err.count("\n") == 1 and f"another process is working on {run} (" in err, err
+    assert (run / "checkpoint.zip").is_file()
+    code, out, _ = cli(capsys, "cache", "delete", "--work", "mujoco-local", "--yes")
+    assert code == 0 and "deleted work of mujoco-local" in out and list((isolated_home / "work").iterdir()) == []
+
+
+def test_lock_files_are_not_listed_as_work(capsys, isolated_home):
+    from offbench.generators.work_lock import work_lock
+
+    run = training_run(isolated_home, "mujoco-local", "Hopper-v4-s0-abc", 100)
+    with work_lock(run), work_lock(isolated_home / "work" / "minigrid-learned" / "runs" / "task-s0-abc.npz"):
+        pass  # minigrid-learned's training failed before it wrote its run: only the lock is left
+    code, out, _ = cli(capsys, "cache", "list")
+    assert code == 0 and set(work_rows(out)) == {"mujoco-local"}

@@ -5,6 +5,8 @@ the cache under OFFBENCH_HOME (the same bytes as a fresh home's), and bad option
 from __future__ import annotations
 
 import os
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -91,6 +93,35 @@ def test_a_task_run_is_keyed_by_what_trains_it_not_by_the_suite_or_the_quality()
     assert run_path(timesteps=2048, checkpoint_every=2048) != run_path(timesteps=2048)
     assert minigrid_learned.run_path(minigrid_learned.learned_recipe(QUICK_PARAMS, 1), 0) != run_path()
     assert run_path().parent == Path(os.environ["OFFBENCH_HOME"]) / "work" / "minigrid-learned" / "runs"
+
+
+def test_two_generations_wanting_one_task_run_train_it_once_and_the_second_reuses_it(trainings, capsys, monkeypatch):
+    recipe = minigrid_learned.learned_recipe(QUICK_PARAMS, 0)
+    counted, first_trains = minigrid_learned.train, threading.Event()
+
+    def slow_first(agent, advance):  # the first training lasts until the second generation asks for the run too
+        first_trains.set()
+        time.sleep(0.5)
+        return counted(agent, advance)
+
+    monkeypatch.setattr(minigrid_learned, "train", slow_first)
+    runs = {}
+
+    def ask(name: str) -> None:
+        runs[name] = minigrid_learned.task_run(recipe, 0, lambda *args, **kwargs: None)
+
+    first = threading.Thread(target=ask, args=("first",))
+    first.start()
+    assert first_trains.wait(timeout=60)
+    second = threading.Thread(target=ask, args=("second",))
+    second.start()
+    first.join()
+    second.join()
+    assert trainings == [LAVA]  # the second waited for the first's run instead of training its own
+    assert runs["second"].timesteps.tolist() == runs["first"].timesteps.tolist() == [0, 1024]
+    assert runs["second"].success.tolist() == runs["first"].success.tolist()
+    waits = capsys.readouterr().err
+    assert waits.count("waiting for another process") == 1 and str(minigrid_learned.run_path(recipe, 0)) in waits
 
 
 @pytest.mark.parametrize(

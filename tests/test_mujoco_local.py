@@ -4,6 +4,8 @@ here, on a tiny recipe (a few hundred SAC steps, 25-step Hopper episodes)."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -152,7 +154,8 @@ def test_the_medium_checkpoint_is_the_early_one_closest_to_a_third_of_the_expert
 def test_reference_scores_are_measured_and_normalise_the_score(made):
     store = load_native(made["files"]["expert"])
     scores = store.card["scores"]
-    recipe, n = tiny("expert"), TINY["reference_episodes"]
+    recipe = tiny("expert")
+    n = recipe.reference_episodes
     expert = ml.finished_checkpoints(made["workspace"])[-1]
     assert scores["ref_max"] == pytest.approx(np.mean(ml.evaluate(ml.load_actor(expert), recipe, n, ml.REFERENCE_SEED)), abs=0)
     env = ml.make_env(recipe)
@@ -164,7 +167,11 @@ def test_reference_scores_are_measured_and_normalise_the_score(made):
     assert scores["ref_min"] == pytest.approx(np.mean(random_returns), abs=0)
     assert f"over {n} episodes" in scores["measured"] and f"step {expert.step}" in scores["measured"]
     card = open_dataset(made["files"]["expert"]).card  # opened by path: the file's own card, with what the generator measured
-    assert card.normalise(scores["ref_min"]) == pytest.approx(0.0) and card.normalise(scores["ref_max"]) == pytest.approx(100.0)
+    assert (
+        card is not None
+        and card.normalise(scores["ref_min"]) == pytest.approx(0.0)
+        and card.normalise(scores["ref_max"]) == pytest.approx(100.0)
+    )
     for level in ml.LEVELS:  # the four levels of one run share the references
         assert load_native(made["files"][level]).card["scores"] == scores
 
@@ -193,6 +200,35 @@ def test_a_killed_run_resumes_from_its_last_checkpoint_with_the_same_bytes(made,
     for checkpoint, whole in zip(ml.finished_checkpoints(workspace), ml.finished_checkpoints(made["workspace"]), strict=True):
         for name in ("experience.npz", "state.npz", "state.json", "evaluation.json"):
             assert (checkpoint.folder / name).read_bytes() == (whole.folder / name).read_bytes(), (checkpoint.step, name)
+
+
+def test_two_levels_made_at_once_train_the_run_once_with_the_bytes_of_levels_made_in_turn(made, tmp_path, monkeypatch, capsys):
+    new_model, trainings, first_trains = ml.new_model, [], threading.Event()
+
+    def slow_first(recipe, seed):  # the first training lasts until the second level's generation wants the run too
+        trainings.append(recipe.level)
+        first_trains.set()
+        time.sleep(0.5)
+        return new_model(recipe, seed)
+
+    monkeypatch.setattr(ml, "new_model", slow_first)
+    files = {}
+
+    def make_level(level: str) -> None:
+        files[level] = make(level, tmp_path / f"{level}.h5")
+
+    medium = threading.Thread(target=make_level, args=("medium",))
+    medium.start()
+    assert first_trains.wait(timeout=60)
+    expert = threading.Thread(target=make_level, args=("expert",))
+    expert.start()
+    medium.join()
+    expert.join()
+    assert trainings == ["medium"]  # the expert's generation waited for the run, then reused it
+    for level in ("medium", "expert"):
+        assert files[level].read_bytes() == made["files"][level].read_bytes(), level
+    waits = capsys.readouterr().err
+    assert waits.count("waiting for another process") == 1 and str(ml.workspace_dir(tiny("medium"), 0)) in waits
 
 
 def test_bad_params_are_one_line_naming_the_field(tmp_path):

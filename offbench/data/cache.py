@@ -15,14 +15,16 @@ delete` and `cache delete ID` finishes it. Cards stay registered: the data is fe
 next use.
 
 A generator's work folder goes only when named (`cache delete --work GENERATOR`), the same way: renamed aside in one
-step, then removed, so a generator never resumes from half a training run; the next generation trains again. No lock
-guards it: delete it while no generation runs.
+step, then removed, so a generator never resumes from half a training run; the next generation trains again. It is
+refused while another process holds one of the folder's work locks (`generators.work_lock`: a run being trained or measured),
+and the rename happens holding them all. A folder holding nothing but lock files is no work and is not listed.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+from contextlib import ExitStack
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -30,6 +32,7 @@ from pathlib import Path
 import typer
 
 from offbench.errors import OffbenchError
+from offbench.generators.work_lock import guarded_work, is_lock_file, lock_files
 from offbench.paths import offbench_home, work_root
 from offbench.utils import safe_component
 
@@ -123,9 +126,14 @@ def work_folders() -> list[WorkFolder]:
                 continue
             if entry.name.startswith(".") and entry.name.endswith(DELETING_SUFFIX):
                 found.append(WorkFolder(entry.name[1 : -len(DELETING_SUFFIX)], path, _disk_usage(path), "interrupted delete"))
-            elif not entry.name.startswith("."):
+            elif not entry.name.startswith(".") and _holds_work(path):
                 found.append(WorkFolder(entry.name, path, _disk_usage(path), "reusable"))
     return sorted(found, key=lambda folder: (folder.generator, folder.status))
+
+
+def _holds_work(folder: Path) -> bool:
+    """Whether anything but work locks lies under `folder` (a generation that failed before writing leaves its lock)."""
+    return any(not is_lock_file(name) for _, _, names in os.walk(folder) for name in names)
 
 
 def _targets(dataset_ids: list[str]) -> list[CachedDataset]:
@@ -182,8 +190,25 @@ def _set_aside(path: Path) -> Path:
 
 
 def _remove_work(folder: WorkFolder) -> None:
-    """Rename the work folder aside, then remove it."""
-    shutil.rmtree(folder.path if folder.status == "interrupted delete" else _set_aside(folder.path))
+    """Rename the work folder aside (holding each of its work locks, so no generation is writing into it), then
+    remove it."""
+    from filelock import FileLock, Timeout
+
+    graveyard = folder.path
+    if folder.status != "interrupted delete":
+        with ExitStack() as held:
+            for path in lock_files(folder.path):
+                lock = FileLock(str(path))
+                try:
+                    lock.acquire(timeout=0)
+                except Timeout:
+                    raise OffbenchError(
+                        f"--work {folder.generator}: another process is working on {guarded_work(path)} (it holds {path}); "
+                        "delete the work folder once that is done"
+                    ) from None
+                held.callback(lock.release)
+            graveyard = _set_aside(folder.path)
+    shutil.rmtree(graveyard)
 
 
 def _remove(dataset: CachedDataset) -> None:

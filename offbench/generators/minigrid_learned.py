@@ -26,7 +26,9 @@ multi-task collection's), and a rerun trains only the tasks without one. Same se
 A finished task's run (its checkpoints' success and acting weights, and for medium and replay the training
 episodes) is kept under $OFFBENCH_HOME/work/minigrid-learned/runs/, keyed by what determines it (`run_key`: the
 task, the seed, PPO's settings, timesteps, checkpoint_every, eval_episodes and the stop), so a medium and a replay
-card of one suite, or of suites sharing a task, train it once; the next recipe only replays or collects.
+card of one suite, or of suites sharing a task, train it once; the next recipe only replays or collects. A task's
+run is looked up or trained under its lock (`work_lock`): a process that wants a run another one is training waits
+for it, then reuses it.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from offbench.evaluation.lanes import run_lanes
 from offbench.generators import register_generator
 from offbench.generators.multitask import _claim_work_dir, _npz_bytes, task_stats
 from offbench.generators.torch_threads import one_torch_thread
+from offbench.generators.work_lock import work_lock
 from offbench.paths import work_dir
 from offbench.records import Invalid, from_dict, ranged, to_dict
 from offbench.utils import atomic_write_bytes, progress_bar
@@ -391,11 +394,21 @@ def run_path(recipe: LearnedRecipe, task_id: int) -> Path:
 
 
 def task_run(recipe: LearnedRecipe, task_id: int, advance: Callable[..., None]) -> TaskRun:
-    """The task's run from the cache, else trained and cached (written by one rename: a cache file is whole)."""
+    """The task's run from the cache, else trained and cached (written by one rename: a cache file is whole). Under
+    the run's work lock: a process asking for a run another one is training waits for it, then reuses it."""
     params, path = recipe.params, run_path(recipe, task_id)
-    if path.is_file():
-        advance(params.timesteps, success=f"{recipe.names[task_id]} trained before")
-        return TaskRun.from_bytes(path.read_bytes())
+    with work_lock(path):
+        if path.is_file():  # looked for only once the lock is held: the holder may have just written it
+            advance(params.timesteps, success=f"{recipe.names[task_id]} trained before")
+            return TaskRun.from_bytes(path.read_bytes())
+        run = trained_run(recipe, task_id, advance)
+        atomic_write_bytes(path, run.to_bytes())
+    return run
+
+
+def trained_run(recipe: LearnedRecipe, task_id: int, advance: Callable[..., None]) -> TaskRun:
+    """The task's PPO run, trained from scratch up to the recipe's stop."""
+    params = recipe.params
     band = stops_at_band(params)
     agent = TaskAgent(recipe, task_id, record=band)
     try:
@@ -411,14 +424,12 @@ def task_run(recipe: LearnedRecipe, task_id: int, advance: Callable[..., None]) 
             **episode_arrays([episode for _, episode in ended], 0),
             "ended_at": np.array([step for step, _ in ended], dtype=np.int64),
         }
-    run = TaskRun(
+    return TaskRun(
         timesteps=np.array([c.timesteps for c in checkpoints], dtype=np.int64),
         success=np.array([c.success for c in checkpoints], dtype=np.float64),
         weights={index: checkpoints[index].weights for index in may_act},
         training=training,
     )
-    atomic_write_bytes(path, run.to_bytes())
-    return run
 
 
 def learn_task(recipe: LearnedRecipe, task_id: int, advance: Callable[..., None]) -> dict[str, np.ndarray]:

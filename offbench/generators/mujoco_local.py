@@ -18,7 +18,9 @@ folder atomically: the model with its optimisers, the random states, the MuJoCo 
 segment's experience, and the policy's return over fixed evaluation seeds. Each training segment, also in a run that
 is never stopped, starts by loading the previous checkpoint, so a killed run resumes from its last checkpoint with the
 same bytes as a run that was not killed. What follows training (the reference returns, then the dataset's rollouts)
-restarts from its beginning; the reference returns are kept once measured.
+restarts from its beginning; the reference returns are kept once measured. Training and measuring the references
+happen under the workspace's lock (`work_lock`): a second process making a level of the same run waits for the first
+to finish them, then reuses them; the rollouts, which only read the workspace, run side by side.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from offbench.errors import require
 from offbench.generators import register_generator
 from offbench.generators.gym_episodes import rollout
 from offbench.generators.torch_threads import one_torch_thread
+from offbench.generators.work_lock import work_lock
 from offbench.paths import work_dir
 from offbench.records import Invalid, ranged
 from offbench.utils import atomic_dir, atomic_write_json, progress_bar
@@ -132,9 +135,11 @@ def make_dataset(recipe: MujocoLocalRecipe, seed: int, out: Path, quiet: bool, w
     require("mujoco", "mujoco")
     workspace = workspace or workspace_dir(recipe, seed)
     with one_torch_thread():
-        checkpoints = train(recipe, seed, workspace, quiet)
-        medium, expert = choose_medium(checkpoints, recipe.medium_fraction), checkpoints[-1]
-        references = reference_returns(recipe, expert, workspace, quiet)
+        with work_lock(workspace):  # one writer per workspace: another level's generation waits, then reuses the run
+            checkpoints = train(recipe, seed, workspace, quiet)
+            expert = checkpoints[-1]
+            references = reference_returns(recipe, expert, workspace, quiet)
+        medium = choose_medium(checkpoints, recipe.medium_fraction)
         data = level_episodes(recipe, seed, checkpoints, medium, quiet)
     env = make_env(recipe)  # for its spaces
     env.close()
