@@ -12,9 +12,12 @@ import socket
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from offbench.errors import OffbenchError
+
+if TYPE_CHECKING:
+    from filelock import FileLock
 
 _SAFE_COMPONENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
 
@@ -355,3 +358,18 @@ def _plain_progress(label: str, total: int, unit: str, completed: int, fields: t
 def _clock(seconds: float) -> str:
     seconds = int(seconds)
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def acquire_announced(lock: FileLock, what: str) -> None:
+    """Take `lock`, waiting if another process holds it, and then saying once on stderr that it waits for `what`
+    (a silent wait looks like a hang)."""
+    from filelock import Timeout
+    from rich.console import Console
+
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        Console(stderr=True, soft_wrap=True).print(
+            f"offbench: waiting for another process {what} to finish ({lock.lock_file})", highlight=False
+        )
+        lock.acquire()

@@ -8,15 +8,14 @@ from functools import partial
 from pathlib import Path
 from typing import Callable
 
-from filelock import FileLock, Timeout
-from rich.console import Console
+from filelock import FileLock
 
 from offbench.data.cards import DatasetCard, card_from_dict, get_card
 from offbench.data.formats import detect_format, load_path, reads_in_place
 from offbench.data.store import EpisodeStore, InPlaceStore, Store, is_native
 from offbench.errors import OffbenchError
 from offbench.paths import data_dir
-from offbench.utils import ensure_dir
+from offbench.utils import acquire_announced, ensure_dir
 
 PREPARE_LOCK = ".prepare.lock"  # in a dataset's folder, held while it is downloaded or generated (`offbench cache delete` takes it too)
 
@@ -59,13 +58,7 @@ def ensure_local(card: DatasetCard, mirror: str | None = None, quiet: bool = Fal
         return ready
     make = _preparation(card, target, mirror, quiet)
     lock = FileLock(str(ensure_dir(target.parent) / PREPARE_LOCK))
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        Console(stderr=True, soft_wrap=True).print(
-            f"offbench: waiting for another process preparing {card.id} to finish ({lock.lock_file})", highlight=False
-        )
-        lock.acquire()
+    acquire_announced(lock, f"preparing {card.id}")
     try:
         return _local_copy(card, target) or make()
     finally:

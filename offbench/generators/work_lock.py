@@ -15,10 +15,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from filelock import FileLock, Timeout
-from rich.console import Console
+from filelock import FileLock
 
-from offbench.utils import ensure_dir
+from offbench.utils import acquire_announced, ensure_dir
 
 LOCK_SUFFIX = ".lock"
 
@@ -48,13 +47,7 @@ def work_lock(work: Path) -> Iterator[None]:
     waits; the block should look for the finished work first, as the holder may have just made it."""
     ensure_dir(work.parent)
     lock = FileLock(str(lock_file(work)))
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        Console(stderr=True, soft_wrap=True).print(
-            f"offbench: waiting for another process working on {work} to finish ({lock.lock_file})", highlight=False
-        )
-        lock.acquire()
+    acquire_announced(lock, f"working on {work}")
     try:
         yield
     finally:
