@@ -18,6 +18,7 @@ from baseline_contract import tiny
 from helpers import TRAINING_CONFIGS as CONFIGS
 from helpers import offbench_command, read_jsonl
 from test_protocols import contract_store
+from tiny_runs import long_bc_run, wait_for_step
 
 from offbench.baselines import BASELINES, get_baseline
 from offbench.data.samplers import make_sampler
@@ -120,38 +121,12 @@ def test_batch_not_divisible_by_the_processes_is_a_one_line_error(pendulum, cli,
 
 @pytest.mark.slow  # three 2-process launches: ~40 s on a quiet 2-core machine
 def test_killed_two_process_run_resumes_to_the_same_numbers(pendulum, cli, tmp_path):
-    args = [
-        "run",
-        "baseline",
-        "bc",
-        "--dataset",
-        "pendulum-scripted",
-        "--config",
-        CONFIGS / "bc-tiny.toml",
-        "--out",
-        tmp_path,
-        "--nproc",
-        "2",
-        "--set",
-        "steps=1200",
-        "--set",
-        "log_every=50",
-        "--set",
-        "checkpoint_every=400",
-        "--set",
-        "eval_every=600",
-    ]
+    args = long_bc_run(tmp_path, "--nproc", "2")
     killed = subprocess.Popen(
         offbench_command(*args, "--name", "killed"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
     )
     metrics = tmp_path / "killed" / "metrics.jsonl"
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline:
-        if metrics.exists() and any(
-            json.loads(line)["step"] >= 700 for line in metrics.read_text().splitlines()[-3:] if line.endswith("}")
-        ):
-            break
-        time.sleep(0.01)
+    wait_for_step(metrics, 700, poll_s=0.01)
     os.killpg(killed.pid, signal.SIGKILL)  # the launcher and torchrun; the ranks (own sessions) die with torchrun
     killed.wait(timeout=30)
     time.sleep(2)

@@ -10,7 +10,8 @@ import subprocess
 import sys
 
 import pytest
-from helpers import TRAINING_CONFIGS, offbench_command
+from helpers import offbench_command
+from tiny_runs import run_args
 
 from offbench.errors import OffbenchError
 from offbench.tracking.loggers import LOGGERS, parse_logger_names
@@ -48,21 +49,7 @@ def wandb_records(path):
 @pytest.mark.skipif(not INSTALLED, reason="no optional logger back-end installed")
 def test_installed_backends_hold_what_the_run_logged(pendulum, tmp_path):
     proc = subprocess.run(
-        offbench_command(
-            "run",
-            "baseline",
-            "bc",
-            "--dataset",
-            "pendulum-scripted",
-            "--config",
-            TRAINING_CONFIGS / "bc-tiny.toml",
-            "--out",
-            tmp_path,
-            "--name",
-            "logged",
-            "--logger",
-            ",".join(INSTALLED),
-        ),
+        offbench_command(*run_args("bc", "pendulum-scripted", "--logger", ",".join(INSTALLED), tiny=True, out=tmp_path, name="logged")),
         capture_output=True,
         text=True,
         timeout=300,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers import TRAINING_CONFIGS as CONFIGS
+from tiny_runs import CONFIGS, run_args
 
 from offbench.paths import builtin_dir
 
@@ -31,24 +31,26 @@ def limit(monkeypatch, nbytes: float) -> None:
     monkeypatch.setattr("offbench.training.memory.available_bytes", lambda device="cpu": float(nbytes))
 
 
+def ad_estimate(darkroom, *overrides: str, config_file: Path | None = None):
+    """AD's estimate under `config_file` (the published ad-eps config by default) and `overrides`."""
+    from offbench.baselines import get_baseline
+    from offbench.data.spec import DatasetSpec
+    from offbench.training.config import resolve_config
+    from offbench.training.memory import estimate_update_bytes
+
+    cls = get_baseline("ad")
+    published = builtin_dir("baselines") / "ad" / "default.toml"
+    return estimate_update_bytes(
+        cls, resolve_config(cls, "darkroom-small", config_file or published, list(overrides)), DatasetSpec.from_store(darkroom)
+    )
+
+
 def test_a_config_over_the_limit_is_refused_in_one_line_with_no_run_directory(darkroom, cli, tmp_path, monkeypatch):
     from offbench.training.memory import estimate_update_bytes  # noqa: F401 - the module the check lives in
 
     monkeypatch.delenv("OFFBENCH_SKIP_MEMORY_CHECK", raising=False)
     limit(monkeypatch, 1024**2)  # 1 MB: below any update
-    code, _, err = cli(
-        "run",
-        "baseline",
-        "ad",
-        "--dataset",
-        "darkroom-small",
-        "--config",
-        CONFIGS / "ad-tiny.toml",
-        "--steps",
-        "1",
-        "--out",
-        tmp_path / "runs",
-    )
+    code, _, err = cli(*run_args("ad", "darkroom-small", tiny=True, steps=1, out=tmp_path / "runs"))
     assert code == 2, err
     assert len(err.strip().splitlines()) == 1, err
     assert "needs about" in err and "available on cpu" in err and "batch" in err
@@ -58,23 +60,7 @@ def test_a_config_over_the_limit_is_refused_in_one_line_with_no_run_directory(da
 def test_the_same_config_under_a_large_limit_runs(darkroom, cli, tmp_path, monkeypatch):
     monkeypatch.delenv("OFFBENCH_SKIP_MEMORY_CHECK", raising=False)
     limit(monkeypatch, 64 * GB)
-    code, _, err = cli(
-        "run",
-        "baseline",
-        "ad",
-        "--dataset",
-        "darkroom-small",
-        "--config",
-        CONFIGS / "ad-tiny.toml",
-        "--steps",
-        "1",
-        "--set",
-        "eval_episodes=0",
-        "--out",
-        tmp_path / "runs",
-        "--name",
-        "run",
-    )
+    code, _, err = cli(*run_args("ad", "darkroom-small", tiny=True, steps=1, eval_episodes=0, out=tmp_path / "runs", name="run"))
     assert code == 0, err
     assert (tmp_path / "runs" / "run" / "run.json").is_file()
 
@@ -99,16 +85,7 @@ def test_the_published_ad_config_on_bandit_small_is_refused_naming_what_fits(ban
 
 
 def test_the_estimate_is_affine_in_the_batch_and_names_the_largest_batch_that_fits(darkroom):
-    from offbench.baselines import get_baseline
-    from offbench.data.spec import DatasetSpec
-    from offbench.training.config import resolve_config
-    from offbench.training.memory import estimate_update_bytes
-
-    cls = get_baseline("ad")
-    spec = DatasetSpec.from_store(darkroom)
-    published = builtin_dir("baselines") / "ad" / "default.toml"
-    small = estimate_update_bytes(cls, resolve_config(cls, "darkroom-small", published, ["batch_size=64"]), spec)
-    large = estimate_update_bytes(cls, resolve_config(cls, "darkroom-small", published), spec)
+    small, large = ad_estimate(darkroom, "batch_size=64"), ad_estimate(darkroom)
     assert large.total > 24 * GB > small.total  # the published size does not fit 24 GB; batch 64 does
     assert large.largest_batch(small.total) in (63, 64)
     assert large.per_row == pytest.approx(small.per_row) and large.fixed == pytest.approx(small.fixed)
@@ -120,20 +97,6 @@ def test_available_bytes_reads_the_machine():
     available = available_bytes("cpu")
     assert available is None or 0 < available < 2**50
     assert available_bytes("meta") is None
-
-
-def ad_estimate(darkroom, *overrides: str, config_file: Path | None = None):
-    """AD's estimate under `config_file` (the published ad-eps config by default) and `overrides`."""
-    from offbench.baselines import get_baseline
-    from offbench.data.spec import DatasetSpec
-    from offbench.training.config import resolve_config
-    from offbench.training.memory import estimate_update_bytes
-
-    cls = get_baseline("ad")
-    published = builtin_dir("baselines") / "ad" / "default.toml"
-    return estimate_update_bytes(
-        cls, resolve_config(cls, "darkroom-small", config_file or published, list(overrides)), DatasetSpec.from_store(darkroom)
-    )
 
 
 def test_activations_scale_with_the_micro_batch_and_the_sampled_batch_with_the_batch(darkroom):
@@ -207,27 +170,18 @@ def test_auto_picks_the_largest_micro_batch_that_fits_and_run_json_records_it(da
     whole = ad_estimate(darkroom, "batch_size=64", config_file=CONFIGS / "ad-tiny.toml")
     limit = whole.fixed + 64 * whole.per_sample + 10.5 * whole.per_row  # micro-batches of 10 fit, 11 do not
     monkeypatch.setenv("OFFBENCH_MEMORY_LIMIT", str(int(limit)))
-    args = [
-        "run",
-        "baseline",
-        "ad",
-        "--dataset",
-        "darkroom-small",
-        "--config",
-        CONFIGS / "ad-tiny.toml",
-        "--set",
-        "batch_size=64",
-        "--steps",
-        "1",
-        "--set",
-        "eval_episodes=0",
-        "--out",
-        tmp_path / "runs",
-    ]
-    code, _, err = cli(*args[:-2], "--set", "micro_batch=auto", *args[-2:], "--name", "auto")
+
+    def run(name: str, **micro_batch):
+        return cli(
+            *run_args(
+                "ad", "darkroom-small", tiny=True, steps=1, batch_size=64, eval_episodes=0, **micro_batch, out=tmp_path / "runs", name=name
+            )
+        )
+
+    code, _, err = run("auto", micro_batch="auto")
     assert code == 0, err
     assert json.loads((tmp_path / "runs" / "auto" / "run.json").read_text())["config"]["micro_batch"] == 10
-    code, _, err = cli(*args, "--name", "refused")
+    code, _, err = run("refused")
     assert code == 2 and len(err.strip().splitlines()) == 1 and "--set micro_batch=10 fits" in err, err
 
 

@@ -146,27 +146,10 @@ def test_gradient_surgery_couples_the_batch_and_refuses_micro_batch(name):
 
 
 def test_a_run_trains_in_micro_batches_and_records_them(pendulum, cli, tmp_path):
-    from helpers import TRAINING_CONFIGS, read_jsonl
+    from helpers import read_jsonl
+    from tiny_runs import run_args
 
-    code, _, err = cli(
-        "run",
-        "baseline",
-        "bc",
-        "--dataset",
-        "pendulum-scripted",
-        "--config",
-        TRAINING_CONFIGS / "bc-tiny.toml",
-        "--steps",
-        "10",
-        "--set",
-        "micro_batch=5",
-        "--set",
-        "eval_episodes=0",
-        "--out",
-        tmp_path,
-        "--name",
-        "run",
-    )
+    code, _, err = cli(*run_args("bc", "pendulum-scripted", tiny=True, steps=10, micro_batch=5, eval_episodes=0, out=tmp_path, name="run"))
     assert code == 0, err
     assert read_jsonl(tmp_path / "run" / "metrics.jsonl")[-1]["step"] == 10
     import json

@@ -18,6 +18,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from helpers import interrupt_then_resume, logged_metrics, make_store
+from tiny_runs import run_args
 
 from offbench.data.store import EpisodeStore
 
@@ -114,7 +115,7 @@ def test_plugin_trains_records_its_origin_resumes_and_reevaluates(example, pendu
 
     assert "linear-bc" in baseline_names() and baseline_origin("linear-bc") == EXAMPLE_ORIGIN
     assert baseline_origin("bc") == {"kind": "built-in", "name": "bc"}
-    args = ["run", "baseline", "linear-bc", "--dataset", "pendulum-scripted", *TINY_RUN, "--out", tmp_path]
+    args = run_args("linear-bc", "pendulum-scripted", *TINY_RUN, out=tmp_path)
     code, out, err = cli(*args, "--name", "whole")
     assert code == 0, err
     run = json.loads((tmp_path / "whole" / "run.json").read_text())
@@ -134,21 +135,7 @@ def test_plugin_trains_records_its_origin_resumes_and_reevaluates(example, pendu
 def test_plugin_without_standard_configs_runs_on_its_config_defaults(tmp_path, install, pendulum, cli):
     site = plugin_site(tmp_path / "site", {"linear-bc": EXAMPLE_ORIGIN["entry_point"]}, example_configs=False)
     install(site)
-    code, _, err = cli(
-        "run",
-        "baseline",
-        "linear-bc",
-        "--dataset",
-        "pendulum-scripted",
-        "--steps",
-        "4",
-        "--set",
-        "eval_episodes=0",
-        "--out",
-        tmp_path,
-        "--name",
-        "defaults",
-    )
+    code, _, err = cli(*run_args("linear-bc", "pendulum-scripted", steps=4, eval_episodes=0, out=tmp_path, name="defaults"))
     assert code == 0, err
     run = json.loads((tmp_path / "defaults" / "run.json").read_text())
     folder = site / "offbench_example_plugin" / "configs" / "linear-bc"
@@ -203,22 +190,7 @@ def submit_verified_then_catch_tampering(runs: list[Path], tmp_path: Path, monke
 
 def test_plugin_trains_data_parallel(example, pendulum, cli, tmp_path):
     """--nproc relaunches offbench under torchrun: every process finds the plugin through its environment."""
-    code, _, err = cli(
-        "run",
-        "baseline",
-        "linear-bc",
-        "--dataset",
-        "pendulum-scripted",
-        *TINY_RUN,
-        "--steps",
-        "20",
-        "--nproc",
-        "2",
-        "--out",
-        tmp_path,
-        "--name",
-        "two",
-    )
+    code, _, err = cli(*run_args("linear-bc", "pendulum-scripted", *TINY_RUN, "--nproc", "2", steps=20, out=tmp_path, name="two"))
     assert code == 0, err
     run = json.loads((tmp_path / "two" / "run.json").read_text())
     assert run["method"] == EXAMPLE_ORIGIN and run["distributed"]["world_size"] == 2 and (tmp_path / "two" / "summary.json").is_file()
@@ -299,21 +271,7 @@ def test_broken_plugins_stop_nothing_else(broken, pendulum, cli, run_cli, tmp_pa
     assert "linear-bc" in err and err.strip().endswith("; broken plugins, ask for one to see why: misnamed, raises)")
     code, _, err = cli("run", "baseline", "ad", "--dataset", "pendulum-scripted")  # lists the baselines that have a mode
     assert code == 2 and "baselines that have one: bc, cql, dt, iql, linear-bc)" in one_line(err)
-    code, _, err = cli(
-        "run",
-        "baseline",
-        "bc",
-        "--dataset",
-        "pendulum-scripted",
-        "--steps",
-        "4",
-        "--set",
-        "eval_episodes=0",
-        "--out",
-        tmp_path,
-        "--name",
-        "bc",
-    )
+    code, _, err = cli(*run_args("bc", "pendulum-scripted", steps=4, eval_episodes=0, out=tmp_path, name="bc"))
     assert code == 0, err
 
     listed = run_cli("list")

@@ -8,15 +8,15 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from helpers import TRAINING_CONFIGS, interrupt_then_resume, offbench_command, read_jsonl, require_extra
+from helpers import interrupt_then_resume, offbench_command, read_jsonl, require_extra
 from helpers import logged_metrics as losses
+from tiny_runs import long_bc_run, run_args, wait_for_step
 
 from offbench.baselines import get_baseline
 from offbench.errors import OffbenchError
@@ -25,21 +25,7 @@ CONTRACT_FILES = {"run.json", "metrics.jsonl", "evaluations.jsonl", "summary.jso
 
 
 def test_dt_run_writes_the_run_directory_contract(pendulum, cli, tmp_path):
-    code, out, err = cli(
-        "run",
-        "baseline",
-        "dt",
-        "--dataset",
-        "pendulum-scripted",
-        "--config",
-        TRAINING_CONFIGS / "dt-tiny.toml",
-        "--seed",
-        "3",
-        "--out",
-        tmp_path,
-        "--name",
-        "dt-run",
-    )
+    code, out, err = cli(*run_args("dt", "pendulum-scripted", "--seed", "3", tiny=True, out=tmp_path, name="dt-run"))
     assert code == 0, err
     assert "final normalized_score" in out
     run_dir = tmp_path / "dt-run"
@@ -85,21 +71,7 @@ def test_dt_run_writes_the_run_directory_contract(pendulum, cli, tmp_path):
 
 def test_same_seed_same_numbers_other_seed_other_numbers(pendulum, cli, tmp_path):
     for name, seed in (("a", 1), ("b", 1), ("c", 2)):  # DT: dropout draws from torch's RNG every update
-        code, _, err = cli(
-            "run",
-            "baseline",
-            "dt",
-            "--dataset",
-            "pendulum-scripted",
-            "--config",
-            TRAINING_CONFIGS / "dt-tiny.toml",
-            "--seed",
-            seed,
-            "--out",
-            tmp_path,
-            "--name",
-            name,
-        )
+        code, _, err = cli(*run_args("dt", "pendulum-scripted", "--seed", seed, tiny=True, out=tmp_path, name=name))
         assert code == 0, err
     assert losses(tmp_path / "a") == losses(tmp_path / "b")
     assert (tmp_path / "a" / "evaluations.jsonl").read_text() == (tmp_path / "b" / "evaluations.jsonl").read_text()
@@ -109,7 +81,7 @@ def test_same_seed_same_numbers_other_seed_other_numbers(pendulum, cli, tmp_path
 def test_interrupted_dt_resumes_to_the_same_numbers(pendulum, cli, tmp_path, monkeypatch):
     """Ctrl-C between checkpoints (step 37 of 50, checkpoint at 25): resuming restores the LR schedule,
     the dropout RNG and the sampler, and truncates what was logged after the checkpoint."""
-    args = ["run", "baseline", "dt", "--dataset", "pendulum-scripted", "--config", TRAINING_CONFIGS / "dt-tiny.toml", "--out", tmp_path]
+    args = run_args("dt", "pendulum-scripted", tiny=True, out=tmp_path)
     code, _, err = cli(*args, "--name", "whole")
     assert code == 0, err
 
@@ -133,19 +105,7 @@ def interrupted_bc_run(cli, monkeypatch, run_dir: Path) -> None:
         return update(self, batch)
 
     monkeypatch.setattr(bc, "update", interrupted_update)
-    code, _, _ = cli(
-        "run",
-        "baseline",
-        "bc",
-        "--dataset",
-        "pendulum-scripted",
-        "--config",
-        TRAINING_CONFIGS / "bc-tiny.toml",
-        "--out",
-        run_dir.parent,
-        "--name",
-        run_dir.name,
-    )
+    code, _, _ = cli(*run_args("bc", "pendulum-scripted", tiny=True, out=run_dir.parent, name=run_dir.name))
     assert code == 130
     monkeypatch.setattr(bc, "update", update)
 
@@ -188,34 +148,9 @@ def test_a_run_being_trained_cannot_be_resumed_beside_it(pendulum, cli, tmp_path
 
 
 def test_sigkill_then_resume_ends_like_an_uninterrupted_run(pendulum, cli, tmp_path):
-    args = [
-        "run",
-        "baseline",
-        "bc",
-        "--dataset",
-        "pendulum-scripted",
-        "--config",
-        TRAINING_CONFIGS / "bc-tiny.toml",
-        "--out",
-        tmp_path,
-        "--set",
-        "steps=1200",
-        "--set",
-        "log_every=50",
-        "--set",
-        "checkpoint_every=400",
-        "--set",
-        "eval_every=600",
-    ]
+    args = long_bc_run(tmp_path)
     killed = subprocess.Popen(offbench_command(*args, "--name", "killed"), stderr=subprocess.DEVNULL)
-    metrics = tmp_path / "killed" / "metrics.jsonl"
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline:  # kill after the step-400 checkpoint and the step-600 evaluation
-        if metrics.exists() and any(
-            json.loads(line)["step"] >= 700 for line in metrics.read_text().splitlines()[-3:] if line.endswith("}")
-        ):
-            break
-        time.sleep(0.005)
+    wait_for_step(tmp_path / "killed" / "metrics.jsonl", 700, poll_s=0.005)  # after the step-400 checkpoint and the step-600 evaluation
     killed.send_signal(signal.SIGKILL)
     assert killed.wait(timeout=30) == -signal.SIGKILL
     assert not (tmp_path / "killed" / "summary.json").exists(), "the run finished before it could be killed"
@@ -297,7 +232,7 @@ def test_dataset_path_without_card_trains_only_without_evaluation(pendulum, cli,
     EpisodeStore.from_episodes(
         [pendulum.episode(i) for i in range(4)], observation_space=pendulum.observation_space, action_space=pendulum.action_space
     ).save(path)
-    args = ["run", "baseline", "bc", "--dataset", path, "--config", TRAINING_CONFIGS / "bc-tiny.toml", "--out", tmp_path / "runs"]
+    args = run_args("bc", path, tiny=True, out=tmp_path / "runs")
     code, _, err = cli(*args)
     assert code == 2 and "no dataset card with an [env]" in err and "eval_episodes=0" in err
     code, _, err = cli(*args, "--set", "eval_episodes=0", "--name", "bare")

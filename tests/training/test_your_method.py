@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 from run_dirs import pendulum_board
+from tiny_runs import run_args
 
 import offbench
 from offbench.errors import OffbenchError
@@ -326,23 +327,7 @@ def test_a_replay_uses_the_runs_thread_count(cli, tmp_path, pendulum):
     from offbench.leaderboard.verify import verify_run
 
     code, _, err = cli(
-        "run",
-        "baseline",
-        "bc",
-        "--dataset",
-        "pendulum-scripted",
-        "--out",
-        tmp_path,
-        "--name",
-        "bc",
-        "--steps",
-        "200",
-        "--set",
-        "eval_every=200",
-        "--set",
-        "eval_episodes=10",
-        "--set",
-        "checkpoint_every=200",
+        *run_args("bc", "pendulum-scripted", steps=200, eval_every=200, eval_episodes=10, checkpoint_every=200, out=tmp_path, name="bc")
     )
     assert code == 0, err
     assert json.loads((tmp_path / "bc" / "run.json").read_text())["env"]["torch_threads"] == 1
