@@ -71,28 +71,26 @@ def test_aggregate_plots_via_rliable(runs, tmp_path):
     assert "fraction of runs with score" in svg and "threshold" in svg
 
 
-def _history_dataset():
-    """A learning-history dataset: 2 histories x 6 episodes whose returns grow with the episode index."""
+def _registered(store, dataset_id: str, kind: str, description: str):
+    """`store` saved under a user card `dataset_id` of `kind`, so that commands find it by its id; returns it."""
     from offbench.data.cards import card_from_dict, write_card
     from offbench.data.resolve import native_path
     from offbench.paths import user_cards_dir
 
+    fields = {"id": dataset_id, "description": description, "format": "offbench", "kind": kind, "source": {"recipe": {"generator": "test"}}}
+    card = card_from_dict(fields)
+    write_card(card, user_cards_dir() / f"{dataset_id.replace('/', '-')}.toml")
+    store.save(native_path(card))
+    return store
+
+
+def _history_dataset():
+    """A learning-history dataset: 2 histories x 6 episodes whose returns grow with the episode index."""
     counter = itertools.count()
     store = make_store(
         episode_lengths=(4,) * 12, terminal_last=(False,) * 12, episode_in_history=lambda n: np.full(n, next(counter) % 6, np.int64)
     )
-    card = card_from_dict(
-        {
-            "id": "test/histories",
-            "description": "tiny histories",
-            "format": "offbench",
-            "kind": "learning-history",
-            "source": {"recipe": {"generator": "test"}},
-        }
-    )
-    write_card(card, user_cards_dir() / "test-histories.toml")
-    store.save(native_path(card))
-    return store
+    return _registered(store, "test/histories", "learning-history", "tiny histories")
 
 
 def test_in_context_curves_with_source_and_optimum(tmp_path):
@@ -278,23 +276,10 @@ def test_identical_aggregate_panels_of_a_one_dataset_board_collapse():
 
 def test_plot_of_an_offline_dataset_draws_its_returns_and_lengths(tmp_path):
     """`offbench plot DATASET` of an offline card: the distribution of its episodes' returns and lengths."""
-    from offbench.data.cards import card_from_dict, write_card
-    from offbench.data.resolve import native_path
-    from offbench.paths import user_cards_dir
     from offbench.plotting.episodes import episodes_figure
 
     store = make_store(episode_lengths=(3, 5, 2, 5), terminal_last=(True, False, True, True))
-    card = card_from_dict(
-        {
-            "id": "test/offline",
-            "description": "tiny offline data",
-            "format": "offbench",
-            "kind": "offline",
-            "source": {"recipe": {"generator": "test"}},
-        }
-    )
-    write_card(card, user_cards_dir() / "test-offline.toml")
-    store.save(native_path(card))
+    _registered(store, "test/offline", "offline", "tiny offline data")
     out = plot_now(["test/offline"], tmp_path / "episodes.png")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
