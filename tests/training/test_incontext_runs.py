@@ -3,22 +3,16 @@ Ctrl-C + --resume ending with the same numbers, and datasets of the wrong kind r
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-from helpers import TRAINING_CONFIGS as CONFIGS
 from helpers import assert_resume_repeats_the_run, read_jsonl
-
-
-def run_args(name: str, out: Path) -> list:
-    return ["run", "baseline", name, "--dataset", "darkroom-small", "--config", CONFIGS / f"{name}-tiny.toml", "--out", out]
+from tiny_runs import run_args
 
 
 @pytest.mark.parametrize("name", ["ad", "dpt"])
 def test_run_evaluates_in_context_on_the_held_out_goals_only(darkroom, cli, tmp_path, name):
     from offbench.envs.benchmarks import card_tasks
 
-    code, _, err = cli(*run_args(name, tmp_path), "--name", "run")
+    code, _, err = cli(*run_args(name, "darkroom-small", tiny=True, out=tmp_path), "--name", "run")
     assert code == 0, err
     evaluations = read_jsonl(tmp_path / "run" / "evaluations.jsonl")
     assert [e["step"] for e in evaluations] == [20, 40]
@@ -37,7 +31,7 @@ def test_run_evaluates_in_context_on_the_held_out_goals_only(darkroom, cli, tmp_
 def test_evaluate_in_the_runs_own_action_mode_repeats_its_last_evaluation(darkroom, cli, tmp_path):
     """`offbench evaluate --actions greedy` on a greedy run: the same curve as the run's last evaluation (same
     checkpoint, same seeds); a mode that does not exist is one line, exit 2."""
-    code, _, err = cli(*run_args("ad", tmp_path), "--name", "run")
+    code, _, err = cli(*run_args("ad", "darkroom-small", tiny=True, out=tmp_path), "--name", "run")
     assert code == 0, err
     last = read_jsonl(tmp_path / "run" / "evaluations.jsonl")[-1]
     code, out, err = cli("evaluate", tmp_path / "run", "--actions", "greedy")
@@ -53,7 +47,7 @@ def test_evaluate_in_the_runs_own_action_mode_repeats_its_last_evaluation(darkro
 
 @pytest.mark.parametrize("name", ["ad", pytest.param("dpt", marks=pytest.mark.slow)])
 def test_interrupted_run_resumes_to_the_same_numbers(darkroom, cli, tmp_path, monkeypatch, name):
-    args = run_args(name, tmp_path)
+    args = run_args(name, "darkroom-small", tiny=True, out=tmp_path)
     code, _, err = cli(*args, "--name", "whole")
     assert code == 0, err
     assert_resume_repeats_the_run(cli, monkeypatch, name, args, tmp_path, stop_at=27)
@@ -80,7 +74,7 @@ def test_dpt_refuses_histories_without_optimal_actions_before_anything_is_writte
 
     columns = {name: values for name, values in darkroom.columns.items() if name != "optimal_action"}
     path = replace(darkroom, columns=columns, path=None).save(tmp_path / "unlabelled.h5")
-    code, _, err = cli("run", "baseline", "dpt", "--dataset", path, "--config", CONFIGS / "dpt-tiny.toml", "--out", tmp_path / "runs")
+    code, _, err = cli(*run_args("dpt", path, tiny=True, out=tmp_path / "runs"))
     assert code == 2 and "optimal_action" in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
     assert not (tmp_path / "runs").exists()
@@ -89,7 +83,7 @@ def test_dpt_refuses_histories_without_optimal_actions_before_anything_is_writte
 def test_dpt_posterior_labels_refuse_learning_histories_before_anything_is_written(darkroom, cli, tmp_path):
     """darkroom-small's histories come from a learner that knows its goal, so their steps say more about the task than
     the rewards do: the reward-only posterior would be wrong there, and the run stops with one line."""
-    code, _, err = cli(*run_args("dpt", tmp_path / "runs"), "--set", 'label="posterior"')
+    code, _, err = cli(*run_args("dpt", "darkroom-small", tiny=True, out=tmp_path / "runs"), "--set", 'label="posterior"')
     assert code == 2 and "ignore the task" in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
     assert not (tmp_path / "runs").exists()

@@ -6,23 +6,18 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
 import torch
-from helpers import TRAINING_CONFIGS as CONFIGS
 from helpers import assert_resume_repeats_the_run, read_jsonl, registered_xland_card, tiny_rulesets
+from tiny_runs import run_args
 
 from offbench.baselines import get_baseline
 
 HELD_OUT = 2  # rulesets 2 and 3 of the four tiny ones; the file's two tasks use 0 and 1
-SMALL = ["--set", "steps=4", "--set", "log_every=2", "--set", "eval_every=2", "--set", "checkpoint_every=2", "--set", "eval_episodes=2"]
-
-
-def run_args(name: str, out: Path) -> list:
-    return ["run", "baseline", name, "--dataset", "test/xland", "--config", CONFIGS / f"{name}-tiny.toml", *SMALL, "--out", out]
+SMALL = dict(steps=4, log_every=2, eval_every=2, checkpoint_every=2, eval_episodes=2)
 
 
 def test_tile_and_colour_codes_are_embedded_as_categories(tmp_path):
@@ -114,7 +109,7 @@ def test_plot_of_an_xland_file_draws_its_learning_histories(tmp_path, isolated_h
 @pytest.mark.parametrize("name", ["ad", "dpt"])
 def test_run_evaluates_in_context_on_held_out_rulesets_and_resumes_to_the_same_numbers(tmp_path, isolated_home, cli, monkeypatch, name):
     registered_xland_card(isolated_home, tmp_path, HELD_OUT, tiny_rulesets(), tasks=2, max_steps=6)
-    code, _, err = cli(*run_args(name, tmp_path), "--name", "whole")
+    code, _, err = cli(*run_args(name, "test/xland", tiny=True, out=tmp_path, **SMALL), "--name", "whole")
     assert code == 0, err
     run = json.loads((tmp_path / "whole" / "run.json").read_text())
     assert run["evaluation"]["protocol"] == "in-context" and run["evaluation"]["task_ids"] == [2, 3]
@@ -127,7 +122,9 @@ def test_run_evaluates_in_context_on_held_out_rulesets_and_resumes_to_the_same_n
         assert all(0 <= r <= 1 for task in line["task_returns"] for r in task) and all(n <= 6 for n in line["lengths"])
     assert json.loads((tmp_path / "whole" / "summary.json").read_text())["score_metric"] == "mean_return"
 
-    assert_resume_repeats_the_run(cli, monkeypatch, name, run_args(name, tmp_path), tmp_path, stop_at=3)
+    assert_resume_repeats_the_run(
+        cli, monkeypatch, name, run_args(name, "test/xland", tiny=True, out=tmp_path, **SMALL), tmp_path, stop_at=3
+    )
 
     code, out, err = cli("evaluate", tmp_path / "whole", "--tasks", "train")
     assert code == 0 and "in context (train tasks)" in out and "optimal return unknown" in " ".join(out.split()), err
