@@ -22,7 +22,7 @@ def test_leaderboard_page_in_headless_chromium(tmp_path, monkeypatch):
     from offbench.leaderboard.submit import submit
 
     bench = make_bench(tmp_path, monkeypatch, LEVELS)
-    write_benchmark(bench["root"], "tb", ["test/a", "test/b"], reported=[REPORTED])
+    write_benchmark(bench["root"], "tb", ["test/a", "test/b"], reported=[REPORTED], behaviour={"test/a": 50.0})
     spec = load_spec("tb")
     for baseline in LEVELS:
         submit(spec, runs_of(bench, baseline), render=baseline == "iql")
@@ -33,8 +33,9 @@ def test_leaderboard_page_in_headless_chromium(tmp_path, monkeypatch):
         browser.navigate(page.as_uri())
         rows = "Array.from(document.querySelectorAll('#scores tbody tr')).map(r => r.cells[0].textContent.trim())"
         ours = ["iql", "cql", "bc"]  # ranked best first
-        assert browser.evaluate(rows) == [*ours, "CQL <b>paper</b> reported [1]"]  # escaped: shown as text
-        assert browser.evaluate("getComputedStyle(document.querySelector('#scores tr.reported td')).fontStyle") == "italic"
+        assert browser.evaluate(rows) == [*ours, "behaviour policy (the data)", "CQL <b>paper</b> reported [1]"]  # escaped: shown as text
+        for marked in ("tr.reported", "tr.data"):  # published numbers and the data's own row are set apart
+            assert browser.evaluate(f"getComputedStyle(document.querySelector('#scores {marked} td')).fontStyle") == "italic"
 
         def click(header):
             box = browser.evaluate(

@@ -28,7 +28,7 @@ def test_the_field_tables_in_the_leaderboards_doc_are_the_records():
 # ------------------------------------------------------------------------------ benchmark.toml
 BOARD_EDITS = {
     "wrong type": ({"min_seeds": "three"}, r"'min_seeds' must be an integer, got 'three'"),
-    "unknown key": ({"seeds": 3}, r"'seeds' is not a known key \(known: bootstrap_reps, dataset_checksums, datasets"),
+    "unknown key": ({"seeds": 3}, r"'seeds' is not a known key \(known: behaviour, bootstrap_reps, dataset_checksums, datasets"),
     "unknown protocol key": ({"evaluation": {"episodes": 5, "epsiodes": 5}}, r"'evaluation.epsiodes' is not a known key"),
     "missing key": ({"metric": None}, r"missing required key 'metric'"),
     "out of range": ({"bootstrap_reps": 10}, r"'bootstrap_reps' must be at least 100, got 10"),

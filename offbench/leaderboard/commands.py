@@ -112,7 +112,15 @@ def show(
 ) -> None:
     """The table in the terminal: mean [95% interval] (n seeds) per baseline and dataset, then the aggregates."""
     from offbench.leaderboard.spec import load_spec
-    from offbench.leaderboard.table import compute_results, improvement_table, main_table, per_task_tables, reported_table, terminal_tables
+    from offbench.leaderboard.table import (
+        behaviour_table,
+        compute_results,
+        improvement_table,
+        main_table,
+        per_task_tables,
+        reported_table,
+        terminal_tables,
+    )
 
     format = format.lower()
     if format not in SHOW_FORMATS:
@@ -130,7 +138,10 @@ def show(
         print(_export_tables([(title, frame) for title, frame in tables if not frame.empty], format), end="")
         return
     console.print(f"[bold]{escape(spec.title)}[/bold]: {escape(spec.score_label)}; cells are mean \\[95% bootstrap interval] (n = seeds)")
-    frames = [("published numbers (reported, not run here; not in any statistic)", reported_table(board))]
+    frames = [
+        ("the data's own score (its behaviour policy's; never ranked, not in any statistic)", behaviour_table(board)),
+        ("published numbers (reported, not run here; not in any statistic)", reported_table(board)),
+    ]
     if board.scores.empty:
         console.print("no accepted entries yet")
     else:
@@ -245,24 +256,58 @@ def render(
 def check(
     benchmark: Optional[str] = typer.Argument(None, help="Benchmark name (default: every benchmark)."), root: Optional[Path] = ROOT_OPTION
 ) -> None:
-    """Run every admission rule on every entry file (what a pull request adding an entry must pass)."""
+    """Run every admission rule on every entry file (what a pull request adding an entry must pass), and compare each
+    `[behaviour]` value with the data where the dataset is on this machine (nothing is downloaded or generated)."""
+    from offbench.leaderboard.behaviour import check_lines, compute_behaviour
     from offbench.leaderboard.entries import load_entries
     from offbench.leaderboard.spec import known_benchmarks, load_spec
 
     names = [benchmark] if benchmark else known_benchmarks(root)
-    problems = 0
+    broken = 0
     for name in names:
         spec = load_spec(name, root)
+        problems = []
         try:
             entries = load_entries(spec)
+            runs = sum(len(entry["runs"]) for _, entry in entries)
+            console.print(f"{name}: {len(entries)} entries, {runs} runs: every rule holds", highlight=False, markup=False)
         except OffbenchError as exc:
-            problems += 1
-            err_console.print(f"{name}: {exc}", highlight=False, markup=False, soft_wrap=True)
-            continue
-        runs = sum(len(entry["runs"]) for _, entry in entries)
-        console.print(f"{name}: {len(entries)} entries, {runs} runs: every rule holds", highlight=False, markup=False)
-    if problems:
-        raise OffbenchError(f"{problems} of {len(names)} benchmark(s) hold an entry that breaks a rule (listed above)")
+            problems.append(f"{name}: {exc}")
+        try:
+            behaviour_problems, notes = check_lines(spec, compute_behaviour(spec))
+            problems += behaviour_problems
+        except OffbenchError as exc:
+            problems.append(f"{spec.path}: [behaviour]: {exc}")
+            notes = []
+        for line in notes:
+            console.print(line, highlight=False, markup=False, soft_wrap=True)
+        for line in problems:
+            err_console.print(line, highlight=False, markup=False, soft_wrap=True)
+        broken += bool(problems)
+    if broken:
+        raise OffbenchError(
+            f"{broken} of {len(names)} benchmark(s) hold an entry that breaks a rule or a [behaviour] value the data does not give "
+            "(listed above)"
+        )
+
+
+@leaderboard_app.command("behaviour")
+def behaviour(benchmark: str = typer.Argument(..., help="Benchmark name."), root: Optional[Path] = ROOT_OPTION) -> None:
+    """Print the board's `[behaviour]` table (each dataset's own score in its metric) computed from the data on this
+    machine, to paste into its benchmark.toml; datasets not on this machine are named on stderr, never fetched."""
+    from offbench.leaderboard.behaviour import behaviour_toml, compute_behaviour
+    from offbench.leaderboard.spec import BEHAVIOUR_METRICS, load_spec
+
+    spec = load_spec(benchmark, root)
+    if spec.metric.name not in BEHAVIOUR_METRICS:
+        raise OffbenchError(f"{spec.path}: metric '{spec.metric.name}' has no behaviour score (only {', '.join(BEHAVIOUR_METRICS)})")
+    checks = compute_behaviour(spec, spec.datasets)
+    for check in checks:
+        if check.computed is None:
+            err_console.print(f"{check.dataset}: left out, {check.skipped}", highlight=False, markup=False, soft_wrap=True)
+    if all(check.computed is None for check in checks):
+        raise OffbenchError(f"{benchmark}: none of its datasets can be scored on this machine (listed above)")
+    print(behaviour_toml(spec, checks), end="")
 
 
 @leaderboard_app.command("verify")

@@ -15,8 +15,8 @@ and may name the columns it shows: `<!-- board: minigrid-mt datasets=minigrid/mt
 checked as every reader does), the cells and aggregates from its `results.json`, which `leaderboard build` and
 `render` compute from the same entries (under the same bootstrap seed, so a block reads exactly as the board's own
 page). A `results.json` whose entry files differ from the entries on disk is an error naming the board to
-re-render, so a page can never show numbers its board no longer has; published rows (`[[reported]]`) follow ours,
-tagged, with their sources listed under the table.
+re-render, so a page can never show numbers its board no longer has; the data's own row (`[behaviour]`, with its
+note) and the published rows (`[[reported]]`) follow ours, set apart, the published ones' sources listed under the table.
 """
 
 from __future__ import annotations
@@ -54,7 +54,8 @@ def index_markdown(root: str | Path | None = None) -> str:
         "One folder per benchmark: `benchmark.toml` (the definition), `entries/` (accepted submissions, JSON), and the "
         "rendered `README.md`, `index.html`, `results.json` and `figures/`. A benchmark may also carry published "
         "numbers (`[[reported]]` in its benchmark.toml, each with its source), shown marked as reported and never part "
-        "of our statistics. The current numbers with what was run and how to reproduce them: "
+        "of our statistics, and the data's own score (`[behaviour]`: the behaviour policy's, in the board's metric), a "
+        "marked row that is never ranked. The current numbers with what was run and how to reproduce them: "
         "[docs/results.md](../docs/results.md); how boards work: [docs/leaderboards.md](../docs/leaderboards.md).",
         "",
         "| benchmark | what | score | datasets | published rows | table |",
@@ -104,7 +105,7 @@ def _frame(records: list[dict[str, Any]], columns: list[str]) -> pd.DataFrame:
 def board_table(spec: BenchmarkSpec, datasets: list[str] | None = None) -> str:
     """The board's headline table in Markdown (ours best first, then the published rows and their sources), the
     same cells as the board's own README; `datasets` keeps those columns only."""
-    from offbench.leaderboard.render import _results_table, _source_line, build_board, markdown_table, markdown_text
+    from offbench.leaderboard.render import _results_table, _source_line, behaviour_note, build_board, markdown_table, markdown_text
     from offbench.leaderboard.table import Results, best_column
 
     unknown = [d for d in datasets or [] if d not in spec.datasets]
@@ -118,17 +119,17 @@ def board_table(spec: BenchmarkSpec, datasets: list[str] | None = None) -> str:
         improvement=pd.DataFrame(columns=["x", "y", "probability", "low", "high"]),  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns
         per_task=pd.DataFrame(columns=["label", "dataset", "task", "mean", "seeds"]),  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns
     )
-    table, reported = _results_table(board, results)
+    table = _results_table(board, results)
     if datasets:
-        kept = [column for d in datasets for column in (d, best_column(d)) if column in table.columns]
-        keep = ["baseline", "method", "verified", *kept]
-        shown = [i for i, row in enumerate(table[datasets].itertuples(index=False)) if any(cell != "—" for cell in row)]
-        reported = {shown.index(i): number for i, number in reported.items() if i in shown}
-        table = table.iloc[shown][keep].reset_index(drop=True)
-    if table.empty:
+        kept = [column for d in datasets for column in (d, best_column(d)) if column in table.frame.columns]
+        shown = [i for i, row in enumerate(table.frame[datasets].itertuples(index=False)) if any(cell != "—" for cell in row)]
+        table = table.part(shown, ["baseline", "method", "verified", *kept])
+    if table.frame.empty:
         return f"No accepted entries yet on `{spec.name}`."
-    lines = [markdown_table(table, reported)]
-    numbers = sorted(set(reported.values()))
+    lines = [markdown_table(table.frame, table.marks)]
+    if table.data_row is not None:
+        lines += ["", markdown_text(behaviour_note(spec))]
+    numbers = sorted(set(table.reported.values()))
     if numbers:
         lines.append("")
         lines += [f"- {markdown_text(_source_line(n, spec.reported[n - 1]))}" for n in numbers]

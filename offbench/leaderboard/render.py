@@ -6,14 +6,15 @@ comes from an entry, a run or a benchmark file is escaped for the format it land
 (`markdown_text`: no raw HTML, no table-breaking `|` or newline, no emphasis or links), HTML
 (`html.escape`) and SVG (matplotlib escapes XML; `offbench.plotting.figures.plain_text` keeps `$`
 from starting math). Only the benchmark's description is Markdown by design (with HTML escaped).
-Reported rows (published numbers) are set apart: italic and tagged "reported [n]", with their sources listed.
+Reported rows (published numbers) are set apart: italic and tagged "reported [n]", with their sources listed; so is
+the data's own row (`[behaviour]`, the behaviour policy's score), with a note saying what it is.
 """
 
 from __future__ import annotations
 
 import html
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +23,11 @@ import pandas as pd
 from offbench.leaderboard.entries import load_entries
 from offbench.leaderboard.spec import PER_KEYS, BenchmarkSpec
 from offbench.leaderboard.table import (
+    BEHAVIOUR_LABEL,
     Board,
     Results,
     aggregates_meaningful,
+    behaviour_table,
     best_column,
     better_direction,
     board_from_entries,
@@ -49,34 +52,52 @@ def markdown_text(value: Any) -> str:
     return _MARKDOWN_SPECIAL.sub(r"\\\1", text)
 
 
-def markdown_table(frame: pd.DataFrame, reported: dict[int, int] | None = None) -> str:
-    """A GitHub-flavoured Markdown table with every header and cell escaped. `reported` maps row numbers to
-    their source number: those rows are set apart (italic, their label tagged "reported [n]")."""
-    reported = reported or {}
+@dataclass(frozen=True)
+class Mark:
+    """How a row that is not one of our runs is set apart: italic, its label tagged (`tag`, none for the data's row,
+    whose label says what it is), and its HTML row's class."""
+
+    tag: str
+    css: str
+
+
+def reported_mark(number: int) -> Mark:
+    return Mark(f"reported [{number}]", "reported")
+
+
+DATA_MARK = Mark("", "data")
+
+
+def markdown_table(frame: pd.DataFrame, marks: dict[int, Mark] | None = None) -> str:
+    """A GitHub-flavoured Markdown table with every header and cell escaped. `marks` maps row numbers to how those
+    rows are set apart (italic, their label tagged, e.g. "reported [n]")."""
+    marks = marks or {}
     lines = ["| " + " | ".join(markdown_text(c) for c in frame.columns) + " |", "|" + "---|" * len(frame.columns)]
     for number, row in enumerate(frame.itertuples(index=False)):
         cells = [markdown_text(v) for v in row]
-        if number in reported:
+        if number in marks:
             cells = [f"*{c}*" if c else c for c in cells]
-            cells[0] += f" (reported \\[{reported[number]}\\])"
+            cells[0] += f" ({markdown_text(marks[number].tag)})" if marks[number].tag else ""
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def html_table(frame: pd.DataFrame, table_id: str, better: dict[str, str] | None = None, reported: dict[int, int] | None = None) -> str:
+def html_table(frame: pd.DataFrame, table_id: str, better: dict[str, str] | None = None, marks: dict[int, Mark] | None = None) -> str:
     """A sortable HTML table, every header and cell escaped. `better` marks score columns ("higher"/"lower":
-    the first click sorts best first); `reported` maps row numbers to their source number (row set apart)."""
-    better, reported = better or {}, reported or {}
+    the first click sorts best first); `marks` maps row numbers to how those rows are set apart."""
+    better, marks = better or {}, marks or {}
     e = html.escape
     head = "".join(f'<th data-better="{better[c]}">{e(str(c))}</th>' if c in better else f"<th>{e(str(c))}</th>" for c in frame.columns)
     body = []
     for number, row in enumerate(frame.itertuples(index=False)):
         cells = [e(str(v)) for v in row]
-        if number in reported:
-            cells[0] += f' <span class="tag">reported [{reported[number]}]</span>'
-            body.append('<tr class="reported">' + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-        else:
+        mark = marks.get(number)
+        if mark is None:
             body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+            continue
+        if mark.tag:
+            cells[0] += f' <span class="tag">{e(mark.tag)}</span>'
+        body.append(f'<tr class="{mark.css}">' + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     return f'<table id="{e(table_id)}" class="sortable"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
 
 
@@ -218,6 +239,10 @@ REPORTED_NOTE = (
     "gives them, under the source's own protocol. They take no part in any interval, aggregate, "
     "ranking or probability of improvement."
 )
+BEHAVIOUR_DEFINITION = {
+    "success_rate": "the mean over tasks of the fraction of each task's episodes that succeed",
+    "normalized_score": "the mean episode return, normalised with the card's reference scores",
+}
 IMPROVEMENT_NOTE = (
     "chance that a run of the row's baseline scores better than a run of the column's (averaged over datasets), [95% interval]."
 )
@@ -231,18 +256,51 @@ def _source_line(number: int, row) -> str:
     return text + (f". {row.note}" if row.note else "")
 
 
-def _results_table(board: Board, results: Results) -> tuple[pd.DataFrame, dict[int, int]]:
-    """Our rows then the reported ones in the same columns, and {row number: source number} of the reported."""
+def behaviour_note(spec: BenchmarkSpec) -> str:
+    """What the data's row is, under a table that shows it."""
+    return (
+        f"The row '{BEHAVIOUR_LABEL}' is each dataset's own episodes scored in the board's metric: "
+        f"{BEHAVIOUR_DEFINITION[spec.metric.name]} ([behaviour] in benchmark.toml, compared with the data by "
+        "offbench leaderboard check where it is on disk). A method above it beats the data; the row is never ranked "
+        "and takes no part in any interval, aggregate or best column."
+    )
+
+
+@dataclass
+class ResultsTable:
+    """The headline table: our rows best first, then the data's row and the published ones, set apart."""
+
+    frame: pd.DataFrame
+    reported: dict[int, int] = field(default_factory=dict)  # row number -> source number of a published row
+    data_row: int | None = None  # the row number of the data's own row, where the board gives one
+
+    @property
+    def marks(self) -> dict[int, Mark]:
+        marks = {row: reported_mark(number) for row, number in self.reported.items()}
+        return marks | ({} if self.data_row is None else {self.data_row: DATA_MARK})
+
+    def part(self, rows: list[int], columns: list[str]) -> ResultsTable:
+        """Only `rows` (row numbers, in order) and `columns`, the marks renumbered."""
+        return ResultsTable(
+            pd.DataFrame(self.frame.iloc[rows][columns]).reset_index(drop=True),
+            {rows.index(row): number for row, number in self.reported.items() if row in rows},
+            rows.index(self.data_row) if self.data_row in rows else None,
+        )
+
+
+def _results_table(board: Board, results: Results) -> ResultsTable:
+    """Our rows, then the data's row (`[behaviour]`), then the reported ones, in the same columns."""
     ours = (
         main_table(board, results)
         if not board.scores.empty
         else pd.DataFrame(columns=["baseline", "method", "verified", *board.spec.datasets])  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns
     )
-    reported = reported_table(board).drop(columns="source")
-    if reported.empty:
-        return ours, {}
-    combined = pd.concat([ours, reported.reindex(columns=ours.columns, fill_value="—")], ignore_index=True)
-    return combined, {len(ours) + i: i + 1 for i in range(len(reported))}
+    others = [behaviour_table(board), reported_table(board).drop(columns="source")]
+    frames = [ours, *(frame.reindex(columns=ours.columns, fill_value="—") for frame in others if not frame.empty)]
+    combined = pd.concat(frames, ignore_index=True) if len(frames) > 1 else ours
+    data_row = len(ours) if board.spec.behaviour else None
+    first_reported = len(ours) + (data_row is not None)
+    return ResultsTable(combined, {first_reported + i: i + 1 for i in range(len(board.spec.reported))}, data_row)
 
 
 def _score_columns(frame: pd.DataFrame, spec: BenchmarkSpec) -> dict[str, str]:
@@ -258,10 +316,12 @@ def render_markdown(spec: BenchmarkSpec, board: Board, results: Results, figures
         parts += [f"No accepted entries yet. Submit runs with `offbench submit RUN_DIR... --benchmark {spec.name}`.", ""]
     else:
         parts += [markdown_text(_cell_note(board)), ""]
-    table, reported = _results_table(board, results)
-    if len(table):
-        parts += [markdown_table(table, reported)]
-    if reported:
+    table = _results_table(board, results)
+    if len(table.frame):
+        parts += [markdown_table(table.frame, table.marks)]
+    if table.data_row is not None:
+        parts += ["", markdown_text(behaviour_note(spec))]
+    if table.reported:
         parts += ["", markdown_text(REPORTED_NOTE), ""]
         parts += [f"- {markdown_text(_source_line(n, row))}" for n, row in enumerate(spec.reported, 1)]
     if not board.scores.empty:
@@ -309,7 +369,7 @@ th, td { border: 1px solid #ccc; padding: 0.3rem 0.6rem; text-align: left; }
 table.sortable th { cursor: pointer; background: #f2f2f2; user-select: none; }
 th[aria-sort="ascending"]::after { content: " \\25B2"; }
 th[aria-sort="descending"]::after { content: " \\25BC"; }
-tr.reported td { font-style: italic; background: #f7f4ea; color: #555; }
+tr.reported td, tr.data td { font-style: italic; background: #f7f4ea; color: #555; }
 .tag { font-size: 0.75rem; font-style: normal; border: 1px solid #b9a96b; border-radius: 0.3rem; padding: 0 0.3rem; }
 figure { margin: 1.5rem 0; } figure img { max-width: 100%; border: 1px solid #eee; }
 .note { color: #555; font-size: 0.9rem; }
@@ -361,10 +421,12 @@ def render_html(spec: BenchmarkSpec, board: Board, results: Results, figures: li
         body.append(f"<p>No accepted entries yet. Submit runs with <code>offbench submit RUN_DIR... --benchmark {e(spec.name)}</code>.</p>")
     else:
         body.append(f'<p class="note">{e(_cell_note(board))} Click a column header to sort.</p>')
-    table, reported = _results_table(board, results)
-    if len(table):
-        body.append(html_table(table, "scores", _score_columns(table, spec), reported))
-    if reported:
+    table = _results_table(board, results)
+    if len(table.frame):
+        body.append(html_table(table.frame, "scores", _score_columns(table.frame, spec), table.marks))
+    if table.data_row is not None:
+        body.append(f'<p class="note">{e(behaviour_note(spec))}</p>')
+    if table.reported:
         body += [f'<p class="note">{e(REPORTED_NOTE)}</p>', "<ul>"]
         body += [f"<li>{e(_source_line(n, row))}</li>" for n, row in enumerate(spec.reported, 1)]
         body.append("</ul>")

@@ -19,6 +19,8 @@
     episodes = 100
     [dataset_checksums]                   # optional pins of each dataset's content sha256
     "pendulum-scripted" = "..."
+    [behaviour]                           # optional: the data's own score (its behaviour policy's), a marked row
+    "pendulum-scripted" = 77.43           # never ranked; `offbench leaderboard behaviour NAME` prints it from the data
     [[reported]]                          # published numbers shown beside ours, marked, never in our statistics
     label = "CQL"
     source = { paper = "...", table = "...", version = "...", url = "https://..." }   # url optional
@@ -51,6 +53,7 @@ SCORE_KINDS = ("final", "best")
 PROTOCOL_KEYS = ("episodes", "every_steps", "steps", "target_returns", "in_context_episodes")
 PER_KEYS = ("dataset", "baseline")  # [evaluation] tables that differ for one dataset or one baseline
 IN_CONTEXT_METRICS = ("in_context_return", "regret")  # scored from in-context episodes, whose number the protocol must fix
+BEHAVIOUR_METRICS = ("success_rate", "normalized_score")  # metrics a dataset's own episodes have a score in
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -148,6 +151,13 @@ class BenchmarkFile:
         default_factory=dict, doc="`[dataset_checksums]`: dataset id -> the content sha256 (64 lowercase hex) its entries were made from"
     )
     reported: tuple[Reported, ...] = ranged(default_factory=tuple, doc="`[[reported]]`: published rows shown beside ours (table below)")
+    behaviour: dict[str, float] = ranged(
+        default_factory=dict,
+        doc="`[behaviour]`: dataset id -> the data's own score in the board's metric (its behaviour policy's: mean over tasks "
+        "of the fraction of each task's episodes that succeed, or the normalised mean episode return), shown as a marked row, "
+        "never ranked; datasets of the benchmark only, metrics success_rate and normalized_score only; "
+        "`offbench leaderboard behaviour NAME` prints it from the data, `check` compares",
+    )
 
     def check(self) -> None:
         if not self.datasets or not all(self.datasets):
@@ -167,6 +177,7 @@ class BenchmarkFile:
             raise Invalid(f"'evaluation.dataset' names '{outside[0]}', which is not in 'datasets'")
         self._check_checksums()
         self._check_reported()
+        self._check_behaviour()
 
     def _check_checksums(self) -> None:
         for dataset_id, sha in self.dataset_checksums.items():
@@ -183,6 +194,15 @@ class BenchmarkFile:
             for dataset_id in row.scores:
                 if dataset_id not in self.datasets:
                     raise Invalid(f"'reported[{index}].scores' names '{dataset_id}', which is not one of the benchmark's datasets")
+
+    def _check_behaviour(self) -> None:
+        if self.behaviour and self.metric not in BEHAVIOUR_METRICS:
+            raise Invalid(f"'behaviour' needs metric {' or '.join(BEHAVIOUR_METRICS)}: the data has no '{self.metric}' score")
+        for dataset_id, value in self.behaviour.items():
+            if dataset_id not in self.datasets:
+                raise Invalid(f"'behaviour' names '{dataset_id}', which is not in 'datasets'")
+            if self.metric == "success_rate" and not 0 <= value <= 1:
+                raise Invalid(f"'behaviour.{dataset_id}' must be a success rate between 0 and 1, got {value:g}")
 
     def resolve(self, name: str, path: Path | None) -> BenchmarkSpec:
         """The benchmark as the rest of offbench uses it: its name and folder, the metric's definition."""
@@ -206,6 +226,7 @@ class BenchmarkFile:
                 )
                 for row in self.reported
             ),
+            behaviour=dict(self.behaviour),
             path=path,
         )
 
@@ -234,6 +255,7 @@ class BenchmarkSpec:
     dataset_checksums: dict[str, str] = field(default_factory=dict)
     bootstrap_reps: int = BOOTSTRAP_REPS
     reported: tuple[ReportedRow, ...] = ()
+    behaviour: dict[str, float] = field(default_factory=dict)  # dataset -> the data's own score (`[behaviour]`)
     path: Path | None = None
 
     @property

@@ -10,8 +10,8 @@ dataset's cell; lowest first where the metric is lower-is-better); rows with no 
 their first dataset column and ranked within it. Multi-task entries add a per-task
 table (mean over seeds of each task's score) and, beside each dataset's cell, the mean of each run's best
 evaluation during training, labelled as not ranked: some papers report best, the board ranks by its own score.
-Reported rows (published numbers, `[[reported]]` in benchmark.toml) are shown beside ours and take no part in
-any statistic.
+Reported rows (published numbers, `[[reported]]` in benchmark.toml) and the data's own row (`[behaviour]`: the
+behaviour policy's score) are shown beside ours and take no part in any statistic.
 """
 
 from __future__ import annotations
@@ -328,6 +328,20 @@ def reported_table(board: Board) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["baseline", "source", *spec.datasets])  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns
 
 
+BEHAVIOUR_LABEL = "behaviour policy (the data)"
+
+
+def behaviour_table(board: Board) -> pd.DataFrame:
+    """The data's own row (`[behaviour]` in benchmark.toml) in the main table's dataset columns, '—' where a dataset
+    has no value; empty where the board gives none. Never ranked, in no statistic."""
+    spec = board.spec
+    if not spec.behaviour:
+        return pd.DataFrame(columns=["baseline", *spec.datasets])  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns
+    digits = _digits(spec)
+    cells = {d: f"{spec.behaviour[d]:.{digits}f}" if d in spec.behaviour else "—" for d in spec.datasets}
+    return pd.DataFrame([{"baseline": BEHAVIOUR_LABEL, **cells}], columns=["baseline", *spec.datasets])  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns
+
+
 def terminal_tables(title: str, frame: pd.DataFrame, width: int) -> list[Any]:
     """`frame` as rich tables no wider than `width` terminal columns: where all its columns do not fit, they are cut
     into consecutive groups that each repeat the first column (the row's name), so every cell keeps its one line
@@ -391,5 +405,6 @@ def results_json(board: Board, results: Results) -> dict[str, Any]:
             {"label": r.label, "source": r.source, "note": r.note, "scores": {d: {"mean": m, "std": s} for d, (m, s) in r.scores.items()}}
             for r in spec.reported
         ],
+        "behaviour": {"label": BEHAVIOUR_LABEL, "scores": dict(spec.behaviour)},
         "entries": board.entries,
     }
