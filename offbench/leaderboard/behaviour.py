@@ -61,57 +61,52 @@ def local_dataset(dataset_id: str) -> Dataset | None:
 
 
 @dataclass(frozen=True)
-class BehaviourCheck:
-    """One dataset's `[behaviour]` value against its data: `computed` is None where the data could not be compared
-    (`skipped` says why)."""
+class BehaviourScore:
+    """One dataset's score from its data on this machine, or None where it could not be scored (`skipped` says why)."""
 
     dataset: str
-    written: float | None
     computed: float | None
     skipped: str = ""
 
-    def agrees(self, metric: str) -> bool:
-        return self.written is None or self.computed is None or abs(self.written - self.computed) <= TOLERANCE[metric] + 1e-12
 
-
-def compute_behaviour(spec: BenchmarkSpec, datasets: tuple[str, ...] | None = None) -> list[BehaviourCheck]:
+def compute_behaviour(spec: BenchmarkSpec, datasets: tuple[str, ...] | None = None) -> list[BehaviourScore]:
     """Each of `datasets` (default: those of the board's `[behaviour]`) scored from its data on this machine. A copy
     whose content differs from the board's `[dataset_checksums]` pin is skipped: it is not the data the board holds."""
-    checks = []
+    scores = []
     for dataset_id in spec.behaviour if datasets is None else datasets:
-        written = spec.behaviour.get(dataset_id)
         dataset = local_dataset(dataset_id)
         if dataset is None:
-            checks.append(BehaviourCheck(dataset_id, written, None, "not on this machine"))
+            scores.append(BehaviourScore(dataset_id, None, "not on this machine"))
             continue
         pinned = spec.dataset_checksums.get(dataset_id)
         if pinned is not None and dataset.store.content_sha256() != pinned:
-            checks.append(BehaviourCheck(dataset_id, written, None, f"the copy at {dataset.path} is not the pinned content"))
+            scores.append(BehaviourScore(dataset_id, None, f"the copy at {dataset.path} is not the pinned content"))
             continue
-        checks.append(BehaviourCheck(dataset_id, written, behaviour_score(dataset, spec.metric.name)))
-    return checks
+        scores.append(BehaviourScore(dataset_id, behaviour_score(dataset, spec.metric.name)))
+    return scores
 
 
-def check_lines(spec: BenchmarkSpec, checks: list[BehaviourCheck]) -> tuple[list[str], list[str]]:
-    """(problems, notes) of `leaderboard check`: a problem names the file, the dataset, the written and the computed
-    value; a note says what agreed or was skipped."""
-    metric, problems, notes = spec.metric.name, [], []
-    for check in checks:
-        if check.computed is None:
-            notes.append(f"{spec.name}: [behaviour] '{check.dataset}' not compared: {check.skipped}")
-        elif check.agrees(metric):
-            notes.append(f"{spec.name}: [behaviour] '{check.dataset}' = {check.written:g} agrees with the data ({check.computed:.4f})")
+def check_lines(spec: BenchmarkSpec, scores: list[BehaviourScore]) -> tuple[list[str], list[str]]:
+    """(problems, notes) of `leaderboard check` for the board's `[behaviour]` values and their `scores`: a problem
+    names the file, the dataset, the written and the computed value; a note says what agreed or was skipped."""
+    tolerance, problems, notes = TOLERANCE[spec.metric.name], [], []
+    for score in scores:
+        written = spec.behaviour[score.dataset]
+        if score.computed is None:
+            notes.append(f"{spec.name}: [behaviour] '{score.dataset}' not compared: {score.skipped}")
+        elif abs(written - score.computed) <= tolerance + 1e-12:  # a value rounded to the tolerance's last digit agrees
+            notes.append(f"{spec.name}: [behaviour] '{score.dataset}' = {written:g} agrees with the data ({score.computed:.4f})")
         else:
             problems.append(
-                f"{spec.path}: [behaviour] '{check.dataset}' = {check.written:g}, but the data gives {check.computed:.4f} "
-                f"(tolerance {TOLERANCE[metric]:g}; `offbench leaderboard behaviour {spec.name}` prints the table)"
+                f"{spec.path}: [behaviour] '{score.dataset}' = {written:g}, but the data gives {score.computed:.4f} "
+                f"(tolerance {tolerance:g}; `offbench leaderboard behaviour {spec.name}` prints the table)"
             )
     return problems, notes
 
 
-def behaviour_toml(spec: BenchmarkSpec, checks: list[BehaviourCheck]) -> str:
+def behaviour_toml(spec: BenchmarkSpec, scores: list[BehaviourScore]) -> str:
     """The `[behaviour]` table to paste into benchmark.toml, from the datasets that were scored."""
     decimals = DECIMALS[spec.metric.name]
     lines = ["[behaviour]"]
-    lines += [f"{json.dumps(c.dataset)} = {c.computed:.{decimals}f}" for c in checks if c.computed is not None]
+    lines += [f"{json.dumps(s.dataset)} = {s.computed:.{decimals}f}" for s in scores if s.computed is not None]
     return "\n".join(lines) + "\n"

@@ -139,7 +139,7 @@ def show(
         return
     console.print(f"[bold]{escape(spec.title)}[/bold]: {escape(spec.score_label)}; cells are mean \\[95% bootstrap interval] (n = seeds)")
     frames = [
-        ("the data's own score (its behaviour policy's; never ranked, not in any statistic)", behaviour_table(board)),
+        ("the data's own score (never ranked, in no statistic)", behaviour_table(board)),
         ("published numbers (reported, not run here; not in any statistic)", reported_table(board)),
     ]
     if board.scores.empty:
@@ -301,13 +301,13 @@ def behaviour(benchmark: str = typer.Argument(..., help="Benchmark name."), root
     spec = load_spec(benchmark, root)
     if spec.metric.name not in BEHAVIOUR_METRICS:
         raise OffbenchError(f"{spec.path}: metric '{spec.metric.name}' has no behaviour score (only {', '.join(BEHAVIOUR_METRICS)})")
-    checks = compute_behaviour(spec, spec.datasets)
-    for check in checks:
-        if check.computed is None:
-            err_console.print(f"{check.dataset}: left out, {check.skipped}", highlight=False, markup=False, soft_wrap=True)
-    if all(check.computed is None for check in checks):
+    scores = compute_behaviour(spec, spec.datasets)
+    for score in scores:
+        if score.computed is None:
+            err_console.print(f"{score.dataset}: left out, {score.skipped}", highlight=False, markup=False, soft_wrap=True)
+    if all(score.computed is None for score in scores):
         raise OffbenchError(f"{benchmark}: none of its datasets can be scored on this machine (listed above)")
-    print(behaviour_toml(spec, checks), end="")
+    print(behaviour_toml(spec, scores), end="")
 
 
 @leaderboard_app.command("verify")
