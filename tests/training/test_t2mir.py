@@ -310,19 +310,28 @@ def test_active_parameters_count_the_chosen_experts_only(darkroom, name):
     assert active_parameters(moe.model) == sum(p.numel() for p in moe.model.parameters()) - unused
 
 
+T2MIR_CPU_CONFIGS = {  # card: (the dense CPU config, its T2MIR twin), the same for AD and DPT
+    "darkroom-small": ("cpu-darkroom.toml", "t2mir-darkroom-cpu.toml"),
+    "bandit-small": ("bandit-thompson.toml", "t2mir-bandit-cpu.toml"),
+}
+
+
+@pytest.mark.parametrize("card", T2MIR_CPU_CONFIGS)
 @pytest.mark.parametrize("name", ["ad", "dpt"])
-def test_t2mir_cpu_config_matches_the_dense_cpu_config_in_active_parameters(darkroom, name):
-    cls, spec = get_baseline(name), DatasetSpec.from_store(darkroom)
+def test_t2mir_cpu_config_matches_the_dense_cpu_config_in_active_parameters(request, name, card):
+    data = request.getfixturevalue(card.removesuffix("-small"))
+    cls, spec = get_baseline(name), DatasetSpec.from_store(data)
     folder = builtin_dir("baselines") / name
-    dense_config = resolve_config(cls, "darkroom-small", folder / "cpu-darkroom.toml")
-    moe_config = resolve_config(cls, "darkroom-small", folder / "t2mir-darkroom-cpu.toml")
+    dense_file, moe_file = T2MIR_CPU_CONFIGS[card]
+    dense_config = resolve_config(cls, card, folder / dense_file)
+    moe_config = resolve_config(cls, card, folder / moe_file)
     assert moe_config.train == dense_config.train
     assert moe_config.baseline.task_pairs and not dense_config.baseline.task_pairs  # the reference's pair batches
     assert dataclasses.replace(moe_config.baseline, **{f: getattr(dense_config.baseline, f) for f in T2MIR_FIELDS}) == dense_config.baseline
     dense = active_parameters(cls(dense_config.baseline, spec).model)
     moe = active_parameters(cls(moe_config.baseline, spec).model)
     assert abs(moe - dense) / dense < 0.003
-    source = (folder / "t2mir-darkroom-cpu.toml").read_text()
+    source = (folder / moe_file).read_text()
     assert f"{moe:,} against the dense model's {dense:,}" in source
 
 
