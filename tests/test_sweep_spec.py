@@ -297,3 +297,16 @@ def test_a_run_name_too_long_for_a_run_directory_is_refused_before_anything_runs
     path = write(tmp_path, f'baselines = ["{"b" * 40}"]\ndatasets = ["{"d" * 80}.h5"]\nseeds = [0]\n[grid]\nlr = [0.1]\n')
     with pytest.raises(OffbenchError, match=r"run name b+-d+-[0-9a-f]{16}-s0 is longer than 128 characters"):
         load_sweep(path).expand()
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "leaderboards").glob("*/sweep-*.toml")), ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_every_boards_row_sweep_plans_runs_on_its_benchmark_with_configs_that_resolve(path):
+    """The sweeps that made (or will make) a board's rows: their datasets are the board's, and every run's config
+    (the config file, [set] and the board's protocol pins) resolves before anything runs."""
+    from offbench.leaderboard.spec import load_spec
+
+    sweep = load_sweep(path)
+    assert sweep.spec.benchmark == path.parent.name
+    runs = sweep.expand()
+    assert runs and {r.dataset for r in runs} <= set(load_spec(path.parent.name).datasets)
+    check_configs(sweep, runs)
