@@ -99,7 +99,7 @@ def _results_json(spec: BenchmarkSpec, entries: list[dict[str, Any]]) -> dict[st
 
 def _frame(records: list[dict[str, Any]], columns: list[str]) -> pd.DataFrame:
     rows = [{key: (math.nan if value is None else value) for key, value in record.items()} for record in records]
-    return pd.DataFrame(rows, columns=columns)  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns
+    return pd.DataFrame(rows, columns=columns)
 
 
 def board_table(spec: BenchmarkSpec, datasets: list[str] | None = None) -> str:
@@ -116,8 +116,8 @@ def board_table(spec: BenchmarkSpec, datasets: list[str] | None = None) -> str:
     results = Results(
         cells=_frame(data.get("cells", []), ["label", "dataset", "mean", "low", "high", "seeds"]),
         aggregates=_frame(data.get("aggregates", []), ["label", "aggregate", "estimate", "low", "high", "seeds", "datasets"]),
-        improvement=pd.DataFrame(columns=["x", "y", "probability", "low", "high"]),  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns
-        per_task=pd.DataFrame(columns=["label", "dataset", "task", "mean", "seeds"]),  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns
+        improvement=pd.DataFrame(columns=["x", "y", "probability", "low", "high"]),
+        per_task=pd.DataFrame(columns=["label", "dataset", "task", "mean", "seeds"]),
     )
     table = _results_table(board, results)
     if datasets:

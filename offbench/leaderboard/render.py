@@ -293,7 +293,7 @@ def _results_table(board: Board, results: Results) -> ResultsTable:
     ours = (
         main_table(board, results)
         if not board.scores.empty
-        else pd.DataFrame(columns=["baseline", "method", "verified", *board.spec.datasets])  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns
+        else pd.DataFrame(columns=["baseline", "method", "verified", *board.spec.datasets])
     )
     others = [behaviour_table(board), reported_table(board).drop(columns="source")]
     frames = [ours, *(frame.reindex(columns=ours.columns, fill_value="—") for frame in others if not frame.empty)]

@@ -104,11 +104,11 @@ def board_from_entries(spec: BenchmarkSpec, entries: list[tuple[Path | None, dic
     }
     return Board(
         spec=spec,
-        scores=pd.DataFrame(scores, columns=columns["scores"]),  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns
-        curves=pd.DataFrame(curves, columns=columns["curves"]),  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns
-        in_context=pd.DataFrame(in_context, columns=columns["in_context"]),  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns
+        scores=pd.DataFrame(scores, columns=columns["scores"]),
+        curves=pd.DataFrame(curves, columns=columns["curves"]),
+        in_context=pd.DataFrame(in_context, columns=columns["in_context"]),
         optimum=optimum,
-        per_task=pd.DataFrame(per_task, columns=columns["per_task"]),  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns
+        per_task=pd.DataFrame(per_task, columns=columns["per_task"]),
         entries=summaries,
         methods=methods,
         verified={label: "yes" if flags == {True} else "no" if flags == {False} else "partly" for label, flags in verified.items()},
@@ -133,7 +133,7 @@ def compute_results(board: Board) -> Results:
     reps = board.spec.bootstrap_reps
     groups = {
         (str(label), str(dataset)): rows["score"].to_numpy()
-        for (label, dataset), rows in board.scores.groupby(["label", "dataset"], sort=True)  # pyright: ignore[reportGeneralTypeIssues]  # pandas' hints: a key is Hashable, here a pair
+        for (label, dataset), rows in board.scores.groupby(["label", "dataset"], sort=True)
     }
     keyed = {f"{label}\x00{dataset}": values for (label, dataset), values in groups.items()}
     estimates = stats.cell_intervals(keyed, reps) if keyed else {}
@@ -149,7 +149,7 @@ def compute_results(board: Board) -> Results:
             }
             for (label, dataset), values in groups.items()
         ],
-        columns=["label", "dataset", "mean", "low", "high", "seeds"],  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns
+        columns=["label", "dataset", "mean", "low", "high", "seeds"],
     )
     matrices = score_matrices(board.scores, board.spec.datasets) if aggregates_meaningful(board.spec) else {}
     aggregate_rows, improvement_rows = [], []
@@ -172,8 +172,8 @@ def compute_results(board: Board) -> Results:
             improvement_rows.append({"x": x, "y": y, "probability": p, "low": low, "high": high})
     return Results(
         cells=cells,
-        aggregates=pd.DataFrame(aggregate_rows, columns=["label", "aggregate", "estimate", "low", "high", "seeds", "datasets"]),  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns
-        improvement=pd.DataFrame(improvement_rows, columns=["x", "y", "probability", "low", "high"]),  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns
+        aggregates=pd.DataFrame(aggregate_rows, columns=["label", "aggregate", "estimate", "low", "high", "seeds", "datasets"]),
+        improvement=pd.DataFrame(improvement_rows, columns=["x", "y", "probability", "low", "high"]),
         per_task=_per_task_cells(board.per_task),
     )
 
@@ -182,7 +182,7 @@ def _per_task_cells(per_task: pd.DataFrame) -> pd.DataFrame:
     """Mean over seeds per (label, dataset, task), tasks in the order the entries list them (task-id order)."""
     columns = ["label", "dataset", "task", "mean", "seeds"]
     if per_task.empty:
-        return pd.DataFrame(columns=columns)  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns
+        return pd.DataFrame(columns=columns)
     order = {task: i for i, task in enumerate(dict.fromkeys(per_task["task"]))}
     cells = (
         per_task.groupby(["label", "dataset", "task"], sort=False)["score"]
@@ -190,8 +190,8 @@ def _per_task_cells(per_task: pd.DataFrame) -> pd.DataFrame:
         .reset_index()
         .rename(columns={"count": "seeds"})
     )
-    cells["order"] = cells["task"].map(order)  # pyright: ignore[reportArgumentType]  # pandas' hints: a column may be a frame
-    return cells.sort_values(["dataset", "order", "label"], kind="stable")[columns].reset_index(drop=True)  # pyright: ignore[reportReturnType]  # pandas' hints, as above
+    cells["order"] = cells["task"].map(order)
+    return cells.sort_values(["dataset", "order", "label"], kind="stable")[columns].reset_index(drop=True)
 
 
 def format_estimate(mean: float, low: float, high: float, digits: int = 1) -> str:
@@ -277,7 +277,7 @@ def main_table(board: Board, results: Results) -> pd.DataFrame:
         columns += [dataset, best_column(dataset)] if with_best else [dataset]
     if aggregates_meaningful(board.spec) and len(board.spec.datasets) > 1:
         columns += list(stats.AGGREGATES)
-    return pd.DataFrame(rows, columns=columns)  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns
+    return pd.DataFrame(rows, columns=columns)
 
 
 def improvement_heading(spec: BenchmarkSpec) -> str:
@@ -289,7 +289,7 @@ def improvement_table(board: Board, results: Results) -> pd.DataFrame:
     if results.improvement.empty:
         return pd.DataFrame()
     labels = [label for label in ranked_labels(board, results) if label in set(results.improvement["x"])]
-    table = pd.DataFrame("—", index=labels, columns=labels)  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns
+    table = pd.DataFrame("—", index=labels, columns=labels)
     for r in results.improvement.to_dict("records"):
         table.loc[r["x"], r["y"]] = format_estimate(r["probability"], r["low"], r["high"], 2)
     table.index.name = improvement_heading(board.spec)
@@ -325,7 +325,7 @@ def reported_table(board: Board) -> pd.DataFrame:
                 mean, spread = row.scores[dataset]
                 cells[dataset] = f"{mean:g}" + ("" if spread is None else f" ± {spread:g}")
         rows.append(cells)
-    return pd.DataFrame(rows, columns=["baseline", "source", *spec.datasets])  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns
+    return pd.DataFrame(rows, columns=["baseline", "source", *spec.datasets])
 
 
 BEHAVIOUR_LABEL = "behaviour policy (the data)"
@@ -336,10 +336,10 @@ def behaviour_table(board: Board) -> pd.DataFrame:
     has no value; empty where the board gives none. Never ranked, in no statistic."""
     spec = board.spec
     if not spec.behaviour:
-        return pd.DataFrame(columns=["baseline", *spec.datasets])  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns
+        return pd.DataFrame(columns=["baseline", *spec.datasets])
     digits = _digits(spec)
     cells = {d: f"{spec.behaviour[d]:.{digits}f}" if d in spec.behaviour else "—" for d in spec.datasets}
-    return pd.DataFrame([{"baseline": BEHAVIOUR_LABEL, **cells}], columns=["baseline", *spec.datasets])  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns
+    return pd.DataFrame([{"baseline": BEHAVIOUR_LABEL, **cells}], columns=["baseline", *spec.datasets])
 
 
 def terminal_tables(title: str, frame: pd.DataFrame, width: int) -> list[Any]:

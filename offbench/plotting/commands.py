@@ -80,10 +80,10 @@ def _frames(runs: list[FinishedRun], field: str, which: str):
             {**key, "pull": i, "score": float(v)} for i, v in enumerate(_summary_row_field(run, which, "in_context_regret") or [], 1)
         ]
     return (
-        pd.DataFrame(scores, columns=["label", "dataset", "seed", "score"]),  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns
-        pd.DataFrame(curves, columns=["label", "dataset", "seed", "step", "score"]),  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns
-        pd.DataFrame(in_context, columns=["label", "dataset", "seed", "episode", "score"]),  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns
-        pd.DataFrame(regret, columns=["label", "dataset", "seed", "pull", "score"]),  # pyright: ignore[reportArgumentType]  # pandas' hints reject list columns
+        pd.DataFrame(scores, columns=["label", "dataset", "seed", "score"]),
+        pd.DataFrame(curves, columns=["label", "dataset", "seed", "step", "score"]),
+        pd.DataFrame(in_context, columns=["label", "dataset", "seed", "episode", "score"]),
+        pd.DataFrame(regret, columns=["label", "dataset", "seed", "pull", "score"]),
     )
 
 
