@@ -81,6 +81,9 @@ def written(tmp_path: Path, data: dict) -> Path:
         (card(scores={"ref_min": 1, "ref_max": 1.0}), "'scores.ref_max' must differ from ref_min, both are 1.0"),
         (card(scores={"ref_min": 0.0}), "'scores.ref_max' is missing: the normalised score needs both ref_min and ref_max"),
         (card(scores={"ref_max": 0.0}), "'scores.ref_min' is missing"),
+        (card(formerly="mine/old"), "'formerly' must be a list of strings, got 'mine/old'"),
+        (card(formerly=["mine/../evil"]), "'formerly' part '..' is not a safe file name"),
+        (card(formerly=["mine/files"]), "'formerly' names the card's own id 'mine/files'"),
     ],
 )
 def test_every_broken_rule_is_one_line_naming_the_file_and_the_field(tmp_path, data, problem):
@@ -109,6 +112,9 @@ def test_card_tables_read_as_the_plain_tables_of_the_file(tmp_path):
     bare = read_card(written(tmp_path, card(env=None, scores=None)))
     assert not bare.env and bare.env.get("suite", "gymnasium") == "gymnasium" and bare.normalise(1.0) is None
     assert "env" not in bare.to_dict() and "scores" not in bare.to_dict()  # a card without them is written without them
+    assert bare.formerly == [] and "formerly" not in bare.to_dict()
+    renamed = read_card(written(tmp_path, card(formerly=["mine/old"])))
+    assert renamed.formerly == ["mine/old"] and renamed.to_dict()["formerly"] == ["mine/old"]
 
 
 def test_the_readme_field_tables_are_the_card_records():

@@ -11,7 +11,7 @@ from rich.console import Console
 
 from offbench.leaderboard.table import terminal_tables
 
-DATASETS = [f"minigrid/mt{n}-{quality}" for n in (3, 5, 7) for quality in ("near-optimal", "sub-optimal")]
+DATASETS = [f"minigrid/mt{n}-{quality}" for n in (3, 5, 7) for quality in ("near-optimal", "noisy-planner")]
 LABELS = ["MOORE-BC", "MTBC", "MOORE-IQL", "MTIQL", "Prompt-DT", "MTDT", "MOORE-CQL", "HarmoDT"]
 
 

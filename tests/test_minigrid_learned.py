@@ -110,7 +110,7 @@ def store_lookup_accuracy(store) -> tuple[float, float]:
 
 @pytest.mark.slow
 def test_learned_actions_follow_the_observation_where_the_noisy_planners_barely_do(tiny, tmp_path):
-    noisy_params = {"suite": "MT3", "tasks": [LAVA], "quality": "sub-optimal", "episodes_per_task": 32, "workers": 1}
+    noisy_params = {"suite": "MT3", "tasks": [LAVA], "quality": "noisy-planner", "episodes_per_task": 32, "workers": 1}
     noisy = load_native(get_generator("minigrid")(noisy_params, 0, tmp_path / "noisy.h5", True))
     learned, learned_marginal = store_lookup_accuracy(tiny)
     planner, planner_marginal = store_lookup_accuracy(noisy)

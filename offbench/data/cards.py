@@ -26,6 +26,10 @@ Built-in cards live in the repository's `datasets/`; users add theirs in `$OFFBE
 (a user card with the same id overrides the built-in one). A user card that does not read or validate
 is skipped with one warning per process naming the file, so it cannot stop every command; asking for
 it by id (its `id`, or its path under the folder without `.toml`) still gives its error.
+
+A renamed card lists its old ids in `formerly`: `get_card` gives it for them too (run directories record the id
+they were made from), `all_cards` lists it once, under its new id. A former id that is still a card's id, or that
+two cards list, is an error at loading (for a user card: that card is skipped as broken).
 """
 
 from __future__ import annotations
@@ -197,6 +201,11 @@ class DatasetCard:
         "`$OFFBENCH_HOME/data/`); every part between slashes is a safe file name: 1-128 of `A-Z a-z 0-9 . _ + -`, "
         "starting with a letter or digit."
     )
+    formerly: list[str] = ranged(
+        default_factory=list,
+        doc="Ids the dataset had before it was renamed. Asking for one gives this card (`offbench list` shows only `id`), "
+        "and data already on disk under a former id's folder is used rather than made again.",
+    )
     description: str = ranged(doc="One or more sentences; `offbench list` shows the first line. Say how the data was made.")
     format: str = ranged(
         doc="How the downloaded payload is laid out: `offbench` (native HDF5), `d4rl` (flat HDF5), `minari` (Minari "
@@ -245,16 +254,19 @@ class DatasetCard:
         return 100.0 * (returns - self.ref_min_score) / (self.ref_max_score - self.ref_min_score)
 
     def to_dict(self) -> dict[str, Any]:
-        """The card as TOML-ready data (what `card_path` holds); an empty [env] or [scores] is left out, as the card
-        without one that it was read from."""
-        return {key: value for key, value in records.to_dict(self).items() if value or key not in ("env", "scores")}
+        """The card as TOML-ready data (what `card_path` holds); an empty [env], [scores] or `formerly` is left out,
+        as the card without one that it was read from."""
+        return {key: value for key, value in records.to_dict(self).items() if value or key not in ("env", "scores", "formerly")}
 
     def check(self) -> None:
-        for part in self.id.split("/"):  # the id names the dataset's folder under $OFFBENCH_HOME/data
-            try:
-                safe_component(part, "'id' part")
-            except OffbenchError as exc:
-                raise Invalid(str(exc)) from None
+        for field_name, dataset_id in (("id", self.id), *(("formerly", former) for former in self.formerly)):
+            for part in dataset_id.split("/"):  # an id names the dataset's folder under $OFFBENCH_HOME/data
+                try:
+                    safe_component(part, f"'{field_name}' part")
+                except OffbenchError as exc:
+                    raise Invalid(str(exc)) from None
+        if self.id in self.formerly:
+            raise Invalid(f"'formerly' names the card's own id '{self.id}'")
 
 
 CARD_RECORDS = (DatasetCard, CardSource, SourceFile, SourceRecipe, SourceImport, CardEnv, CardScores)  # documented in datasets/README.md
@@ -295,9 +307,10 @@ def card_dirs() -> list[Path]:
 _warned: set[str] = set()  # broken user cards already reported in this process (their messages)
 
 
-def _read_cards() -> tuple[dict[str, DatasetCard], dict[str, OffbenchError]]:
-    """(valid cards by id, errors of broken user cards by every id they may stand for). A broken built-in
-    card is a bug of this checkout and stays an error."""
+def _read_cards() -> tuple[dict[str, DatasetCard], dict[str, str], dict[str, OffbenchError]]:
+    """(valid cards by id, former id -> the id it was renamed to, errors of broken user cards by every id they may
+    stand for). A broken built-in card is a bug of this checkout and stays an error, as does a rename clash between
+    built-in cards; a user card in a rename clash is broken."""
     cards: dict[str, DatasetCard] = dict(builtin_cards())
     broken: dict[str, OffbenchError] = {}
     user = card_dirs()[1]
@@ -309,7 +322,42 @@ def _read_cards() -> tuple[dict[str, DatasetCard], dict[str, OffbenchError]]:
                 broken[dataset_id] = exc
             continue
         cards[card.id] = card
-    return dict(sorted(cards.items())), broken
+    while True:
+        try:
+            renamed = renamed_ids(cards)
+            break
+        except RenameClash as clash:
+            faulty = next(((card, path) for card in clash.cards if (path := card.card_path) and path.is_relative_to(user)), None)
+            if faulty is None:
+                raise
+            del cards[faulty[0].id]
+            for dataset_id in _claimed_ids(faulty[1], user):
+                broken[dataset_id] = clash
+    return dict(sorted(cards.items())), renamed, broken
+
+
+class RenameClash(OffbenchError):
+    """A former id that two cards list, or that is still a card's id: `cards` are the two, the one at fault first."""
+
+    def __init__(self, message: str, cards: tuple[DatasetCard, DatasetCard]):
+        super().__init__(message)
+        self.cards = cards
+
+
+def renamed_ids(cards: Mapping[str, DatasetCard]) -> dict[str, str]:
+    """Former id -> the id of the card whose `formerly` lists it; a former id that is still a card's id, or that
+    two cards list, would make an id mean two datasets (RenameClash, one line naming both files)."""
+    renamed: dict[str, str] = {}
+    for card in cards.values():
+        for former in card.formerly:
+            if former in cards:
+                other = cards[former]
+                raise RenameClash(f"{card.card_path}: 'formerly' names '{former}', which is the id of {other.card_path}", (card, other))
+            if former in renamed:
+                other = cards[renamed[former]]
+                raise RenameClash(f"{card.card_path}: 'formerly' names '{former}', which {other.card_path} names too", (card, other))
+            renamed[former] = card.id
+    return renamed
 
 
 @functools.cache
@@ -344,16 +392,19 @@ def _warn_skipped(broken: dict[str, OffbenchError]) -> None:
 def all_cards() -> dict[str, DatasetCard]:
     """Every registered card by id (user cards override built-in ones with the same id); broken user cards
     are skipped with a warning."""
-    cards, broken = _read_cards()
+    cards, _, broken = _read_cards()
     _warn_skipped(broken)
     return cards
 
 
 def get_card(dataset_id: str) -> DatasetCard:
-    cards, broken = _read_cards()
+    """The card registered as `dataset_id`, or the one renamed from it (its `formerly`): run directories and
+    scripts that name the old id keep working."""
+    cards, renamed, broken = _read_cards()
     if dataset_id in broken:  # the card asked for is the broken one (a built-in of that id must not stand in)
         raise broken[dataset_id]
     _warn_skipped(broken)
+    dataset_id = renamed.get(dataset_id, dataset_id)
     if dataset_id not in cards:
         close = [c for c in cards if dataset_id.split("/")[-1] in c][:5]
         if dataset_id.startswith(("/", ".", "~")) or dataset_id.endswith((".h5", ".hdf5")):

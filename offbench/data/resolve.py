@@ -21,8 +21,16 @@ PREPARE_LOCK = ".prepare.lock"  # in a dataset's folder, held while it is downlo
 
 
 def native_path(card: DatasetCard) -> Path:
-    """Where the native copy of a registered dataset lives: $OFFBENCH_HOME/data/<id>/data.h5."""
-    return data_dir(card.id) / "data.h5"
+    """Where the native copy of a registered dataset lives: $OFFBENCH_HOME/data/<id>/data.h5, or the folder of one
+    of its former ids (`formerly`) where only that one holds its data: data made before a rename is used as it is,
+    not made again."""
+    folders = [data_dir(dataset_id) for dataset_id in (card.id, *card.formerly)]
+    return next((folder for folder in folders if _holds_data(folder)), folders[0]) / "data.h5"
+
+
+def _holds_data(folder: Path) -> bool:
+    """Whether a dataset folder holds a native file or a download (not just a lock left by an attempt)."""
+    return (folder / "data.h5").exists() or (folder / "raw").is_dir()
 
 
 def in_place_path(card: DatasetCard) -> Path | None:

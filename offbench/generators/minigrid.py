@@ -9,9 +9,10 @@ the cell beside the object matching the start room's (Memory), opening the blue 
 
 Behaviour (per step): with probability ε a uniformly random action among MiniGrid's 7, otherwise the plan's
 next action; after a random action the planner replans from the new state.
-  near-optimal  ε = 0.05
-  sub-optimal   ε = 0.75
-  mixed         one of the two, by a fair coin per episode (the `behaviour` column says which)
+  near-optimal   ε = 0.05
+  noisy-planner  ε = 0.75 (no policy acts like this: the observation barely predicts the next action; for a
+                 worse policy's own experience, the field's "sub-optimal", see generator minigrid-learned)
+  mixed          one of the two, by a fair coin per episode (the `behaviour` column says which)
 Measured on MT7 (seed 0, 60-100 episodes per task): ε = 0.5 still succeeds 93-100% (replanning recovers within
 MiniGrid's long time limits), ε = 0.75 drops LavaGap to ~57%, MultiRoom to ~73%, DistShift to ~80% and every
 task's mean return; ε = 0.9 is close to a random walk.
@@ -29,9 +30,9 @@ import numpy as np
 from offbench.envs.multitask import Lane
 from offbench.errors import OffbenchError
 from offbench.generators import register_generator
-from offbench.generators.multitask import PROFILES, Collection, Recipe, check_recipe_params, collect, lane_behaviour, recipe_from_params
+from offbench.generators.multitask import Collection, Recipe, check_recipe_params, collect, lane_behaviour, recipe_from_params
 
-NOISE = {"near-optimal": {"epsilon": 0.05}, "sub-optimal": {"epsilon": 0.75}}
+NOISE = {"near-optimal": {"epsilon": 0.05}, "noisy-planner": {"epsilon": 0.75}}  # the qualities besides mixed, in behaviour-column order
 CHUNK_EPISODES = 100
 NUM_ACTIONS = 7  # MiniGrid's Actions: left, right, forward, pickup, drop, toggle, done
 LEFT, RIGHT, FORWARD, PICKUP, TOGGLE = 0, 1, 2, 3, 5
@@ -165,8 +166,8 @@ class NoisyPlanner:
         self.epsilon = []
         self.rngs = []
         for lane in lanes:
-            profile, rng = lane_behaviour(lane, recipe.quality)
-            self.epsilon.append(recipe.behaviour[PROFILES[profile]]["epsilon"])
+            profile, rng = lane_behaviour(lane, recipe.quality, recipe.profiles)
+            self.epsilon.append(recipe.behaviour[recipe.profiles[profile]]["epsilon"])
             self.rngs.append(rng)
         self.plans: list[list[int]] = [[] for _ in lanes]
 

@@ -41,8 +41,8 @@ from offbench.errors import OffbenchError
 from offbench.evaluation.lanes import run_lanes
 from offbench.utils import atomic_write_bytes, check_space, disk_full_error, progress_bar
 
-QUALITIES = ("near-optimal", "sub-optimal", "mixed")
-PROFILES = ("near-optimal", "sub-optimal")  # what `mixed` draws from, one coin flip per episode
+MIXED = "mixed"  # the quality that draws one of a recipe's two noise profiles per episode, by a fair coin
+PROFILES = ("near-optimal", "sub-optimal")  # Meta-World's noise profiles; a generator naming its own passes them
 
 
 @dataclass(frozen=True)
@@ -54,14 +54,19 @@ class Recipe:
     quality: str
     episodes_per_task: int
     seed: int
-    behaviour: dict[str, Any]  # the noise profiles, recorded in the card
+    behaviour: dict[str, Any]  # the noise profiles by name (the qualities besides `mixed`), recorded in the card
     reset_columns: tuple[str, ...] = ()  # reset-info keys stored as per-step int64 columns (e.g. goal_id)
 
     def __post_init__(self) -> None:
-        if self.quality not in QUALITIES:
-            raise OffbenchError(f"unknown quality '{self.quality}' (known: {', '.join(QUALITIES)})")
+        if self.quality not in (*self.profiles, MIXED):
+            raise OffbenchError(f"unknown quality '{self.quality}' (known: {', '.join((*self.profiles, MIXED))})")
         if self.episodes_per_task < 1:
             raise OffbenchError(f"episodes per task must be at least 1, got {self.episodes_per_task}")
+
+    @property
+    def profiles(self) -> tuple[str, ...]:
+        """The noise profiles' names in order: the data's `behaviour` column holds positions in it."""
+        return tuple(self.behaviour)
 
     def fingerprint(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -110,14 +115,14 @@ def recipe_from_params(
     )
 
 
-def lane_behaviour(lane: Lane, quality: str) -> tuple[int, np.random.Generator]:
-    """(index into PROFILES of the noise profile acting in this episode, the behaviour's random stream).
+def lane_behaviour(lane: Lane, quality: str, profiles: Sequence[str] = PROFILES) -> tuple[int, np.random.Generator]:
+    """(index into `profiles` of the noise profile acting in this episode, the behaviour's random stream).
 
     `mixed` flips a fair coin per episode. The stream is seeded from the lane's reset seed but kept apart from
     the environment's use of it.
     """
     rng = np.random.default_rng([lane.seed, 1])
-    profile = int(rng.integers(2)) if quality == "mixed" else PROFILES.index(quality)
+    profile = int(rng.integers(2)) if quality == MIXED else list(profiles).index(quality)
     return profile, rng
 
 
@@ -290,7 +295,7 @@ def _claim_work_dir(work: Path, recipe: Fingerprinted) -> None:
 def run_job(recipe: Recipe, behaviour: BehaviourFactory, job: Job, work: Path) -> Path:
     """Play one job's episodes with the behaviour policy and write its shard (what a worker process runs)."""
     lanes = [Lane(job.task_id, e, episode_seed(recipe.seed, job.task, e)) for e in range(job.start, job.stop)]
-    profiles = [lane_behaviour(lane, recipe.quality)[0] for lane in lanes]
+    profiles = [lane_behaviour(lane, recipe.quality, recipe.profiles)[0] for lane in lanes]
     pool = EnvPool(recipe.env)
     try:
         results = run_lanes(pool, lanes, lambda round_lanes, envs: behaviour(round_lanes, envs, recipe), max_envs=1, record=True)
@@ -359,7 +364,7 @@ def recipe_card(recipe: Recipe) -> dict[str, Any]:
         "quality": recipe.quality,
         "episodes_per_task": recipe.episodes_per_task,
         "behaviour": recipe.behaviour,
-        "behaviour_profiles": list(PROFILES),
+        "behaviour_profiles": list(recipe.profiles),
     }
     return json.loads(json.dumps(card))
 

@@ -16,14 +16,14 @@ if TYPE_CHECKING:  # the command's options load light; the data layer when a com
     from offbench.data.cards import DatasetCard
     from offbench.data.store import EpisodeStore
 
-QUALITY_HELP = "near-optimal | sub-optimal | mixed (a coin per episode between the two)."
+QUALITY_HELP = "near-optimal | {noisy} | mixed (a coin per episode between the two)."  # each generator names its noisy profile
 WORKERS_HELP = "Worker processes (0: all cores). Does not change the data."
 OUT_HELP = "Write DIR/data.h5 and DIR/card.toml here instead of registering the dataset under OFFBENCH_HOME."
 
 
 def generate_metaworld(
     suite: str = typer.Option("MT10", help="MT10 | MT50 (their goal draws), or MT1 (any tasks, each drawn alone)."),
-    quality: str = typer.Option("near-optimal", help=QUALITY_HELP),
+    quality: str = typer.Option("near-optimal", help=QUALITY_HELP.format(noisy="sub-optimal")),
     episodes: int = typer.Option(1000, help="Episodes per task."),
     tasks: Optional[str] = typer.Option(None, help="Comma-separated task names (default: all of the suite's)."),
     seed: int = typer.Option(0, help="Seeds the goal draws and every episode's goal and noise."),
@@ -44,7 +44,7 @@ def generate_metaworld(
 
 def generate_minigrid(
     suite: str = typer.Option("MT7", help="MT3 | MT5 | MT7 (MOORE's task lists)."),
-    quality: str = typer.Option("near-optimal", help=QUALITY_HELP),
+    quality: str = typer.Option("near-optimal", help=QUALITY_HELP.format(noisy="noisy-planner")),
     episodes: int = typer.Option(1000, help="Episodes per task."),
     tasks: Optional[str] = typer.Option(None, help="Comma-separated MiniGrid ids (default: the suite's)."),
     seed: int = typer.Option(0, help="Seeds every episode's layout and noise."),
