@@ -67,7 +67,7 @@ def main(
             "metaworld/tiny-near-optimal",
             "metaworld/tiny-sub-optimal",
             "minigrid/tiny-near-optimal",
-            "minigrid/tiny-sub-optimal",
+            "minigrid/tiny-noisy-planner",
         ):
             recipe = read_card(REPO / "datasets" / f"{card_id}.toml").source["recipe"]
             params = {**recipe["params"], "workers": 1}
@@ -80,11 +80,12 @@ def main(
         task_goals("MT10", 0, "reach-v3")
         print(f"\nMT10(seed=0) goal draws: {time.perf_counter() - start:.1f} s (once per collection)")
 
-        for suite, generator, episodes in (("MT10", "metaworld", metaworld_episodes), ("MT7", "minigrid", minigrid_episodes)):
+        collections = (("MT10", "metaworld", metaworld_episodes, "sub-optimal"), ("MT7", "minigrid", minigrid_episodes, "noisy-planner"))
+        for suite, generator, episodes, noisy in collections:
             if episodes == 0:
                 continue
             cards, seconds = {}, {}
-            for quality in ("near-optimal", "sub-optimal"):
+            for quality in ("near-optimal", noisy):
                 params = {"suite": suite, "quality": quality, "episodes_per_task": episodes, "workers": workers}
                 seconds[quality], cards[quality] = timed_generate(generator, params, 0, root / suite / quality / "data.h5")
             tasks = len(cards["near-optimal"]["env"]["kwargs"]["tasks"])
