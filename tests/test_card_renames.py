@@ -83,7 +83,7 @@ def test_two_user_cards_claiming_one_former_id_skip_the_second_with_its_error(ca
     assert "mine/b" not in all_cards()
     warning = capsys.readouterr().err
     assert warning.count("\n") == 1 and "b.toml: 'formerly' names 'mine/old', which" in warning and "a.toml names too" in warning
-    with pytest.raises(OffbenchError, match=r"b\.toml: 'formerly' names 'mine/old', which .*a\.toml names too$"):
+    with pytest.raises(OffbenchError, match=r"b\.toml: 'formerly' names 'mine/old', which .*a\.toml names too \(an id names one dataset"):
         get_card("mine/b")
 
 
@@ -93,7 +93,10 @@ def test_a_user_card_taking_a_builtin_cards_former_id_is_refused_by_name():
         get_card("minigrid/mt3-sub-optimal")
     message = str(error.value)
     assert "\n" not in message and message.startswith(str(builtin_dir("datasets") / "minigrid" / "mt3-noisy-planner.toml"))
-    assert "'formerly' names 'minigrid/mt3-sub-optimal', which is the id of" in message and message.endswith("clash.toml")
+    assert (
+        "'formerly' names 'minigrid/mt3-sub-optimal', which is the id of" in message
+        and "clash.toml (an id names one dataset: delete or change one of the two cards)" in message
+    )
     assert get_card("minigrid/mt3-noisy-planner").id == "minigrid/mt3-noisy-planner"  # the built-in card stands
 
 
@@ -109,9 +112,11 @@ def test_builtin_cards_in_a_rename_clash_stop_card_loading_in_one_line(tmp_path,
 
     claimed_twice = {"x/a": builtin("a", "x/a", ["x/old"]), "x/b": builtin("b", "x/b", ["x/old"])}
     monkeypatch.setattr(cards, "builtin_cards", lambda: claimed_twice)
-    with pytest.raises(OffbenchError, match=r"^\S+b\.toml: 'formerly' names 'x/old', which \S+a\.toml names too$"):
+    with pytest.raises(OffbenchError, match=r"^\S+b\.toml: 'formerly' names 'x/old', which \S+a\.toml names too \(an id names one dataset"):
         all_cards()
     still_live = {"x/a": builtin("a", "x/a", ["x/b"]), "x/b": builtin("b", "x/b", [])}
     monkeypatch.setattr(cards, "builtin_cards", lambda: still_live)
-    with pytest.raises(OffbenchError, match=r"^\S+a\.toml: 'formerly' names 'x/b', which is the id of \S+b\.toml$"):
+    with pytest.raises(
+        OffbenchError, match=r"^\S+a\.toml: 'formerly' names 'x/b', which is the id of \S+b\.toml \(an id names one dataset"
+    ):
         get_card("x/a")

@@ -344,6 +344,9 @@ class RenameClash(OffbenchError):
         self.cards = cards
 
 
+_ONE_ID = " (an id names one dataset: delete or change one of the two cards)"
+
+
 def renamed_ids(cards: Mapping[str, DatasetCard]) -> dict[str, str]:
     """Former id -> the id of the card whose `formerly` lists it; a former id that is still a card's id, or that
     two cards list, would make an id mean two datasets (RenameClash, one line naming both files)."""
@@ -352,10 +355,14 @@ def renamed_ids(cards: Mapping[str, DatasetCard]) -> dict[str, str]:
         for former in card.formerly:
             if former in cards:
                 other = cards[former]
-                raise RenameClash(f"{card.card_path}: 'formerly' names '{former}', which is the id of {other.card_path}", (card, other))
+                raise RenameClash(
+                    f"{card.card_path}: 'formerly' names '{former}', which is the id of {other.card_path}{_ONE_ID}", (card, other)
+                )
             if former in renamed:
                 other = cards[renamed[former]]
-                raise RenameClash(f"{card.card_path}: 'formerly' names '{former}', which {other.card_path} names too", (card, other))
+                raise RenameClash(
+                    f"{card.card_path}: 'formerly' names '{former}', which {other.card_path} names too{_ONE_ID}", (card, other)
+                )
             renamed[former] = card.id
     return renamed
 
