@@ -9,6 +9,7 @@ gives logits, trained with cross-entropy, acting greedily.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -68,6 +69,9 @@ class BC(MicroBatching):
     action_kinds = ("continuous", "discrete")
     evaluation_protocols = SINGLE_AND_MULTI_TASK
     return_conditioned = False
+    evaluation_seed = (
+        0  # seeds sampled discrete actions (eval_deterministic = false); a run sets its own seed (offbench/training/trainer.py)
+    )
 
     def __init__(self, config: BCTrainingConfig, spec: DatasetSpec, device: str | torch.device = "cpu"):
         pcgrad.check_gradient_mode(config.gradient, self.name, spec.num_tasks)
@@ -88,16 +92,32 @@ class BC(MicroBatching):
         self.optimizer.step()
         return {"actor_loss": loss.item()}
 
-    def act(self, observations: torch.Tensor, task_ids: torch.Tensor | None = None) -> torch.Tensor:
+    def act(
+        self, observations: torch.Tensor, task_ids: torch.Tensor | None = None, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
+        """The actor's action: its output for continuous actions; for discrete ones the most likely action, or with a
+        `generator` one drawn from the softmax of the logits."""
         self.actor.eval()
         output = self.actor(observations, task_ids)
-        return output.argmax(dim=-1) if self.spec.discrete else output
+        if not self.spec.discrete:
+            return output
+        if generator is None:
+            return output.argmax(dim=-1)
+        return torch.multinomial(torch.softmax(output, dim=-1), 1, generator=generator).squeeze(-1)
 
     def policy(self, options: PolicyOptions = PolicyOptions()) -> MarkovPolicy:
-        """The actor's action (greedy for discrete actions): BC's regression has no distribution to sample from."""
-        if not options.deterministic:
-            raise OffbenchError("bc evaluates deterministically only (drop eval_deterministic=false)")
-        return MarkovPolicy(self.act, self.spec.action_space, self.device, options)
+        """Greedy by default. With eval_deterministic = false a discrete action is drawn from the imitated distribution
+        (the softmax its cross-entropy fits), from a generator seeded with the run's seed: a sampling behaviour
+        policy's most likely action can loop where its draws did not (MiniGrid's PPO data). A continuous actor
+        regresses the mean action, so it has no distribution to draw from."""
+        if options.deterministic:
+            return MarkovPolicy(self.act, self.spec.action_space, self.device, options)
+        if not self.spec.discrete:
+            raise OffbenchError(
+                f"{self.name} samples discrete actions only: its continuous actor regresses the mean action (drop eval_deterministic=false)"
+            )
+        generator = torch.Generator(self.device).manual_seed(self.evaluation_seed)
+        return MarkovPolicy(functools.partial(self.act, generator=generator), self.spec.action_space, self.device, options)
 
     def state_dict(self) -> dict[str, Any]:
         return {"actor": self.actor.state_dict(), "optimizer": self.optimizer.state_dict()}

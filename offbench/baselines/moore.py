@@ -91,10 +91,14 @@ class MooreNetwork(nn.Module):
         return out
 
 
-def task_policy(baseline, options: PolicyOptions) -> MarkovPolicy:
-    """The evaluation policy of a MOORE actor: greedy (mean action, or most likely discrete action) per row's task."""
+def require_task_ids(baseline, options: PolicyOptions) -> None:
     if options.task_ids is None:
         raise ValueError(f"{baseline.name} acts with the task id of every env row (PolicyOptions.task_ids)")
+
+
+def task_policy(baseline, options: PolicyOptions) -> MarkovPolicy:
+    """The evaluation policy of a MOORE actor: greedy (mean action, or most likely discrete action) per row's task."""
+    require_task_ids(baseline, options)
     if not options.deterministic:
         raise OffbenchError(f"{baseline.name} evaluates deterministically only (drop eval_deterministic=false)")
     return MarkovPolicy(baseline.act, baseline.spec.action_space, baseline.device, options)
@@ -127,7 +131,7 @@ class MooreActor(nn.Module):
 
 
 class MooreBC(BC):
-    """Multi-task behaviour cloning with a MOORE torso: BC's loss, update and greedy policy (offbench/baselines/bc.py)
+    """Multi-task behaviour cloning with a MOORE torso: BC's loss, update and policy (offbench/baselines/bc.py)
     on MooreActor (MSE, or cross-entropy for discrete actions, to the dataset's actions)."""
 
     name = "moore-bc"
@@ -145,7 +149,9 @@ class MooreBC(BC):
         super().__init__(config, spec, device)
 
     def policy(self, options: PolicyOptions) -> MarkovPolicy:
-        return task_policy(self, options)
+        """BC's policy (greedy, or drawn from the softmax for discrete actions), each row through its task's head."""
+        require_task_ids(self, options)
+        return super().policy(options)
 
 
 # ---------------------------------------------------------------------------------------------- MOORE-IQL

@@ -358,3 +358,38 @@ def test_a_multitask_baseline_on_a_single_task_card_is_one_line_and_writes_nothi
     code, _, err = cli("run", "baseline", name, "--dataset", "pendulum-scripted", "--out", tmp_path / "runs")
     assert code == 2 and len(err.strip().splitlines()) == 1 and "single-task" in err and name in err
     assert not (tmp_path / "runs").exists()
+
+
+# ---------------------------------------------------------------------------------------------- sampled BC
+@pytest.mark.parametrize("name", ["bc", "moore-bc"])
+def test_bc_samples_discrete_actions_from_its_softmax_with_the_runs_seed(tiny, name):
+    """A sampling behaviour policy's greedy version can loop where its draws did not, so BC can act by drawing from
+    the distribution its cross-entropy fits: frequencies follow the softmax, the run's seed repeats them."""
+    from offbench.evaluation.policy import PolicyOptions
+
+    baseline, _ = build(name, "minigrid/tiny-near-optimal", tiny)
+    logits = torch.log(torch.tensor([0.1, 0.6, 0.3] + [1e-9] * (baseline.spec.action_space.n - 3)))
+    baseline.actor.forward = lambda observations, task_ids=None: logits.expand(len(observations), -1)
+    observations = np.zeros((4000, *baseline.spec.observation_shape), dtype=np.float32)
+    options = PolicyOptions(task_ids=np.zeros(4000, dtype=np.int64), deterministic=False)
+
+    def draws(seed: int) -> np.ndarray:
+        baseline.evaluation_seed = seed
+        policy = baseline.policy(options)
+        policy.reset(4000)
+        return policy.act(observations)
+
+    first = draws(0)
+    assert np.allclose(np.bincount(first, minlength=3)[:3] / 4000, [0.1, 0.6, 0.3], atol=0.03)
+    assert np.array_equal(first, draws(0)) and not np.array_equal(first, draws(1))
+    greedy = baseline.policy(PolicyOptions(task_ids=options.task_ids))
+    greedy.reset(4000)
+    assert set(greedy.act(observations)) == {1}
+
+
+def test_bc_refuses_to_sample_continuous_actions_in_one_line(tiny):
+    from offbench.evaluation.policy import PolicyOptions
+
+    baseline, _ = build("bc", "metaworld/tiny-near-optimal", tiny)
+    with pytest.raises(OffbenchError, match=r"^bc samples discrete actions only: its continuous actor regresses the mean action"):
+        baseline.policy(PolicyOptions(deterministic=False))
