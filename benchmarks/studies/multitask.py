@@ -46,6 +46,10 @@ METHODS: dict[str, tuple[str, tuple[str, ...]]] = {
     "MoE-BC": ("moore-bc", ("orthogonal=false",)),
     "MOORE-IQL": ("moore-iql", ()),
 }
+# variants run only when named (--methods): MTBC acting by draws from its softmax, for the learning agents' data
+# (minigrid/mt*-medium, -replay), a sampling PPO policy's, whose most likely action loops on most MiniGrid tasks
+# (benchmarks/studies/minigrid-learned-data.md)
+VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {"MTBC-sampled": ("bc", ("eval_deterministic=false",))}
 
 
 def run_dir(out: Path, label: str, dataset: str, seed: int) -> Path:
@@ -57,7 +61,7 @@ def run_one(out: Path, label: str, dataset: str, seed: int) -> tuple[str, int, f
     from offbench.errors import OffbenchError
     from offbench.tracking.run_dir import TrainingLock
 
-    baseline, overrides = METHODS[label]
+    baseline, overrides = {**METHODS, **VARIANTS}[label]
     where = run_dir(out, label, dataset, seed)
     if (where / "summary.json").exists():
         return f"{label} {dataset} s{seed}: done", 0, 0.0
@@ -160,7 +164,7 @@ def budget_baseline(label: str, dataset: str, spec):
     from offbench.baselines import get_baseline
     from offbench.training.config import resolve_config
 
-    name, overrides = METHODS[label]
+    name, overrides = {**METHODS, **VARIANTS}[label]
     cls = get_baseline(name)
     config = resolve_config(cls, dataset, BUDGETS / f"{name}-cpu.toml", list(overrides))
     torch.manual_seed(0)
@@ -258,14 +262,14 @@ def main() -> None:
     for name in ("run", "table"):
         p = sub.add_parser(name)
         p.add_argument("--datasets", nargs="+", required=True)
-        p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+        p.add_argument("--methods", nargs="+", default=list(METHODS), choices=[*METHODS, *VARIANTS])
         p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
         p.add_argument("--out", type=Path, required=True)
         p.add_argument("--jobs", type=int, default=1)
     for name in ("speed", "evaluation-cost"):
         p = sub.add_parser(name)
         p.add_argument("--dataset", required=True)
-        p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+        p.add_argument("--methods", nargs="+", default=list(METHODS), choices=[*METHODS, *VARIANTS])
         p.add_argument("--seconds", type=float, default=10.0)
         p.add_argument("--episodes", type=int, default=2)
         p.add_argument("--threads", type=int, default=1, help="torch threads (the policy's; the environments step on one)")
