@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 from run_dirs import make_bench, runs_of, snapshot
@@ -250,6 +251,29 @@ def test_the_same_evaluations_under_another_config_are_not_a_duplicate():
     assert _same_run(new, old, same_setting=True) == "evaluations"
     assert _same_run(new, old, same_setting=False) is None
     assert _same_run({**new, "identity": {**new["identity"], "checkpoint_sha256": "2" * 64}}, old, same_setting=False) == "final checkpoint"
+
+
+def test_one_network_acting_greedily_and_by_draws_is_two_policies_not_a_duplicate():
+    """MTBC's weights acting greedily and by draws from their softmax (MTBC-sampled) are two rows; the same weights
+    acting by the same rule under another label are one run."""
+    from offbench.leaderboard.entries import acting_rule, check_against_accepted
+    from offbench.tracking.read_run import Refused
+
+    run = {"run_id": "r0", "seed": 0, "path": "r0", "identity": {"evaluations_sha256": "e" * 64, "checkpoint_sha256": "1" * 64}}
+    greedy = {
+        "label": "MTBC",
+        "baseline": "bc",
+        "dataset": {"id": "d"},
+        "config_sha256": "a",
+        "evaluation": {"deterministic": True},
+        "runs": [run],
+    }
+    sampled_run = {**run, "identity": {"evaluations_sha256": "f" * 64, "checkpoint_sha256": "1" * 64}}
+    sampled = {**greedy, "label": "MTBC-sampled", "config_sha256": "b", "evaluation": {"deterministic": False}, "runs": [sampled_run]}
+    assert (acting_rule(greedy), acting_rule(sampled), acting_rule({})) == (True, False, True)
+    check_against_accepted(sampled, [(Path("greedy.json"), greedy)])
+    with pytest.raises(Refused, match="same final checkpoint"):
+        check_against_accepted({**greedy, "label": "MTBC-again", "config_sha256": "b"}, [(Path("greedy.json"), greedy)])
 
 
 @pytest.mark.parametrize("where", ["config", "code", "started_at"])

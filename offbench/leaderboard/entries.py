@@ -332,9 +332,10 @@ def _check_seeds(spec: BenchmarkSpec, entry: LeaderboardEntry, refuse) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- across entries
-def same_run(new: dict[str, Any], old: dict[str, Any], same_setting: bool) -> str | None:
-    """What makes one run record the same run as another, if anything: the same final checkpoint file; the same
-    weights (re-saved under other keys or beside an extra one: `verify.same_weights`); the same evaluations under
+def same_run(new: dict[str, Any], old: dict[str, Any], same_setting: bool, same_acting: bool = True) -> str | None:
+    """What makes one run record the same run as another, if anything: the same final checkpoint file or the same
+    weights (re-saved under other keys or beside an extra one: `verify.same_weights`) acting by the same rule (one
+    network acting greedily and by draws from its distribution is two policies, `same_acting`); the same evaluations under
     another seed (episode seeds depend on the seed, so identical returns are a copy); the same evaluations at the
     same seed in the same setting, i.e. config and dataset (two methods can score the very same episodes: greedy
     policies on a discrete suite; and a policy that ignores its data scores the same on every dataset of one
@@ -344,9 +345,9 @@ def same_run(new: dict[str, Any], old: dict[str, Any], same_setting: bool) -> st
 
     ours, theirs = new.get("identity"), old.get("identity")
     if ours is not None and theirs is not None:
-        if ours.get("checkpoint_sha256") is not None and ours["checkpoint_sha256"] == theirs.get("checkpoint_sha256"):
+        if same_acting and ours.get("checkpoint_sha256") is not None and ours["checkpoint_sha256"] == theirs.get("checkpoint_sha256"):
             return "final checkpoint"
-        if same_weights(ours.get("weights"), theirs.get("weights")):
+        if same_acting and same_weights(ours.get("weights"), theirs.get("weights")):
             return "checkpoint weights"
         if ours["evaluations_sha256"] == theirs.get("evaluations_sha256"):
             if new["seed"] != old["seed"]:
@@ -359,6 +360,11 @@ def same_run(new: dict[str, Any], old: dict[str, Any], same_setting: bool) -> st
     return None
 
 
+def acting_rule(entry: dict[str, Any]) -> bool:
+    """Whether an entry's runs acted greedily (True, the default) or by draws from their policies' distributions."""
+    return bool((entry.get("evaluation") or {}).get("deterministic", True))
+
+
 def check_against_accepted(entry: dict[str, Any], accepted: list[tuple[Path, dict[str, Any]]], where: Path | None = None) -> None:
     """The rules between a new entry and the accepted ones: no run twice, one baseline per row, one config and
     distinct seeds per row and dataset. `where` names the new entry (its file); else each run's directory."""
@@ -368,7 +374,7 @@ def check_against_accepted(entry: dict[str, Any], accepted: list[tuple[Path, dic
         for record in entry["runs"]:
             for old_record in old["runs"]:
                 same_setting = old.get("config_sha256") == entry["config_sha256"] and old["dataset"]["id"] == dataset_id
-                same = same_run(record, old_record, same_setting)
+                same = same_run(record, old_record, same_setting, acting_rule(old) == acting_rule(entry))
                 if same is not None:
                     raise Refused(
                         where or record["path"],
