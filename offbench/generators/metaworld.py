@@ -23,7 +23,7 @@ import numpy as np
 from offbench.envs.multitask import Lane, task_names
 from offbench.errors import OffbenchError
 from offbench.generators import register_generator
-from offbench.generators.multitask import PROFILES, Collection, Recipe, check_recipe_params, collect, lane_behaviour, recipe_from_params
+from offbench.generators.multitask import Collection, Recipe, check_recipe_params, collect, lane_behaviour, recipe_from_params
 
 NOISE = {
     "near-optimal": {"gaussian_std": 0.1, "epsilon": 0.0},
@@ -44,8 +44,8 @@ class NoisyScriptedExpert:
         self.noise = []
         self.rngs = []
         for lane in lanes:
-            profile, rng = lane_behaviour(lane, recipe.quality)
-            self.noise.append(recipe.behaviour[PROFILES[profile]])
+            profile, rng = lane_behaviour(lane, recipe.quality, recipe.profiles)
+            self.noise.append(recipe.behaviour[recipe.profiles[profile]])
             self.rngs.append(rng)
 
     def reset(self, num_envs: int) -> None:

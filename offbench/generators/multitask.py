@@ -42,7 +42,6 @@ from offbench.evaluation.lanes import run_lanes
 from offbench.utils import atomic_write_bytes, check_space, disk_full_error, progress_bar
 
 MIXED = "mixed"  # the quality that draws one of a recipe's two noise profiles per episode, by a fair coin
-PROFILES = ("near-optimal", "sub-optimal")  # Meta-World's noise profiles; a generator naming its own passes them
 
 
 @dataclass(frozen=True)
@@ -115,7 +114,7 @@ def recipe_from_params(
     )
 
 
-def lane_behaviour(lane: Lane, quality: str, profiles: Sequence[str] = PROFILES) -> tuple[int, np.random.Generator]:
+def lane_behaviour(lane: Lane, quality: str, profiles: Sequence[str]) -> tuple[int, np.random.Generator]:
     """(index into `profiles` of the noise profile acting in this episode, the behaviour's random stream).
 
     `mixed` flips a fair coin per episode. The stream is seeded from the lane's reset seed but kept apart from
