@@ -53,3 +53,11 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def root(tmp_path, monkeypatch):
+    """An empty leaderboards folder for this test (OFFBENCH_LEADERBOARDS), where its boards are written."""
+    folder = tmp_path / "leaderboards"
+    monkeypatch.setenv("OFFBENCH_LEADERBOARDS", str(folder))
+    return folder

@@ -4,7 +4,10 @@ conftest.py files, which are not for importing."""
 from __future__ import annotations
 
 import sys
+import threading
+import time
 from pathlib import Path
+from typing import Any, Callable
 
 import gymnasium as gym
 import numpy as np
@@ -208,3 +211,27 @@ def registered_xland_card(
     (home / "datasets").mkdir(parents=True)
     (home / "datasets" / "xland.toml").write_text(tomli_w.dumps(card))
     return card
+
+
+def slowed(work: Callable[..., Any], started: threading.Event, note: Callable[..., None] = lambda *args: None) -> Callable[..., Any]:
+    """`work` that first sets `started`, records its arguments with `note` and lasts half a second longer: a
+    training that another process asks for while it runs."""
+
+    def slow(*args):
+        note(*args)
+        started.set()
+        time.sleep(0.5)
+        return work(*args)
+
+    return slow
+
+
+def race(first: Callable[[], None], second: Callable[[], None], started: threading.Event) -> None:
+    """Run `first` in a thread, and `second` in another once `first` has set `started`; wait for both."""
+    threads = [threading.Thread(target=first)]
+    threads[0].start()
+    assert started.wait(timeout=60)
+    threads.append(threading.Thread(target=second))
+    threads[1].start()
+    for thread in threads:
+        thread.join()

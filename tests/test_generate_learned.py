@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from pathlib import Path
 
 import pytest
-from helpers import require_extra
+from helpers import race, require_extra, slowed
 
 from offbench.cli import main
 from offbench.data.cards import card_from_dict, get_card, read_card, write_card
@@ -96,27 +95,15 @@ def test_a_task_run_is_keyed_by_what_trains_it_not_by_the_suite_or_the_quality()
 
 
 def test_two_generations_wanting_one_task_run_train_it_once_and_the_second_reuses_it(trainings, capsys, monkeypatch):
-    recipe = minigrid_learned.learned_recipe(QUICK_PARAMS, 0)
-    counted, first_trains = minigrid_learned.train, threading.Event()
-
-    def slow_first(agent, advance):  # the first training lasts until the second generation asks for the run too
-        first_trains.set()
-        time.sleep(0.5)
-        return counted(agent, advance)
-
-    monkeypatch.setattr(minigrid_learned, "train", slow_first)
+    recipe, first_trains = minigrid_learned.learned_recipe(QUICK_PARAMS, 0), threading.Event()
+    # the first training lasts until the second generation asks for the run too
+    monkeypatch.setattr(minigrid_learned, "train", slowed(minigrid_learned.train, first_trains))
     runs = {}
 
     def ask(name: str) -> None:
         runs[name] = minigrid_learned.task_run(recipe, 0, lambda *args, **kwargs: None)
 
-    first = threading.Thread(target=ask, args=("first",))
-    first.start()
-    assert first_trains.wait(timeout=60)
-    second = threading.Thread(target=ask, args=("second",))
-    second.start()
-    first.join()
-    second.join()
+    race(lambda: ask("first"), lambda: ask("second"), first_trains)
     assert trainings == [LAVA]  # the second waited for the first's run instead of training its own
     assert runs["second"].timesteps.tolist() == runs["first"].timesteps.tolist() == [0, 1024]
     assert runs["second"].success.tolist() == runs["first"].success.tolist()

@@ -71,13 +71,6 @@ def mt_board(root, behaviour: dict[str, float], **overrides) -> None:
     write_benchmark(root, "mt", ["test/mt"], metric="success_rate", behaviour=behaviour, **overrides)
 
 
-@pytest.fixture
-def root(tmp_path, monkeypatch):
-    folder = tmp_path / "leaderboards"
-    monkeypatch.setenv("OFFBENCH_LEADERBOARDS", str(folder))
-    return folder
-
-
 # ------------------------------------------------------------------------------ the row on the board's pages
 
 

@@ -14,13 +14,6 @@ from offbench.tracking.read_run import Refused
 RATES = {"bc": {"reach-v3": [0.2, 0.4, 0.6], "push-v3": [0.0, 0.2, 0.2]}, "dt": {"reach-v3": [0.4, 0.8, 1.0], "push-v3": [0.2, 0.4, 0.8]}}
 
 
-@pytest.fixture
-def root(tmp_path, monkeypatch):
-    folder = tmp_path / "leaderboards"
-    monkeypatch.setenv("OFFBENCH_LEADERBOARDS", str(folder))
-    return folder
-
-
 def _submit(name, runs, render=False):
     from offbench.leaderboard.spec import load_spec
     from offbench.leaderboard.submit import submit

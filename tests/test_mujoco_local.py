@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import require_extra
+from helpers import race, require_extra, slowed
 
 require_extra("stable_baselines3", "learned")
 require_extra("mujoco", "mujoco")
@@ -203,27 +202,15 @@ def test_a_killed_run_resumes_from_its_last_checkpoint_with_the_same_bytes(made,
 
 
 def test_two_levels_made_at_once_train_the_run_once_with_the_bytes_of_levels_made_in_turn(made, tmp_path, monkeypatch, capsys):
-    new_model, trainings, first_trains = ml.new_model, [], threading.Event()
-
-    def slow_first(recipe, seed):  # the first training lasts until the second level's generation wants the run too
-        trainings.append(recipe.level)
-        first_trains.set()
-        time.sleep(0.5)
-        return new_model(recipe, seed)
-
-    monkeypatch.setattr(ml, "new_model", slow_first)
+    trainings, first_trains = [], threading.Event()
+    # the first training lasts until the second level's generation wants the run too
+    monkeypatch.setattr(ml, "new_model", slowed(ml.new_model, first_trains, lambda recipe, seed: trainings.append(recipe.level)))
     files = {}
 
     def make_level(level: str) -> None:
         files[level] = make(level, tmp_path / f"{level}.h5")
 
-    medium = threading.Thread(target=make_level, args=("medium",))
-    medium.start()
-    assert first_trains.wait(timeout=60)
-    expert = threading.Thread(target=make_level, args=("expert",))
-    expert.start()
-    medium.join()
-    expert.join()
+    race(lambda: make_level("medium"), lambda: make_level("expert"), first_trains)
     assert trainings == ["medium"]  # the expert's generation waited for the run, then reused it
     for level in ("medium", "expert"):
         assert files[level].read_bytes() == made["files"][level].read_bytes(), level

@@ -22,13 +22,6 @@ RATES = {
 WALL_TIME = {"bc": [30.0, 60.0, 90.0], "dt": [300.0, 330.0, 240.0]}  # seconds per run, by seed
 
 
-@pytest.fixture
-def root(tmp_path, monkeypatch):
-    folder = tmp_path / "leaderboards"
-    monkeypatch.setenv("OFFBENCH_LEADERBOARDS", str(folder))
-    return folder
-
-
 def _with_wall_time(run_dir, seconds):
     summary = json.loads((run_dir / "summary.json").read_text())
     (run_dir / "summary.json").write_text(json.dumps({**summary, "wall_time_s": seconds}))
