@@ -162,6 +162,9 @@ class DecisionTransformer(MicroBatching):
     action_kinds = ("continuous", "discrete")
     evaluation_protocols = SINGLE_AND_MULTI_TASK
     return_conditioned = True
+    evaluation_seed = (
+        0  # seeds sampled discrete actions (eval_deterministic = false); a run sets its own seed (offbench/training/trainer.py)
+    )
 
     def __init__(self, config: DTConfig, spec: DatasetSpec, device: str | torch.device = "cpu"):
         pcgrad.check_gradient_mode(config.gradient, self.name, spec.num_tasks)
@@ -204,11 +207,11 @@ class DecisionTransformer(MicroBatching):
         return {"action_loss": loss.item(), "learning_rate": float(self.scheduler.get_last_lr()[0])}
 
     def policy(self, options: PolicyOptions) -> DTPolicy:
-        """Conditioned on `options.target_return` (one per row on multi-task data); greedy for discrete actions."""
+        """Conditioned on `options.target_return` (one per row on multi-task data); discrete actions greedy, or drawn
+        from the softmax of the logits with eval_deterministic = false (`DTPolicy`)."""
         if options.target_return is None:
             raise ValueError("dt acts towards a target return: PolicyOptions.target_return is required")
-        if not options.deterministic:
-            raise OffbenchError("dt evaluates deterministically only (drop eval_deterministic=false)")
+        check_sampling(self, options)
         return DTPolicy(self, options)
 
     def state_dict(self) -> dict[str, Any]:
@@ -218,11 +221,20 @@ class DecisionTransformer(MicroBatching):
         load_part_states(state, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler)
 
 
+def check_sampling(baseline, options: PolicyOptions) -> None:
+    """Sampled actions are discrete draws from the logits; a continuous head regresses the action, with nothing to draw from."""
+    if not options.deterministic and not baseline.spec.discrete:
+        raise OffbenchError(
+            f"{baseline.name} samples discrete actions only: its continuous head regresses the action (drop eval_deterministic=false)"
+        )
+
+
 class SegmentBaseline(Protocol):
     """What DTPolicy reads of its baseline: DT's, or Prompt-DT's and HarmoDT's (whose configs extend DTConfig)."""
 
     spec: DatasetSpec
     device: torch.device
+    evaluation_seed: int
 
     @property
     def config(self) -> DTConfig: ...
@@ -232,12 +244,16 @@ class SegmentBaseline(Protocol):
 
 
 class DTPolicy:
-    """Acts in N environments at once, keeping each one's last K (R, s, a) steps, left-padded like training."""
+    """Acts in N environments at once, keeping each one's last K (R, s, a) steps, left-padded like training. Discrete
+    actions are the most likely ones, or with `options.deterministic` False draws from the softmax of the logits
+    (the imitated distribution; a sampling behaviour policy's most likely action can loop where its draws did not),
+    from a generator seeded with the run's seed."""
 
     CONTEXT = ("observations", "actions", "returns_to_go", "timesteps", "mask")  # (N, K, ...) buffers, the model's inputs
 
     def __init__(self, dt: SegmentBaseline, options: PolicyOptions):
         self.dt, self.target_return = dt, options.target_return
+        self.generator = None if options.deterministic else torch.Generator(dt.device).manual_seed(dt.evaluation_seed)
         self.task_ids = (
             None if options.task_ids is None else torch.as_tensor(np.asarray(options.task_ids), dtype=torch.long, device=dt.device)
         )
@@ -264,7 +280,12 @@ class DTPolicy:
         self.timesteps[:, -1] = self.step
         self.mask[:, -1] = True
         output = self.predict()
-        action = output.argmax(dim=-1) if self.dt.spec.discrete else output
+        if not self.dt.spec.discrete:
+            action = output
+        elif self.generator is None:
+            action = output.argmax(dim=-1)
+        else:
+            action = torch.multinomial(torch.softmax(output, dim=-1), 1, generator=self.generator).squeeze(-1)
         self.actions[:, -1] = action
         return actions_to_numpy(action, self.dt.spec.action_space)
 

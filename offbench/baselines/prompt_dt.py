@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from offbench.baselines.base import DatasetSpec, MicroBatching, TransformerShape, accumulate_backward, multi_task_spec
-from offbench.baselines.dt import DTConfig, DTPolicy, causal_bias, dt_blocks, real_steps, warmup_adamw
+from offbench.baselines.dt import DTConfig, DTPolicy, causal_bias, check_sampling, dt_blocks, real_steps, warmup_adamw
 from offbench.baselines.incontext import init_gpt_weights
 from offbench.baselines.nets import (
     Block,
@@ -38,7 +38,6 @@ from offbench.baselines.nets import (
     part_states,
 )
 from offbench.baselines.pcgrad import check_gradient_mode, pcgrad_backward, per_task_losses
-from offbench.errors import OffbenchError
 from offbench.evaluation.policy import PolicyOptions
 from offbench.records import ranged
 
@@ -154,6 +153,7 @@ class PromptDT(MicroBatching):
     action_kinds = ("continuous", "discrete")
     evaluation_protocols = ("multi-task",)
     return_conditioned = True  # evaluated per target return (Config.target_returns; none: each task's best return)
+    evaluation_seed = 0  # seeds sampled discrete actions (eval_deterministic = false); a run sets its own seed
     one_task_per_batch = False
 
     def __init__(self, config: PromptDTConfig, spec: DatasetSpec, device: str | torch.device = "cpu"):
@@ -282,8 +282,7 @@ class PromptDT(MicroBatching):
         """Conditioned on `options.target_return` (one per row), each row prompted by its task (`options.task_ids`)."""
         if options.task_ids is None or options.target_return is None:
             raise ValueError(f"{self.name} acts with the task id of every env row and a target return (PolicyOptions)")
-        if not options.deterministic:
-            raise OffbenchError(f"{self.name} evaluates deterministically only (drop eval_deterministic=false)")
+        check_sampling(self, options)
         return PromptDTPolicy(self, options)
 
     def state_dict(self) -> dict[str, Any]:

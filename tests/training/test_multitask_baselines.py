@@ -393,3 +393,36 @@ def test_bc_refuses_to_sample_continuous_actions_in_one_line(tiny):
     baseline, _ = build("bc", "metaworld/tiny-near-optimal", tiny)
     with pytest.raises(OffbenchError, match=r"^bc samples discrete actions only: its continuous actor regresses the mean action"):
         baseline.policy(PolicyOptions(deterministic=False))
+
+
+@pytest.mark.parametrize("name", ["dt", "prompt-dt", "harmodt"])
+def test_the_dt_family_samples_discrete_actions_from_its_softmax_with_the_runs_seed(tiny, name):
+    from offbench.evaluation.policy import PolicyOptions
+
+    baseline, _ = build(name, "minigrid/tiny-near-optimal", tiny)
+    rows = 3000
+    logits = torch.log(torch.tensor([0.1, 0.6, 0.3] + [1e-9] * (baseline.spec.action_space.n - 3)))
+    observations = np.zeros((rows, *baseline.spec.observation_shape), dtype=np.float32)
+
+    def actions(seed: int, deterministic: bool) -> np.ndarray:
+        baseline.evaluation_seed = seed
+        options = PolicyOptions(task_ids=np.zeros(rows, dtype=np.int64), target_return=1.0, deterministic=deterministic)
+        policy = baseline.policy(options)
+        policy.reset(rows)
+        policy.predict = lambda: logits.expand(rows, -1)
+        return policy.act(observations)
+
+    first = actions(0, deterministic=False)
+    assert np.allclose(np.bincount(first, minlength=3)[:3] / rows, [0.1, 0.6, 0.3], atol=0.03)
+    assert np.array_equal(first, actions(0, deterministic=False)) and not np.array_equal(first, actions(1, deterministic=False))
+    assert set(actions(0, deterministic=True)) == {1}
+
+
+@pytest.mark.parametrize("name", ["dt", "prompt-dt"])
+def test_the_dt_family_refuses_to_sample_continuous_actions_in_one_line(tiny, name):
+    from offbench.evaluation.policy import PolicyOptions
+
+    baseline, _ = build(name, "metaworld/tiny-near-optimal", tiny)
+    options = PolicyOptions(task_ids=np.zeros(2, dtype=np.int64), target_return=1.0, deterministic=False)
+    with pytest.raises(OffbenchError, match=rf"^{name} samples discrete actions only: its continuous head regresses the action"):
+        baseline.policy(options)

@@ -66,7 +66,7 @@ def test_dt_run_writes_the_run_directory_contract(pendulum, cli, tmp_path):
     row = next(line.split() for line in out.splitlines() if line.split()[:1] == ["all"])  # the first target's table
     assert float(row[2]) == pytest.approx(evaluations[2]["mean_return"], abs=0.01)  # same checkpoint, same seeds
     code, _, err = cli("evaluate", run_dir, "--actions", "sampled")
-    assert code == 2 and "dt evaluates deterministically only" in err and len(err.strip().splitlines()) == 1
+    assert code == 2 and "dt samples discrete actions only" in err and len(err.strip().splitlines()) == 1
 
 
 def test_same_seed_same_numbers_other_seed_other_numbers(pendulum, cli, tmp_path):
