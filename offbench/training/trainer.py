@@ -43,9 +43,11 @@ from offbench.utils import atomic_write_bytes, safe_component
 
 
 def check_action_mode(baseline, setup: EvaluationSetup) -> None:
-    """A baseline that cannot sample actions says so (one line) before any run directory or episode exists."""
+    """A baseline that cannot sample actions says so (one line) before any run directory or episode exists. The probe
+    policy gets what any policy may require (a target return, a task id per row); it is built, never played."""
     if not setup.deterministic:
-        baseline.policy(PolicyOptions(deterministic=False, target_return=setup.target_returns[0]))
+        target = setup.target_returns[0] if setup.target_returns[0] is not None else (setup.task_target_returns or (0.0,))[0]
+        baseline.policy(PolicyOptions(deterministic=False, target_return=target, task_ids=np.zeros(1, dtype=np.int64)))
 
 
 def check_fit(baseline_cls: type, spec: DatasetSpec, dataset: Dataset, protocol: EvaluationProtocol, evaluate: bool) -> None:

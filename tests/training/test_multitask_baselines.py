@@ -4,6 +4,7 @@ evaluation under the task's own mask), Prompt-DT's prompts, and that every one o
 
 from __future__ import annotations
 
+import json
 import types
 
 import numpy as np
@@ -426,3 +427,17 @@ def test_the_dt_family_refuses_to_sample_continuous_actions_in_one_line(tiny, na
     options = PolicyOptions(task_ids=np.zeros(2, dtype=np.int64), target_return=1.0, deterministic=False)
     with pytest.raises(OffbenchError, match=rf"^{name} samples discrete actions only: its continuous head regresses the action"):
         baseline.policy(options)
+
+
+@pytest.mark.parametrize("name", ["dt", "prompt-dt"])
+def test_a_sampled_multitask_run_and_its_sampled_re_evaluation_repeat_its_numbers(multitask_home, monkeypatch, cli, tmp_path, name):
+    """The action-mode probe before a run builds the policy with what it needs (a task's target, task ids): a
+    return-conditioned run on a discrete multi-task card samples, and `evaluate --actions sampled` replays it."""
+    monkeypatch.setenv("OFFBENCH_HOME", str(multitask_home))
+    args = ["run", "baseline", name, "--dataset", "minigrid/tiny-near-optimal", "--config", CONFIGS / f"{name}-tiny.toml"]
+    code, _, err = cli(*args, "--set", "eval_deterministic=false", "--out", tmp_path, "--name", "sampled")
+    assert code == 0, err
+    code, out, err = cli("evaluate", tmp_path / "sampled")
+    assert code == 0, err
+    recorded = json.loads((tmp_path / "sampled" / "evaluations.jsonl").read_text().splitlines()[-1])["success_rate"]
+    assert f"{recorded:.2f}" in next(line for line in out.splitlines() if line.split()[:1] == ["all"])  # same draws
