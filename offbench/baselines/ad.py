@@ -42,7 +42,7 @@ from offbench.baselines.incontext import (
 )
 from offbench.baselines.incontext_training import T2MIRFields, T2MIRTraining
 from offbench.data.spec import DatasetSpec
-from offbench.evaluation.policy import PolicyOptions
+from offbench.evaluation.policy import PolicyOptions, discrete_action
 from offbench.records import ranged
 
 TOKEN_LAYOUTS = ("sar", "step")
@@ -219,10 +219,7 @@ class ADPolicy:
                 outputs = self.model.transformer(new, self.cache)
             logits = self.model.action_head(outputs[:, -1]).float()
         self.last_logits = logits
-        if self.deterministic:
-            action = logits.argmax(-1)
-        else:
-            action = torch.multinomial(torch.softmax(logits, -1), 1, generator=self.generator).squeeze(-1)
+        action = discrete_action(logits, None if self.deterministic else self.generator)
         self.actions[:, self.count - 1] = action
         return action.cpu().numpy().astype(np.int64)
 

@@ -21,8 +21,7 @@ from torch import nn
 from offbench.baselines import pcgrad
 from offbench.baselines.base import SINGLE_AND_MULTI_TASK, DatasetSpec, MicroBatching
 from offbench.baselines.nets import BoundedActions, ObservationNormalizer, flat_observation_dim, mlp, task_input_dim, with_task_onehot
-from offbench.errors import OffbenchError
-from offbench.evaluation.policy import MarkovPolicy, PolicyOptions
+from offbench.evaluation.policy import MarkovPolicy, PolicyOptions, check_sampling, discrete_action
 from offbench.records import ranged
 
 
@@ -69,9 +68,8 @@ class BC(MicroBatching):
     action_kinds = ("continuous", "discrete")
     evaluation_protocols = SINGLE_AND_MULTI_TASK
     return_conditioned = False
-    evaluation_seed = (
-        0  # seeds sampled discrete actions (eval_deterministic = false); a run sets its own seed (offbench/training/trainer.py)
-    )
+    # seeds sampled discrete actions (eval_deterministic = false); a run sets its own seed (offbench/training/trainer.py)
+    evaluation_seed = 0
 
     def __init__(self, config: BCTrainingConfig, spec: DatasetSpec, device: str | torch.device = "cpu"):
         pcgrad.check_gradient_mode(config.gradient, self.name, spec.num_tasks)
@@ -99,23 +97,16 @@ class BC(MicroBatching):
         `generator` one drawn from the softmax of the logits."""
         self.actor.eval()
         output = self.actor(observations, task_ids)
-        if not self.spec.discrete:
-            return output
-        if generator is None:
-            return output.argmax(dim=-1)
-        return torch.multinomial(torch.softmax(output, dim=-1), 1, generator=generator).squeeze(-1)
+        return discrete_action(output, generator) if self.spec.discrete else output
 
     def policy(self, options: PolicyOptions = PolicyOptions()) -> MarkovPolicy:
         """Greedy by default. With eval_deterministic = false a discrete action is drawn from the imitated distribution
         (the softmax its cross-entropy fits), from a generator seeded with the run's seed: a sampling behaviour
         policy's most likely action can loop where its draws did not (MiniGrid's PPO data). A continuous actor
         regresses the mean action, so it has no distribution to draw from."""
+        check_sampling(self, options)
         if options.deterministic:
             return MarkovPolicy(self.act, self.spec.action_space, self.device, options)
-        if not self.spec.discrete:
-            raise OffbenchError(
-                f"{self.name} samples discrete actions only: its continuous actor regresses the mean action (drop eval_deterministic=false)"
-            )
         generator = torch.Generator(self.device).manual_seed(self.evaluation_seed)
         return MarkovPolicy(functools.partial(self.act, generator=generator), self.spec.action_space, self.device, options)
 

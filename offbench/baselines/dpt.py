@@ -51,7 +51,7 @@ from offbench.baselines.nets import flat_observation_dim
 from offbench.data.samplers import CONTEXT_SAMPLINGS, DPT_LABELS
 from offbench.data.spec import DatasetSpec
 from offbench.errors import OffbenchError
-from offbench.evaluation.policy import PolicyOptions
+from offbench.evaluation.policy import PolicyOptions, discrete_action
 from offbench.records import ranged
 
 
@@ -256,10 +256,7 @@ class DPTPolicy:
             logits = self.model(query, *self._tensors(self.context[:, :longest]))
         logits = logits[torch.as_tensor(self.rows), torch.as_tensor(self.context_length)].float()
         self.last_logits = logits
-        if self.deterministic:
-            action = logits.argmax(-1)
-        else:
-            action = torch.multinomial(torch.softmax(logits, -1), 1, generator=self.generator).squeeze(-1)
+        action = discrete_action(logits, None if self.deterministic else self.generator)
         actions = action.cpu().numpy().astype(np.int64)
         collecting = self.episodes_done < self.dpt.config.offline_episodes
         if collecting.any():  # offline: the context-collecting episodes act uniformly at random

@@ -44,8 +44,7 @@ from offbench.baselines.nets import (
     load_part_states,
     part_states,
 )
-from offbench.errors import OffbenchError
-from offbench.evaluation.policy import PolicyOptions, actions_to_numpy
+from offbench.evaluation.policy import PolicyOptions, actions_to_numpy, check_sampling, discrete_action
 from offbench.records import ranged
 
 
@@ -162,9 +161,8 @@ class DecisionTransformer(MicroBatching):
     action_kinds = ("continuous", "discrete")
     evaluation_protocols = SINGLE_AND_MULTI_TASK
     return_conditioned = True
-    evaluation_seed = (
-        0  # seeds sampled discrete actions (eval_deterministic = false); a run sets its own seed (offbench/training/trainer.py)
-    )
+    # seeds sampled discrete actions (eval_deterministic = false); a run sets its own seed (offbench/training/trainer.py)
+    evaluation_seed = 0
 
     def __init__(self, config: DTConfig, spec: DatasetSpec, device: str | torch.device = "cpu"):
         pcgrad.check_gradient_mode(config.gradient, self.name, spec.num_tasks)
@@ -221,14 +219,6 @@ class DecisionTransformer(MicroBatching):
         load_part_states(state, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler)
 
 
-def check_sampling(baseline, options: PolicyOptions) -> None:
-    """Sampled actions are discrete draws from the logits; a continuous head regresses the action, with nothing to draw from."""
-    if not options.deterministic and not baseline.spec.discrete:
-        raise OffbenchError(
-            f"{baseline.name} samples discrete actions only: its continuous head regresses the action (drop eval_deterministic=false)"
-        )
-
-
 class SegmentBaseline(Protocol):
     """What DTPolicy reads of its baseline: DT's, or Prompt-DT's and HarmoDT's (whose configs extend DTConfig)."""
 
@@ -280,12 +270,7 @@ class DTPolicy:
         self.timesteps[:, -1] = self.step
         self.mask[:, -1] = True
         output = self.predict()
-        if not self.dt.spec.discrete:
-            action = output
-        elif self.generator is None:
-            action = output.argmax(dim=-1)
-        else:
-            action = torch.multinomial(torch.softmax(output, dim=-1), 1, generator=self.generator).squeeze(-1)
+        action = discrete_action(output, self.generator) if self.dt.spec.discrete else output
         self.actions[:, -1] = action
         return actions_to_numpy(action, self.dt.spec.action_space)
 

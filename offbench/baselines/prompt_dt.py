@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from offbench.baselines.base import DatasetSpec, MicroBatching, TransformerShape, accumulate_backward, multi_task_spec
-from offbench.baselines.dt import DTConfig, DTPolicy, causal_bias, check_sampling, dt_blocks, real_steps, warmup_adamw
+from offbench.baselines.dt import DTConfig, DTPolicy, causal_bias, dt_blocks, real_steps, warmup_adamw
 from offbench.baselines.incontext import init_gpt_weights
 from offbench.baselines.nets import (
     Block,
@@ -38,7 +38,7 @@ from offbench.baselines.nets import (
     part_states,
 )
 from offbench.baselines.pcgrad import check_gradient_mode, pcgrad_backward, per_task_losses
-from offbench.evaluation.policy import PolicyOptions
+from offbench.evaluation.policy import PolicyOptions, check_sampling
 from offbench.records import ranged
 
 PROMPT_KEYS = ("observations", "actions", "returns_to_go", "timesteps", "mask")

@@ -14,6 +14,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from offbench.errors import OffbenchError
+
 
 @dataclass(frozen=True)
 class PolicyOptions:
@@ -49,6 +51,23 @@ class DroppingPolicy(Policy, Protocol):
     """A `Policy` with the optional `drop(keep)`: the rows where `keep` is False are gone for good."""
 
     def drop(self, keep: np.ndarray) -> None: ...
+
+
+def discrete_action(logits: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """(B,) actions from (B, A) logits: the most likely, or with a `generator` a draw from their softmax (what every
+    discrete baseline's sampled evaluation draws)."""
+    if generator is None:
+        return logits.argmax(dim=-1)
+    return torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator).squeeze(-1)
+
+
+def check_sampling(baseline, options: PolicyOptions) -> None:
+    """Sampled actions are draws from a discrete head's logits; a continuous head regresses the action, with nothing
+    to draw from (one line, before any episode is played)."""
+    if not options.deterministic and not baseline.spec.discrete:
+        raise OffbenchError(
+            f"{baseline.name} samples discrete actions only: its continuous head regresses the action (drop eval_deterministic=false)"
+        )
 
 
 def actions_to_numpy(actions: torch.Tensor, action_space: gym.Space) -> np.ndarray:

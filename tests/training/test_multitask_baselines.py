@@ -392,7 +392,7 @@ def test_bc_refuses_to_sample_continuous_actions_in_one_line(tiny):
     from offbench.evaluation.policy import PolicyOptions
 
     baseline, _ = build("bc", "metaworld/tiny-near-optimal", tiny)
-    with pytest.raises(OffbenchError, match=r"^bc samples discrete actions only: its continuous actor regresses the mean action"):
+    with pytest.raises(OffbenchError, match=r"^bc samples discrete actions only: its continuous head regresses the action"):
         baseline.policy(PolicyOptions(deterministic=False))
 
 
