@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import os
 import shutil
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -192,45 +193,43 @@ def _set_aside(path: Path) -> Path:
 def _remove_work(folder: WorkFolder) -> None:
     """Rename the work folder aside (holding each of its work locks, so no generation is writing into it), then
     remove it."""
-    from filelock import FileLock, Timeout
-
     graveyard = folder.path
     if folder.status != "interrupted delete":
         with ExitStack() as held:
             for path in lock_files(folder.path):
-                lock = FileLock(str(path))
-                try:
-                    lock.acquire(timeout=0)
-                except Timeout:
-                    raise OffbenchError(
-                        f"--work {folder.generator}: another process is working on {guarded_work(path)} (it holds {path}); "
-                        "delete the work folder once that is done"
-                    ) from None
-                held.callback(lock.release)
+                refusal = f"--work {folder.generator}: another process is working on {guarded_work(path)} (it holds {path}); delete the work folder once that is done"
+                held.enter_context(_held_now(path, refusal))
             graveyard = _set_aside(folder.path)
     shutil.rmtree(graveyard)
+
+
+@contextmanager
+def _held_now(lock_path: Path, refusal: str) -> Iterator[None]:
+    """Hold the lock at `lock_path` for the block, or refuse with `refusal` at once if another process holds it:
+    a delete never waits for a download, a generation or a training run, nor moves their folder from under them."""
+    from filelock import FileLock, Timeout
+
+    lock = FileLock(str(lock_path))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise OffbenchError(refusal) from None
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def _remove(dataset: CachedDataset) -> None:
     """Rename the folder aside in one step (holding its lock, so no download or generation is under way), then
     remove it; then the namespace folders it leaves empty."""
-    from filelock import FileLock, Timeout
-
     from offbench.data.resolve import PREPARE_LOCK
 
     graveyard = dataset.path
     if dataset.status != "interrupted delete":
-        lock = FileLock(str(dataset.path / PREPARE_LOCK))
-        try:
-            lock.acquire(timeout=0)
-        except Timeout:
-            raise OffbenchError(
-                f"{dataset.id}: another process is downloading or generating it ({lock.lock_file}); delete it once that is done"
-            ) from None
-        try:
+        lock = dataset.path / PREPARE_LOCK
+        with _held_now(lock, f"{dataset.id}: another process is downloading or generating it ({lock}); delete it once that is done"):
             graveyard = _set_aside(dataset.path)
-        finally:
-            lock.release()
     shutil.rmtree(graveyard)
     root, folder = data_root(), graveyard.parent
     while folder != root and folder.is_relative_to(root) and not any(folder.iterdir()):
