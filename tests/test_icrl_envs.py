@@ -9,13 +9,16 @@ from offbench.envs.bandits import BanditBatch, BanditEnv
 from offbench.envs.benchmarks import BENCHMARKS, card_tasks, make_batch_env, split_tasks
 from offbench.envs.darkroom import DarkRoomBatch, DarkRoomEnv
 from offbench.envs.factory import make_env
-from offbench.envs.gridworld import all_cells, distance_table, start_cell
+from offbench.envs.gridworld import MOVES, all_cells, distance_table, start_cell
 from offbench.envs.keydoor import KeyDoorBatch, KeyDoorEnv
 from offbench.errors import OffbenchError
 
 GRIDS = {
     "darkroom": dict(tasks=[{"goal": g} for g in [(0, 0), (4, 4), (8, 3), (2, 7), (4, 5)]]),
     "darkroom-hard": dict(tasks=[{"goal": g} for g in [(0, 0), (16, 16), (8, 9), (3, 12)]]),
+    "darkroom-permuted": dict(
+        tasks=[{"goal": g, "action_order": o} for g, o in [((0, 0), [3, 4, 1, 0, 2]), ((4, 4), [0, 1, 2, 3, 4]), ((8, 3), [4, 3, 2, 1, 0])]]
+    ),
     "keydoor": dict(tasks=[{"key": k, "door": d} for k, d in [((0, 0), (8, 8)), ((4, 5), (4, 4)), ((1, 7), (6, 2)), ((8, 0), (7, 0))]]),
 }
 
@@ -149,6 +152,50 @@ def test_key_to_door_optimal_return_and_actions_match_brute_force(key, door):
     _check_exact(env, states, set_state, (4, 4, 0))
     assert env.optimal_return == 2.0
     assert KeyDoorBatch(np.array([key]), np.array([door])).optimal_returns[0] == 2.0
+
+
+@pytest.mark.parametrize("order", [[1, 2, 3, 4, 0], [2, 0, 4, 1, 3]])  # not involutions: an order and its inverse differ
+def test_a_permuted_label_makes_the_move_its_order_names_and_the_optimal_labels_stay_optimal(order):
+    goal = (3, 6)
+    plain, permuted = DarkRoomEnv(goal), DarkRoomEnv(goal, action_order=order)
+    rng = np.random.default_rng(0)
+    plain.reset(), permuted.reset()
+    for label in rng.integers(0, 5, 60):
+        np.testing.assert_array_equal(permuted.step(int(label))[0], plain.step(order[label])[0])
+
+    def set_state(s, t):
+        permuted.pos, permuted.t = s, t
+
+    permuted.reset()
+    _check_exact(permuted, all_cells(9), set_state, start_cell(9))
+    batch = DarkRoomBatch(np.array([goal]), action_orders=[order])
+    cells = np.arange(81)
+    labels = batch.optimal_actions(cells, np.zeros(81, dtype=np.int64))
+    assert labels.tolist() == [permuted.optimal_action(xy) for xy in batch.observations_of(cells)]
+    next_cells, rewards, _ = batch.tables()
+    cell = int(batch.state_index()[0])
+    for label in range(5):  # the tables the generators step are the labels' moves too
+        nxt = int(next_cells[0, cell, label])
+        np.testing.assert_array_equal(batch.observations_of(np.array([nxt]))[0], np.array(start_cell(9)) + MOVES[order[label]])
+        assert rewards[0, cell, label] == float(nxt == goal[1] * 9 + goal[0])
+
+
+def test_permuted_dark_room_keeps_darkrooms_goals_and_draws_each_held_out_task_its_own_order():
+    plain, permuted = BENCHMARKS["darkroom"], BENCHMARKS["darkroom-permuted"]
+    train, held = split_tasks(plain, 81, 16, split_seed=0)
+    p_train, p_held = split_tasks(permuted, 81, 16, split_seed=0)
+    assert p_train == train  # the training tasks (and so their histories) are darkroom's
+    assert [t["goal"] for t in p_held] == [t["goal"] for t in held]
+    orders = [tuple(t["action_order"]) for t in p_held]
+    assert all(sorted(o) == [0, 1, 2, 3, 4] for o in orders) and len(set(orders)) > 10
+    assert split_tasks(permuted, 81, 16, split_seed=0)[1] == p_held
+
+
+def test_an_action_order_that_is_not_a_permutation_is_refused_in_one_line():
+    with pytest.raises(ValueError, match=r"action_order must be a permutation of 0\.\.4, got \[0, 0, 1, 2, 3\]"):
+        DarkRoomEnv((1, 1), action_order=[0, 0, 1, 2, 3])
+    with pytest.raises(ValueError, match="2 action orders for 1 goals"):
+        DarkRoomBatch(np.array([(1, 1)]), action_orders=[None, None])
 
 
 def test_breadth_first_distances_are_manhattan_on_the_open_grid():

@@ -48,6 +48,9 @@ TASKS_BEFORE_VALIDATION = {
     "darkroom-hard-ad-eps-fast": ("1729f2b14dc9d74e", "abf62ec36a716973"),
     "darkroom-hard-small": ("d8c171ae4094778f", "541de89ef6b1a6a5"),
     "darkroom-hard": ("1729f2b14dc9d74e", "abf62ec36a716973"),
+    "darkroom-permuted-ad-eps-fast": ("85f9de822fecaa0a", "ddbe325e6b337607"),  # darkroom's training tasks
+    "darkroom-permuted-small": ("9cb53042262856e3", "08b5263819022d0e"),
+    "darkroom-permuted": ("85f9de822fecaa0a", "ddbe325e6b337607"),
     "darkroom-small": ("6cd3b54b0c9962a4", "08b5263819022d0e"),
     "darkroom-uniform-states": ("9d1b7c4665db5ad9", "ddbe325e6b337607"),
     "darkroom": ("9d1b7c4665db5ad9", "ddbe325e6b337607"),

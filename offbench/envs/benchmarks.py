@@ -131,6 +131,17 @@ BENCHMARKS: dict[str, Benchmark] = {
             summary="Dark Room: 9x9, reward on every step on the hidden goal, 20 steps (AD)",
         ),
         Benchmark(
+            "darkroom-permuted",
+            "offbench/DarkRoomPermuted-v0",
+            darkroom.DarkRoomEnv,
+            darkroom.DarkRoomBatch,
+            darkroom,
+            GRID_ALGOS,
+            1000,
+            split_kwargs={"permute_actions": "held-out"},
+            summary="Dark Room with each held-out task's actions in its own order (Headless-AD); training tasks as darkroom's",
+        ),
+        Benchmark(
             "darkroom-hard",
             "offbench/DarkRoomHard-v0",
             darkroom.DarkRoomEnv,

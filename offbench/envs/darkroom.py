@@ -13,6 +13,13 @@ the observation the problem stays Markov (a continuing episode would need a "rew
 The goal may not be the start cell (it would be reached before the first action).
 
 Observation: the agent's position as two ints (x, y). The goal is never observed; only rewards reveal it.
+
+Permuted action order (Headless-AD, Sinii et al. 2024, arXiv:2312.13327, section 5.3): a task may carry an
+`action_order`, the move each action label makes, so the same room is played with the labels shuffled. The
+`darkroom-permuted` benchmark gives every held-out task its own uniformly drawn order and keeps the training
+tasks in the plain one: a model that memorised what each label does is lost, one that reads the labels' effects
+from its context is not. (Headless-AD's code permutes its training action set once for all evaluation tasks,
+`prepare_envs.py`; a draw per task is the stricter test and the same in expectation.)
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from offbench.envs.gridworld import (
     all_cells,
     cell_index,
     cell_xy_table,
+    check_action_order,
     check_cell,
     distance_table,
     move,
@@ -63,9 +71,27 @@ def permuted_split(pool: Sequence[T], num_tasks: int, num_held_out: int, rng: np
     return pick(order[num_held_out:num_tasks]), pick(order[:num_held_out])
 
 
-def sample_split(num_tasks: int, num_held_out: int, rng: np.random.Generator, size: int = 9, hard: bool = False, **_: Any):
-    """Train and held-out goals (`permuted_split` of all goals), each list sorted by cell index."""
-    return permuted_split(goals(size, hard), num_tasks, num_held_out, rng, lambda goal: {"goal": list(goal)})
+PERMUTE_ACTIONS = ("held-out",)  # which tasks `sample_split` gives their own action order
+
+
+def sample_split(
+    num_tasks: int,
+    num_held_out: int,
+    rng: np.random.Generator,
+    size: int = 9,
+    hard: bool = False,
+    permute_actions: str | None = None,
+    **_: Any,
+):
+    """Train and held-out goals (`permuted_split` of all goals), each list sorted by cell index. With
+    `permute_actions = "held-out"` each held-out task then draws an action order (uniform over the 120
+    permutations, identity included), after the goals, so the goals are those of the plain split."""
+    train, held_out = permuted_split(goals(size, hard), num_tasks, num_held_out, rng, lambda goal: {"goal": list(goal)})
+    if permute_actions is not None:
+        if permute_actions not in PERMUTE_ACTIONS:
+            raise ValueError(f"permute_actions must be one of {', '.join(PERMUTE_ACTIONS)}, got {permute_actions!r}")
+        held_out = [{**task, "action_order": [int(a) for a in rng.permutation(NUM_ACTIONS)]} for task in held_out]
+    return train, held_out
 
 
 def task_space_size(size: int = 9, hard: bool = False, **_: Any) -> int:
@@ -77,9 +103,10 @@ class DarkRoomEnv(gym.Env):
 
     metadata = {"render_modes": ["ansi"]}
 
-    def __init__(self, goal, size: int = 9, horizon: int = 20, hard: bool = False, render_mode: str | None = None):
+    def __init__(self, goal, size: int = 9, horizon: int = 20, hard: bool = False, action_order=None, render_mode: str | None = None):
         self.size, self.horizon, self.hard = int(size), int(horizon), bool(hard)
         self.goal = check_cell("goal", goal, self.size)
+        self.action_order = check_action_order(action_order)
         if self.hard and self.goal == start_cell(self.size):
             raise ValueError("in Dark Room Hard the goal cannot be the start cell")
         self.render_mode = render_mode
@@ -91,7 +118,8 @@ class DarkRoomEnv(gym.Env):
         self.t = 0
 
     def optimal_action(self, observation) -> int:
-        return int(self._policy[cell_index(np.asarray(observation), self.size)])
+        """The action label whose move is on a shortest path to the goal."""
+        return self.action_order.index(int(self._policy[cell_index(np.asarray(observation), self.size)]))
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
@@ -99,7 +127,7 @@ class DarkRoomEnv(gym.Env):
         return np.array(self.pos, dtype=np.int64), {}
 
     def step(self, action):
-        self.pos = move(self.pos, action, self.size)
+        self.pos = move(self.pos, self.action_order[int(action)], self.size)
         self.t += 1
         on_goal = self.pos == self.goal
         reward = 1.0 if on_goal else 0.0
@@ -118,19 +146,26 @@ class DarkRoomBatch(GridBatch):
     """N Dark Room tasks stepped together, a few array operations per step (what generators and evaluation
     use). The state is the cell index."""
 
-    def __init__(self, goals: np.ndarray, size: int = 9, horizon: int = 20, hard: bool = False):
+    def __init__(self, goals: np.ndarray, size: int = 9, horizon: int = 20, hard: bool = False, action_orders: Sequence | np.ndarray | None = None):
         self.hard = bool(hard)
         self.goals = np.asarray(goals, dtype=np.int64).reshape(-1, 2)
-        for goal in self.goals:
-            DarkRoomEnv(goal, size, horizon, self.hard)  # same validation as one task
+        orders = [None] * len(self.goals) if action_orders is None else list(action_orders)
+        if len(orders) != len(self.goals):
+            raise ValueError(f"{len(orders)} action orders for {len(self.goals)} goals")
+        orders = [
+            DarkRoomEnv(goal, size, horizon, self.hard, order).action_order for goal, order in zip(self.goals, orders)
+        ]  # same validation as one task
         self.goal_cells = cell_index(self.goals, int(size))
-        self._setup_grid(int(size), int(horizon), len(self.goals), cell_xy_table(int(size)), policy_table(int(size))[self.goal_cells])
+        policy = policy_table(int(size))[self.goal_cells]
+        self._setup_grid(
+            int(size), int(horizon), len(self.goals), cell_xy_table(int(size)), policy, np.array(orders).reshape(-1, NUM_ACTIONS)
+        )
         self.single_observation_space = gym.spaces.Box(0, self.size - 1, shape=(2,), dtype=np.int64)
         self.optimal_returns = np.array([optimal_return(g, self.size, self.horizon, self.hard) for g in self.goals])
 
     @classmethod
     def from_tasks(cls, tasks: list[dict], seed: int | None = None, **kwargs: Any) -> DarkRoomBatch:
-        return cls(np.array([task["goal"] for task in tasks]), **kwargs)
+        return cls(np.array([task["goal"] for task in tasks]), action_orders=[task.get("action_order") for task in tasks], **kwargs)
 
     def reset(self, mask: np.ndarray | None = None) -> np.ndarray:
         """Reset the rows in `mask` (all if None); returns every row's observation."""
@@ -150,6 +185,6 @@ class DarkRoomBatch(GridBatch):
 
     def tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(next cell, reward, terminated), each (rows, cells, actions): what step() does, as tables."""
-        next_cells = np.broadcast_to(next_cell_table(self.size), (self.num_envs, *next_cell_table(self.size).shape))
+        next_cells = next_cell_table(self.size)[:, self.action_orders].transpose(1, 0, 2)  # [row, cell, label]
         on_goal = next_cells == self.goal_cells[:, None, None]
         return next_cells, on_goal.astype(np.float32), on_goal & self.hard

@@ -84,8 +84,19 @@ def all_cells(size: int) -> list[tuple[int, int]]:
     return [(x, y) for y in range(size) for x in range(size)]
 
 
+def check_action_order(order) -> tuple[int, ...]:
+    """A task's action order: which move (0..4, MOVES) each of the agent's action labels makes. The identity if
+    None; otherwise a permutation of the five moves (ValueError naming what is wrong)."""
+    if order is None:
+        return tuple(range(NUM_ACTIONS))
+    flat = [int(a) for a in np.asarray(order).reshape(-1)]
+    if sorted(flat) != list(range(NUM_ACTIONS)):
+        raise ValueError(f"action_order must be a permutation of 0..{NUM_ACTIONS - 1}, got {list(flat)}")
+    return tuple(flat)
+
+
 def move(pos: tuple[int, int], action, size: int) -> tuple[int, int]:
-    """The cell one action leads to from `pos` in a single (unbatched) environment."""
+    """The cell one move (an index of MOVES) leads to from `pos` in a single (unbatched) environment."""
     dx, dy = MOVES[int(action)]
     return min(max(pos[0] + int(dx), 0), size - 1), min(max(pos[1] + int(dy), 0), size - 1)
 
@@ -93,15 +104,24 @@ def move(pos: tuple[int, int], action, size: int) -> tuple[int, int]:
 class GridBatch(ABC):
     """What the batched grid worlds share: N rows on one size x size grid, each in a tabular state that
     indexes a table of observations (`_obs`, states x obs) and a per-row table of optimal actions
-    (`_policy`, rows x states); a move is one lookup in the grid's next-cell table."""
+    (`_policy`, rows x states); a move is one lookup in the grid's next-cell table. A row may have its own action
+    order (`action_orders`, rows x actions: the move each action label makes); `_policy` is in the row's labels."""
 
     score_name = "episode return"  # what expected_rewards sums to per episode (the learning check's score)
     num_actions = NUM_ACTIONS
 
-    def _setup_grid(self, size: int, horizon: int, num_envs: int, observations: np.ndarray, policy: np.ndarray) -> None:
+    def _setup_grid(
+        self, size: int, horizon: int, num_envs: int, observations: np.ndarray, policy: np.ndarray, action_orders: np.ndarray | None = None
+    ) -> None:
         self.size, self.horizon, self.num_envs = size, horizon, num_envs
         self.num_states = len(observations)
         self.single_action_space = gym.spaces.Discrete(NUM_ACTIONS)
+        identity = np.broadcast_to(np.arange(NUM_ACTIONS), (num_envs, NUM_ACTIONS))
+        self.action_orders = (
+            identity.copy() if action_orders is None else np.asarray(action_orders, dtype=np.int64).reshape(num_envs, NUM_ACTIONS)
+        )
+        labels = np.argsort(self.action_orders, axis=-1)  # [row, move]: the label that makes the move
+        policy = np.take_along_axis(labels, np.asarray(policy).reshape(num_envs, -1), axis=-1)
         self._obs, self._policy = observations, policy.reshape(-1)  # _policy[row * num_states + state]
         self._row_offset = np.arange(num_envs) * self.num_states
         self._start = int(cell_index(np.array(start_cell(size)), size))
@@ -118,8 +138,12 @@ class GridBatch(ABC):
         self.cell[mask] = self._start
         self.t[mask] = 0
 
+    def moves_of(self, actions: np.ndarray) -> np.ndarray:
+        """The move (index of MOVES) each row's action label makes."""
+        return self.action_orders[np.arange(self.num_envs), actions]
+
     def _move(self, actions: np.ndarray) -> None:
-        self.cell = self._next[self.cell * NUM_ACTIONS + actions]
+        self.cell = self._next[self.cell * NUM_ACTIONS + self.moves_of(actions)]
         self.t += 1
 
     def optimal_actions(self, states: np.ndarray | None = None, rows: np.ndarray | None = None) -> np.ndarray:

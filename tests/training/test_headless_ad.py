@@ -8,6 +8,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from helpers import read_jsonl
+from tiny_runs import run_args
 
 from offbench.baselines.headless_ad import HeadlessAD, HeadlessADConfig
 from offbench.data.spec import DatasetSpec
@@ -164,3 +166,42 @@ def test_a_row_is_never_offered_more_actions_than_embedding_dim(trained):
 def test_headless_ad_meets_the_baseline_contract():
     store, _ = run_histories(HistoryRecipe.from_params("bandit", {"algo": "thompson", "tasks": 6, "held_out": 2, "episodes": 40}), 0)
     check_baseline(HeadlessAD, None, store)
+
+
+@pytest.fixture(scope="module")
+def permuted_home(tmp_path_factory):
+    from tests.training.conftest import generated_home
+
+    return generated_home(tmp_path_factory, "darkroom-small", "darkroom-permuted-small")
+
+
+def goal_walker(size: int = 9):
+    """A callable policy that knows the held-out goals and the plain action order: optimal on darkroom-small's
+    held-out tasks, lost wherever a task's labels make other moves."""
+    from offbench.data.cards import get_card
+    from offbench.envs.benchmarks import card_tasks
+    from offbench.envs.gridworld import cell_index, policy_table
+
+    goals = np.array([task["goal"] for task in card_tasks(get_card("darkroom-small"))[1]])
+    table = policy_table(size)[cell_index(goals, size)]  # [task, cell] plain-order optimal move
+    return lambda observations: table[np.arange(len(goals)), cell_index(np.asarray(observations, dtype=np.int64), size)]
+
+
+def test_the_permuted_card_plays_each_held_out_goal_in_its_own_action_order(permuted_home, monkeypatch, cli, tmp_path):
+    """The same goals as darkroom-small's held-out ones: a walker in the plain order is optimal there and lost on the
+    permuted card; Headless-AD, trained on plain-order histories, is evaluated there on every held-out goal."""
+    import offbench
+
+    monkeypatch.setenv("OFFBENCH_HOME", str(permuted_home))
+    plain = offbench.evaluate(goal_walker(), "darkroom-small", episodes=2)
+    permuted = offbench.evaluate(goal_walker(), "darkroom-permuted-small", episodes=2)
+    from offbench.data.cards import get_card
+    from offbench.envs.benchmarks import BENCHMARKS, card_tasks
+
+    optimal = BENCHMARKS["darkroom"].make_batch(card_tasks(get_card("darkroom-small"))[1]).optimal_returns.tolist()
+    assert plain.returns == optimal and all(r < o for r, o in zip(permuted.returns, optimal)), (plain.returns, permuted.returns)
+    tiny = {"context_steps": 20, "embedding_dim": 8, "hidden_dim": 16, "num_layers": 1, "num_heads": 2, "eval_every": 4, "eval_episodes": 2}
+    code, _, err = cli(*run_args("headless-ad", "darkroom-permuted-small", steps=4, out=tmp_path, **tiny), "--name", "run")
+    assert code == 0, err
+    (line,) = read_jsonl(tmp_path / "run" / "evaluations.jsonl")
+    assert line["tasks"] == "held-out" and len(line["task_returns"]) == 2 and all(len(r) == 2 for r in line["task_returns"])
