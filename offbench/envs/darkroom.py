@@ -146,7 +146,9 @@ class DarkRoomBatch(GridBatch):
     """N Dark Room tasks stepped together, a few array operations per step (what generators and evaluation
     use). The state is the cell index."""
 
-    def __init__(self, goals: np.ndarray, size: int = 9, horizon: int = 20, hard: bool = False, action_orders: Sequence | np.ndarray | None = None):
+    def __init__(
+        self, goals: np.ndarray, size: int = 9, horizon: int = 20, hard: bool = False, action_orders: Sequence | np.ndarray | None = None
+    ):
         self.hard = bool(hard)
         self.goals = np.asarray(goals, dtype=np.int64).reshape(-1, 2)
         orders = [None] * len(self.goals) if action_orders is None else list(action_orders)
