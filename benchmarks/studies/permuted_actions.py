@@ -16,9 +16,8 @@ averaged over the goals, as the darkroom board's.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
-
 from dataclasses import replace
+from pathlib import Path
 
 import typer
 
