@@ -213,3 +213,14 @@ def test_check_skips_data_that_is_not_on_this_machine_or_not_the_pinned_content(
     mt_board(root, {"test/mt": 0.9}, dataset_checksums={"test/mt": "0" * 64})
     other = run_cli("leaderboard", "check", "mt")
     assert other.returncode == 0 and "'test/mt' not compared: the copy at" in other.stdout and "is not the pinned content" in other.stdout
+
+
+def test_a_board_without_behaviour_values_is_checked_whatever_its_metric():
+    """`leaderboard check` on a regret or in-context board once raised a KeyError (no tolerance for its metric)."""
+    from types import SimpleNamespace
+
+    from offbench.leaderboard.behaviour import check_lines
+
+    for metric in ("regret", "in_context_return"):
+        spec = SimpleNamespace(name="b", metric=SimpleNamespace(name=metric), behaviour={})
+        assert check_lines(spec, []) == ([], [])  # pyright: ignore[reportArgumentType]

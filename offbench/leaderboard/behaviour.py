@@ -88,7 +88,10 @@ def compute_behaviour(spec: BenchmarkSpec, datasets: tuple[str, ...] | None = No
 
 def check_lines(spec: BenchmarkSpec, scores: list[BehaviourScore]) -> tuple[list[str], list[str]]:
     """(problems, notes) of `leaderboard check` for the board's `[behaviour]` values and their `scores`: a problem
-    names the file, the dataset, the written and the computed value; a note says what agreed or was skipped."""
+    names the file, the dataset, the written and the computed value; a note says what agreed or was skipped. A board
+    without such values (whatever its metric: regret, in-context return) has nothing to compare."""
+    if not scores:
+        return [], []
     tolerance, problems, notes = TOLERANCE[spec.metric.name], [], []
     for score in scores:
         written = spec.behaviour[score.dataset]
