@@ -18,7 +18,7 @@ from offbench.data.store import load_native
 require_extra("minigrid", "minigrid")
 require_extra("stable_baselines3", "learned")
 
-from offbench.generators import minigrid_learned  # noqa: E402  (needs the extras above)
+from offbench.generators import learned_tasks, minigrid_learned  # noqa: E402  (needs the extras above)
 
 LAVA = "MiniGrid-LavaGapS7-v0"
 # One task, the untrained checkpoint and one trained one, a few episodes: under a second of PPO.
@@ -36,13 +36,13 @@ def offbench(*args: str) -> int:
 @pytest.fixture
 def trainings(monkeypatch) -> list[str]:
     """The tasks PPO trains, in order."""
-    real, trained = minigrid_learned.train, []
+    real, trained = learned_tasks.train, []
 
     def counted(agent, advance):
         trained.append(agent.name)
         return real(agent, advance)
 
-    monkeypatch.setattr(minigrid_learned, "train", counted)
+    monkeypatch.setattr(learned_tasks, "train", counted)
     return trained
 
 
@@ -83,32 +83,52 @@ def test_medium_then_replay_train_once_and_replay_is_what_a_fresh_home_makes(iso
 
 def test_a_task_run_is_keyed_by_what_trains_it_not_by_the_suite_or_the_quality():
     def run_path(**changes):
-        return minigrid_learned.run_path(minigrid_learned.learned_recipe({**QUICK_PARAMS, **changes}, 0), 0)
+        return learned_tasks.run_path(minigrid_learned.learned_recipe({**QUICK_PARAMS, **changes}, 0), 0)
 
     assert run_path(quality="medium") == run_path(quality="replay") == run_path(suite="MT7", target_success=0.45)
     assert run_path(tasks=[LAVA, "MiniGrid-DistShift1-v0"]) == run_path()  # LavaGap is task 0 of either list
     for changed in ({"band": [0.3, 0.6]}, {"timesteps": 2048}, {"eval_episodes": 5}, {"quality": "expert"}):
         assert run_path(**changed) != run_path(), changed
     assert run_path(timesteps=2048, checkpoint_every=2048) != run_path(timesteps=2048)
-    assert minigrid_learned.run_path(minigrid_learned.learned_recipe(QUICK_PARAMS, 1), 0) != run_path()
+    assert learned_tasks.run_path(minigrid_learned.learned_recipe(QUICK_PARAMS, 1), 0) != run_path()
     assert run_path().parent == Path(os.environ["OFFBENCH_HOME"]) / "work" / "minigrid-learned" / "runs"
 
 
 def test_two_generations_wanting_one_task_run_train_it_once_and_the_second_reuses_it(trainings, capsys, monkeypatch):
     recipe, first_trains = minigrid_learned.learned_recipe(QUICK_PARAMS, 0), threading.Event()
     # the first training lasts until the second generation asks for the run too
-    monkeypatch.setattr(minigrid_learned, "train", slowed(minigrid_learned.train, first_trains))
+    monkeypatch.setattr(learned_tasks, "train", slowed(learned_tasks.train, first_trains))
     runs = {}
 
     def ask(name: str) -> None:
-        runs[name] = minigrid_learned.task_run(recipe, 0, lambda *args, **kwargs: None)
+        runs[name] = learned_tasks.task_run(recipe, 0, lambda *args, **kwargs: None)
 
     race(lambda: ask("first"), lambda: ask("second"), first_trains)
     assert trainings == [LAVA]  # the second waited for the first's run instead of training its own
     assert runs["second"].timesteps.tolist() == runs["first"].timesteps.tolist() == [0, 1024]
     assert runs["second"].success.tolist() == runs["first"].success.tolist()
     waits = capsys.readouterr().err
-    assert waits.count("waiting for another process") == 1 and str(minigrid_learned.run_path(recipe, 0)) in waits
+    assert waits.count("waiting for another process") == 1 and str(learned_tasks.run_path(recipe, 0)) in waits
+
+
+def test_metaworld_learned_generates_a_registered_card_and_replay_reuses_its_run(isolated_home, trainings, capsys):
+    require_extra("metaworld", "metaworld")
+    tiny = ["--tasks", "reach-v3", "--timesteps", "200", "--checkpoint-every", "100", "--learning-starts", "100"]
+    tiny += ["--max-episode-steps", "20", "--eval-episodes", "2", "--quiet"]
+    assert offbench("generate", "metaworld-learned", *tiny, "--episodes", "2") == 0
+    (medium_path,) = (isolated_home / "datasets" / "generated").glob("metaworld-learned-mt10-medium-*-s0.toml")
+    medium = read_card(medium_path)
+    assert medium.extra["behaviour"]["algorithm"] == "SAC" and medium.extra["checkpoints"]["reach-v3"]["timesteps"] == [0, 100, 200]
+    data = load_native(isolated_home / "data" / medium.id / "data.h5")
+    assert data.num_episodes == 2 and data.num_transitions == 40 and data.actions.shape == (40, 4)
+    assert "reach-v3" in capsys.readouterr().out and trainings == ["reach-v3"]
+
+    assert offbench("generate", "metaworld-learned", *tiny, "--quality", "replay") == 0
+    assert trainings == ["reach-v3"]  # the medium recipe's run, reused: no training
+    (replay_path,) = (isolated_home / "datasets" / "generated").glob("metaworld-learned-mt10-replay-*-s0.toml")
+    replay = read_card(replay_path)
+    acting = replay.extra["checkpoints"]["reach-v3"]["acting"]
+    assert load_native(isolated_home / "data" / replay.id / "data.h5").num_transitions == 100 * acting  # 20-step episodes, one env
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,7 @@ from offbench.generators import get_generator
 require_extra("minigrid", "minigrid")
 require_extra("stable_baselines3", "learned")
 
-from offbench.generators import minigrid_learned  # noqa: E402  (needs the extras above)
+from offbench.generators import learned_tasks, minigrid_learned  # noqa: E402  (needs the extras above)
 
 TINY = read_card(Path(__file__).resolve().parents[1] / "datasets" / "minigrid" / "tiny-medium.toml").source["recipe"]["params"]
 LAVA, DIST = "MiniGrid-LavaGapS7-v0", "MiniGrid-DistShift1-v0"
@@ -62,7 +62,7 @@ def test_the_medium_data_is_played_by_the_checkpoint_in_the_band(tiny):
     acting = record["acting"]
     assert record["timesteps"] == [8192 * i for i in range(len(success))]  # the untrained policy, then every 8192 steps
     assert all(s < low for s in success[1:-1]) and success[-1] >= low  # training stopped at the first reaching the band
-    assert acting == minigrid_learned.choose_checkpoint(success, "medium", 0.5) and record["in_band"]
+    assert acting == learned_tasks.choose_checkpoint(success, "medium", 0.5) and record["in_band"]
     # its 32 evaluation episodes are the data's 32 episodes: the data's success is the checkpoint's, in the band
     assert tiny.card["task_stats"][LAVA]["success_rate"] == success[acting]
     assert low <= tiny.card["task_stats"][LAVA]["success_rate"] <= high
@@ -82,7 +82,7 @@ def test_quick_medium_data_is_the_acting_checkpoints_evaluation_episodes(quick):
         success, acting = record["success"], record["acting"]
         assert record["timesteps"] == [1024 * i for i in range(len(success))]
         assert all(s < low for s in success[1:-1])
-        assert acting == minigrid_learned.choose_checkpoint(success, "medium", QUICK["target_success"])
+        assert acting == learned_tasks.choose_checkpoint(success, "medium", QUICK["target_success"])
         assert quick.card["task_stats"][task]["success_rate"] == success[acting]
         assert seeds[task_ids == task_id].tolist() == [episode_seed(0, task, e) for e in range(QUICK["episodes_per_task"])]
 
@@ -126,7 +126,7 @@ def test_replay_is_every_training_episode_up_to_the_acting_checkpoint(tmp_path):
     record = replay.card["checkpoints"][LAVA]
     acting_steps = record["timesteps"][record["acting"]]
     assert record["acting"] > 0 and not record["in_band"] and "episodes_per_task" not in replay.card
-    training_seeds = {episode_seed(0, LAVA, minigrid_learned.TRAINING + 1 + k): k for k in range(acting_steps)}
+    training_seeds = {episode_seed(0, LAVA, learned_tasks.TRAINING + 1 + k): k for k in range(acting_steps)}
     seeds = np.asarray(replay.columns["episode_seed"])[replay.episode_starts[:-1]]
     assert set(seeds.tolist()) <= set(training_seeds)  # training layouts, none of the evaluation's
     # whole episodes that ended by the acting checkpoint: at most its steps in all
@@ -153,7 +153,7 @@ def test_same_seed_same_data_and_another_seed_other_data(quick, tmp_path):
 
 
 def test_a_killed_generation_resumes_at_the_next_unfinished_task(quick, tmp_path, monkeypatch):
-    real, trained = minigrid_learned.learn_task, []
+    real, trained = learned_tasks.learn_task, []
 
     def killed_on_the_second_task(recipe, task_id, advance):
         trained.append(task_id)
@@ -162,38 +162,38 @@ def test_a_killed_generation_resumes_at_the_next_unfinished_task(quick, tmp_path
         return real(recipe, task_id, advance)
 
     out = tmp_path / "data.h5"
-    monkeypatch.setattr(minigrid_learned, "learn_task", killed_on_the_second_task)
+    monkeypatch.setattr(learned_tasks, "learn_task", killed_on_the_second_task)
     with pytest.raises(KeyboardInterrupt):
         generate(QUICK, out)
     assert [p.name for p in (tmp_path / "data.h5.work").glob("*.npz")] == ["task000.npz"] and not out.exists()
 
     trained.clear()
-    monkeypatch.setattr(minigrid_learned, "learn_task", lambda *args: trained.append(args[1]) or real(*args))
+    monkeypatch.setattr(learned_tasks, "learn_task", lambda *args: trained.append(args[1]) or real(*args))
     assert generate(QUICK, out).content_sha256() == quick.content_sha256()
     assert trained == [1] and not (tmp_path / "data.h5.work").exists()
 
 
 def test_training_stops_at_the_band_and_the_nearest_checkpoint_acts():
     def stopped_at(successes: list[float], quality: str) -> list[float]:
-        params = minigrid_learned.LearnedParams(quality=quality, band=(0.4, 0.6), target_success=0.5)
+        params = minigrid_learned.MiniGridLearnedParams(quality=quality, band=(0.4, 0.6), target_success=0.5)
         checkpoints = [SimpleNamespace(timesteps=i, success=s) for i, s in enumerate(successes)]
         agent = SimpleNamespace(recipe=SimpleNamespace(params=params), name="task", checkpoints=lambda: iter(checkpoints))
-        return [c.success for c in minigrid_learned.train(agent, lambda *args, **values: None)]
+        return [c.success for c in learned_tasks.train(agent, lambda *args, **values: None)]
 
     assert stopped_at([0.1, 0.3, 0.45, 0.7], "medium") == [0.1, 0.3, 0.45]
     assert stopped_at([0.5, 0.3, 0.45, 0.7], "replay") == [0.5, 0.3, 0.45]  # the untrained policy never stops it
     assert stopped_at([0.1, 0.3, 0.45, 0.7], "expert") == [0.1, 0.3, 0.45, 0.7]
-    assert minigrid_learned.choose_checkpoint([0.1, 0.3, 0.45], "medium", 0.5) == 2
-    assert minigrid_learned.choose_checkpoint([0.5, 0.1, 0.3], "medium", 0.5) == 2  # nor acts
-    assert minigrid_learned.choose_checkpoint([0.1, 0.25, 0.75], "replay", 0.5) == 1  # a jump over the band: the nearer, earlier
-    assert minigrid_learned.choose_checkpoint([0.1, 0.3, 0.7], "expert", 0.5) == 2
+    assert learned_tasks.choose_checkpoint([0.1, 0.3, 0.45], "medium", 0.5) == 2
+    assert learned_tasks.choose_checkpoint([0.5, 0.1, 0.3], "medium", 0.5) == 2  # nor acts
+    assert learned_tasks.choose_checkpoint([0.1, 0.25, 0.75], "replay", 0.5) == 1  # a jump over the band: the nearer, earlier
+    assert learned_tasks.choose_checkpoint([0.1, 0.3, 0.7], "expert", 0.5) == 2
 
 
 @pytest.mark.parametrize(
     "change, message",
     [
         ({"band": [0.6, 0.8]}, r"'band' must hold target_success 0.5"),
-        ({"checkpoint_every": 1500}, r"'checkpoint_every' must be a multiple of PPO's rollout of 1024"),
+        ({"checkpoint_every": 1500}, r"'checkpoint_every' must be a multiple of the agent's rollout of 1024"),
         ({"timesteps": 3072, "checkpoint_every": 2048}, r"'timesteps' must be a multiple of checkpoint_every"),
         ({"quality": "replay"}, r"'episodes_per_task' does not apply to replay"),
         ({"episodes": 3}, r"'episodes' is not a known key"),

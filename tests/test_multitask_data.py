@@ -237,10 +237,16 @@ def test_a_different_recipe_does_not_reuse_an_unfinished_work_folder(tmp_path):
 
 def test_builtin_cards_env_tables_match_their_recipes():
     from offbench.generators.metaworld import metaworld_recipe
+    from offbench.generators.metaworld_learned import learned_recipe as metaworld_learned_recipe
     from offbench.generators.minigrid import minigrid_recipe
     from offbench.generators.minigrid_learned import learned_recipe
 
-    recipes = {"metaworld": metaworld_recipe, "minigrid": minigrid_recipe, "minigrid-learned": learned_recipe}
+    recipes = {
+        "metaworld": metaworld_recipe,
+        "minigrid": minigrid_recipe,
+        "minigrid-learned": learned_recipe,
+        "metaworld-learned": metaworld_learned_recipe,
+    }
     paths = [path for folder in ("metaworld", "minigrid") for path in sorted((REPO / "datasets" / folder).glob("*.toml"))]
     cards = [read_card(path) for path in paths]
     assert len(cards) >= 16

@@ -22,7 +22,8 @@ from offbench.data.cards import get_card
 from offbench.envs.multitask import Lane
 from offbench.errors import OffbenchError
 from offbench.evaluation.lanes import run_lanes
-from offbench.generators.minigrid_learned import ROUND, SampledPolicy, TaskAgent, TaskRun, choose_checkpoint, learned_recipe, run_path
+from offbench.generators.learned_tasks import ROUND, TaskAgent, TaskRun, choose_checkpoint, run_path
+from offbench.generators.minigrid_learned import SampledPolicy, learned_recipe
 from offbench.generators.torch_threads import one_torch_thread
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout, for benchmarks.*

@@ -30,6 +30,7 @@ _GENERATOR_MODULES: list[str] = [
     "offbench.generators.metaworld",
     "offbench.generators.minigrid",
     "offbench.generators.minigrid_learned",
+    "offbench.generators.metaworld_learned",
     "offbench.generators.mujoco_local",
 ]
 

@@ -1,4 +1,4 @@
-"""`offbench generate minigrid-learned|mujoco-local`: data from RL agents trained on this machine (stable-baselines3,
+"""`offbench generate minigrid-learned|metaworld-learned|mujoco-local`: data from RL agents trained on this machine (stable-baselines3,
 the "learned" extra), written and registered as `offbench generate metaworld|minigrid` do. Options left out take the
 recipe's defaults, so the options of a built-in card (say `--suite MT3 --quality replay`) fill that card's dataset."""
 
@@ -15,8 +15,9 @@ from offbench.generators.multitask_cli import OUT_HELP, Generated, print_task_ta
 
 
 def add_commands(generate_app: typer.Typer) -> None:
-    """Register `offbench generate minigrid-learned` and `offbench generate mujoco-local`."""
+    """Register `offbench generate minigrid-learned`, `metaworld-learned` and `mujoco-local`."""
     generate_app.command("minigrid-learned")(generate_minigrid_learned)
+    generate_app.command("metaworld-learned")(generate_metaworld_learned)
     generate_app.command("mujoco-local")(generate_mujoco_local)
 
 
@@ -48,8 +49,6 @@ def generate_minigrid_learned(
 ) -> None:
     """MiniGrid multi-task data from a PPO agent per task, kept at checkpoints (medium, replay, expert). A task's
     finished training is kept under OFFBENCH_HOME and reused by the other qualities of the same run."""
-    if quality == "expert" and (target_success is not None or band is not None):
-        raise OffbenchError("--target-success and --band apply to medium and replay; expert trains all its timesteps")
     given = {
         "tasks": task_list(tasks) if tasks else None,
         "episodes_per_task": episodes,
@@ -59,32 +58,101 @@ def generate_minigrid_learned(
         "target_success": target_success,
         "band": list(band) if band else None,
     }
+    _generate_learned(
+        "minigrid-learned", f"MiniGrid {suite} {quality} from a PPO agent per task", suite, quality, given, seed, out, dataset_id, quiet
+    )
+
+
+def generate_metaworld_learned(
+    suite: str = typer.Option("MT10", help="MT10 | MT50 (Meta-World's task lists)."),
+    tasks: Optional[str] = typer.Option(None, help="Comma-separated Meta-World task names (default: the suite's)."),
+    quality: str = typer.Option(
+        "medium",
+        help="medium (the checkpoint nearest the target plays) | replay (the training episodes up to it) | expert (the final policy plays).",
+    ),
+    episodes: Optional[int] = typer.Option(None, help="Episodes the acting policy plays per task (medium, expert; default 1000)."),
+    timesteps: Optional[int] = typer.Option(None, help="The most SAC steps per task (default 300,000; all of them for expert)."),
+    checkpoint_every: Optional[int] = typer.Option(None, help="SAC steps between checkpoints (default 10,000)."),
+    eval_episodes: Optional[int] = typer.Option(None, help="Episodes that measure a checkpoint's success rate (default 10)."),
+    learning_starts: Optional[int] = typer.Option(None, help="Uniformly random actions before SAC learns (default 10,000)."),
+    max_episode_steps: Optional[int] = typer.Option(None, help="Steps per episode (default Meta-World's 500)."),
+    target_success: Optional[float] = typer.Option(
+        None, help="medium, replay: the success the acting checkpoint is nearest (default 0.5)."
+    ),
+    band: Optional[tuple[float, float]] = typer.Option(
+        None, help="medium, replay: LOW HIGH; training stops at the first checkpoint reaching LOW (default 0.4 0.6)."
+    ),
+    seed: int = typer.Option(0, help="Seeds SAC, the goals (metaworld.MT10(seed)) and every episode the data holds."),
+    out: Optional[Path] = typer.Option(None, help=OUT_HELP),
+    dataset_id: Optional[str] = typer.Option(None, "--id", help=ID_HELP),
+    quiet: bool = typer.Option(False, help="No progress bar."),
+) -> None:
+    """Meta-World multi-task data from a SAC agent per task, kept at checkpoints (medium, replay, expert). A task's
+    finished training is kept under OFFBENCH_HOME and reused by the other qualities of the same run."""
+    given = {
+        "tasks": task_list(tasks) if tasks else None,
+        "episodes_per_task": episodes,
+        "timesteps": timesteps,
+        "checkpoint_every": checkpoint_every,
+        "eval_episodes": eval_episodes,
+        "learning_starts": learning_starts,
+        "max_episode_steps": max_episode_steps,
+        "target_success": target_success,
+        "band": list(band) if band else None,
+    }
+    _generate_learned(
+        "metaworld-learned", f"Meta-World {suite} {quality} from a SAC agent per task", suite, quality, given, seed, out, dataset_id, quiet
+    )
+
+
+def _generate_learned(
+    generator: str,
+    description: str,
+    suite: str,
+    quality: str,
+    given: dict[str, Any],
+    seed: int,
+    out: Path | None,
+    dataset_id: str | None,
+    quiet: bool,
+) -> None:
+    """Write and register a learned multi-task generator's data (options left out take the recipe's defaults), then
+    print each task's acting checkpoint."""
+    if quality == "expert" and (given["target_success"] is not None or given["band"] is not None):
+        raise OffbenchError("--target-success and --band apply to medium and replay; expert trains all its timesteps")
     params = {"suite": suite, "quality": quality, **{key: value for key, value in given.items() if value is not None}}
-    canonical = _learned_params(params)
+
+    def canonical_params(params: dict[str, Any]) -> dict[str, Any]:
+        """A recipe's params with every default filled in (two recipes that make the same data compare equal)."""
+        from offbench.records import to_dict
+
+        return to_dict(learned_recipe(generator)(params, seed).params)
+
     made = write_generated(
-        "minigrid-learned",
+        generator,
         params,
         seed,
         out,
         dataset_id,
         quiet,
         new_card={
-            "id": hashed_id("minigrid-learned", [suite.lower(), quality], canonical, seed),
-            "description": f"MiniGrid {suite} {quality} from a PPO agent per task (offbench generate minigrid-learned), seed {seed}",
+            "id": hashed_id(generator, [suite.lower(), quality], canonical_params(params), seed),
+            "description": f"{description} (offbench generate {generator}), seed {seed}",
             "kind": "multi-task",
         },
         recorded=("env", "quality", "episodes_per_task", "behaviour", "behaviour_profiles", "checkpoints", "task_stats"),
-        same_params=_learned_params,
+        same_params=canonical_params,
     )
     print_task_table(made, lambda name: _checkpoint_columns(made.store.card["checkpoints"][name]))
 
 
-def _learned_params(params: dict[str, Any]) -> dict[str, Any]:
-    """A recipe's params with every default filled in (two recipes that make the same data compare equal)."""
-    from offbench.generators.minigrid_learned import LearnedParams
-    from offbench.records import from_dict, to_dict
-
-    return to_dict(from_dict(LearnedParams, params, "minigrid-learned recipe params"))
+def learned_recipe(generator: str):
+    """The generator's recipe function (params, seed) -> LearnedRecipe."""
+    if generator == "metaworld-learned":
+        from offbench.generators.metaworld_learned import learned_recipe
+    else:
+        from offbench.generators.minigrid_learned import learned_recipe
+    return learned_recipe
 
 
 def _checkpoint_columns(record: dict[str, Any]) -> dict[str, str]:

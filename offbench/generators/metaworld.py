@@ -67,20 +67,22 @@ class NoisyScriptedExpert:
 
 def metaworld_recipe(params: dict[str, Any], seed: int) -> Recipe:
     """The recipe a card's params describe: suite, tasks (default: all), quality, episodes per task, horizon."""
-    from offbench.envs.metaworld import MAX_PATH_LENGTH, suite_tasks
+    from offbench.envs.metaworld import MAX_PATH_LENGTH
 
     check_recipe_params("metaworld", params, ("max_episode_steps",))
-    suite = str(params.get("suite", "MT10"))
-    tasks = list(params.get("tasks") or suite_tasks(suite))
-    outside = sorted(set(tasks) - set(suite_tasks(suite)))
+    env = metaworld_env(str(params.get("suite", "MT10")), params.get("tasks"), seed, int(params.get("max_episode_steps", MAX_PATH_LENGTH)))
+    return recipe_from_params("metaworld", params, seed, env, NOISE, reset_columns=("goal_id",))
+
+
+def metaworld_env(suite: str, tasks: Sequence[str] | None, seed: int, max_episode_steps: int) -> dict[str, Any]:
+    """A Meta-World card's [env] table: the suite's tasks (or some of them), the goals of `metaworld.<suite>(seed)`."""
+    from offbench.envs.metaworld import suite_tasks
+
+    chosen = list(tasks or suite_tasks(suite))
+    outside = sorted(set(chosen) - set(suite_tasks(suite)))
     if outside:
         raise OffbenchError(f"task(s) {', '.join(outside)} are not in Meta-World {suite}")
-    env = {
-        "suite": "metaworld",
-        "id": suite,
-        "kwargs": {"seed": int(seed), "tasks": tasks, "max_episode_steps": int(params.get("max_episode_steps", MAX_PATH_LENGTH))},
-    }
-    return recipe_from_params("metaworld", params, seed, env, NOISE, reset_columns=("goal_id",))
+    return {"suite": "metaworld", "id": suite, "kwargs": {"seed": int(seed), "tasks": chosen, "max_episode_steps": int(max_episode_steps)}}
 
 
 @register_generator("metaworld")

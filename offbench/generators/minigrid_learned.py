@@ -1,62 +1,29 @@
 """MiniGrid MT3 / MT5 / MT7 offline data from learning agents: one PPO agent per task, kept at checkpoints.
 
-Published sub-optimal data (D4RL's medium and medium-replay, MTDiff's Meta-World sets) is the experience of
-worse *policies*: coherent trajectories a learning agent produced. The noisy planner of generator "minigrid"
-(a random action with probability 0.75 at each step) is not the behaviour of any policy; this generator's is.
+The noisy planner of generator "minigrid" (a random action with probability 0.75 at each step) is not the behaviour
+of any policy; this generator's is. What medium, replay and expert hold, the band, the run cache and the resume are
+`learned_tasks`'; this module is its PPO agent and its MiniGrid suites.
 
 Per task, stable-baselines3's PPO (`PPO_SETTINGS`, the same for every task, on one CPU thread) learns the task's
-environment from `offbench.envs.minigrid` (the egocentric view + direction, as generator "minigrid" collects it),
-seeded from the recipe's seed and the task's *name*, so a task trains alike in MT3 and MT7. Its training
-episodes reset to seeds of their own (`episode_seed(seed, task, TRAINING + 1 + k)`), apart from the evaluation
-episodes. Before training and every `checkpoint_every` steps the policy plays `eval_episodes` episodes (reset
-seeds `episode_seed(seed, task, e)`, e = 0, 1, ...; actions sampled from the policy, each episode from a stream
-seeded by its reset seed): their success rate is the checkpoint's. The recipe's `quality`:
-
-  medium   training stops at the first trained checkpoint that reaches the band's lower edge; of the trained
-           checkpoints so far, the one nearest `target_success` plays `episodes_per_task` episodes (reset seeds
-           e = 0, 1, ..., so its evaluation episodes are the first ones)
-  replay   the same run and checkpoint; the data is every training episode that ended by that checkpoint, in the
-           order they ended (D4RL's medium-replay): PPO's own sampled actions, from its first, untrained policy on
-  expert   training runs all its `timesteps`; the final policy plays `episodes_per_task` episodes
-
-The card records every task's checkpoints (steps, success) and which one acted; `task_stats` the data's own
-success. Resumable per task: each finished task is a shard in a work folder beside the output (as the
-multi-task collection's), and a rerun trains only the tasks without one. Same seed, same bytes.
-
-A finished task's run (its checkpoints' success and acting weights, and for medium and replay the training
-episodes) is kept under $OFFBENCH_HOME/work/minigrid-learned/runs/, keyed by what determines it (`run_key`: the
-task, the seed, PPO's settings, timesteps, checkpoint_every, eval_episodes and the stop), so a medium and a replay
-card of one suite, or of suites sharing a task, train it once; the next recipe only replays or collects. A task's
-run is looked up or trained under its lock (`work_lock`): a process that wants a run another one is training waits
-for it, then reuses it.
+environment from `offbench.envs.minigrid` (the egocentric view + direction, as generator "minigrid" collects it).
+Its policy is categorical: an episode's actions are drawn by inverse CDF from a stream seeded by its reset seed.
 """
 
 from __future__ import annotations
 
 import copy
-import hashlib
-import io
-import itertools
-import json
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Literal, Sequence
+from typing import Any, ClassVar, Sequence
 
-import gymnasium as gym
 import numpy as np
 
 from offbench.envs.minigrid import SUITES
-from offbench.envs.multitask import EnvPool, Lane, episode_seed, task_names
-from offbench.errors import OffbenchError, require
-from offbench.evaluation.lanes import run_lanes
+from offbench.envs.multitask import Lane
+from offbench.errors import require
 from offbench.generators import register_generator
-from offbench.generators.multitask import _claim_work_dir, _npz_bytes, task_stats
-from offbench.generators.torch_threads import one_torch_thread
-from offbench.generators.work_lock import work_lock
-from offbench.paths import work_dir
-from offbench.records import Invalid, from_dict, ranged, to_dict
-from offbench.utils import atomic_write_bytes, progress_bar
+from offbench.generators.learned_tasks import LearnedParams, LearnedRecipe, SampledLanes, generate_learned
+from offbench.records import from_dict, ranged
 
 N_ENVS = 8  # PPO's parallel training environments
 PPO_SETTINGS: dict[str, Any] = {
@@ -71,112 +38,25 @@ PPO_SETTINGS: dict[str, Any] = {
     "policy_kwargs": {"net_arch": [64, 64]},
 }
 ROLLOUT_STEPS = N_ENVS * PPO_SETTINGS["n_steps"]  # PPO learns in rollouts of this many steps
-TRAINING = 1 << 40  # episode indices from here on seed PPO and its training episodes, never an evaluation's
-ROUND = 64  # episodes played together, one batched policy call per step
 
 
 @dataclass(frozen=True)
-class LearnedParams:
+class MiniGridLearnedParams(LearnedParams):
     """A card's `[source.recipe.params]` for generator "minigrid-learned"."""
 
+    rollout_steps: ClassVar[int] = ROLLOUT_STEPS
+
     suite: str = ranged("MT7", choices=tuple(SUITES), doc="MOORE's task list: MT3, MT5 or MT7.")
-    tasks: list[str] | None = ranged(None, doc="Some of the suite's tasks (default: all of them).")
-    quality: Literal["medium", "replay", "expert"] = ranged("medium", doc="Which policy's data (module docstring).")
-    episodes_per_task: int | None = ranged(
-        None,
-        ge=1,
-        doc="medium, expert: episodes the chosen policy plays per task (1000 "
-        "when left out); replay has every training episode up to its checkpoint.",
-    )
     timesteps: int = ranged(1 << 21, ge=ROLLOUT_STEPS, doc="The most PPO steps per task (all of them for expert).")
     checkpoint_every: int = ranged(16384, ge=ROLLOUT_STEPS, doc=f"PPO steps between checkpoints, a multiple of {ROLLOUT_STEPS}.")
-    eval_episodes: int = ranged(50, ge=1, doc="Episodes that measure a checkpoint's success rate.")
-    target_success: float = ranged(0.5, ge=0, le=1, doc="medium, replay: the success rate the chosen checkpoint is nearest.")
-    band: tuple[float, float] = ranged(
-        (0.4, 0.6),
-        ge=0,
-        le=1,
-        doc="medium, replay: training stops at the first trained checkpoint reaching band[0]; the card states the band.",
-    )
-
-    def check(self) -> None:
-        if self.checkpoint_every % ROLLOUT_STEPS:
-            raise Invalid(f"'checkpoint_every' must be a multiple of PPO's rollout of {ROLLOUT_STEPS} steps, got {self.checkpoint_every}")
-        if self.timesteps % self.checkpoint_every:
-            raise Invalid(f"'timesteps' must be a multiple of checkpoint_every ({self.checkpoint_every}), got {self.timesteps}")
-        if not self.band[0] <= self.target_success <= self.band[1]:
-            raise Invalid(f"'band' must hold target_success {self.target_success}, got {list(self.band)}")
-        if self.quality == "replay" and self.episodes_per_task is not None:
-            raise Invalid("'episodes_per_task' does not apply to replay, whose episodes are the agent's training episodes")
 
 
-@dataclass(frozen=True)
-class LearnedRecipe:
-    """Everything that determines the data: the params, the seed, the [env] table they make."""
-
-    params: LearnedParams
-    seed: int
-    env: dict[str, Any]
-
-    @property
-    def names(self) -> list[str]:
-        return task_names(self.env)
-
-    @property
-    def episodes_per_task(self) -> int:
-        return self.params.episodes_per_task or 1000
-
-    def behaviour(self) -> dict[str, Any]:
-        """What acted, for the card (and the work folder's fingerprint: another library version is another recipe)."""
-        from importlib.metadata import version
-
-        p = self.params
-        record = {
-            "algorithm": "PPO",
-            "library": f"stable-baselines3 {version('stable-baselines3')}",
-            "n_envs": N_ENVS,
-            **PPO_SETTINGS,
-            "timesteps": p.timesteps,
-            "checkpoint_every": p.checkpoint_every,
-            "eval_episodes": p.eval_episodes,
-        }
-        if p.quality != "expert":
-            record.update(target_success=p.target_success, band=list(p.band))
-        return record
-
-    def fingerprint(self) -> str:
-        return json.dumps(
-            {"params": to_dict(self.params), "seed": self.seed, "env": self.env, "behaviour": self.behaviour()}, sort_keys=True
-        )
-
-
-def learned_recipe(params: dict[str, Any], seed: int) -> LearnedRecipe:
-    """The recipe a card's params describe; the [env] table is generator "minigrid"'s for the same suite and tasks."""
-    from offbench.generators.minigrid import minigrid_recipe
-
-    checked = from_dict(LearnedParams, params, "minigrid-learned recipe params")
-    suite = {"suite": checked.suite, **({"tasks": checked.tasks} if checked.tasks else {})}
-    return LearnedRecipe(checked, int(seed), minigrid_recipe(suite, seed).env)
-
-
-def choose_checkpoint(successes: Sequence[float], quality: str, target: float) -> int:
-    """The acting checkpoint: expert's last; otherwise, of the trained ones (all but the first, whose untrained
-    policy acts at random), the one nearest the target success, the earliest of a tie."""
-    if quality == "expert":
-        return len(successes) - 1
-    return min(range(1, len(successes)), key=lambda i: (abs(successes[i] - target), i))
-
-
-class SampledPolicy:
-    """A PPO policy's sampled actions (a batch `Policy`): each episode draws from a stream seeded by its reset seed,
-    so what it plays does not depend on the rows' random draws around it."""
+class SampledPolicy(SampledLanes):
+    """A PPO policy's sampled actions: each episode's drawn by inverse CDF from its own stream."""
 
     def __init__(self, network, lanes: Sequence[Lane]):
+        super().__init__(lanes)
         self.network = network
-        self.rngs = [np.random.default_rng([lane.seed, 2]) for lane in lanes]
-
-    def reset(self, num_envs: int) -> None:
-        pass
 
     def act(self, observations: np.ndarray) -> np.ndarray:
         import torch
@@ -187,386 +67,42 @@ class SampledPolicy:
         draws = np.array([rng.random() for rng in self.rngs]) * cumulative[:, -1]
         return (draws[:, None] >= cumulative).sum(axis=1).astype(np.int64)
 
-    def observe(self, rewards: np.ndarray, dones: np.ndarray) -> None:
-        pass
 
-    def drop(self, keep: np.ndarray) -> None:
-        self.rngs = [rng for rng, kept in zip(self.rngs, keep) if kept]
+class PPOLearner:
+    """stable-baselines3's PPO with `PPO_SETTINGS` on `N_ENVS` environments; the whole policy acts."""
 
+    algorithm = "PPO"
+    n_envs = N_ENVS
+    rollout_steps = ROLLOUT_STEPS
+    action_dtype = np.int64
+    settings = PPO_SETTINGS
 
-class TrainingEpisodes(gym.Wrapper):
-    """One of PPO's training environments: each reset takes the next seed of its own sequence (the seed
-    stable-baselines3 passes is ignored, so every training layout is known) and, when recording, every finished
-    episode is kept with the environment step it ended at."""
-
-    def __init__(self, env: gym.Env, seeds: Iterator[int], record: bool):
-        super().__init__(env)
-        self.seeds, self.record = seeds, record
-        self.steps = 0
-        self.finished: list[tuple[int, dict[str, Any]]] = []
-        self.episode: dict[str, Any] = {}
-
-    def reset(self, *, seed=None, options=None):
-        reset_seed = next(self.seeds)
-        obs, info = self.env.reset(seed=reset_seed, options=options)
-        if self.record:
-            self.episode = {
-                "seed": reset_seed,
-                "observations": [obs],
-                "actions": [],
-                "rewards": [],
-                "terminations": [],
-                "truncations": [],
-                "step_success": [],
-            }
-        return obs, info
-
-    def step(self, action):
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        self.steps += 1
-        if self.record:
-            for key, value in (
-                ("observations", obs),
-                ("actions", int(action)),
-                ("rewards", reward),
-                ("terminations", terminated),
-                ("truncations", truncated),
-                ("step_success", bool(info.get("success", False))),
-            ):
-                self.episode[key].append(value)
-            if terminated or truncated:
-                self.finished.append((self.steps, self.episode))
-        return obs, reward, terminated, truncated, info
-
-
-@dataclass(frozen=True)
-class Checkpoint:
-    timesteps: int
-    success: float
-    weights: dict[str, Any]  # the policy's state_dict at that point
-
-
-class TaskAgent:
-    """PPO on one task: its checkpoints as it trains, the episodes a checkpoint plays, the training episodes."""
-
-    def __init__(self, recipe: LearnedRecipe, task_id: int, record: bool):
+    def model(self, vec_env, seed: int):
         from stable_baselines3 import PPO
-        from stable_baselines3.common.vec_env import DummyVecEnv
 
-        from offbench.envs.factory import make_env
+        return PPO("MlpPolicy", vec_env, seed=seed, device="cpu", verbose=0, **copy.deepcopy(PPO_SETTINGS))
 
-        self.recipe, self.task_id, self.name = recipe, task_id, recipe.names[task_id]
-        seed, name = recipe.seed, self.name
-        self.envs = [
-            TrainingEpisodes(
-                make_env(recipe.env, task_id), (episode_seed(seed, name, TRAINING + 1 + j + N_ENVS * k) for k in itertools.count()), record
-            )
-            for j in range(N_ENVS)
-        ]
-        self.vec_env = DummyVecEnv([lambda env=env: env for env in self.envs])
-        self.model = PPO(
-            "MlpPolicy",
-            self.vec_env,
-            seed=episode_seed(seed, name, TRAINING) % 2**32,
-            device="cpu",
-            verbose=0,
-            **copy.deepcopy(PPO_SETTINGS),
-        )
-        self.pool = EnvPool(recipe.env)
+    def acting_weights(self, model) -> dict[str, Any]:
+        return copy.deepcopy(model.policy.state_dict())
 
-    def checkpoints(self) -> Iterator[Checkpoint]:
-        """The untrained policy's checkpoint, then one every `checkpoint_every` steps up to `timesteps`."""
-        params = self.recipe.params
-        lanes = self.lanes(params.eval_episodes)
-        while True:
-            results = self.play(lanes, record=False)
-            success = float(np.mean([result["success"] for result in results]))
-            yield Checkpoint(self.model.num_timesteps, success, copy.deepcopy(self.model.policy.state_dict()))
-            if self.model.num_timesteps >= params.timesteps:
-                return
-            self.model.learn(params.checkpoint_every, reset_num_timesteps=False)
+    def load_acting_weights(self, model, weights: dict[str, Any]) -> None:
+        model.policy.load_state_dict(weights)
 
-    def play(self, lanes: Sequence[Lane], record: bool, weights: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-        """Episodes of the current policy (or of `weights`), sampled, as `run_lanes` returns them."""
-        if weights is not None:
-            self.model.policy.load_state_dict(weights)
-        return run_lanes(self.pool, lanes, lambda round_lanes, envs: SampledPolicy(self.model.policy, round_lanes), ROUND, record)
-
-    def ended_episodes(self) -> list[tuple[int, dict[str, Any]]]:
-        """Every recorded training episode, in the order they ended, with the run's timesteps when it ended."""
-        ended = sorted((step, j, episode) for j, env in enumerate(self.envs) for step, episode in env.finished)
-        return [(step * N_ENVS, episode) for step, _, episode in ended]
-
-    def lanes(self, episodes: int) -> list[Lane]:
-        return [Lane(self.task_id, e, episode_seed(self.recipe.seed, self.name, e)) for e in range(episodes)]
-
-    def close(self) -> None:
-        self.vec_env.close()
-        self.pool.close()
+    def sampled_policy(self, model, lanes: Sequence[Lane]) -> SampledPolicy:
+        return SampledPolicy(model.policy, lanes)
 
 
-def train(agent: TaskAgent, advance: Callable[..., None]) -> list[Checkpoint]:
-    """Train until the recipe's stop: the first trained checkpoint reaching the band's lower edge (medium, replay)
-    or `timesteps` (expert). `advance(steps, success=...)` hears of each checkpoint."""
-    params = agent.recipe.params
-    checkpoints: list[Checkpoint] = []
-    for checkpoint in agent.checkpoints():
-        checkpoints.append(checkpoint)
-        advance(params.checkpoint_every if checkpoint.timesteps else 0, success=f"{agent.name} {checkpoint.success:.2f}")
-        if params.quality != "expert" and checkpoint.timesteps and checkpoint.success >= params.band[0]:
-            break
-    return checkpoints
+def learned_recipe(params: dict[str, Any], seed: int) -> LearnedRecipe:
+    """The recipe a card's params describe; the [env] table is generator "minigrid"'s for the same suite and tasks."""
+    from offbench.generators.minigrid import minigrid_recipe
 
-
-def stops_at_band(params: LearnedParams) -> bool:
-    """medium and replay stop training at the band; expert trains all its timesteps."""
-    return params.quality != "expert"
-
-
-@dataclass(frozen=True)
-class TaskRun:
-    """One task's finished PPO run, all that medium and replay data are made from: every checkpoint's steps and
-    success, the weights of the checkpoints that may act, and (runs stopped at the band) every training episode that
-    ended by the last checkpoint, as `episode_arrays` columns (task 0) with the timesteps at which each ended."""
-
-    timesteps: np.ndarray
-    success: np.ndarray
-    weights: dict[int, dict[str, Any]]
-    training: dict[str, np.ndarray] | None
-
-    def training_episodes(self, timesteps: int, task_id: int) -> dict[str, np.ndarray] | None:
-        """The training episodes that ended within the first `timesteps` steps as the task's columns; None if none did."""
-        if self.training is None:
-            return None
-        count = int(np.searchsorted(self.training["ended_at"], timesteps, side="right"))
-        if count == 0:
-            return None
-        rows = int(self.training["lengths"][:count].sum())
-        per_episode = ("final_observations", "lengths")
-        columns = {key: self.training[key][:count] if key in per_episode else self.training[key][:rows] for key in EPISODE_KEYS}
-        return {**columns, "task_id": np.full(rows, task_id, dtype=np.int64)}
-
-    def to_bytes(self) -> bytes:
-        arrays = {"checkpoint_timesteps": self.timesteps, "checkpoint_success": self.success}
-        for index, state in self.weights.items():
-            arrays.update({f"weights/{index}/{name}": tensor.numpy() for name, tensor in state.items()})
-        arrays.update({f"training/{key}": values for key, values in (self.training or {}).items()})
-        return _npz_bytes(arrays)
-
-    @classmethod
-    def from_bytes(cls, data: bytes) -> TaskRun:
-        import torch
-
-        with np.load(io.BytesIO(data), allow_pickle=False) as saved:
-            arrays = {key: saved[key] for key in saved.files}
-        weights: dict[int, dict[str, Any]] = {}
-        training: dict[str, np.ndarray] = {}
-        for key, values in arrays.items():
-            if key.startswith("weights/"):
-                _, index, name = key.split("/", 2)
-                weights.setdefault(int(index), {})[name] = torch.from_numpy(values)
-            elif key.startswith("training/"):
-                training[key.removeprefix("training/")] = values
-        return cls(arrays["checkpoint_timesteps"], arrays["checkpoint_success"], weights, training or None)
-
-
-def run_key(recipe: LearnedRecipe, task_id: int) -> dict[str, Any]:
-    """What a task's run depends on (torch's version too: its kernels train it): not the suite or the task's place in
-    it, nor what is made of the run."""
-    import torch
-
-    params = recipe.params
-    behaviour = {key: value for key, value in recipe.behaviour().items() if key not in ("target_success", "band")}
-    return {
-        "task": recipe.names[task_id],
-        "seed": recipe.seed,
-        "env": {"suite": recipe.env["suite"], "kwargs": {k: v for k, v in recipe.env["kwargs"].items() if k != "tasks"}},
-        **behaviour,
-        "torch": torch.__version__,
-        "stop_at": list(params.band) if stops_at_band(params) else "timesteps",
-    }
-
-
-def run_path(recipe: LearnedRecipe, task_id: int) -> Path:
-    """The task's run in the cache: $OFFBENCH_HOME/work/minigrid-learned/runs/<task>-s<seed>-<hash of run_key>.npz."""
-    key = hashlib.sha256(json.dumps(run_key(recipe, task_id), sort_keys=True).encode()).hexdigest()[:16]
-    return work_dir("minigrid-learned") / "runs" / f"{recipe.names[task_id]}-s{recipe.seed}-{key}.npz"
-
-
-def task_run(recipe: LearnedRecipe, task_id: int, advance: Callable[..., None]) -> TaskRun:
-    """The task's run from the cache, else trained and cached (written by one rename: a cache file is whole). Under
-    the run's work lock: a process asking for a run another one is training waits for it, then reuses it."""
-    params, path = recipe.params, run_path(recipe, task_id)
-    with work_lock(path):
-        if path.is_file():  # looked for only once the lock is held: the holder may have just written it
-            advance(params.timesteps, success=f"{recipe.names[task_id]} trained before")
-            return TaskRun.from_bytes(path.read_bytes())
-        run = trained_run(recipe, task_id, advance)
-        atomic_write_bytes(path, run.to_bytes())
-    return run
-
-
-def trained_run(recipe: LearnedRecipe, task_id: int, advance: Callable[..., None]) -> TaskRun:
-    """The task's PPO run, trained from scratch up to the recipe's stop."""
-    params = recipe.params
-    band = stops_at_band(params)
-    agent = TaskAgent(recipe, task_id, record=band)
-    try:
-        checkpoints = train(agent, advance)
-        ended = [(step, episode) for step, episode in agent.ended_episodes() if step <= checkpoints[-1].timesteps]
-    finally:
-        agent.close()
-    advance(params.timesteps - checkpoints[-1].timesteps)  # the steps the stop spared
-    may_act = range(1, len(checkpoints)) if band else [len(checkpoints) - 1]  # choose_checkpoint's candidates
-    training = None
-    if ended:
-        training = {
-            **episode_arrays([episode for _, episode in ended], 0),
-            "ended_at": np.array([step for step, _ in ended], dtype=np.int64),
-        }
-    return TaskRun(
-        timesteps=np.array([c.timesteps for c in checkpoints], dtype=np.int64),
-        success=np.array([c.success for c in checkpoints], dtype=np.float64),
-        weights={index: checkpoints[index].weights for index in may_act},
-        training=training,
-    )
-
-
-def learn_task(recipe: LearnedRecipe, task_id: int, advance: Callable[..., None]) -> dict[str, np.ndarray]:
-    """The task's run (trained, or reused from the cache), its acting checkpoint, and the task's shard: its episodes
-    and checkpoints."""
-    params, name = recipe.params, recipe.names[task_id]
-    run = task_run(recipe, task_id, advance)
-    chosen = choose_checkpoint(run.success.tolist(), params.quality, params.target_success)
-    if params.quality == "replay":
-        episodes = run.training_episodes(int(run.timesteps[chosen]), task_id)
-        if episodes is None:
-            raise OffbenchError(
-                f"{name}: no training episode ended by the acting checkpoint, at {run.timesteps[chosen]} steps; "
-                "raise the band or checkpoint_every"
-            )
-    else:
-        agent = TaskAgent(recipe, task_id, record=False)
-        try:
-            lanes = agent.lanes(recipe.episodes_per_task)
-            results = agent.play(lanes, record=True, weights=run.weights[chosen])
-        finally:
-            agent.close()
-        episodes = episode_arrays([{**result, "seed": lane.seed} for result, lane in zip(results, lanes)], task_id)
-    return {
-        **episodes,
-        "checkpoint_timesteps": run.timesteps,
-        "checkpoint_success": run.success,
-        "checkpoint_acting": np.array(chosen, dtype=np.int64),
-    }
-
-
-EPISODE_KEYS = (
-    "observations",
-    "final_observations",
-    "actions",
-    "rewards",
-    "terminations",
-    "truncations",
-    "lengths",
-    "task_id",
-    "episode_seed",
-    "behaviour",
-    "infos/success",
-)
-
-
-def episode_arrays(episodes: list[dict[str, Any]], task_id: int) -> dict[str, np.ndarray]:
-    """Recorded episodes (observations with T + 1 rows, actions, rewards, terminations, truncations, step_success,
-    seed) as the flat arrays of a dataset, with the multi-task columns."""
-    lengths = np.array([len(episode["actions"]) for episode in episodes], dtype=np.int64)
-    return {
-        "observations": np.concatenate([np.stack(episode["observations"][:-1]) for episode in episodes]),
-        "final_observations": np.stack([episode["observations"][-1] for episode in episodes]),
-        "actions": np.concatenate([np.asarray(episode["actions"], dtype=np.int64) for episode in episodes]),
-        "rewards": np.concatenate([np.asarray(episode["rewards"], dtype=np.float32) for episode in episodes]),
-        "terminations": np.concatenate([np.asarray(episode["terminations"], dtype=bool) for episode in episodes]),
-        "truncations": np.concatenate([np.asarray(episode["truncations"], dtype=bool) for episode in episodes]),
-        "lengths": lengths,
-        "task_id": np.full(lengths.sum(), task_id, dtype=np.int64),
-        "episode_seed": np.repeat([episode["seed"] for episode in episodes], lengths).astype(np.int64),
-        "behaviour": np.zeros(lengths.sum(), dtype=np.int8),  # one behaviour: behaviour_profiles is [quality]
-        "infos/success": np.concatenate([np.asarray(episode["step_success"], dtype=bool) for episode in episodes]),
-    }
-
-
-def in_band(params: LearnedParams, success: float) -> dict[str, bool]:
-    """medium, replay: whether the acting checkpoint's success lies in the band (the card says so per task)."""
-    return {"in_band": params.band[0] <= success <= params.band[1]} if stops_at_band(params) else {}
-
-
-def shard_path(work: Path, task_id: int) -> Path:
-    return work / f"task{task_id:03d}.npz"
-
-
-def merge(recipe: LearnedRecipe, work: Path):
-    """One EpisodeStore from every task's shard, in task order, with the card's record of how it was made."""
-    from offbench.data.store import EpisodeStore
-    from offbench.envs.factory import make_env
-
-    shards = []
-    for task_id in range(len(recipe.names)):
-        with np.load(shard_path(work, task_id), allow_pickle=False) as shard:
-            shards.append({key: shard[key] for key in shard.files})
-    arrays = {key: np.concatenate([shard[key] for shard in shards]) for key in EPISODE_KEYS}
-    probe = make_env(recipe.env, 0)
-    store = EpisodeStore.from_arrays(
-        arrays, arrays.pop("lengths"), observation_space=probe.observation_space, action_space=probe.action_space
-    )
-    probe.close()
-    params = recipe.params
-    checkpoints = {
-        name: {
-            "timesteps": shard["checkpoint_timesteps"].tolist(),
-            "success": shard["checkpoint_success"].tolist(),
-            "acting": int(shard["checkpoint_acting"]),
-            **in_band(params, float(shard["checkpoint_success"][shard["checkpoint_acting"]])),
-        }
-        for name, shard in zip(recipe.names, shards)
-    }
-    card = {
-        "kind": "multi-task",
-        "source": {"recipe": {"generator": "minigrid-learned", "seed": recipe.seed}},
-        "env": recipe.env,
-        "quality": params.quality,
-        **({} if params.quality == "replay" else {"episodes_per_task": recipe.episodes_per_task}),
-        "behaviour": recipe.behaviour(),
-        "behaviour_profiles": [params.quality],
-        "checkpoints": checkpoints,
-        "task_stats": task_stats(store, recipe.names),
-    }
-    store.card = json.loads(json.dumps(card))
-    return store
+    checked = from_dict(MiniGridLearnedParams, params, "minigrid-learned recipe params")
+    suite = {"suite": checked.suite, **({"tasks": checked.tasks} if checked.tasks else {})}
+    return LearnedRecipe("minigrid-learned", PPOLearner(), checked, int(seed), minigrid_recipe(suite, seed).env)
 
 
 @register_generator("minigrid-learned")
 def generate_minigrid_learned(params: dict[str, Any], seed: int, out: Path, quiet: bool = False) -> Path:
     """Train a PPO agent per task (resuming at the first task without a shard) and write its data into `out`."""
     require("stable_baselines3", "learned")
-    recipe = learned_recipe(params, seed)
-    out = Path(out)
-    work = out.parent / f"{out.name}.work"
-    _claim_work_dir(work, recipe)
-    todo = [task_id for task_id in range(len(recipe.names)) if not shard_path(work, task_id).is_file()]
-    steps = recipe.params.timesteps
-    with (
-        progress_bar(
-            quiet,
-            f"minigrid-learned {recipe.env['id']} {recipe.params.quality}",
-            steps * len(recipe.names),
-            unit="PPO steps",
-            completed=steps * (len(recipe.names) - len(todo)),
-            fields=("success",),
-        ) as advance,
-        one_torch_thread(),
-    ):
-        for task_id in todo:
-            atomic_write_bytes(shard_path(work, task_id), _npz_bytes(learn_task(recipe, task_id, advance)))
-    merge(recipe, work).save(out)
-    shutil.rmtree(work)
-    return out
+    return generate_learned(learned_recipe(params, seed), out, quiet)

@@ -1,13 +1,17 @@
-"""What does the learned-agent MiniGrid data (generator "minigrid-learned") cost per task: PPO steps per CPU-second
-on one core, and the steps and CPU-seconds until a checkpoint reaches the medium band? Trains each task as the
-recipes do, stopping at the band or at a step budget, and times it.
+"""What does learned-agent multi-task data (generators "minigrid-learned" and "metaworld-learned") cost per task:
+training steps per CPU-second on one core (PPO on MiniGrid, SAC on Meta-World), and the steps and CPU-seconds until
+a checkpoint reaches the medium band? Trains each task as the recipes do, stopping at the band or at a step budget,
+and times it.
 
-    .venv/bin/python benchmarks/studies/minigrid_learned_data.py --budget 196608 --checkpoint-every 16384
+    .venv/bin/python benchmarks/studies/learned_data_cost.py --budget 196608 --checkpoint-every 16384
+    .venv/bin/python benchmarks/studies/learned_data_cost.py --generator metaworld-learned --tasks reach-v3,push-v3 \
+        --budget 60000 --checkpoint-every 10000 --eval-episodes 10 --episodes 100
 
-Answer: benchmarks/studies/minigrid-learned-data.md.
+Answer: benchmarks/studies/minigrid-learned-data.md (MiniGrid) and benchmarks/studies/metaworld-learned-data.md
+(Meta-World).
 
 Times are CPU-seconds of this one-threaded process (`time.process_time`), so a loaded machine slows the wall
-clock but not the figures much. Per task: training rate (PPO steps per CPU-second, learning included), the
+clock but not the figures much. Per task: training rate (steps per CPU-second, learning included), the
 evaluation cost per checkpoint, the checkpoints' success, the steps and CPU-seconds to the first checkpoint at
 or above the band's lower edge, and the mean evaluation episode length there, from which the cost of playing the
 medium data's episodes is estimated.
@@ -21,8 +25,7 @@ from pathlib import Path
 
 import typer
 
-from offbench.envs.minigrid import suite_tasks
-from offbench.generators.minigrid_learned import TaskAgent, learned_recipe, train
+from offbench.generators.learned_tasks import LearnedRecipe, TaskAgent, train
 from offbench.generators.torch_threads import one_torch_thread
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout, for benchmarks.*
@@ -31,12 +34,36 @@ from benchmarks.common import cli_help, print_table  # noqa: E402
 app = typer.Typer(add_completion=False)
 
 
+def recipe_for(generator: str, name: str, params: dict) -> LearnedRecipe:
+    """The generator's recipe for one task of its default suite (MiniGrid MT7, Meta-World MT10)."""
+    if generator == "minigrid-learned":
+        from offbench.generators.minigrid_learned import learned_recipe
+
+        return learned_recipe({"suite": "MT7", "tasks": [name], **params}, 0)
+    if generator == "metaworld-learned":
+        from offbench.generators.metaworld_learned import learned_recipe
+
+        return learned_recipe({"suite": "MT10", "tasks": [name], **params}, 0)
+    raise typer.BadParameter(f"unknown generator {generator!r}: minigrid-learned or metaworld-learned")
+
+
+def default_tasks(generator: str) -> list[str]:
+    if generator == "metaworld-learned":
+        from offbench.envs.metaworld import suite_tasks
+
+        return suite_tasks("MT10")
+    from offbench.envs.minigrid import suite_tasks
+
+    return suite_tasks("MT7")
+
+
 class Clock:
     """CPU-seconds spent in the methods it wraps, and the evaluation steps played."""
 
     def __init__(self, agent: TaskAgent):
         self.train = self.play = 0.0
         self.played_steps = 0
+        self.last_mean_length = 0.0
         learn, play = agent.model.learn, agent.play
 
         def timed_learn(*args, **kwargs):
@@ -59,18 +86,17 @@ class Clock:
 
 @app.command()
 def main(
-    tasks: str = typer.Option(",".join(suite_tasks("MT7")), help="Comma-separated MiniGrid task ids (default: MT7's)."),
-    budget: int = typer.Option(196608, help="The most PPO steps per task."),
-    checkpoint_every: int = typer.Option(16384, help="PPO steps between checkpoints."),
+    generator: str = typer.Option("minigrid-learned", help="minigrid-learned (PPO) | metaworld-learned (SAC)."),
+    tasks: str = typer.Option("", help="Comma-separated task ids (default: MiniGrid MT7's or Meta-World MT10's)."),
+    budget: int = typer.Option(196608, help="The most training steps per task."),
+    checkpoint_every: int = typer.Option(16384, help="Training steps between checkpoints."),
     eval_episodes: int = typer.Option(50, help="Episodes per checkpoint evaluation."),
     band_low: float = typer.Option(0.4, help="Stop at the first checkpoint with at least this success."),
     episodes: int = typer.Option(1000, help="Episodes per task of the medium data, for its estimated playing cost."),
 ) -> None:
     rows = []
-    for name in tasks.split(","):
+    for name in tasks.split(",") if tasks else default_tasks(generator):
         params = {
-            "suite": "MT7",
-            "tasks": [name],
             "quality": "medium",
             "timesteps": budget,
             "checkpoint_every": checkpoint_every,
@@ -79,7 +105,7 @@ def main(
             "target_success": band_low,
         }
         with one_torch_thread():  # as the generator: the initial weights' float bits depend on torch's threads
-            agent = TaskAgent(learned_recipe(params, 0), 0, record=False)
+            agent = TaskAgent(recipe_for(generator, name, params), 0, record=False)
             clock = Clock(agent)
             checkpoints = train(agent, lambda steps, **values: None)
         agent.close()
@@ -89,7 +115,7 @@ def main(
         rows.append(
             {
                 "task": name,
-                "PPO steps / CPU-s": f"{steps / clock.train:.0f}" if steps else "-",
+                f"{agent.learner.algorithm} steps / CPU-s": f"{steps / clock.train:.0f}" if steps else "-",
                 "eval CPU-s / checkpoint": f"{clock.play / len(checkpoints):.1f}",
                 "success at checkpoints": " ".join(f"{c.success:.2f}" for c in checkpoints),
                 "steps to band": f"{steps:,}" if reached else f"> {steps:,}",
@@ -100,7 +126,7 @@ def main(
         print(rows[-1], flush=True)  # a long study shows each task as it ends
     print_table(
         rows,
-        f"minigrid-learned: one core per task, checkpoints every {checkpoint_every:,} steps, "
+        f"{generator}: one core per task, checkpoints every {checkpoint_every:,} steps, "
         f"{eval_episodes} evaluation episodes, band from {band_low}",
     )
 
