@@ -23,29 +23,33 @@ def add_commands(generate_app: typer.Typer) -> None:
 
 ID_HELP = "Dataset id (default: derived from the options)."
 SET_HELP = "Another recipe parameter NAME=VALUE, repeatable (e.g. batch_size=64; the module docstring lists them)."
+# The options both learned multi-task generators take alike (typer reads an option's declaration, so one serves both)
+QUALITY = typer.Option(
+    "medium",
+    help="medium (the checkpoint nearest the target plays) | replay (the training episodes up to it) | expert (the final policy plays).",
+)
+EPISODES = typer.Option(None, help="Episodes the acting policy plays per task (medium, expert; default 1000).")
+TARGET_SUCCESS = typer.Option(None, help="medium, replay: the success the acting checkpoint is nearest (default 0.5).")
+BAND = typer.Option(None, help="medium, replay: LOW HIGH; training stops at the first checkpoint reaching LOW (default 0.4 0.6).")
+LEARNED_OUT = typer.Option(None, help=OUT_HELP)
+LEARNED_ID = typer.Option(None, "--id", help=ID_HELP)
+LEARNED_QUIET = typer.Option(False, help="No progress bar.")
 
 
 def generate_minigrid_learned(
     suite: str = typer.Option("MT7", help="MT3 | MT5 | MT7 (MOORE's task lists)."),
     tasks: Optional[str] = typer.Option(None, help="Comma-separated MiniGrid ids (default: the suite's)."),
-    quality: str = typer.Option(
-        "medium",
-        help="medium (the checkpoint nearest the target plays) | replay (the training episodes up to it) | expert (the final policy plays).",
-    ),
-    episodes: Optional[int] = typer.Option(None, help="Episodes the acting policy plays per task (medium, expert; default 1000)."),
+    quality: str = QUALITY,
+    episodes: Optional[int] = EPISODES,
     timesteps: Optional[int] = typer.Option(None, help="The most PPO steps per task (default 2,097,152; all of them for expert)."),
     checkpoint_every: Optional[int] = typer.Option(None, help="PPO steps between checkpoints, a multiple of 1024 (default 16,384)."),
     eval_episodes: Optional[int] = typer.Option(None, help="Episodes that measure a checkpoint's success rate (default 50)."),
-    target_success: Optional[float] = typer.Option(
-        None, help="medium, replay: the success the acting checkpoint is nearest (default 0.5)."
-    ),
-    band: Optional[tuple[float, float]] = typer.Option(
-        None, help="medium, replay: LOW HIGH; training stops at the first checkpoint reaching LOW (default 0.4 0.6)."
-    ),
+    target_success: Optional[float] = TARGET_SUCCESS,
+    band: Optional[tuple[float, float]] = BAND,
     seed: int = typer.Option(0, help="Seeds PPO, its training layouts and every episode the data holds."),
-    out: Optional[Path] = typer.Option(None, help=OUT_HELP),
-    dataset_id: Optional[str] = typer.Option(None, "--id", help=ID_HELP),
-    quiet: bool = typer.Option(False, help="No progress bar."),
+    out: Optional[Path] = LEARNED_OUT,
+    dataset_id: Optional[str] = LEARNED_ID,
+    quiet: bool = LEARNED_QUIET,
 ) -> None:
     """MiniGrid multi-task data from a PPO agent per task, kept at checkpoints (medium, replay, expert). A task's
     finished training is kept under OFFBENCH_HOME and reused by the other qualities of the same run."""
@@ -55,8 +59,7 @@ def generate_minigrid_learned(
         "timesteps": timesteps,
         "checkpoint_every": checkpoint_every,
         "eval_episodes": eval_episodes,
-        "target_success": target_success,
-        "band": list(band) if band else None,
+        **_band(target_success, band),
     }
     _generate_learned(
         "minigrid-learned", f"MiniGrid {suite} {quality} from a PPO agent per task", suite, quality, given, seed, out, dataset_id, quiet
@@ -66,26 +69,19 @@ def generate_minigrid_learned(
 def generate_metaworld_learned(
     suite: str = typer.Option("MT10", help="MT10 | MT50 (Meta-World's task lists)."),
     tasks: Optional[str] = typer.Option(None, help="Comma-separated Meta-World task names (default: the suite's)."),
-    quality: str = typer.Option(
-        "medium",
-        help="medium (the checkpoint nearest the target plays) | replay (the training episodes up to it) | expert (the final policy plays).",
-    ),
-    episodes: Optional[int] = typer.Option(None, help="Episodes the acting policy plays per task (medium, expert; default 1000)."),
+    quality: str = QUALITY,
+    episodes: Optional[int] = EPISODES,
     timesteps: Optional[int] = typer.Option(None, help="The most SAC steps per task (default 300,000; all of them for expert)."),
     checkpoint_every: Optional[int] = typer.Option(None, help="SAC steps between checkpoints (default 10,000)."),
     eval_episodes: Optional[int] = typer.Option(None, help="Episodes that measure a checkpoint's success rate (default 10)."),
     learning_starts: Optional[int] = typer.Option(None, help="Uniformly random actions before SAC learns (default 10,000)."),
     max_episode_steps: Optional[int] = typer.Option(None, help="Steps per episode (default Meta-World's 500)."),
-    target_success: Optional[float] = typer.Option(
-        None, help="medium, replay: the success the acting checkpoint is nearest (default 0.5)."
-    ),
-    band: Optional[tuple[float, float]] = typer.Option(
-        None, help="medium, replay: LOW HIGH; training stops at the first checkpoint reaching LOW (default 0.4 0.6)."
-    ),
+    target_success: Optional[float] = TARGET_SUCCESS,
+    band: Optional[tuple[float, float]] = BAND,
     seed: int = typer.Option(0, help="Seeds SAC, the goals (metaworld.MT10(seed)) and every episode the data holds."),
-    out: Optional[Path] = typer.Option(None, help=OUT_HELP),
-    dataset_id: Optional[str] = typer.Option(None, "--id", help=ID_HELP),
-    quiet: bool = typer.Option(False, help="No progress bar."),
+    out: Optional[Path] = LEARNED_OUT,
+    dataset_id: Optional[str] = LEARNED_ID,
+    quiet: bool = LEARNED_QUIET,
 ) -> None:
     """Meta-World multi-task data from a SAC agent per task, kept at checkpoints (medium, replay, expert). A task's
     finished training is kept under OFFBENCH_HOME and reused by the other qualities of the same run."""
@@ -97,12 +93,15 @@ def generate_metaworld_learned(
         "eval_episodes": eval_episodes,
         "learning_starts": learning_starts,
         "max_episode_steps": max_episode_steps,
-        "target_success": target_success,
-        "band": list(band) if band else None,
+        **_band(target_success, band),
     }
     _generate_learned(
         "metaworld-learned", f"Meta-World {suite} {quality} from a SAC agent per task", suite, quality, given, seed, out, dataset_id, quiet
     )
+
+
+def _band(target_success: float | None, band: tuple[float, float] | None) -> dict[str, Any]:
+    return {"target_success": target_success, "band": list(band) if band else None}
 
 
 def _generate_learned(
