@@ -23,12 +23,12 @@ require_extra("stable_baselines3", "learned")
 from offbench.generators import learned_tasks, metaworld_learned  # noqa: E402  (needs the extras above)
 
 REACH = "reach-v3"
-# Seconds: one task, 50-step episodes, 200 random steps then 400 SAC updates, two trained checkpoints.
+# Seconds: one task, 50-step episodes, 200 random steps then 100 SAC updates, two trained checkpoints.
 QUICK = {
     "suite": "MT10",
     "tasks": [REACH],
-    "timesteps": 600,
-    "checkpoint_every": 300,
+    "timesteps": 300,
+    "checkpoint_every": 150,
     "learning_starts": 200,
     "max_episode_steps": 50,
     "eval_episodes": 2,
@@ -59,7 +59,7 @@ def medium(made):
 def test_medium_data_is_the_acting_actors_sampled_actions(made):
     medium, run = made
     record = medium.card["checkpoints"][REACH]
-    assert record["timesteps"] == [0, 300, 600] and record["acting"] in (1, 2)
+    assert record["timesteps"] == [0, 150, 300] and record["acting"] in (1, 2)
     assert medium.card["behaviour"]["algorithm"] == "SAC" and medium.card["behaviour"]["learning_starts"] == 200
     assert medium.actions.dtype == np.float32 and medium.actions.shape == (150, 4)
     seeds = np.asarray(medium.columns["episode_seed"])[medium.episode_starts[:-1]]
