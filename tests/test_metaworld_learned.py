@@ -12,7 +12,7 @@ from helpers import require_extra
 
 from offbench.data.store import load_native
 from offbench.envs.factory import make_env
-from offbench.envs.multitask import Lane, episode_seed
+from offbench.envs.multitask import episode_seed
 from offbench.errors import OffbenchError
 from offbench.generators import get_generator
 from offbench.generators.torch_threads import one_torch_thread
@@ -64,16 +64,21 @@ def test_medium_data_is_the_acting_actors_sampled_actions(made):
     assert medium.actions.dtype == np.float32 and medium.actions.shape == (150, 4)
     seeds = np.asarray(medium.columns["episode_seed"])[medium.episode_starts[:-1]]
     assert seeds.tolist() == [episode_seed(0, REACH, e) for e in range(3)]  # the evaluation episodes come first
-    # every action is tanh(mean + std * noise) of the acting actor at the recorded observation, the noise from the
-    # episode's own stream: the data is that policy's, step by step
+    # every action is tanh(mean + std * noise) of the acting actor at the recorded observation, the noise the episode's
+    # own stream's normals (numpy's default_rng([reset seed, 2])): the data is that policy's, step by step
+    import torch
+
     agent = learned_tasks.TaskAgent(metaworld_learned.learned_recipe(MEDIUM, 0), 0, record=False)
     try:
         agent.learner.load_acting_weights(agent.model, run.weights[record["acting"]])
-        policy = agent.learner.sampled_policy(agent.model, [Lane(0, e, int(seed)) for e, seed in enumerate(seeds)])
+        streams = [np.random.default_rng([int(seed), 2]) for seed in seeds]
         observations, actions = np.asarray(medium.observations).reshape(3, 50, -1), np.asarray(medium.actions).reshape(3, 50, 4)
-        with one_torch_thread():  # as the generator acted: a matrix product's float bits depend on torch's threads
+        with one_torch_thread(), torch.no_grad():  # as the generator acted: a matrix product's float bits depend on the threads
             for t in range(50):
-                assert np.array_equal(policy.act(observations[:, t]), actions[:, t])
+                mean, log_std, _ = agent.model.actor.get_action_dist_params(torch.tensor(observations[:, t]))
+                noise = np.stack([stream.standard_normal(4) for stream in streams])
+                expected = np.tanh(mean.numpy().astype(np.float64) + np.exp(log_std.numpy().astype(np.float64)) * noise)
+                assert np.array_equal(expected.astype(np.float32), actions[:, t])
     finally:
         agent.close()
     # and each episode is what those actions do from its reset seed's goal: 50 steps, truncated, never terminated
