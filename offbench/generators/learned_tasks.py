@@ -65,7 +65,6 @@ class Learner(Protocol):
 
     algorithm: str  # the card's name for it: "PPO", "SAC"
     n_envs: int  # parallel training environments
-    rollout_steps: int  # it learns in rollouts of this many steps: checkpoints fall on their multiples
     action_dtype: type  # the data's action column: np.int64 (discrete) or np.float32
     settings: dict[str, Any]  # its hyper-parameters, recorded in the card's behaviour
 
@@ -89,7 +88,7 @@ class LearnedParams:
     """A card's `[source.recipe.params]`, what every learned generator shares; each generator's subclass declares
     `suite`, `timesteps` and `checkpoint_every` again with its suites, its defaults and its agent's rollout."""
 
-    rollout_steps: ClassVar[int] = 1
+    rollout_steps: ClassVar[int] = 1  # the agent learns in rollouts of this many steps: checkpoints fall on their multiples
 
     suite: str = ranged("", doc="The suite whose tasks are learned.")
     tasks: list[str] | None = ranged(None, doc="Some of the suite's tasks (default: all of them).")

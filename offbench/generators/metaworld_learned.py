@@ -20,7 +20,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -45,8 +45,6 @@ SAC_SETTINGS: dict[str, Any] = {
 @dataclass(frozen=True)
 class MetaWorldLearnedParams(LearnedParams):
     """A card's `[source.recipe.params]` for generator "metaworld-learned"."""
-
-    rollout_steps: ClassVar[int] = 1
 
     suite: str = ranged("MT10", choices=("MT10", "MT50"), doc="Meta-World's task list: MT10 or MT50.")
     timesteps: int = ranged(
@@ -83,7 +81,6 @@ class SACLearner:
 
     algorithm = "SAC"
     n_envs = 1
-    rollout_steps = 1
     action_dtype = np.float32
 
     def __init__(self, learning_starts: int):

@@ -73,7 +73,6 @@ class PPOLearner:
 
     algorithm = "PPO"
     n_envs = N_ENVS
-    rollout_steps = ROLLOUT_STEPS
     action_dtype = np.int64
     settings = PPO_SETTINGS
 
