@@ -5,8 +5,7 @@ the shown context (needs the task's arm vectors: the card's `optimal_action` col
 given, its training accuracy (the last logged value) and its final regret. A model whose accuracy matches a
 context-blind rule has learnt that rule, and a model acting by such a rule locks onto arbitrary arms.
 
-    python benchmarks/studies/contextual_bandit_imitation.py --datasets contextual-bandit-linucb \
-        contextual-bandit-headless-linucb [--runs RUN_DIR ...]
+    python benchmarks/studies/contextual_bandit_imitation.py --datasets CARD... [--runs RUN_DIR...]
 
 Answer: benchmarks/studies/contextual-bandit-imitation.md.
 """
@@ -15,10 +14,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout, for benchmarks.*
+from benchmarks.common import cli_help, markdown_table  # noqa: E402
 
 
 def histories(dataset: str) -> tuple[np.ndarray, np.ndarray, int]:
@@ -46,51 +49,47 @@ def most_pulled_so_far(actions: np.ndarray, arms: int) -> np.ndarray:
     return guesses
 
 
-def rule_accuracies(dataset: str) -> dict[str, float]:
+def rule_accuracies(dataset: str) -> dict[str, str]:
+    """Each rule's accuracy against the source's actions on one card (as table cells)."""
     actions, best, arms = histories(dataset)
     later = actions[:, 1:]
-    return {
-        "arms": arms,
-        "pulls": actions.shape[1],
+    accuracies = {
         "chance": 1.0 / arms,
-        "last arm pulled": float((later == actions[:, :-1]).mean()),
-        "most pulled so far": float((later == most_pulled_so_far(actions, arms)).mean()),
-        "best arm for the context": float((actions == best).mean()),
-        "best arm for the context, last 50 pulls": float((actions[:, -50:] == best[:, -50:]).mean()),
+        "last arm pulled": (later == actions[:, :-1]).mean(),
+        "most pulled so far": (later == most_pulled_so_far(actions, arms)).mean(),
+        "best arm for the context": (actions == best).mean(),
+        "best arm for the context, last 50 pulls": (actions[:, -50:] == best[:, -50:]).mean(),
     }
+    return {"arms / pulls": f"{arms} / {actions.shape[1]}", **{rule: f"{value:.3f}" for rule, value in accuracies.items()}}
 
 
-def run_row(run: Path) -> dict[str, object]:
-    """A run's dataset, baseline, last logged training accuracy and final regret."""
-    config = json.loads((run / "run.json").read_text())
-    lines = (run / "metrics.jsonl").read_text().splitlines()
-    accuracy = next(json.loads(line)["accuracy"] for line in reversed(lines) if "accuracy" in json.loads(line))
-    final = json.loads((run / "summary.json").read_text())["final"]
+def run_row(run: Path) -> dict[str, str]:
+    """A run's baseline, dataset, last logged training accuracy and final regret."""
+    from offbench.tracking.read_run import read_run
+
+    finished = read_run(run)
+    logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    accuracy = next(line["accuracy"] for line in reversed(logged) if "accuracy" in line)
     return {
         "run": run.name,
-        "baseline": config["baseline"],
-        "dataset": config["dataset"]["id"],
-        "training accuracy": accuracy,
-        "final regret": final["regret"],
+        "baseline": finished.baseline,
+        "dataset": finished.dataset_id,
+        "training accuracy": f"{accuracy:.3f}",
+        "final regret": f"{finished.score('regret', 'final'):.1f}",
     }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser = argparse.ArgumentParser(description=cli_help(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--datasets", nargs="+", required=True)
     parser.add_argument("--runs", nargs="*", type=Path, default=[])
     args = parser.parse_args()
-    rules = {dataset: rule_accuracies(dataset) for dataset in args.datasets}
-    names = list(next(iter(rules.values())))
-    print("| | " + " | ".join(args.datasets) + " |\n|---|" + "---|" * len(args.datasets))
-    for name in names:
-        cells = [f"{rules[d][name]:.3f}" if isinstance(rules[d][name], float) else str(rules[d][name]) for d in args.datasets]
-        print(f"| {name} | " + " | ".join(cells) + " |")
+    by_dataset = {dataset: rule_accuracies(dataset) for dataset in args.datasets}
+    rules = list(by_dataset[args.datasets[0]])
+    print(markdown_table([{"rule": rule, **{d: by_dataset[d][rule] for d in args.datasets}} for rule in rules]))
     if args.runs:
-        print("\n| run | baseline | dataset | training accuracy | final regret |\n|---|---|---|---|---|")
-        for run in args.runs:
-            row = run_row(run)
-            print(f"| {row['run']} | {row['baseline']} | {row['dataset']} | {row['training accuracy']:.3f} | {row['final regret']:.1f} |")
+        print()
+        print(markdown_table([run_row(run) for run in args.runs]))
 
 
 if __name__ == "__main__":

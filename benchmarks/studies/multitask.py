@@ -48,9 +48,9 @@ METHODS: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 # variants run only when named (--methods): MTBC and the DT family acting by draws from their softmax, for the
 # learning agents' data (minigrid/mt*-medium, -replay), a sampling PPO policy's, whose most likely action loops on
-# most MiniGrid tasks (benchmarks/studies/minigrid-learned-data.md); HarmoDT at equal segments seen: 6,000 updates of 16 one-task segments
-# are MTDT's and Prompt-DT's 1,500 of 64 mixed ones (96,000), its 30 mask updates kept (interval 200), evaluated at
-# the same segment counts as theirs (every 2,000 updates = their 500)
+# most MiniGrid tasks (benchmarks/studies/minigrid-learned-data.md); HarmoDT at equal segments seen: 6,000 updates
+# of 16 one-task segments are MTDT's and Prompt-DT's 1,500 of 64 mixed ones (96,000), its 30 mask updates kept
+# (interval 200), evaluated at the same segment counts as theirs (every 2,000 updates = their 500)
 VARIANTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "MTBC-sampled": ("bc", ("eval_deterministic=false",)),
     "MTDT-sampled": ("dt", ("eval_deterministic=false",)),
