@@ -32,7 +32,9 @@ TASKS_BEFORE_VALIDATION = {
     "bandit-small": ("e1c5c8da3fb97363", "b95497076280c8a8"),
     "bandit-thompson-adversarial": ("9eedad5199b4b444", "e9e1dc948361d682"),
     "bandit-thompson-uniform": ("c0f265269ea6245a", "880a848585dfc472"),
+    "bandit-variable-arms-fixed4-small": ("5bc76b82878c0f01", "294ef3ec476465f7"),  # added after af3e77a: pinned when added
     "bandit-variable-arms-fixed8-small": ("75e47b7110b6ad76", "92ef9ed1ea15502a"),
+    "bandit-variable-arms-in-range-small": ("5bc76b82878c0f01", "9e3b8d0f5bd3f5e2"),  # added after af3e77a
     "bandit-variable-arms-small": ("75e47b7110b6ad76", "b771353df5dd8fc6"),
     "bandit-variable-arms": ("15cca30eccc0c191", "b2cfbbe62172b509"),
     "bandit": ("1f1f5fa16d3cf150", "aea6f6cf337a6d4c"),

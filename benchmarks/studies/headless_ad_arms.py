@@ -1,9 +1,10 @@
-"""Does Headless-AD trained on 3-, 4- and 5-armed bandit histories act at 8 arms, an arm count it never trained on?
-Its regret on bandit-variable-arms-small's held-out 8-armed tasks, beside Thompson sampling (the data's source),
-UCB1 and random on the same tasks, and AD trained on 8-armed histories (bandit-variable-arms-fixed8-small, whose
-held-out tasks are the same). CPU-sized: small models, 1000 updates each, three seeds; it prints the table.
+"""Does Headless-AD trained on 3-, 4- and 5-armed bandit histories act at an arm count it never trained on (8), and
+how does it do at one it did (4, on new tasks)? Its regret on each card's 48 held-out tasks, beside Thompson sampling
+(the data's source), UCB1 and random on the same tasks, and AD trained at the held-out arm count alone
+(bandit-variable-arms-fixed8-small / -fixed4-small, whose held-out tasks are the same). CPU-sized: small models,
+1000 updates each, three seeds; it prints one table per held-out arm count.
 
-    python benchmarks/studies/headless_ad_arms.py --out WORK [--seeds 0 1 2] [--steps 1000]
+    python benchmarks/studies/headless_ad_arms.py --out WORK [--seeds 0 1 2] [--steps 1000] [--arms 8 4]
 
 Answer: benchmarks/studies/headless-ad-arms.md.
 """
@@ -11,7 +12,6 @@ Answer: benchmarks/studies/headless-ad-arms.md.
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import time
@@ -19,14 +19,22 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout, for benchmarks.*
+from benchmarks.common import cli_help, markdown_table  # noqa: E402
+
 MODEL = {"context_steps": 100, "embedding_dim": 16, "hidden_dim": 32, "num_layers": 2, "num_heads": 2}
 TRAIN = {"batch_size": 16, "learning_rate": 3e-3, "warmup_steps": 50, "eval_episodes": 100, "eval_deterministic": "false"}
-RUNS = {"headless-ad": "bandit-variable-arms-small", "ad": "bandit-variable-arms-fixed8-small"}
+# held-out arm count -> the runs evaluated on those held-out tasks (baseline -> card)
+RUNS = {
+    8: {"headless-ad": "bandit-variable-arms-small", "ad": "bandit-variable-arms-fixed8-small"},
+    4: {"headless-ad": "bandit-variable-arms-in-range-small", "ad": "bandit-variable-arms-fixed4-small"},
+}
 
 
-def run(name: str, dataset: str, seed: int, steps: int, out: Path) -> tuple[float, float]:
-    """Train and evaluate one run (or reuse a finished one); its final regret over 100 pulls and its wall time."""
-    folder = out / f"{name}-s{seed}"
+def run(name: str, dataset: str, seed: int, steps: int, out: Path) -> tuple[np.ndarray, float]:
+    """Train and evaluate one run (or reuse a finished one); its cumulative regret after each of the 100 pulls and
+    its wall time."""
+    folder = out / f"{name}-{dataset}-s{seed}"
     extra = {"token_layout": '"step"'} if name == "ad" else {}
     settings = {**MODEL, **TRAIN, **extra, "steps": steps, "cosine_steps": steps, "eval_every": steps, "checkpoint_every": steps}
     if not (folder / "summary.json").is_file():
@@ -51,15 +59,22 @@ def run(name: str, dataset: str, seed: int, steps: int, out: Path) -> tuple[floa
         start = time.time()
         subprocess.run(args, check=True)
         (folder / "wall_s.txt").write_text(f"{time.time() - start:.1f}")
-    line = [json.loads(text) for text in (folder / "evaluations.jsonl").read_text().splitlines()][-1]
-    return float(line["regret"]), float((folder / "wall_s.txt").read_text())
+    from offbench.tracking.read_run import read_evaluations
+
+    return np.asarray(read_evaluations(folder)[-1]["in_context_regret"], dtype=float), float((folder / "wall_s.txt").read_text())
+
+
+def per_pull(curve: np.ndarray) -> str:
+    """Regret per pull over the first ten pulls and over the last ten: how much the history taught."""
+    return f"{curve[9] / 10:.2f} -> {(curve[-1] - curve[-11]) / 10:.3f}"
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=cli_help(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument("--arms", type=int, nargs="+", default=list(RUNS), choices=list(RUNS), help="held-out arm counts")
     args = parser.parse_args()
     from offbench.data.cards import get_card
     from offbench.envs.benchmarks import card_tasks
@@ -67,18 +82,30 @@ def main() -> None:
     from offbench.generators.references import reference_regret
     from offbench.records import to_dict
 
-    card = get_card("bandit-variable-arms-small")
-    _, held_out = card_tasks(card)
-    rows = {}
-    for name, dataset in RUNS.items():
-        results = [run(name, dataset, seed, args.steps, args.out) for seed in args.seeds]
-        rows[f"{name} ({dataset})"] = ([r for r, _ in results], np.mean([w for _, w in results]))
-    references = [reference_regret(to_dict(card.env), held_out, 100, seed=evaluation_seed(seed, 0)) for seed in args.seeds]
-    for name in ("Thompson sampling", "UCB1", "random"):
-        rows[f"{name} (on the held-out tasks)"] = ([float(curves[name][-1]) for curves in references], None)
-    print("| method | regret after 100 pulls, per seed | mean | train+eval s per run |\n|---|---|---:|---:|")
-    for name, (regrets, wall) in rows.items():
-        print(f"| {name} | {', '.join(f'{r:.2f}' for r in regrets)} | {np.mean(regrets):.2f} | {'' if wall is None else f'{wall:.0f}'} |")
+    for arms in args.arms:
+        runs = RUNS[arms]
+        card = get_card(runs["headless-ad"])
+        _, held_out = card_tasks(card)
+        rows = {}
+        for name, dataset in runs.items():
+            results = [run(name, dataset, seed, args.steps, args.out) for seed in args.seeds]
+            rows[f"{name} ({dataset})"] = ([curve for curve, _ in results], np.mean([wall for _, wall in results]))
+        references = [reference_regret(to_dict(card.env), held_out, 100, seed=evaluation_seed(seed, 0)) for seed in args.seeds]
+        for name in ("Thompson sampling", "UCB1", "random"):
+            rows[f"{name} (on the held-out tasks)"] = ([curves[name] for curves in references], None)
+        table = []
+        for name, (curves, wall) in rows.items():
+            finals = [curve[-1] for curve in curves]
+            table.append(
+                {
+                    "method": name,
+                    "regret after 100 pulls, per seed": ", ".join(f"{r:.2f}" for r in finals),
+                    "mean": f"{np.mean(finals):.2f}",
+                    "regret per pull, pulls 1-10 -> 91-100": per_pull(np.mean(curves, axis=0)),
+                    "s per run": "" if wall is None else f"{wall:.0f}",
+                }
+            )
+        print(f"\nHeld-out tasks with {arms} arms ({card.id})\n\n{markdown_table(table)}", flush=True)
 
 
 if __name__ == "__main__":
