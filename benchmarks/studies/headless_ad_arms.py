@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -32,8 +31,8 @@ RUNS = {
 
 
 def run(name: str, dataset: str, seed: int, steps: int, out: Path) -> tuple[np.ndarray, float]:
-    """Train and evaluate one run (or reuse a finished one); its cumulative regret after each of the 100 pulls and
-    its wall time."""
+    """Train and evaluate one run (or reuse a finished one, such as the board sweeps' runs under one folder); its
+    cumulative regret after each of the 100 pulls and its training wall time."""
     folder = out / f"{name}-{dataset}-s{seed}"
     extra = {"token_layout": '"step"'} if name == "ad" else {}
     settings = {**MODEL, **TRAIN, **extra, "steps": steps, "cosine_steps": steps, "eval_every": steps, "checkpoint_every": steps}
@@ -56,12 +55,11 @@ def run(name: str, dataset: str, seed: int, steps: int, out: Path) -> tuple[np.n
         ]
         for key, value in settings.items():
             args += ["--set", f"{key}={value}"]
-        start = time.time()
         subprocess.run(args, check=True)
-        (folder / "wall_s.txt").write_text(f"{time.time() - start:.1f}")
-    from offbench.tracking.read_run import read_evaluations
+    from offbench.tracking.read_run import read_run
 
-    return np.asarray(read_evaluations(folder)[-1]["in_context_regret"], dtype=float), float((folder / "wall_s.txt").read_text())
+    finished = read_run(folder)
+    return np.asarray(finished.evaluations[-1]["in_context_regret"], dtype=float), float(finished.summary["wall_time_s"])
 
 
 def per_pull(curve: np.ndarray) -> str:
@@ -102,7 +100,7 @@ def main() -> None:
                     "regret after 100 pulls, per seed": ", ".join(f"{r:.2f}" for r in finals),
                     "mean": f"{np.mean(finals):.2f}",
                     "regret per pull, pulls 1-10 -> 91-100": per_pull(np.mean(curves, axis=0)),
-                    "s per run": "" if wall is None else f"{wall:.0f}",
+                    "training s per run": "" if wall is None else f"{wall:.0f}",
                 }
             )
         print(f"\nHeld-out tasks with {arms} arms ({card.id})\n\n{markdown_table(table)}", flush=True)
