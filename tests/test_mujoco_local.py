@@ -4,11 +4,13 @@ here, on a tiny recipe (a few hundred SAC steps, 25-step Hopper episodes)."""
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
+import tomli_w
 from helpers import race, require_extra, slowed
 
 require_extra("stable_baselines3", "learned")
@@ -16,11 +18,12 @@ require_extra("mujoco", "mujoco")
 
 from offbench import records  # noqa: E402
 from offbench.data.cards import builtin_cards, card_from_dict  # noqa: E402
-from offbench.data.resolve import open_dataset  # noqa: E402
+from offbench.data.resolve import native_path, open_dataset  # noqa: E402
 from offbench.data.store import load_native  # noqa: E402
 from offbench.errors import OffbenchError  # noqa: E402
 from offbench.generators import generate_from_card, get_generator  # noqa: E402
 from offbench.generators import mujoco_local as ml  # noqa: E402
+from offbench.paths import user_cards_dir  # noqa: E402
 
 TINY = dict(
     env_id="Hopper-v4",
@@ -173,6 +176,23 @@ def test_reference_scores_are_measured_and_normalise_the_score(made):
     )
     for level in ml.LEVELS:  # the four levels of one run share the references
         assert load_native(made["files"][level]).card["scores"] == scores
+
+
+def test_opened_by_id_the_card_takes_the_reference_returns_its_generated_file_measured(made, tmp_path, monkeypatch):
+    """A registered card cannot state what its generation will measure: opened by id, the run is normalised
+    against the file's measured references, as opened by path."""
+    monkeypatch.setenv("OFFBENCH_HOME", str(tmp_path / "home"))
+    stored = load_native(made["files"]["expert"]).card
+    registered = {key: stored[key] for key in ("id", "description", "format", "source", "env")}
+    assert "scores" not in registered and registered["id"] == "test/hopper-expert"
+    (user_cards_dir() / "test").mkdir(parents=True)
+    (user_cards_dir() / "test" / "hopper-expert.toml").write_text(tomli_w.dumps(registered))
+    card = card_from_dict(registered)
+    native_path(card).parent.mkdir(parents=True)
+    shutil.copy(made["files"]["expert"], native_path(card))  # already generated: opening it must not make it again
+    opened = open_dataset("test/hopper-expert").card
+    assert opened is not None and records.to_dict(opened.scores) == stored["scores"]
+    assert opened.normalise(stored["scores"]["ref_max"]) == pytest.approx(100.0)
 
 
 def test_a_killed_run_resumes_from_its_last_checkpoint_with_the_same_bytes(made, tmp_path, monkeypatch):

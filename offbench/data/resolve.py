@@ -10,6 +10,7 @@ from typing import Callable
 
 from filelock import FileLock
 
+from offbench import records
 from offbench.data.cards import DatasetCard, card_from_dict, get_card
 from offbench.data.formats import detect_format, load_path, reads_in_place
 from offbench.data.store import EpisodeStore, InPlaceStore, Store, is_native
@@ -139,7 +140,19 @@ def open_dataset(id_or_path: str | Path, mirror: str | None = None, quiet: bool 
     store = load_path(local, fmt)
     if fmt != "offbench":
         store.card = card.to_dict()
-    return Dataset(card.id, local.resolve(), fmt, store, card)
+    return Dataset(card.id, local.resolve(), fmt, store, _with_measured_scores(card, store))
+
+
+def _with_measured_scores(card: DatasetCard, store: Store) -> DatasetCard:
+    """A generated card whose generator measures its reference returns (mujoco-local: random actions and the expert
+    it trained) cannot state them before generation; opened by id, it takes them from the file it generated, so
+    runs by id are normalised as runs by path are. Reference returns a card states are never replaced."""
+    if card.source.recipe is None or card.ref_min_score is not None:
+        return card
+    stored = _stored_card(store)
+    if stored is None or stored.ref_min_score is None:
+        return card
+    return card_from_dict({**card.to_dict(), "scores": records.to_dict(stored.scores)}, card.card_path)
 
 
 def resolve(id_or_path: str | Path, mirror: str | None = None, quiet: bool = False) -> EpisodeStore | InPlaceStore:
