@@ -47,3 +47,17 @@ D4RL_CONFIGS = [(path, baseline) for baseline in CORL_EVAL_EPISODES for path in 
 def test_d4rl_configs_evaluate_on_corls_schedule(path, baseline):
     train = resolve_config(baseline, None, config_file=path).train
     assert (train.eval_every, train.eval_episodes) == (5_000, CORL_EVAL_EPISODES[baseline])
+
+
+@pytest.mark.parametrize("baseline", [CQL, IQL, DT], ids=lambda b: b.name)
+@pytest.mark.parametrize("level", ["medium", "medium-replay", "medium-expert"])
+def test_mujoco_local_hopper_takes_corls_config_of_its_d4rl_analogue(baseline, level):
+    """mujoco-local/hopper-<level> is D4RL's recipe made here: the same hyper-parameters as hopper-<level>-v2, key
+    for key, so a row on the mujoco-local board differs from CORL's only in data and budget."""
+    ours = standard_config_path(baseline.name, f"mujoco-local/hopper-{level}")
+    theirs = standard_config_path(baseline.name, f"d4rl/hopper-{level}-v2")
+    assert ours is not None and theirs is not None and ours.name.startswith("mujoco-local-hopper")
+    assert resolve_config(baseline, None, config_file=ours).as_dict() == resolve_config(baseline, None, config_file=theirs).as_dict()
+    budget = resolve_config(baseline, f"mujoco-local/hopper-{level}", overrides=["steps=10000"])
+    if baseline is IQL:  # a CPU budget shortens the actor's learning-rate schedule with the run
+        assert budget.baseline.steps == budget.train.steps == 10_000
