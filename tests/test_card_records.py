@@ -84,6 +84,8 @@ def written(tmp_path: Path, data: dict) -> Path:
         (card(formerly="mine/old"), "'formerly' must be a list of strings, got 'mine/old'"),
         (card(formerly=["mine/../evil"]), "'formerly' part '..' is not a safe file name"),
         (card(formerly=["mine/files"]), "'formerly' names the card's own id 'mine/files'"),
+        (card(analogue="mine/files"), "'analogue' names the card's own id 'mine/files'"),
+        (card(analogue=["d4rl/hopper-medium-v2"]), "'analogue' must be a string"),
     ],
 )
 def test_every_broken_rule_is_one_line_naming_the_file_and_the_field(tmp_path, data, problem):

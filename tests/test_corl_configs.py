@@ -11,6 +11,7 @@ import pytest
 from offbench.baselines.cql import CQL, CQLConfig
 from offbench.baselines.dt import DecisionTransformer as DT
 from offbench.baselines.iql import IQL, IQLConfig
+from offbench.data.cards import all_cards
 from offbench.training.config import resolve_config, standard_config_path
 
 ROOT = Path(__file__).resolve().parents[1] / "baselines"
@@ -52,12 +53,30 @@ def test_d4rl_configs_evaluate_on_corls_schedule(path, baseline):
 @pytest.mark.parametrize("baseline", [CQL, IQL, DT], ids=lambda b: b.name)
 @pytest.mark.parametrize("level", ["medium", "medium-replay", "medium-expert"])
 def test_mujoco_local_hopper_takes_corls_config_of_its_d4rl_analogue(baseline, level):
-    """mujoco-local/hopper-<level> is D4RL's recipe made here: the same hyper-parameters as hopper-<level>-v2, key
-    for key, so a row on the mujoco-local board differs from CORL's only in data and budget."""
-    ours = standard_config_path(baseline.name, f"mujoco-local/hopper-{level}")
+    """mujoco-local/hopper-<level> is D4RL's recipe made here: its card names hopper-<level>-v2 as its analogue, whose
+    file the trainer takes, so a row on the mujoco-local board differs from CORL's only in data and budget."""
     theirs = standard_config_path(baseline.name, f"d4rl/hopper-{level}-v2")
-    assert ours is not None and theirs is not None and ours.name.startswith("mujoco-local-hopper")
-    assert resolve_config(baseline, None, config_file=ours).as_dict() == resolve_config(baseline, None, config_file=theirs).as_dict()
+    assert theirs is not None and theirs.name.startswith("d4rl-hopper")
+    assert standard_config_path(baseline.name, f"mujoco-local/hopper-{level}") == theirs
     budget = resolve_config(baseline, f"mujoco-local/hopper-{level}", overrides=["steps=10000"])
+    assert budget.sources[0] == str(theirs)
     if baseline is IQL:  # a CPU budget shortens the actor's learning-rate schedule with the run
         assert budget.baseline.steps == budget.train.steps == 10_000
+
+
+def test_every_analogue_is_a_registered_card_of_the_same_kind():
+    cards = all_cards()
+    named = {card.id: card.analogue for card in cards.values() if card.analogue}
+    assert {
+        f"mujoco-local/{env}-{level}"
+        for env in ("hopper", "halfcheetah", "walker2d")
+        for level in ("medium", "medium-replay", "medium-expert", "expert")
+    } <= set(named)
+    for card_id, analogue in named.items():
+        assert analogue in cards and cards[analogue].kind == cards[card_id].kind, card_id
+
+
+def test_a_dataset_with_no_file_of_its_own_nor_analogue_takes_the_default():
+    assert standard_config_path("cql", "mujoco-local/hopper-expert").name == "default.toml"  # CORL has no expert config
+    assert standard_config_path("dt", "mujoco-local/hopper-expert").name == "d4rl-hopper.toml"  # DT's is per environment
+    assert standard_config_path("cql", "runs/some-file.h5").name == "default.toml"  # a path has no card

@@ -232,6 +232,12 @@ class DatasetCard:
     split: CardSplit | None = ranged(
         None, doc="Learning-history cards: their training, held-out and validation tasks (`[split]`, docs/in-context-rl.md)."
     )
+    analogue: str | None = ranged(
+        None,
+        doc="The id of the published dataset this one re-makes (e.g. `d4rl/hopper-medium-v2` for "
+        "`mujoco-local/hopper-medium`). A baseline with no standard config for this id takes the analogue's, so the "
+        "hyper-parameters are the published ones for that kind of data.",
+    )
     extra: dict[str, Any] = field(default_factory=dict)  # any other top-level key, kept and written back unchanged
     card_path: Path | None = field(default=None, init=False)  # the file it was read from: not a key of the card
 
@@ -267,6 +273,8 @@ class DatasetCard:
                     raise Invalid(str(exc)) from None
         if self.id in self.formerly:
             raise Invalid(f"'formerly' names the card's own id '{self.id}'")
+        if self.analogue == self.id:
+            raise Invalid(f"'analogue' names the card's own id '{self.id}'")
 
 
 CARD_RECORDS = (DatasetCard, CardSource, SourceFile, SourceRecipe, SourceImport, CardEnv, CardScores)  # documented in datasets/README.md

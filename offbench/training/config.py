@@ -4,7 +4,9 @@
 
 The standard file is the longest match of the dataset id in the baseline's folder: for
 `d4rl/hopper-medium-v2` the candidates are `d4rl-hopper-medium-v2.toml`, `d4rl-hopper-medium.toml`,
-`d4rl-hopper.toml`, `d4rl.toml`, then `default.toml`. A built-in's folder is `baselines/<name>/`, and it has a
+`d4rl-hopper.toml`, `d4rl.toml`, then `default.toml`. A dataset whose card names an `analogue` (the published
+dataset it re-makes: `mujoco-local/hopper-medium` names `d4rl/hopper-medium-v2`) and matches no file of its own
+takes the analogue's match before `default.toml`. A built-in's folder is `baselines/<name>/`, and it has a
 `default.toml`; a plugin's is `configs/<name>/` beside the module file that defines its class, shipped in its
 package (docs/plugins.md), and may be missing or hold no `default.toml`: its `Config` defaults then stand, and the
 run's config sources say so. Config files are flat TOML tables whose keys are
@@ -81,13 +83,28 @@ def standard_config_folder(baseline_name: str) -> Path:
     return Path(inspect.getfile(get_baseline(baseline_name))).resolve().parent / "configs" / baseline_name
 
 
+def registered_analogue(dataset_id: str | None) -> str | None:
+    """The published dataset that `dataset_id`'s card says it re-makes (its `analogue`); None for a path or a card
+    without one."""
+    from offbench.data.cards import get_card
+
+    if not dataset_id:
+        return None
+    try:
+        return get_card(dataset_id).analogue
+    except OffbenchError:  # a path, or an id no card registers: only its own name is matched
+        return None
+
+
 def standard_config_path(baseline_name: str, dataset_id: str | None) -> Path | None:
     """The standard config file for this baseline and dataset; None for a plugin that ships none that applies."""
     from offbench.baselines import BASELINES
 
     folder = standard_config_folder(baseline_name)
-    if dataset_id:
-        parts = dataset_slug(dataset_id).split("-")
+    for candidate_id in (dataset_id, registered_analogue(dataset_id)):
+        if not candidate_id:
+            continue
+        parts = dataset_slug(candidate_id).split("-")
         for n in range(len(parts), 0, -1):
             candidate = folder / ("-".join(parts[:n]) + ".toml")
             if candidate.is_file():
