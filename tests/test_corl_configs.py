@@ -76,7 +76,7 @@ def test_every_analogue_is_a_registered_card_of_the_same_kind():
         assert analogue in cards and cards[analogue].kind == cards[card_id].kind, card_id
 
 
-def test_a_dataset_with_no_file_of_its_own_nor_analogue_takes_the_default():
+def test_an_analogue_with_no_file_of_its_own_falls_through_to_the_default():
     assert standard_config_path("cql", "mujoco-local/hopper-expert").name == "default.toml"  # CORL has no expert config
     assert standard_config_path("dt", "mujoco-local/hopper-expert").name == "d4rl-hopper.toml"  # DT's is per environment
     assert standard_config_path("cql", "runs/some-file.h5").name == "default.toml"  # a path has no card

@@ -96,19 +96,24 @@ def registered_analogue(dataset_id: str | None) -> str | None:
         return None
 
 
+def longest_prefix_file(folder: Path, dataset_id: str | None) -> Path | None:
+    """The file in `folder` named by the longest prefix of the id's slug (the module docstring's rule), if any."""
+    parts = dataset_slug(dataset_id).split("-") if dataset_id else []
+    for n in range(len(parts), 0, -1):
+        candidate = folder / ("-".join(parts[:n]) + ".toml")
+        if candidate.is_file():
+            return candidate
+    return None
+
+
 def standard_config_path(baseline_name: str, dataset_id: str | None) -> Path | None:
     """The standard config file for this baseline and dataset; None for a plugin that ships none that applies."""
     from offbench.baselines import BASELINES
 
     folder = standard_config_folder(baseline_name)
-    for candidate_id in (dataset_id, registered_analogue(dataset_id)):
-        if not candidate_id:
-            continue
-        parts = dataset_slug(candidate_id).split("-")
-        for n in range(len(parts), 0, -1):
-            candidate = folder / ("-".join(parts[:n]) + ".toml")
-            if candidate.is_file():
-                return candidate
+    matched = longest_prefix_file(folder, dataset_id) or longest_prefix_file(folder, registered_analogue(dataset_id))
+    if matched is not None:
+        return matched
     default = folder / "default.toml"
     if default.is_file():
         return default
