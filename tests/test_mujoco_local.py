@@ -85,6 +85,13 @@ def test_the_registry_and_the_built_in_cards_name_the_generator():
     for card in cards.values():
         recipe = records.from_dict(ml.MujocoLocalRecipe, dict(card.source["recipe"]["params"]), str(card.card_path))
         assert recipe.env_id == card.env["id"] and recipe.transitions == 1_000_000
+    for env_id in ml.ENV_IDS:  # an environment's four levels share one SAC run: the same training settings
+        runs = {
+            json.dumps(ml.MujocoLocalRecipe(**card.source["recipe"]["params"]).training(), sort_keys=True)
+            for card in cards.values()
+            if card.env["id"] == env_id
+        }
+        assert len(runs) == 1, env_id
 
 
 def test_same_seed_same_bytes_in_a_fresh_workspace(made, tmp_path):
