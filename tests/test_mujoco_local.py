@@ -146,14 +146,26 @@ def test_medium_replay_is_the_agents_experience_up_to_the_medium_checkpoint(made
     assert np.array_equal(experience["next_observations"][:-1][inner[:-1]], experience["observations"][1:][inner[:-1]])
 
 
-def test_the_medium_checkpoint_is_the_early_one_closest_to_a_third_of_the_expert():
-    def checkpoints(*returns):
-        return [ml.Checkpoint(step=(i + 1) * 10, returns=[r], folder=Path(".")) for i, r in enumerate(returns)]
+def fake_checkpoints(*returns: float) -> list[ml.Checkpoint]:
+    return [ml.Checkpoint(step=(i + 1) * 10, returns=[r], folder=Path(".")) for i, r in enumerate(returns)]
 
-    assert ml.choose_medium(checkpoints(10, 30, 50, 100, 150), 1 / 3).step == 30  # 50 is a third of 150: the first to reach it
-    assert ml.choose_medium(checkpoints(10, 20, 90, 49, 150), 1 / 3).step == 20  # not the later 49: training stops at the first reach
-    assert ml.choose_medium(checkpoints(10, 20, 30, 150), 1 / 3).step == 30  # none reaches it: the closest before the expert
-    assert ml.choose_medium(checkpoints(40), 1 / 3).step == 10  # a single checkpoint is both
+
+def medium_step(*returns: float) -> int:
+    checkpoints = fake_checkpoints(*returns)
+    return ml.choose_medium(checkpoints, ml.choose_expert(checkpoints), 1 / 3).step
+
+
+def test_the_expert_is_the_best_checkpoint_not_the_last_one_in_a_dip():
+    assert ml.choose_expert(fake_checkpoints(300, 2900, 800)).step == 20  # SAC's dip on Hopper: the last is not the expert
+    assert ml.choose_expert(fake_checkpoints(100, 150, 150)).step == 20  # the earliest on a tie
+    assert medium_step(300, 1000, 2900, 800, 2000) == 20  # the medium policy comes before the expert, a third of its return
+
+
+def test_the_medium_checkpoint_is_the_early_one_closest_to_a_third_of_the_expert():
+    assert medium_step(10, 30, 50, 100, 150) == 30  # 50 is a third of 150: the first to reach it
+    assert medium_step(10, 20, 90, 49, 150) == 20  # not the later 49: training stops at the first reach
+    assert medium_step(10, 20, 30, 150) == 30  # none reaches it: the closest before the expert
+    assert medium_step(40) == 10  # a single checkpoint is both
 
 
 def test_reference_scores_are_measured_and_normalise_the_score(made):
@@ -161,7 +173,7 @@ def test_reference_scores_are_measured_and_normalise_the_score(made):
     scores = store.card["scores"]
     recipe = tiny("expert")
     n = recipe.reference_episodes
-    expert = ml.finished_checkpoints(made["workspace"])[-1]
+    expert = ml.choose_expert(ml.finished_checkpoints(made["workspace"]))
     assert scores["ref_max"] == pytest.approx(np.mean(ml.evaluate(ml.load_actor(expert), recipe, n, ml.REFERENCE_SEED)), abs=0)
     env = ml.make_env(recipe)
     env.action_space.seed(ml.REFERENCE_SEED)
@@ -253,7 +265,9 @@ def test_the_card_of_the_generated_file_reads_and_records_the_run(made):
     card = load_native(made["files"]["medium"]).card
     run = card["mujoco_local"]
     checkpoints = ml.finished_checkpoints(made["workspace"])
-    assert [c["step"] for c in run["checkpoints"]] == [100, 200, 300] and run["expert_step"] == 300
-    assert run["medium_step"] == ml.choose_medium(checkpoints, 1 / 3).step
+    expert = ml.choose_expert(checkpoints)
+    assert [c["step"] for c in run["checkpoints"]] == [100, 200, 300] and run["expert_step"] == expert.step
+    assert run["expert_return"] == max(c["mean_return"] for c in run["checkpoints"])
+    assert run["medium_step"] == ml.choose_medium(checkpoints, expert, 1 / 3).step
     assert json.loads((checkpoints[0].folder / "evaluation.json").read_text())["returns"] == checkpoints[0].returns
     assert card["id"] == "test/hopper-medium" and card["params"] == records.to_dict(tiny("medium"))  # the registered card, and the run's

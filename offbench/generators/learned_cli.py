@@ -166,7 +166,7 @@ def _checkpoint_columns(record: dict[str, Any]) -> dict[str, str]:
 def generate_mujoco_local(
     env_id: str = typer.Option("Hopper-v4", help="Hopper-v4 | HalfCheetah-v4 | Walker2d-v4 (the v4 models D4RL's cards evaluate on)."),
     level: str = typer.Option("medium", help="medium | medium-replay | medium-expert | expert (D4RL's)."),
-    train_steps: int = typer.Option(1_000_000, help="SAC environment steps; the last checkpoint is the expert."),
+    train_steps: int = typer.Option(1_000_000, help="SAC environment steps; the best checkpoint is the expert."),
     checkpoint_every: int = typer.Option(10_000, help="Steps between checkpoints (the candidates for the medium policy)."),
     transitions: Optional[int] = typer.Option(
         None, help="Steps rolled out per policy (default 1,000,000; medium-expert has twice as many)."

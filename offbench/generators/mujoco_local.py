@@ -5,7 +5,7 @@ D4RL's recipe (Fu et al. 2020, section 5, and the d4rl repository's scripts/gene
 v4 MuJoCo models that the D4RL cards evaluate on:
   medium         `transitions` steps of a Soft Actor-Critic policy stopped early, at about a third of the expert's return
   medium-replay  the agent's experience (its replay buffer) from the start of training up to that policy
-  expert         `transitions` steps of the policy at the end of training
+  expert         `transitions` steps of the run's best policy (D4RL's: the end of a 1M-step run; see `choose_expert`)
   medium-expert  the medium steps, then the expert steps (each the same steps as in its own dataset)
 Policies act by sampling from their squashed Gaussian, as D4RL's collect_data.py does. A step is terminated where the
 environment terminated it (the agent fell) and truncated where the time limit cut the episode, never both (a fall on
@@ -78,7 +78,7 @@ class MujocoLocalRecipe:
     env_id: str = ranged(choices=ENV_IDS, doc="Gymnasium MuJoCo environment, the v4 model D4RL's cards evaluate on.")
     level: str = ranged(choices=LEVELS, doc="Which D4RL dataset to make from the run.")
     train_steps: int = ranged(
-        ge=1, doc="SAC environment steps (one gradient step each after `learning_starts`); the last checkpoint is the expert."
+        ge=1, doc="SAC environment steps (one gradient step each after `learning_starts`); the best checkpoint is the expert."
     )
     checkpoint_every: int = ranged(ge=1, doc="Steps between checkpoints: the resume points and the candidates for the medium policy.")
     transitions: int = ranged(1_000_000, ge=1, doc="Steps rolled out per policy (medium, expert; medium-expert has twice as many).")
@@ -137,10 +137,10 @@ def make_dataset(recipe: MujocoLocalRecipe, seed: int, out: Path, quiet: bool, w
     with one_torch_thread():
         with work_lock(workspace):  # one writer per workspace: another level's generation waits, then reuses the run
             checkpoints = train(recipe, seed, workspace, quiet)
-            expert = checkpoints[-1]
+            expert = choose_expert(checkpoints)
             references = reference_returns(recipe, expert, workspace, quiet)
-        medium = choose_medium(checkpoints, recipe.medium_fraction)
-        data = level_episodes(recipe, seed, checkpoints, medium, quiet)
+        medium = choose_medium(checkpoints, expert, recipe.medium_fraction)
+        data = level_episodes(recipe, seed, checkpoints, medium, expert, quiet)
     env = make_env(recipe)  # for its spaces
     env.close()
     store = EpisodeStore.from_episodes(
@@ -340,11 +340,18 @@ def rebuilt_buffer(buffer, checkpoints: list[Checkpoint]):
     return buffer
 
 
-def choose_medium(checkpoints: list[Checkpoint], fraction: float) -> Checkpoint:
-    """The policy stopped early: of the checkpoints before the last (the expert) up to the first whose return reaches
-    `fraction` of the expert's, the one closest to that return (the earliest on a tie)."""
-    target = fraction * checkpoints[-1].mean_return
-    candidates = checkpoints[:-1] or checkpoints
+def choose_expert(checkpoints: list[Checkpoint]) -> Checkpoint:
+    """The run's best policy: the checkpoint with the highest evaluation return (the earliest on a tie). D4RL's expert
+    ends a 1M-step run; a shorter SAC run can end in one of SAC's dips on Hopper (a 300k-step run here returned 2,909
+    at 180k steps and 817 at 200k), and the last checkpoint would then make a weak expert and a weaker medium."""
+    return max(checkpoints, key=lambda c: c.mean_return)
+
+
+def choose_medium(checkpoints: list[Checkpoint], expert: Checkpoint, fraction: float) -> Checkpoint:
+    """The policy stopped early: of the checkpoints before the expert up to the first whose return reaches `fraction`
+    of the expert's, the one closest to that return (the earliest on a tie)."""
+    target = fraction * expert.mean_return
+    candidates = checkpoints[: checkpoints.index(expert)] or [expert]
     reached = [i for i, c in enumerate(candidates) if c.mean_return >= target]
     candidates = candidates[: reached[0] + 1] if reached else candidates
     return min(candidates, key=lambda c: abs(c.mean_return - target))
@@ -474,11 +481,11 @@ def replay_episodes(checkpoints: list[Checkpoint], until: Checkpoint) -> list[di
 
 
 def level_episodes(
-    recipe: MujocoLocalRecipe, seed: int, checkpoints: list[Checkpoint], medium: Checkpoint, quiet: bool
+    recipe: MujocoLocalRecipe, seed: int, checkpoints: list[Checkpoint], medium: Checkpoint, expert: Checkpoint, quiet: bool
 ) -> list[dict[str, np.ndarray]]:
     """The episodes of the recipe's level (see the module docstring)."""
     if recipe.level == "medium-replay":
         return replay_episodes(checkpoints, medium)
     parts = {"medium": ["medium"], "expert": ["expert"], "medium-expert": ["medium", "expert"]}[recipe.level]
-    policies = {"medium": medium, "expert": checkpoints[-1]}
+    policies = {"medium": medium, "expert": expert}
     return [episode for part in parts for episode in policy_part(recipe, seed, policies[part], part, quiet)]
