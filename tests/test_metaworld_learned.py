@@ -119,6 +119,49 @@ def test_same_seed_same_data_and_another_seed_other_data(medium, tmp_path):
     assert generate(MEDIUM, tmp_path / "other.h5", seed=1).content_sha256() != medium.content_sha256()
 
 
+class Killed(Exception):
+    """Stands for the process being killed right after a snapshot."""
+
+
+# Learning from step 100, so the snapshots at steps 150 and 300 hold optimiser states, a filling replay buffer and
+# recorded training episodes; a band no early checkpoint reaches, so the run goes on to 450 steps.
+KILLABLE = {**QUICK, "learning_starts": 100, "timesteps": 450, "quality": "replay", "target_success": 0.95, "band": [0.9, 1.0]}
+
+
+def test_a_killed_task_resumes_from_its_last_snapshot_with_the_bytes_of_an_unbroken_run(tmp_path, monkeypatch):
+    recipe = metaworld_learned.learned_recipe(KILLABLE, 0)
+    monkeypatch.setenv("OFFBENCH_HOME", str(tmp_path / "unbroken"))
+    unbroken = generate(KILLABLE, tmp_path / "unbroken.h5")
+    assert unbroken.card["checkpoints"][REACH]["timesteps"] == [0, 150, 300, 450]
+    unbroken_run = learned_tasks.run_path(recipe, 0).read_bytes()
+    assert not learned_tasks.snapshots_dir(recipe, 0).exists()  # a finished run keeps only its cache file
+
+    monkeypatch.setenv("OFFBENCH_HOME", str(tmp_path / "killed"))
+    write, restore, restored = learned_tasks.write_snapshot, learned_tasks.restore_snapshots, []
+
+    def killed_at_step_300(agent, folder, checkpoints, saved):
+        write(agent, folder, checkpoints, saved)
+        if checkpoints[-1].timesteps == 300:
+            raise Killed
+
+    def counted(agent, folder):
+        checkpoints = restore(agent, folder)
+        restored.append([checkpoint.timesteps for checkpoint in checkpoints])
+        return checkpoints
+
+    monkeypatch.setattr(learned_tasks, "write_snapshot", killed_at_step_300)
+    monkeypatch.setattr(learned_tasks, "restore_snapshots", counted)
+    with pytest.raises(Killed):
+        generate(KILLABLE, tmp_path / "killed.h5")
+    folder = learned_tasks.snapshots_dir(recipe, 0)
+    assert sorted(path.name for path in folder.iterdir()) == ["0000000150", "0000000300"]
+    monkeypatch.setattr(learned_tasks, "write_snapshot", write)
+    resumed = generate(KILLABLE, tmp_path / "killed.h5")
+    assert restored == [[], [0, 150, 300]]  # the second run went on from step 300, not from the start
+    assert learned_tasks.run_path(recipe, 0).read_bytes() == unbroken_run
+    assert resumed.content_sha256() == unbroken.content_sha256() and not folder.exists()
+
+
 @pytest.mark.parametrize(
     "change, message",
     [

@@ -173,11 +173,17 @@ def test_a_killed_generation_resumes_at_the_next_unfinished_task(quick, tmp_path
     assert trained == [1] and not (tmp_path / "data.h5.work").exists()
 
 
-def test_training_stops_at_the_band_and_the_nearest_checkpoint_acts():
+def test_training_stops_at_the_band_and_the_nearest_checkpoint_acts(tmp_path):
     def stopped_at(successes: list[float], quality: str) -> list[float]:
         params = minigrid_learned.MiniGridLearnedParams(quality=quality, band=(0.4, 0.6), target_success=0.5)
         checkpoints = [SimpleNamespace(timesteps=i, success=s) for i, s in enumerate(successes)]
-        agent = SimpleNamespace(recipe=SimpleNamespace(params=params), name="task", checkpoints=lambda: iter(checkpoints))
+        agent = SimpleNamespace(
+            recipe=SimpleNamespace(params=params),
+            name="task",
+            checkpoints=lambda resumed: iter(checkpoints),
+            snapshots=tmp_path / "none",  # no snapshot to resume from
+            at_episode_starts=lambda: False,  # nor one to write
+        )
         return [c.success for c in learned_tasks.train(agent, lambda *args, **values: None)]
 
     assert stopped_at([0.1, 0.3, 0.45, 0.7], "medium") == [0.1, 0.3, 0.45]

@@ -22,7 +22,11 @@ policy, each episode from a stream seeded by its reset seed): their success rate
 
 The card records every task's checkpoints (steps, success) and which one acted; `task_stats` the data's own
 success. Resumable per task: each finished task is a shard in a work folder beside the output (as the
-multi-task collection's), and a rerun trains only the tasks without one. Same seed, same bytes.
+multi-task collection's), and a rerun trains only the tasks without one. Within a task, a checkpoint at which every
+training environment has just started an episode (Meta-World's 500-step episodes: every checkpoint; MiniGrid's PPO
+lanes end their episodes apart, so rarely) also writes a snapshot: weights and optimisers, random states, the
+environments' reset counts, and the replay-buffer rows and training episodes since the last one. A killed run goes on
+from its last snapshot and makes the bytes an unbroken run makes. Same seed, same bytes.
 
 A finished task's run (its checkpoints' success and acting weights, and for medium and replay the training
 episodes) is kept under $OFFBENCH_HOME/work/<generator>/runs/, keyed by what determines it (`run_key`: the task,
@@ -36,7 +40,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import itertools
 import json
 import shutil
 from dataclasses import dataclass
@@ -50,11 +53,12 @@ from offbench.envs.multitask import EnvPool, Lane, episode_seed, task_names
 from offbench.errors import OffbenchError
 from offbench.evaluation.lanes import run_lanes
 from offbench.generators.multitask import _claim_work_dir, _npz_bytes, task_stats
+from offbench.generators.random_state import global_random_state, set_global_random_state
 from offbench.generators.torch_threads import one_torch_thread
 from offbench.generators.work_lock import work_lock
 from offbench.paths import work_dir
 from offbench.records import Invalid, ranged, to_dict
-from offbench.utils import atomic_write_bytes, progress_bar
+from offbench.utils import atomic_dir, atomic_write_bytes, progress_bar
 
 TRAINING = 1 << 40  # episode indices from here on seed the agent and its training episodes, never an evaluation's
 ROUND = 64  # episodes played together, one batched policy call per step
@@ -191,19 +195,20 @@ def choose_checkpoint(successes: Sequence[float], quality: str, target: float) -
 
 
 class TrainingEpisodes(gym.Wrapper):
-    """One of the agent's training environments: each reset takes the next seed of its own sequence (the seed
-    stable-baselines3 passes is ignored, so every training episode's start is known) and, when recording, every
-    finished episode is kept with the environment step it ended at."""
+    """One of the agent's training environments: its k-th reset takes `seed_of(k)` (the seed stable-baselines3
+    passes is ignored, so every training episode's start is known) and, when recording, every finished episode is
+    kept with the environment step it ended at."""
 
-    def __init__(self, env: gym.Env, seeds: Iterator[int], record: bool):
+    def __init__(self, env: gym.Env, seed_of: Callable[[int], int], record: bool):
         super().__init__(env)
-        self.seeds, self.record = seeds, record
-        self.steps = 0
+        self.seed_of, self.record = seed_of, record
+        self.resets = self.steps = self.episode_steps = 0
         self.finished: list[tuple[int, dict[str, Any]]] = []
         self.episode: dict[str, Any] = {}
 
     def reset(self, *, seed=None, options=None):
-        reset_seed = next(self.seeds)
+        reset_seed = self.seed_of(self.resets)
+        self.resets, self.episode_steps = self.resets + 1, 0
         obs, info = self.env.reset(seed=reset_seed, options=options)
         if self.record:
             self.episode = {
@@ -219,7 +224,7 @@ class TrainingEpisodes(gym.Wrapper):
 
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
-        self.steps += 1
+        self.steps, self.episode_steps = self.steps + 1, self.episode_steps + 1
         if self.record:
             for key, value in (
                 ("observations", obs),
@@ -255,26 +260,30 @@ class TaskAgent:
         self.learner = recipe.learner
         seed, name, n_envs = recipe.seed, self.name, self.learner.n_envs
         self.envs = [
-            TrainingEpisodes(
-                make_env(recipe.env, task_id), (episode_seed(seed, name, TRAINING + 1 + j + n_envs * k) for k in itertools.count()), record
-            )
+            TrainingEpisodes(make_env(recipe.env, task_id), lambda k, j=j: episode_seed(seed, name, TRAINING + 1 + j + n_envs * k), record)
             for j in range(n_envs)
         ]
         self.vec_env = DummyVecEnv([lambda env=env: env for env in self.envs])
         self.model = self.learner.model(self.vec_env, episode_seed(seed, name, TRAINING) % 2**32)
         self.pool = EnvPool(recipe.env)
+        self.snapshots = snapshots_dir(recipe, task_id)
 
-    def checkpoints(self) -> Iterator[Checkpoint]:
-        """The untrained policy's checkpoint, then one every `checkpoint_every` steps up to `timesteps`."""
+    def checkpoints(self, resumed: bool = False) -> Iterator[Checkpoint]:
+        """The untrained policy's checkpoint (unless `resumed`: the snapshot had it), then one every
+        `checkpoint_every` steps up to `timesteps`."""
         params = self.recipe.params
         lanes = self.lanes(params.eval_episodes)
-        while True:
-            results = self.play(lanes, record=False)
-            success = float(np.mean([result["success"] for result in results]))
-            yield Checkpoint(self.model.num_timesteps, success, self.learner.acting_weights(self.model))
-            if self.model.num_timesteps >= params.timesteps:
-                return
+        if not resumed:
+            yield self.checkpoint(lanes)
+        while self.model.num_timesteps < params.timesteps:
             self.model.learn(params.checkpoint_every, reset_num_timesteps=False)
+            yield self.checkpoint(lanes)
+
+    def checkpoint(self, lanes: Sequence[Lane]) -> Checkpoint:
+        """The current policy's success over the evaluation lanes, and its acting weights."""
+        results = self.play(lanes, record=False)
+        success = float(np.mean([result["success"] for result in results]))
+        return Checkpoint(self.model.num_timesteps, success, self.learner.acting_weights(self.model))
 
     def play(self, lanes: Sequence[Lane], record: bool, weights: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         """Episodes of the current policy (or of `weights`), sampled, as `run_lanes` returns them."""
@@ -287,6 +296,11 @@ class TaskAgent:
         ended = sorted((step, j, episode) for j, env in enumerate(self.envs) for step, episode in env.finished)
         return [(step * self.learner.n_envs, episode) for step, _, episode in ended]
 
+    def at_episode_starts(self) -> bool:
+        """Whether training has begun and every training environment has just started an episode: a snapshot then
+        keeps no simulator state, since each environment's reset seed makes it again."""
+        return self.model.num_timesteps > 0 and all(env.episode_steps == 0 for env in self.envs)
+
     def lanes(self, episodes: int) -> list[Lane]:
         return [Lane(self.task_id, e, episode_seed(self.recipe.seed, self.name, e)) for e in range(episodes)]
 
@@ -297,14 +311,21 @@ class TaskAgent:
 
 def train(agent: TaskAgent, advance: Callable[..., None]) -> list[Checkpoint]:
     """Train until the recipe's stop: the first trained checkpoint reaching the band's lower edge (medium, replay)
-    or `timesteps` (expert). `advance(steps, success=...)` hears of each checkpoint."""
-    params = agent.recipe.params
-    checkpoints: list[Checkpoint] = []
-    for checkpoint in agent.checkpoints():
+    or `timesteps` (expert), from the task's last snapshot if a killed run left one. `advance(steps,
+    success=...)` hears of each checkpoint."""
+    params, folder = agent.recipe.params, agent.snapshots
+    checkpoints = restore_snapshots(agent, folder)
+    if checkpoints:
+        advance(checkpoints[-1].timesteps, success=f"{agent.name} resumed at step {checkpoints[-1].timesteps:,}")
+    saved = len(checkpoints)
+    for checkpoint in agent.checkpoints(resumed=bool(checkpoints)):
         checkpoints.append(checkpoint)
         advance(params.checkpoint_every if checkpoint.timesteps else 0, success=f"{agent.name} {checkpoint.success:.2f}")
         if params.quality != "expert" and checkpoint.timesteps and checkpoint.success >= params.band[0]:
             break
+        if checkpoint.timesteps < params.timesteps and agent.at_episode_starts():
+            write_snapshot(agent, folder, checkpoints, saved)
+            saved = len(checkpoints)
     return checkpoints
 
 
@@ -383,6 +404,139 @@ def run_path(recipe: LearnedRecipe, task_id: int) -> Path:
     return work_dir(recipe.generator) / "runs" / f"{recipe.names[task_id]}-s{recipe.seed}-{key}.npz"
 
 
+def snapshots_dir(recipe: LearnedRecipe, task_id: int) -> Path:
+    """Where the task's run in progress keeps its snapshots: beside its cache file, as <run>.snapshots/<step>/."""
+    path = run_path(recipe, task_id)
+    return path.with_name(f"{path.stem}.snapshots")
+
+
+REPLAY_ARRAYS = ("observations", "next_observations", "actions", "rewards", "dones", "timeouts")
+
+
+def write_snapshot(agent: TaskAgent, folder: Path, checkpoints: list[Checkpoint], saved: int) -> None:
+    """Keep what resuming here needs, in a folder of its own written by one rename: the weights of the model and its
+    optimisers, the random states, each environment's resets and steps, and what came since the last snapshot (the
+    checkpoints after the first `saved`, the replay buffer's new rows, the training episodes recorded since)."""
+    import torch
+
+    model, n_envs = agent.model, agent.learner.n_envs
+    step, start = model.num_timesteps, checkpoints[saved - 1].timesteps if saved else 0
+    _, variables = model._get_torch_save_params()
+    tensors = {
+        "parameters": model.get_parameters(),
+        "variables": {name: _attribute(model, name).detach().clone() for name in variables},
+        "acting": [checkpoint.weights for checkpoint in checkpoints[saved:]],
+    }
+    state, arrays = global_random_state()
+    state.update(
+        num_timesteps=step,
+        n_updates=model._n_updates,
+        episode_num=model._episode_num,
+        action_space=model.action_space.np_random.bit_generator.state,
+        envs=[{"resets": env.resets, "steps": env.steps} for env in agent.envs],
+        checkpoints=[{"timesteps": checkpoint.timesteps, "success": checkpoint.success} for checkpoint in checkpoints[saved:]],
+    )
+    arrays.update(last_obs=model._last_obs, last_episode_starts=model._last_episode_starts)
+    segment: dict[str, np.ndarray] = {}
+    buffer = getattr(model, "replay_buffer", None)
+    if buffer is not None:
+        slots = np.arange(start // n_envs, step // n_envs) % buffer.buffer_size
+        segment.update({f"replay/{name}": getattr(buffer, name)[slots] for name in REPLAY_ARRAYS if getattr(buffer, name) is not None})
+    for j, env in enumerate(agent.envs):
+        recorded = [(ended, episode) for ended, episode in env.finished if ended > start // n_envs]
+        if recorded:
+            columns = episode_arrays([episode for _, episode in recorded], 0, agent.learner.action_dtype)
+            columns["ended_at"] = np.array([ended for ended, _ in recorded], dtype=np.int64)
+            segment.update({f"env{j}/{key}": values for key, values in columns.items()})
+    with atomic_dir(folder / f"{step:010d}") as tmp:
+        torch.save(tensors, tmp / "model.pt")
+        np.savez(tmp / "state.npz", allow_pickle=False, **arrays)
+        np.savez(tmp / "segment.npz", allow_pickle=False, **segment)
+        (tmp / "state.json").write_text(json.dumps(state))
+
+
+def restore_snapshots(agent: TaskAgent, folder: Path) -> list[Checkpoint]:
+    """Put a fresh agent where the last snapshot in `folder` left its run (the replay buffer and recorded episodes
+    rebuilt from every snapshot's segment) and return the run's checkpoints so far; none without a snapshot."""
+    import torch
+
+    found = sorted(path for path in folder.iterdir() if path.is_dir() and path.name.isdigit()) if folder.is_dir() else []
+    if not found:
+        return []
+    model, n_envs = agent.model, agent.learner.n_envs
+    buffer = getattr(model, "replay_buffer", None)
+    checkpoints: list[Checkpoint] = []
+    start, state, tensors = 0, {}, {}
+    for snapshot in found:
+        state = json.loads((snapshot / "state.json").read_text())
+        tensors = torch.load(snapshot / "model.pt", weights_only=True)
+        checkpoints += [Checkpoint(c["timesteps"], c["success"], weights) for c, weights in zip(state["checkpoints"], tensors["acting"])]
+        step = state["num_timesteps"]
+        with np.load(snapshot / "segment.npz", allow_pickle=False) as segment:
+            if buffer is not None:
+                slots = np.arange(start // n_envs, step // n_envs) % buffer.buffer_size
+                for name in REPLAY_ARRAYS:
+                    if f"replay/{name}" in segment.files:
+                        getattr(buffer, name)[slots] = segment[f"replay/{name}"]
+            for j, env in enumerate(agent.envs):
+                prefix = f"env{j}/"
+                columns = {key.removeprefix(prefix): segment[key] for key in segment.files if key.startswith(prefix)}
+                env.finished += recorded_episodes(columns) if columns else []
+        start = step
+    if buffer is not None:
+        buffer.pos, buffer.full = (start // n_envs) % buffer.buffer_size, start // n_envs >= buffer.buffer_size
+    model.set_parameters(tensors["parameters"], exact_match=True, device="cpu")
+    for name, value in tensors["variables"].items():
+        _attribute(model, name).data.copy_(value)
+    model.num_timesteps, model._n_updates, model._episode_num = start, state["n_updates"], state["episode_num"]
+    for env, saved in zip(agent.envs, state["envs"]):
+        env.resets, env.steps = saved["resets"] - 1, saved["steps"]  # the reset below starts the latest episode again
+    with np.load(found[-1] / "state.npz", allow_pickle=False) as saved_arrays:
+        arrays = {key: saved_arrays[key] for key in saved_arrays.files}
+    observations = agent.vec_env.reset()  # flat arrays: the learners' environments have no dict observations
+    if not (isinstance(observations, np.ndarray) and np.array_equal(observations, arrays["last_obs"])):
+        raise OffbenchError(
+            f"{found[-1]}: the training environments do not reset to the snapshot's observations; "
+            f"delete {folder} to train {agent.name} from the start"
+        )
+    model._last_obs, model._last_episode_starts = arrays["last_obs"], arrays["last_episode_starts"]
+    model.action_space.np_random.bit_generator.state = state["action_space"]
+    set_global_random_state(state, arrays)
+    return checkpoints
+
+
+def _attribute(model, dotted: str) -> Any:
+    """`model.a.b` for "a.b": where stable-baselines3 names the tensors it saves beside the state_dicts."""
+    for name in dotted.split("."):
+        model = getattr(model, name)
+    return model
+
+
+def recorded_episodes(columns: dict[str, np.ndarray]) -> list[tuple[int, dict[str, Any]]]:
+    """`episode_arrays` columns with their `ended_at` back as the recorded episodes `TrainingEpisodes` keeps."""
+    bounds = np.concatenate([[0], np.cumsum(columns["lengths"])])
+    return [
+        (
+            int(columns["ended_at"][i]),
+            {
+                "seed": int(columns["episode_seed"][first]),
+                "observations": [*columns["observations"][first:end], columns["final_observations"][i]],
+                **{key: list(columns[column][first:end]) for key, column in RECORDED_COLUMNS.items()},
+            },
+        )
+        for i, (first, end) in enumerate(zip(bounds[:-1], bounds[1:]))
+    ]
+
+
+RECORDED_COLUMNS = {  # a recorded episode's per-step lists and the `episode_arrays` column each becomes
+    "actions": "actions",
+    "rewards": "rewards",
+    "terminations": "terminations",
+    "truncations": "truncations",
+    "step_success": "infos/success",
+}
+
+
 def task_run(recipe: LearnedRecipe, task_id: int, advance: Callable[..., None]) -> TaskRun:
     """The task's run from the cache, else trained and cached (written by one rename: a cache file is whole). Under
     the run's work lock: a process asking for a run another one is training waits for it, then reuses it."""
@@ -393,6 +547,7 @@ def task_run(recipe: LearnedRecipe, task_id: int, advance: Callable[..., None]) 
             return TaskRun.from_bytes(path.read_bytes())
         run = trained_run(recipe, task_id, advance)
         atomic_write_bytes(path, run.to_bytes())
+        shutil.rmtree(snapshots_dir(recipe, task_id), ignore_errors=True)
     return run
 
 

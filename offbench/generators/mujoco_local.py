@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, cast
@@ -40,6 +39,7 @@ from offbench.data.store import EpisodeStore
 from offbench.errors import require
 from offbench.generators import register_generator
 from offbench.generators.gym_episodes import rollout
+from offbench.generators.random_state import global_random_state, set_global_random_state
 from offbench.generators.torch_threads import one_torch_thread
 from offbench.generators.work_lock import work_lock
 from offbench.paths import work_dir
@@ -267,28 +267,18 @@ def training_state(model) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     action space's for the first random actions, the environment's for its resets) and the episode under way (its
     MuJoCo integration state, step count and observation)."""
     import mujoco
-    import torch
 
     _, time_limit, unwrapped = _env_parts(model.env)
     # the ignores: mujoco's functions and enums come from compiled modules without type stubs
     mj_state = np.empty(mujoco.mj_stateSize(unwrapped.model, mujoco.mjtState.mjSTATE_INTEGRATION))  # pyright: ignore[reportAttributeAccessIssue]
     mujoco.mj_getState(unwrapped.model, unwrapped.data, mj_state, mujoco.mjtState.mjSTATE_INTEGRATION)  # pyright: ignore[reportAttributeAccessIssue]
-    version, words, gauss = random.getstate()
-    numpy_state = np.random.get_state(legacy=False)
-    state = {
-        "python_random": [version, list(words), gauss],
-        "numpy_global": {**numpy_state, "state": {"pos": int(numpy_state["state"]["pos"])}},
-        "action_space": model.action_space.np_random.bit_generator.state,
-        "env": unwrapped.np_random.bit_generator.state,
-        "elapsed_steps": cast(int, time_limit._elapsed_steps),  # sb3 reset the env before training: an episode is under way
-    }
-    arrays = {
-        "numpy_global_key": numpy_state["state"]["key"],
-        "torch": torch.get_rng_state().numpy(),
-        "mujoco": mj_state,
-        "last_obs": model._last_obs,
-        "last_episode_starts": model._last_episode_starts,
-    }
+    state, arrays = global_random_state()
+    state.update(
+        action_space=model.action_space.np_random.bit_generator.state,
+        env=unwrapped.np_random.bit_generator.state,
+        elapsed_steps=cast(int, time_limit._elapsed_steps),  # sb3 reset the env before training: an episode is under way
+    )
+    arrays.update(mujoco=mj_state, last_obs=model._last_obs, last_episode_starts=model._last_episode_starts)
     return state, arrays
 
 
@@ -296,7 +286,6 @@ def restore(recipe: MujocoLocalRecipe, checkpoints: list[Checkpoint], buffer=Non
     """The model as the last checkpoint left it, its environment mid-episode where it was. `buffer`: the replay buffer
     of the run that wrote it (same content); otherwise rebuilt from every checkpoint's experience."""
     import mujoco
-    import torch
     from stable_baselines3 import SAC
     from stable_baselines3.common.vec_env import DummyVecEnv
 
@@ -317,12 +306,7 @@ def restore(recipe: MujocoLocalRecipe, checkpoints: list[Checkpoint], buffer=Non
     venv._reset_seeds()  # loading seeded the next reset; the run goes on with the environment's own stream
     model._last_obs, model._last_episode_starts = arrays["last_obs"], arrays["last_episode_starts"]
 
-    version, words, gauss = state["python_random"]
-    random.setstate((version, tuple(words), gauss))
-    numpy_state = state["numpy_global"]
-    numpy_state["state"]["key"] = arrays["numpy_global_key"]
-    np.random.set_state(numpy_state)
-    torch.set_rng_state(torch.from_numpy(arrays["torch"]))
+    set_global_random_state(state, arrays)
     model.action_space.np_random.bit_generator.state = state["action_space"]
     return model
 
