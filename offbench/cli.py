@@ -97,7 +97,7 @@ def info(id_or_path: str = typer.Argument(..., help="Dataset id or path.")) -> N
         ("transitions", f"{store.num_transitions:,}"),
         ("episode length", f"min {lengths.min()}  mean {lengths.mean():.1f}  max {lengths.max()}"),
         ("terminations / truncations", f"{int(store.terminations.sum()):,} / {int(store.truncations.sum()):,}"),
-        ("episode return", f"mean {returns.mean():.3f}  min {returns.min():.3f}  max {returns.max():.3f}"),
+        ("episode return", _spread(returns)),
         ("observation space", str(store.observation_space)),
         ("action space", str(store.action_space)),
         ("extra columns", ", ".join(sorted(store.columns)) or "-"),
@@ -109,7 +109,20 @@ def info(id_or_path: str = typer.Argument(..., help="Dataset id or path.")) -> N
             rows.append(("environment", f"{card.env.id} ({card.env.suite or 'gymnasium'})"))
         if card.ref_min_score is not None:
             rows.append(("reference scores", f"min {card.ref_min_score}  max {card.ref_max_score}"))
+            # where the data's best episodes stand on the leaderboards' scale: what a learner would beat
+            rows.append(("normalised return", _spread(card.normalise(returns), digits=1)))
     _print_rows(rows)
+
+
+def _spread(values, digits: int = 3) -> str:
+    """Mean, min, the 10th / 50th / 90th percentiles and max, on one line."""
+    import numpy as np
+
+    p10, p50, p90 = np.percentile(values, [10, 50, 90])
+    return (
+        f"mean {values.mean():.{digits}f}  min {values.min():.{digits}f}  "
+        f"p10 / p50 / p90 {p10:.{digits}f} / {p50:.{digits}f} / {p90:.{digits}f}  max {values.max():.{digits}f}"
+    )
 
 
 def _print_rows(rows: list[tuple[str, object]]) -> None:
