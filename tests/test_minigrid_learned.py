@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from filelock import FileLock
 from helpers import require_extra
 
 from offbench.data.cards import read_card
@@ -17,6 +18,7 @@ from offbench.envs.factory import make_env
 from offbench.envs.multitask import episode_seed
 from offbench.errors import OffbenchError
 from offbench.generators import get_generator
+from offbench.generators.work_lock import lock_file
 
 require_extra("minigrid", "minigrid")
 require_extra("stable_baselines3", "learned")
@@ -171,6 +173,22 @@ def test_a_killed_generation_resumes_at_the_next_unfinished_task(quick, tmp_path
     monkeypatch.setattr(learned_tasks, "learn_task", lambda *args: trained.append(args[1]) or real(*args))
     assert generate(QUICK, out).content_sha256() == quick.content_sha256()
     assert trained == [1] and not (tmp_path / "data.h5.work").exists()
+
+
+def test_a_task_another_process_is_training_is_left_till_last(quick, tmp_path, monkeypatch):
+    real, order = learned_tasks.learn_task, []
+    first_run = learned_tasks.run_path(minigrid_learned.learned_recipe(QUICK, 0), 0)
+    elsewhere = FileLock(str(lock_file(first_run)))  # another fd: flock treats it as another process
+    elsewhere.acquire()
+
+    def learn(recipe, task_id, advance):
+        order.append(task_id)
+        elsewhere.release()  # the other process finishes while this one trains its next task
+        return real(recipe, task_id, advance)
+
+    monkeypatch.setattr(learned_tasks, "learn_task", learn)
+    assert generate(QUICK, tmp_path / "data.h5").content_sha256() == quick.content_sha256()
+    assert order == [1, 0]
 
 
 def test_training_stops_at_the_band_and_the_nearest_checkpoint_acts(tmp_path):

@@ -32,8 +32,9 @@ A finished task's run (its checkpoints' success and acting weights, and for medi
 episodes) is kept under $OFFBENCH_HOME/work/<generator>/runs/, keyed by what determines it (`run_key`: the task,
 the seed, the agent's settings, timesteps, checkpoint_every, eval_episodes and the stop), so a medium and a replay
 card of one suite, or of suites sharing a task, train it once; the next recipe only replays or collects. A task's
-run is looked up or trained under its lock (`work_lock`): a process that wants a run another one is training waits
-for it, then reuses it.
+run is looked up or trained under its lock (`work_lock`): a process that wants a run another one is training goes on
+to its next task and comes back to that one last (waiting for it then, and reusing it), so processes preparing two
+cards of one suite train different tasks side by side.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ from offbench.evaluation.lanes import run_lanes
 from offbench.generators.multitask import _claim_work_dir, _npz_bytes, task_stats
 from offbench.generators.random_state import global_random_state, set_global_random_state
 from offbench.generators.torch_threads import one_torch_thread
-from offbench.generators.work_lock import work_lock
+from offbench.generators.work_lock import held_elsewhere, work_lock
 from offbench.paths import work_dir
 from offbench.records import Invalid, ranged, to_dict
 from offbench.utils import atomic_dir, atomic_write_bytes, progress_bar
@@ -691,7 +692,8 @@ def merge(recipe: LearnedRecipe, work: Path):
 
 
 def generate_learned(recipe: LearnedRecipe, out: Path, quiet: bool) -> Path:
-    """Train an agent per task (resuming at the first task without a shard) and write the recipe's data into `out`."""
+    """Train an agent per task (resuming at the tasks without a shard, those another process is training last) and
+    write the recipe's data into `out`."""
     out = Path(out)
     work = out.parent / f"{out.name}.work"
     _claim_work_dir(work, recipe)
@@ -708,7 +710,11 @@ def generate_learned(recipe: LearnedRecipe, out: Path, quiet: bool) -> Path:
         ) as advance,
         one_torch_thread(),
     ):
-        for task_id in todo:
+        while todo:
+            # a task another process is training (for another card of the same runs) is left till last, so two
+            # processes on, say, the medium and the replay card of one suite train different tasks side by side
+            task_id = next((t for t in todo if not held_elsewhere(run_path(recipe, t))), todo[0])
+            todo.remove(task_id)
             atomic_write_bytes(shard_path(work, task_id), _npz_bytes(learn_task(recipe, task_id, advance)))
     merge(recipe, work).save(out)
     shutil.rmtree(work)

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
 from offbench.utils import acquire_announced, ensure_dir
 
@@ -39,6 +39,19 @@ def is_lock_file(name: str) -> bool:
 def lock_files(folder: Path) -> list[Path]:
     """Every work lock under `folder`, links not followed."""
     return sorted(Path(parent, name) for parent, _, names in os.walk(folder) for name in names if is_lock_file(name))
+
+
+def held_elsewhere(work: Path) -> bool:
+    """Whether another process holds `work`'s lock now (a look, not a claim: it may be taken a moment later)."""
+    if not lock_file(work).is_file():
+        return False
+    lock = FileLock(str(lock_file(work)))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        return True
+    lock.release()
+    return False
 
 
 @contextmanager
