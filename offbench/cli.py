@@ -103,6 +103,11 @@ def info(id_or_path: str = typer.Argument(..., help="Dataset id or path.")) -> N
         ("extra columns", ", ".join(sorted(store.columns)) or "-"),
         ("content sha256", store.content_sha256()),
     ]
+    made = store.card.get("made_on")
+    if isinstance(made, dict):  # a generated dataset: the bytes repeat on these SIMD kernels
+        simd = made.get("numpy_simd")
+        numpy_kernels = "+".join(map(str, simd)) if isinstance(simd, list) else simd
+        rows.append(("made on", f"{made.get('cpu')} (torch {made.get('torch_cpu_capability')} kernels, numpy {numpy_kernels})"))
     if card is not None:
         rows.insert(1, ("description", card.description))
         if card.env.id is not None:

@@ -14,6 +14,7 @@ from helpers import race, require_extra, slowed
 from offbench.cli import main
 from offbench.data.cards import card_from_dict, get_card, read_card, write_card
 from offbench.data.store import load_native
+from offbench.tracking.run_dir import made_on
 
 require_extra("minigrid", "minigrid")
 require_extra("stable_baselines3", "learned")
@@ -58,6 +59,7 @@ def test_medium_then_replay_train_once_and_replay_is_what_a_fresh_home_makes(iso
     medium = get_card("mine/lava-medium")
     data = load_native(isolated_home / "data" / "mine" / "lava-medium" / "data.h5")
     assert medium.description == "mine" and medium.extra["task_stats"][LAVA]["episodes"] == data.num_episodes == 4
+    assert data.card["made_on"] == made_on()  # the machine whose SIMD kernels the PPO run's bits depend on
     record = medium.extra["checkpoints"][LAVA]
     assert record["timesteps"] == [0, 1024] and record["acting"] == 1 and record == data.card["checkpoints"][LAVA]
     assert data.card["id"] == "mine/lava-medium" and medium.extra["behaviour"]["algorithm"] == "PPO"

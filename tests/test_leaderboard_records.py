@@ -28,7 +28,10 @@ def test_the_field_tables_in_the_leaderboards_doc_are_the_records():
 # ------------------------------------------------------------------------------ benchmark.toml
 BOARD_EDITS = {
     "wrong type": ({"min_seeds": "three"}, r"'min_seeds' must be an integer, got 'three'"),
-    "unknown key": ({"seeds": 3}, r"'seeds' is not a known key \(known: behaviour, bootstrap_reps, dataset_checksums, datasets"),
+    "unknown key": (
+        {"seeds": 3},
+        r"'seeds' is not a known key \(known: behaviour, bootstrap_reps, dataset_checksums, dataset_made_on, datasets",
+    ),
     "unknown protocol key": ({"evaluation": {"episodes": 5, "epsiodes": 5}}, r"'evaluation.epsiodes' is not a known key"),
     "missing key": ({"metric": None}, r"missing required key 'metric'"),
     "out of range": ({"bootstrap_reps": 10}, r"'bootstrap_reps' must be at least 100, got 10"),
@@ -42,6 +45,14 @@ BOARD_EDITS = {
     "a checksum of another dataset": (
         {"dataset_checksums": {"test/z": CHECKSUM}},
         r"'dataset_checksums' names 'test/z', which is not in 'datasets'",
+    ),
+    "the kernels of an unpinned dataset": (
+        {"dataset_made_on": {"test/a": {"torch_cpu_capability": "AVX2", "numpy_simd": ["X86_V3"]}}},
+        r"'dataset_made_on' names 'test/a', which has no pin in 'dataset_checksums'",
+    ),
+    "kernels without torch's": (
+        {"dataset_checksums": {"test/a": CHECKSUM}, "dataset_made_on": {"test/a": {"numpy_simd": ["X86_V3"]}}},
+        r"missing required key 'dataset_made_on.test/a.torch_cpu_capability'",
     ),
     "a dataset twice": ({"datasets": ["test/a", "test/a"]}, r"'datasets' lists a dataset twice"),
     "an in-context metric without in-context episodes": ({"metric": "regret"}, r"metric 'regret' needs evaluation.in_context_episodes"),

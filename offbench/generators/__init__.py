@@ -49,19 +49,24 @@ def get_generator(name: str) -> Generator:
 def generate_from_card(card, out: Path, quiet: bool = False) -> Path:
     """Generate the dataset a recipe card describes (used on first `offbench.load` of its id)."""
     import os
+    import sys
 
     from offbench.data.store import native_header, replace_card
+    from offbench.leaderboard.spec import made_elsewhere
+    from offbench.tracking.run_dir import made_on
     from offbench.utils import check_writable
 
     recipe = card.source.recipe
     generator = get_generator(recipe.generator)
     check_writable(out.parent)  # before the work, not after it
+    for line in made_elsewhere(card.id):
+        print(f"offbench: warning: {line}", file=sys.stderr)
     staging = out.with_name(f".{out.name}.generating")
     try:
         generator(dict(recipe.params), recipe.seed, staging, quiet)
-        # The file carries the registered card (its id, description, scores) plus what the generator measured;
-        # only that attribute changes, so the arrays are not written a second time.
-        replace_card(staging, {**native_header(staging)[0], **card.to_dict()})
+        # The file carries the registered card (its id, description, scores) plus what the generator measured and
+        # where (`made_on`); only that attribute changes, so the arrays are not written a second time.
+        replace_card(staging, {**native_header(staging)[0], **card.to_dict(), "made_on": made_on()})
         os.replace(staging, out)
         return out
     finally:

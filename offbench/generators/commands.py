@@ -145,7 +145,8 @@ def _contextual_plan(benchmark: str, params: dict[str, Any], seed: int, quiet: b
 def generate_and_register(benchmark: str, *, seed: int, out: Path | None, quiet: bool, workers: int | None = None, **params: Any) -> Path:
     """Validate (before any work), generate, write data and card; returns the data file's path."""
     from offbench.data.cards import card_from_dict, write_card
-    from offbench.data.store import native_header
+    from offbench.data.store import native_header, replace_card
+    from offbench.tracking.run_dir import made_on
     from offbench.utils import check_writable
 
     overrides = params.pop("set", None) or []
@@ -179,6 +180,8 @@ def generate_and_register(benchmark: str, *, seed: int, out: Path | None, quiet:
     check_writable(data_path.parent)  # before the work, not after it
     plan.write(data_path)
     card, num_episodes, num_transitions = native_header(data_path)
+    card["made_on"] = made_on()
+    replace_card(data_path, card)
     write_card(card_from_dict(card, card_path), card_path)
 
     console = Console(soft_wrap=True)

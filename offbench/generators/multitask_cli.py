@@ -141,6 +141,7 @@ def write_generated(
     from offbench.data.store import load_native, replace_card
     from offbench.generators import get_generator
     from offbench.paths import user_cards_dir
+    from offbench.tracking.run_dir import made_on
     from offbench.utils import check_writable
 
     registered = None
@@ -163,7 +164,8 @@ def write_generated(
     path = get_generator(generator)(run_params or params, seed, target, quiet)
     store = load_native(path)
     card = card_from_dict({**card_data, **{key: store.card[key] for key in recorded if key in store.card}})
-    replace_card(path, {**store.card, **card.to_dict()})  # the file names its dataset (exports are named from it)
+    # the file names its dataset (exports are named from it) and the machine that made it
+    replace_card(path, {**store.card, **card.to_dict(), "made_on": made_on()})
     card_path = write_card(card, Path(out) / "card.toml" if out else user_cards_dir() / f"{card.id}.toml")
     return Generated(card, store, path, card_path)
 

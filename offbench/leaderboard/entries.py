@@ -26,7 +26,7 @@ from typing import Any
 
 from offbench.errors import OffbenchError
 from offbench.evaluation.results import EvaluationSettings
-from offbench.leaderboard.spec import SHA256, BenchmarkFile, BenchmarkSpec, Evaluation, Reported, ReportedSource
+from offbench.leaderboard.spec import SHA256, BenchmarkFile, BenchmarkSpec, Evaluation, MadeOn, Reported, ReportedSource
 from offbench.records import Invalid, from_dict, ranged, to_dict, write_field_tables
 from offbench.stats import Metric
 from offbench.tracking.provenance import METHOD_KINDS
@@ -152,6 +152,7 @@ LEADERBOARD_RECORDS = (
     Evaluation,
     Reported,
     ReportedSource,
+    MadeOn,
     LeaderboardEntry,
     EntryRun,
     RunIdentity,
@@ -246,7 +247,16 @@ def _check_checksum(spec: BenchmarkSpec, dataset: EntryDataset, refuse) -> None:
     if expected is None:
         raise refuse("dataset-checksum", f"cannot check dataset '{dataset.id}': {source}")
     if got != expected:
-        raise refuse("dataset-checksum", f"dataset '{dataset.id}' content sha256 {got[:12]}... differs from {expected[:12]}... ({source})")
+        made = spec.dataset_made_on.get(dataset.id)
+        kernels = (
+            ""
+            if made is None
+            else f"; the pinned copy was generated where torch_cpu_capability is {made['torch_cpu_capability']} and numpy_simd "
+            f"{made['numpy_simd']}, and a copy generated on other SIMD kernels differs in its bits"
+        )
+        raise refuse(
+            "dataset-checksum", f"dataset '{dataset.id}' content sha256 {got[:12]}... differs from {expected[:12]}... ({source}){kernels}"
+        )
 
 
 def _check_protocol(spec: BenchmarkSpec, entry: LeaderboardEntry, refuse) -> None:

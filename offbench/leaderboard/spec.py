@@ -19,6 +19,9 @@
     episodes = 100
     [dataset_checksums]                   # optional pins of each dataset's content sha256
     "pendulum-scripted" = "..."
+    [dataset_made_on."pendulum-scripted"] # optional, generated data: the SIMD kernels the pinned copy was made on
+    torch_cpu_capability = "AVX512"       # (its card's made_on; `offbench download` warns where this machine's differ)
+    numpy_simd = ["X86_V3", "X86_V4", "AVX512_ICL", "AVX512_SPR"]
     [behaviour]                           # optional: the data's own score (its behaviour policy's), a marked row
     "pendulum-scripted" = 77.43           # never ranked; `offbench leaderboard behaviour NAME` prints it from the data
     [[reported]]                          # published numbers shown beside ours, marked, never in our statistics
@@ -136,6 +139,16 @@ class Reported:
 
 
 @dataclass(frozen=True, kw_only=True)
+class MadeOn:
+    """`[dataset_made_on."ID"]`: the SIMD kernels the pinned copy of a generated dataset was made on (its card's
+    `made_on`). A generator that trains (SAC) or draws through NumPy's sin/cos makes other bits on other kernels."""
+
+    torch_cpu_capability: str = ranged(doc="torch's SIMD kernels there (`torch.backends.cpu.get_cpu_capability()`)")
+    numpy_simd: list[str] = ranged(doc="the SIMD kernels NumPy dispatched to there")
+    cpu: str | None = ranged(None, doc="the CPU model, for the reader")
+
+
+@dataclass(frozen=True, kw_only=True)
 class BenchmarkFile:
     """`leaderboards/<name>/benchmark.toml`: which runs a leaderboard may show, and how they are scored."""
 
@@ -149,6 +162,11 @@ class BenchmarkFile:
     evaluation: Evaluation = ranged(doc="`[evaluation]`: the protocol every run must follow (table below)")
     dataset_checksums: dict[str, str] = ranged(
         default_factory=dict, doc="`[dataset_checksums]`: dataset id -> the content sha256 (64 lowercase hex) its entries were made from"
+    )
+    dataset_made_on: dict[str, MadeOn] = ranged(
+        default_factory=dict,
+        doc='`[dataset_made_on."ID"]`: for a pinned generated dataset, the SIMD kernels its pinned copy was made on '
+        "(table below); `offbench download` warns where this machine's differ, and a refused checksum names them",
     )
     reported: tuple[Reported, ...] = ranged(default_factory=tuple, doc="`[[reported]]`: published rows shown beside ours (table below)")
     behaviour: dict[str, float] = ranged(
@@ -185,6 +203,9 @@ class BenchmarkFile:
                 raise Invalid(f"'dataset_checksums' names '{dataset_id}', which is not in 'datasets'")
             if not SHA256.match(sha):
                 raise Invalid(f"'dataset_checksums.{dataset_id}' must be 64 lowercase hex characters")
+        for dataset_id in self.dataset_made_on:
+            if dataset_id not in self.dataset_checksums:
+                raise Invalid(f"'dataset_made_on' names '{dataset_id}', which has no pin in 'dataset_checksums'")
 
     def _check_reported(self) -> None:
         labels = [row.label for row in self.reported]
@@ -216,6 +237,7 @@ class BenchmarkFile:
             min_seeds=self.min_seeds,
             protocol=to_dict(self.evaluation),
             dataset_checksums=dict(self.dataset_checksums),
+            dataset_made_on={dataset_id: to_dict(made) for dataset_id, made in self.dataset_made_on.items()},
             bootstrap_reps=self.bootstrap_reps,
             reported=tuple(
                 ReportedRow(
@@ -253,6 +275,7 @@ class BenchmarkSpec:
     min_seeds: int
     protocol: dict[str, Any]
     dataset_checksums: dict[str, str] = field(default_factory=dict)
+    dataset_made_on: dict[str, dict[str, Any]] = field(default_factory=dict)  # dataset -> `[dataset_made_on]` kernels
     bootstrap_reps: int = BOOTSTRAP_REPS
     reported: tuple[ReportedRow, ...] = ()
     behaviour: dict[str, float] = field(default_factory=dict)  # dataset -> the data's own score (`[behaviour]`)
@@ -311,3 +334,24 @@ def load_spec(name: str, root: str | Path | None = None) -> BenchmarkSpec:
         known = ", ".join(known_benchmarks(root)) or "none"
         raise OffbenchError(f"unknown benchmark '{name}' in {folder} (known: {known})")
     return read_toml(path, BenchmarkFile, "benchmark definition").resolve(name, path)
+
+
+def made_elsewhere(dataset_id: str, root: str | Path | None = None) -> list[str]:
+    """One line per benchmark whose pinned copy of `dataset_id` was made on other SIMD kernels than this machine's:
+    a copy generated here will differ in its bits, and that board refuses runs on it. Said before a generation that
+    may take hours; a benchmark that cannot be read is passed over (`leaderboard check` reports it)."""
+    from offbench.tracking.run_dir import kernel_difference
+
+    lines = []
+    for name in known_benchmarks(root):
+        try:
+            made = load_spec(name, root).dataset_made_on.get(dataset_id)
+        except OffbenchError:
+            continue
+        difference = None if made is None else kernel_difference(made)
+        if difference is not None:
+            lines.append(
+                f"leaderboard '{name}' pins {dataset_id} as made on other SIMD kernels ({difference}): "
+                "the copy made here will differ in its bits, and that board will refuse runs on it"
+            )
+    return lines

@@ -108,15 +108,9 @@ def _other_kernels(run: FinishedRun) -> str | None:
     """How the SIMD kernels NumPy and torch dispatch to here differ from the run's (run.json env), or None: AVX-512
     and AVX2 machines round some results differently (docs/run-directory.md), so only a replay on the same kernels
     can be held to exact equality."""
-    from offbench.tracking.run_dir import environment_info
+    from offbench.tracking.run_dir import kernel_difference
 
-    here, there = environment_info("cpu"), run.info.get("env", {})
-    differ = [
-        f"{key}: {there.get(key)} there, {here[key]} here"
-        for key in ("torch_cpu_capability", "numpy_simd")
-        if key in there and there[key] != here[key]
-    ]
-    return "; ".join(differ) or None
+    return kernel_difference(run.info.get("env", {}))
 
 
 def _replay_device(run: FinishedRun) -> str | None:

@@ -131,6 +131,25 @@ def environment_info(device: str) -> dict[str, Any]:
     return info
 
 
+KERNEL_KEYS = ("torch_cpu_capability", "numpy_simd")  # what decides the last bits of CPU arithmetic (environment_info)
+
+
+def made_on() -> dict[str, Any]:
+    """What a generated dataset's card records of the machine that made it (`made_on`): the CPU, the numeric
+    libraries and the SIMD kernels they dispatch to. Data trained into existence (SAC, PPO) or drawn through NumPy's
+    sin/cos repeat bit for bit only where the kernels agree."""
+    info = environment_info("cpu")
+    return {key: info[key] for key in ("cpu", "torch", "numpy", *KERNEL_KEYS)}
+
+
+def kernel_difference(there: Mapping[str, Any]) -> str | None:
+    """How the SIMD kernels recorded in `there` (a run's env, a card's made_on) differ from this machine's, or None
+    when they agree or were not recorded."""
+    here = environment_info("cpu")
+    differ = [f"{key}: {there[key]} there, {here[key]} here" for key in KERNEL_KEYS if key in there and there[key] != here[key]]
+    return "; ".join(differ) or None
+
+
 def write_run_json(run_dir: Path, record: RunRecord | Mapping[str, Any]) -> None:
     """run.json, atomically. A table (run.json's fields, as a run being trained holds them) is read as a RunRecord
     first, so nothing is written that reading the run back would refuse."""

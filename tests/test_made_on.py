@@ -1,0 +1,71 @@
+"""Where generated data were made: the card records the machine's SIMD kernels (`made_on`), `offbench info` prints
+them, and a board that pins a generated dataset's copy says on which kernels it was made, so `offbench download`
+warns before hours of generation that cannot give the pinned bytes, and a refused checksum says why it may differ."""
+
+from __future__ import annotations
+
+import pytest
+from run_dirs import write_benchmark
+
+from offbench.data.store import load_native
+from offbench.errors import OffbenchError
+from offbench.leaderboard.entries import EntryDataset, _check_checksum
+from offbench.leaderboard.spec import load_spec
+from offbench.tracking.run_dir import made_on
+
+PINNED = "ab" * 32
+
+
+def other_kernels() -> dict:
+    here = made_on()
+    return {"torch_cpu_capability": "AVX2" if here["torch_cpu_capability"] != "AVX2" else "AVX512", "numpy_simd": ["X86_V3", "X86_V4"]}
+
+
+def pin(root, name: str, kernels: dict) -> None:
+    write_benchmark(
+        root,
+        name,
+        ["pendulum-scripted"],
+        dataset_checksums={"pendulum-scripted": PINNED},
+        dataset_made_on={"pendulum-scripted": {**kernels, "cpu": "a test CPU"}},
+    )
+
+
+def test_download_warns_where_a_board_pinned_a_copy_made_on_other_kernels_and_the_card_records_these(
+    run_cli, isolated_home, tmp_path, monkeypatch
+):
+    root = tmp_path / "leaderboards"
+    monkeypatch.setenv("OFFBENCH_LEADERBOARDS", str(root))
+    here = made_on()
+    pin(root, "elsewhere", other_kernels())
+    pin(root, "here", {key: here[key] for key in ("torch_cpu_capability", "numpy_simd")})
+
+    proc = run_cli("download", "pendulum-scripted", check=True)
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("offbench: warning:")]
+    assert len(warnings) == 1, proc.stderr
+    assert "leaderboard 'elsewhere' pins pendulum-scripted as made on other SIMD kernels" in warnings[0]
+    assert f"torch_cpu_capability: {other_kernels()['torch_cpu_capability']} there, {here['torch_cpu_capability']} here" in warnings[0]
+
+    assert load_native(isolated_home / "data" / "pendulum-scripted" / "data.h5").card["made_on"] == here
+    info = run_cli("info", "pendulum-scripted", check=True).stdout
+    assert f"torch {here['torch_cpu_capability']} kernels" in info and here["cpu"] in info
+
+
+def test_generate_records_the_machine_in_the_card_it_writes(run_cli, isolated_home, tmp_path):
+    run_cli("generate", "bandit", "--tasks", "3", "--episodes", "10", "-q", "--out", tmp_path, check=True)
+    assert load_native(tmp_path / "data.h5").card["made_on"] == made_on()
+
+
+def test_a_refused_checksum_names_the_kernels_the_pinned_copy_was_made_on(tmp_path):
+    pin(tmp_path, "tb", other_kernels())
+    spec = load_spec("tb", tmp_path)
+
+    def refuse(rule: str, message: str) -> OffbenchError:
+        return OffbenchError(f"{rule}: {message}")
+
+    with pytest.raises(OffbenchError) as refused:
+        _check_checksum(spec, EntryDataset(id="pendulum-scripted", content_sha256="cd" * 32), refuse)
+    message = str(refused.value)
+    assert message.startswith("dataset-checksum: dataset 'pendulum-scripted' content sha256 cdcdcdcdcdcd... differs from abababababab...")
+    assert f"generated where torch_cpu_capability is {other_kernels()['torch_cpu_capability']}" in message
+    _check_checksum(spec, EntryDataset(id="pendulum-scripted", content_sha256=PINNED), refuse)  # the pinned bytes pass
