@@ -247,15 +247,9 @@ def _check_checksum(spec: BenchmarkSpec, dataset: EntryDataset, refuse) -> None:
     if expected is None:
         raise refuse("dataset-checksum", f"cannot check dataset '{dataset.id}': {source}")
     if got != expected:
-        made = spec.dataset_made_on.get(dataset.id)
-        kernels = (
-            ""
-            if made is None
-            else f"; the pinned copy was generated where torch_cpu_capability is {made['torch_cpu_capability']} and numpy_simd "
-            f"{made['numpy_simd']}, and a copy generated on other SIMD kernels differs in its bits"
-        )
         raise refuse(
-            "dataset-checksum", f"dataset '{dataset.id}' content sha256 {got[:12]}... differs from {expected[:12]}... ({source}){kernels}"
+            "dataset-checksum",
+            f"dataset '{dataset.id}' content sha256 {got[:12]}... differs from {expected[:12]}... ({source}){spec.made_on_note(dataset.id)}",
         )
 
 

@@ -11,7 +11,7 @@ curve, `best` the best one under the benchmark's metric (lowest where lower is b
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable
 
 from offbench.data.cards import DatasetCard, builtin_cards, get_card
 from offbench.leaderboard.spec import BenchmarkSpec
@@ -40,6 +40,25 @@ def expected_checksum(spec: BenchmarkSpec, card: DatasetCard) -> tuple[str | Non
     if is_native(local):
         return stored_checksum(local), f"local copy {local}"
     return None, f"no checksum pinned in {spec.path} or the card, and no local copy (run `offbench download {card.id}`)"
+
+
+def copies_off_the_pins(spec: BenchmarkSpec, dataset_ids: Iterable[str]) -> list[str]:
+    """One line per local copy of a dataset `spec` pins whose content is another: runs on it would train, then be
+    refused at submission. (A dataset not yet here is made or fetched by the runs; a generation warns then.)"""
+    from offbench.data.resolve import native_path
+    from offbench.data.store import is_native, stored_checksum
+
+    problems = []
+    for dataset_id in dict.fromkeys(dataset_ids):
+        pinned = spec.dataset_checksums.get(dataset_id)
+        local = None if pinned is None else native_path(benchmark_card(dataset_id))
+        got = stored_checksum(local) if local is not None and is_native(local) else None
+        if got is not None and got != pinned:
+            problems.append(
+                f"{local}: content sha256 {got[:12]}... is not the {str(pinned)[:12]}... leaderboard '{spec.name}' pins for "
+                f"{dataset_id}{spec.made_on_note(dataset_id)}"
+            )
+    return problems
 
 
 @dataclass

@@ -295,6 +295,17 @@ class BenchmarkSpec:
         """The one lock that submissions and re-renders of this benchmark take, so none interleave."""
         return FileLock(str(self.folder / ".submit.lock"))
 
+    def made_on_note(self, dataset: str) -> str:
+        """'; the pinned copy was generated where ...' for a dataset whose pinned copy's kernels the board states (for
+        messages about a copy that differs from the pin), else ''."""
+        made = self.dataset_made_on.get(dataset)
+        if made is None:
+            return ""
+        return (
+            f"; the pinned copy was generated where torch_cpu_capability is {made['torch_cpu_capability']} and numpy_simd "
+            f"{made['numpy_simd']}, and a copy generated on other SIMD kernels differs in its bits"
+        )
+
     def protocol_for(self, baseline: str, dataset: str) -> dict[str, Any]:
         """The protocol a run of `baseline` on `dataset` must follow: the benchmark's, with the dataset's own keys over
         it, then the baseline's."""

@@ -57,9 +57,13 @@ def sweep(
 
     check_configs(spec, planned)
     if submit is not None:
+        from offbench.leaderboard.scoring import copies_off_the_pins
         from offbench.leaderboard.spec import load_spec
 
-        load_spec(submit)  # an unknown benchmark fails now, not after hours of training
+        # an unknown benchmark, or a local copy of other bytes than the board pins, fails now, not after hours of training
+        off = copies_off_the_pins(load_spec(submit), (run.dataset for run in planned))
+        if off:
+            raise OffbenchError(f"--submit {submit}: {off[0]}" + (f" (and {len(off) - 1} more)" if len(off) > 1 else ""))
     pool = make_executor(executor, workers, threads, address)
     try:
         tracker = runner.execute(spec, planned, folder, pool, console, retries)

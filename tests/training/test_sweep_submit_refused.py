@@ -55,3 +55,20 @@ def test_a_refused_submission_names_its_reason_and_exits_1(cli, tmp_path, pendul
     assert "already on leaderboard" not in err
     assert "refused" in err and "another config" in err, err
     assert sorted((folder / "entries").glob("*.json")) == entries
+
+
+def test_a_local_copy_off_the_boards_pin_is_refused_before_any_training(cli, tmp_path, pendulum, monkeypatch):
+    folder = board(tmp_path, monkeypatch)
+    text = (folder / "benchmark.toml").read_text()
+    pinned = "ab" * 32  # not the local copy's content
+    kernels = '{ torch_cpu_capability = "AVX512", numpy_simd = ["X86_V4"] }'
+    (folder / "benchmark.toml").write_text(
+        f'{text}\n[dataset_checksums]\n"pendulum-scripted" = "{pinned}"\n[dataset_made_on]\n"pendulum-scripted" = {kernels}\n'
+    )
+    code, out, err = sweep(cli, tmp_path, "first", SPEC)
+    assert code == 2, err
+    line = err.strip()
+    assert "\n" not in line and line.startswith("offbench: error: --submit tb: ") and "pendulum-scripted/data.h5: " in line
+    assert f"content sha256 {pendulum.content_sha256()[:12]}... is not the {pinned[:12]}... leaderboard 'tb' pins" in line
+    assert "generated where torch_cpu_capability is AVX512" in line
+    assert not (tmp_path / "first").exists()
