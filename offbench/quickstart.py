@@ -88,16 +88,14 @@ def submit_and_render(out: Path, run_dirs: list[Path]) -> None:
     import tomli_w
 
     from offbench.leaderboard.commands import show
-    from offbench.leaderboard.spec import leaderboards_root, load_spec
+    from offbench.leaderboard.spec import leaderboards_root, load_spec, without_pins
     from offbench.leaderboard.submit import submit
 
     root = out / "leaderboards"
     (root / BENCHMARK).mkdir(parents=True)
     # the board's own rules, but checked against this machine's copy of the data: the public board pins the checksum
     # of the copy its entries were made from, which a machine with other SIMD kernels does not generate bit for bit
-    board = tomllib.loads((leaderboards_root() / BENCHMARK / "benchmark.toml").read_text())
-    for pinned in ("dataset_checksums", "dataset_made_on"):
-        board.pop(pinned, None)
+    board = without_pins(tomllib.loads((leaderboards_root() / BENCHMARK / "benchmark.toml").read_text()))
     (root / BENCHMARK / "benchmark.toml").write_text(tomli_w.dumps(board))
     spec = load_spec(BENCHMARK, root)
     for entry in submit(spec, run_dirs, verify=True):  # each run replayed from its checkpoint: the rows read verified

@@ -185,8 +185,9 @@ def pendulum_board(tmp_path: Path, monkeypatch, **changes: Any) -> Path:
     with other bytes than the board's entries were made from."""
     import tomllib
 
-    spec = tomllib.loads((REPO_ROOT / "leaderboards" / "pendulum-scripted" / "benchmark.toml").read_text())
-    spec.pop("dataset_checksums", None)
+    from offbench.leaderboard.spec import without_pins
+
+    spec = without_pins(tomllib.loads((REPO_ROOT / "leaderboards" / "pendulum-scripted" / "benchmark.toml").read_text()))
     spec.update(bootstrap_reps=100, **changes)
     root = tmp_path / "leaderboards"
     (root / "pendulum-scripted").mkdir(parents=True)

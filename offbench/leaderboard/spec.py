@@ -322,6 +322,12 @@ class BenchmarkSpec:
         return f"{self.score} {self.metric.label}"
 
 
+def without_pins(board: dict[str, Any]) -> dict[str, Any]:
+    """A benchmark.toml's table without its pinned data (`[dataset_checksums]` and the `[dataset_made_on]` that
+    describes them): a private copy of a board that checks runs against this machine's copy of the data."""
+    return {key: value for key, value in board.items() if key not in ("dataset_checksums", "dataset_made_on")}
+
+
 def leaderboards_root(root: str | Path | None = None) -> Path:
     """Folder holding one sub-folder per benchmark: --root, else $OFFBENCH_LEADERBOARDS, else the checkout's."""
     if root is not None:
