@@ -80,7 +80,9 @@ def compute_behaviour(spec: BenchmarkSpec, datasets: tuple[str, ...] | None = No
             continue
         pinned = spec.dataset_checksums.get(dataset_id)
         if pinned is not None and dataset.store.content_sha256() != pinned:
-            scores.append(BehaviourScore(dataset_id, None, f"the copy at {dataset.path} is not the pinned content"))
+            scores.append(
+                BehaviourScore(dataset_id, None, f"the copy at {dataset.path} is not the pinned content{spec.made_on_note(dataset_id)}")
+            )
             continue
         scores.append(BehaviourScore(dataset_id, behaviour_score(dataset, spec.metric.name)))
     return scores
