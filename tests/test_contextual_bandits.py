@@ -14,12 +14,14 @@ from helpers import TRAINING_CONFIGS, read_jsonl
 
 import offbench.envs  # noqa: F401  (registers the Gymnasium ids)
 from offbench.data.cards import get_card, read_card
+from offbench.data.store import load_native
 from offbench.envs.benchmarks import CONTEXTUAL_BENCHMARKS, card_tasks, get_benchmark, make_batch_env, split_tasks
 from offbench.envs.contextual_bandits import ContextualBanditBatch, draw_contexts
 from offbench.errors import OffbenchError
 from offbench.evaluation.protocols import EvaluationSetup, InContext
 from offbench.generators import get_generator
 from offbench.generators.contextual import ArmPosteriors, read_recipe, run_histories
+from offbench.machine import made_on
 
 SMALL = "contextual-bandit-linucb-small"
 THETAS = [[1.0, 0.0], [0.0, 1.0], [-0.5, -0.5]]
@@ -249,7 +251,9 @@ def test_the_generate_command_writes_what_the_generator_does(run_cli, tmp_path):
         "hyperparameters": {"posterior_scale": 0.5},
     }
     direct = get_generator("contextual-bandit-headless")(params, 0, tmp_path / "direct.h5", True)
-    assert (tmp_path / "cli" / "data.h5").read_bytes() == direct.read_bytes()
+    made, generated = load_native(tmp_path / "cli" / "data.h5"), load_native(direct)
+    assert made.content_sha256() == generated.content_sha256()
+    assert made.card == {**generated.card, "made_on": made_on()}  # the command adds where it was made, nothing else
     card = read_card(tmp_path / "cli" / "card.toml")
     assert card.source["recipe"]["params"] == {**params, "split_seed": 0} and card.env["id"] == "offbench/HeadlessContextualBandit-v0"
 

@@ -14,7 +14,7 @@ from helpers import race, require_extra, slowed
 from offbench.cli import main
 from offbench.data.cards import card_from_dict, get_card, read_card, write_card
 from offbench.data.store import load_native
-from offbench.tracking.run_dir import made_on
+from offbench.machine import made_on
 
 require_extra("minigrid", "minigrid")
 require_extra("stable_baselines3", "learned")

@@ -11,7 +11,7 @@ from offbench.data.store import load_native
 from offbench.errors import OffbenchError
 from offbench.leaderboard.entries import EntryDataset, _check_checksum
 from offbench.leaderboard.spec import load_spec
-from offbench.tracking.run_dir import made_on
+from offbench.machine import made_on
 
 PINNED = "ab" * 32
 

@@ -67,7 +67,7 @@ def main() -> None:
     parser.add_argument("--scratch", type=Path, help="OFFBENCH_HOME to generate into (default: a temporary folder)")
     args = parser.parse_args()
 
-    from offbench.tracking.run_dir import made_on
+    from offbench.machine import made_on
 
     os.environ["OFFBENCH_HOME"] = str(args.scratch or tempfile.mkdtemp(prefix="pinned-here-"))  # here and in the children
     pins = pinned_recipes()

@@ -53,7 +53,7 @@ def generate_from_card(card, out: Path, quiet: bool = False) -> Path:
 
     from offbench.data.store import native_header, replace_card
     from offbench.leaderboard.spec import made_elsewhere
-    from offbench.tracking.run_dir import made_on
+    from offbench.machine import made_on
     from offbench.utils import check_writable
 
     recipe = card.source.recipe

@@ -146,7 +146,7 @@ def generate_and_register(benchmark: str, *, seed: int, out: Path | None, quiet:
     """Validate (before any work), generate, write data and card; returns the data file's path."""
     from offbench.data.cards import card_from_dict, write_card
     from offbench.data.store import native_header, replace_card
-    from offbench.tracking.run_dir import made_on
+    from offbench.machine import made_on
     from offbench.utils import check_writable
 
     overrides = params.pop("set", None) or []

@@ -140,8 +140,8 @@ def write_generated(
     from offbench.data.resolve import native_path
     from offbench.data.store import load_native, replace_card
     from offbench.generators import get_generator
+    from offbench.machine import made_on
     from offbench.paths import user_cards_dir
-    from offbench.tracking.run_dir import made_on
     from offbench.utils import check_writable
 
     registered = None

@@ -357,7 +357,7 @@ def made_elsewhere(dataset_id: str, root: str | Path | None = None) -> list[str]
     """One line per benchmark whose pinned copy of `dataset_id` was made on other SIMD kernels than this machine's:
     a copy generated here will differ in its bits, and that board refuses runs on it. Said before a generation that
     may take hours; a benchmark that cannot be read is passed over (`leaderboard check` reports it)."""
-    from offbench.tracking.run_dir import kernel_difference
+    from offbench.machine import kernel_difference
 
     lines = []
     for name in known_benchmarks(root):

@@ -108,7 +108,7 @@ def _other_kernels(run: FinishedRun) -> str | None:
     """How the SIMD kernels NumPy and torch dispatch to here differ from the run's (run.json env), or None: AVX-512
     and AVX2 machines round some results differently (docs/run-directory.md), so only a replay on the same kernels
     can be held to exact equality."""
-    from offbench.tracking.run_dir import kernel_difference
+    from offbench.machine import kernel_difference
 
     return kernel_difference(run.info.get("env", {}))
 
