@@ -107,7 +107,8 @@ def info(id_or_path: str = typer.Argument(..., help="Dataset id or path.")) -> N
     if isinstance(made, dict):  # a generated dataset: the bytes repeat on these SIMD kernels
         simd = made.get("numpy_simd")
         numpy_kernels = "+".join(map(str, simd)) if isinstance(simd, list) else simd
-        rows.append(("made on", f"{made.get('cpu')} (torch {made.get('torch_cpu_capability')} kernels, numpy {numpy_kernels})"))
+        mkl = f", MKL {made['mkl_branch']}" if made.get("mkl_branch") else ""
+        rows.append(("made on", f"{made.get('cpu')} (torch {made.get('torch_cpu_capability')} kernels, numpy {numpy_kernels}{mkl})"))
     if card is not None:
         rows.insert(1, ("description", card.description))
         if card.env.id is not None:

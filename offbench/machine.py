@@ -1,6 +1,7 @@
 """The machine a run ran on or a dataset was made on: what `run.json` records as `env` and a generated card as
-`made_on`. The SIMD kernels torch and NumPy dispatch to decide the last bits of CPU arithmetic, so numbers (and data
-a learner made) compare bit for bit only where they agree. Below every other layer: it imports no offbench module."""
+`made_on`. The SIMD kernels torch and NumPy dispatch to, and the code branch of MKL that runs torch's matmuls,
+decide the last bits of CPU arithmetic, so numbers (and data a learner made) compare bit for bit only where they
+agree (benchmarks/studies/pinned-data-here.md measures each). Below every other layer: it imports no offbench module."""
 
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ def environment_info(device: str) -> dict[str, Any]:
         "torch_threads": torch.get_num_threads(),
         "numpy_simd": [feature for feature in __cpu_dispatch__ if __cpu_features__.get(feature)],
         "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "mkl_branch": mkl_branch(),
         "device": device,
     }
     if device.startswith("cuda"):
@@ -44,7 +46,46 @@ def environment_info(device: str) -> dict[str, Any]:
     return info
 
 
-KERNEL_KEYS = ("torch_cpu_capability", "numpy_simd")  # what decides the last bits of CPU arithmetic (environment_info)
+KERNEL_KEYS = ("torch_cpu_capability", "numpy_simd", "mkl_branch")  # what decides the last bits of CPU arithmetic
+
+# oneMKL's code branches (mkl_cbwr.h): a branch is a set of kernels, the same bits on every CPU that runs it
+MKL_BRANCHES = {
+    2: "AUTO",
+    3: "COMPATIBLE",
+    4: "SSE2",
+    6: "SSSE3",
+    7: "SSE4_1",
+    8: "SSE4_2",
+    9: "AVX",
+    10: "AVX2",
+    11: "AVX512_MIC",
+    12: "AVX512",
+    13: "AVX512_MIC_E1",
+    14: "AVX512_E1",
+}
+MKL_CBWR_BRANCH, MKL_CBWR_BRANCH_OFF = 1, 1
+
+
+def mkl_branch() -> str | None:
+    """The code branch of MKL, which runs torch's CPU matmuls, on this machine: the one MKL's own dispatch picks
+    for this CPU (an Intel instruction set, or AUTO on CPUs it has no branch for, such as AMD's), or "CNR <branch>"
+    where `MKL_CBWR` fixes one. Two machines at the same torch and NumPy kernels still differ in their bits where
+    this differs. None where torch has no MKL, or does not export MKL's query (only Linux wheels are known to)."""
+    import ctypes
+
+    import torch
+
+    if not torch.backends.mkl.is_available():
+        return None
+    try:
+        mkl = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"))
+        fixed = mkl.mkl_serv_cbwr_get(MKL_CBWR_BRANCH)
+        if fixed != MKL_CBWR_BRANCH_OFF:
+            return f"CNR {MKL_BRANCHES.get(fixed, fixed)}"
+        auto = mkl.mkl_serv_cbwr_get_auto_branch()
+    except (OSError, AttributeError):
+        return None
+    return MKL_BRANCHES.get(auto, str(auto))
 
 
 def made_on() -> dict[str, Any]:
@@ -59,5 +100,7 @@ def kernel_difference(there: Mapping[str, Any]) -> str | None:
     """How the SIMD kernels recorded in `there` (a run's env, a card's made_on) differ from this machine's, or None
     when they agree or were not recorded."""
     here = environment_info("cpu")
-    differ = [f"{key}: {there[key]} there, {here[key]} here" for key in KERNEL_KEYS if key in there and there[key] != here[key]]
+    differ = [
+        f"{key}: {there[key]} there, {here[key]} here" for key in KERNEL_KEYS if there.get(key) is not None and there[key] != here[key]
+    ]
     return "; ".join(differ) or None

@@ -4,14 +4,19 @@ warns before hours of generation that cannot give the pinned bytes, and a refuse
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
+import torch
 from run_dirs import write_benchmark
 
 from offbench.data.store import load_native
 from offbench.errors import OffbenchError
 from offbench.leaderboard.entries import EntryDataset, _check_checksum
-from offbench.leaderboard.spec import load_spec
-from offbench.machine import made_on
+from offbench.leaderboard.spec import load_spec, made_elsewhere
+from offbench.machine import MKL_BRANCHES, made_on
 
 PINNED = "ab" * 32
 
@@ -69,3 +74,28 @@ def test_a_refused_checksum_names_the_kernels_the_pinned_copy_was_made_on(tmp_pa
     assert message.startswith("dataset-checksum: dataset 'pendulum-scripted' content sha256 cdcdcdcdcdcd... differs from abababababab...")
     assert f"generated where torch_cpu_capability is {other_kernels()['torch_cpu_capability']}" in message
     _check_checksum(spec, EntryDataset(id="pendulum-scripted", content_sha256=PINNED), refuse)  # the pinned bytes pass
+
+
+def mkl_branch_in_subprocess(**variables: str) -> str:
+    code = "from offbench.machine import mkl_branch; print(mkl_branch())"
+    env = {key: value for key, value in os.environ.items() if key != "MKL_CBWR"}
+    return subprocess.run([sys.executable, "-c", code], env={**env, **variables}, capture_output=True, text=True, check=True).stdout.strip()
+
+
+@pytest.mark.skipif(not torch.backends.mkl.is_available() or sys.platform != "linux", reason="MKL's branch is read from Linux torch wheels")
+def test_mkl_branch_is_the_one_mkl_dispatches_to_or_the_one_mkl_cbwr_fixes():
+    assert mkl_branch_in_subprocess() in MKL_BRANCHES.values()  # this CPU's own branch (AUTO on AMD's)
+    assert mkl_branch_in_subprocess(MKL_CBWR="COMPATIBLE") == "CNR COMPATIBLE"
+
+
+def test_a_pin_made_on_another_mkl_branch_is_made_elsewhere_and_one_without_it_is_judged_by_the_rest(tmp_path):
+    here = made_on()
+    same_simd = {key: here[key] for key in ("torch_cpu_capability", "numpy_simd")}
+    pin(tmp_path, "other-mkl", {**same_simd, "mkl_branch": "CNR SSE2"})
+    pin(tmp_path, "no-mkl-stated", same_simd)
+    lines = made_elsewhere("pendulum-scripted", tmp_path)
+    assert lines == [
+        f"leaderboard 'other-mkl' pins pendulum-scripted as made on other SIMD kernels (mkl_branch: CNR SSE2 there, "
+        f"{here['mkl_branch']} here): the copy made here will differ in its bits, and that board will refuse runs on it"
+    ]
+    assert "mkl_branch CNR SSE2" in load_spec("other-mkl", tmp_path).made_on_note("pendulum-scripted")

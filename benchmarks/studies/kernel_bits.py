@@ -104,7 +104,9 @@ def main() -> None:
 
     here = made_on()
     libraries = ", ".join(f"{name} {version(name)}" for name in ("numpy", "torch", "stable-baselines3", "gymnasium", "mujoco"))
-    print(f"this machine: {here['cpu']}, torch kernels {here['torch_cpu_capability']}, NumPy {here['numpy_simd']}; {libraries}\n")
+    print(
+        f"this machine: {here['cpu']}, torch kernels {here['torch_cpu_capability']}, NumPy {here['numpy_simd']}, MKL branch {here['mkl_branch']}; {libraries}\n"
+    )
     print("| setting | variables | torch kernels | " + " | ".join(COLUMNS) + " | SAC CPU-s |")
     print("|:--|:--|:--|" + ":--|" * len(COLUMNS) + "--:|")
     kept = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "NPY_DISABLE_CPU_FEATURES", "OPENBLAS_CORETYPE", "OMP_NUM_THREADS")

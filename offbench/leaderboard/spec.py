@@ -22,6 +22,7 @@
     [dataset_made_on."pendulum-scripted"] # optional, generated data: the SIMD kernels the pinned copy was made on
     torch_cpu_capability = "AVX512"       # (its card's made_on; `offbench download` warns where this machine's differ)
     numpy_simd = ["X86_V3", "X86_V4", "AVX512_ICL", "AVX512_SPR"]
+    mkl_branch = "AVX512_E1"              # optional: MKL's code branch there (torch's matmuls)
     [behaviour]                           # optional: the data's own score (its behaviour policy's), a marked row
     "pendulum-scripted" = 77.43           # never ranked; `offbench leaderboard behaviour NAME` prints it from the data
     [[reported]]                          # published numbers shown beside ours, marked, never in our statistics
@@ -145,6 +146,9 @@ class MadeOn:
 
     torch_cpu_capability: str = ranged(doc="torch's SIMD kernels there (`torch.backends.cpu.get_cpu_capability()`)")
     numpy_simd: list[str] = ranged(doc="the SIMD kernels NumPy dispatched to there")
+    mkl_branch: str | None = ranged(
+        None, doc="MKL's code branch there, which runs torch's matmuls (an Intel instruction set, AUTO on other CPUs, or CNR <branch>)"
+    )
     cpu: str | None = ranged(None, doc="the CPU model, for the reader")
 
 
@@ -301,9 +305,10 @@ class BenchmarkSpec:
         made = self.dataset_made_on.get(dataset)
         if made is None:
             return ""
+        mkl = f", mkl_branch {made['mkl_branch']}" if made.get("mkl_branch") else ""
         return (
             f"; the pinned copy was generated where torch_cpu_capability is {made['torch_cpu_capability']} and numpy_simd "
-            f"{made['numpy_simd']}, and a copy generated on other SIMD kernels differs in its bits"
+            f"{made['numpy_simd']}{mkl}, and a copy generated on other SIMD kernels differs in its bits"
         )
 
     def protocol_for(self, baseline: str, dataset: str) -> dict[str, Any]:

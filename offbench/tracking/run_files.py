@@ -108,7 +108,8 @@ class CodeVersion:
 @dataclass(kw_only=True)
 class EnvironmentInfo:
     """run.json `env`: where the run ran. The SIMD kernels matter: AVX-512 and AVX2 machines differ in the last
-    bits of some results, so runs compare bit for bit only where `numpy_simd` and `torch_cpu_capability` agree."""
+    bits of some results, so runs compare bit for bit only where `numpy_simd`, `torch_cpu_capability` and `mkl_branch`
+    agree."""
 
     python: str | None = ranged(None, doc="Python's version")
     torch: str | None = ranged(None, doc="torch's version")
@@ -119,6 +120,7 @@ class EnvironmentInfo:
     torch_threads: int | None = ranged(None, doc="torch's intra-op threads")
     numpy_simd: list[str] | None = ranged(None, doc="the SIMD kernels NumPy dispatches to")
     torch_cpu_capability: str | None = ranged(None, doc="the SIMD kernels torch dispatches to")
+    mkl_branch: str | None = ranged(None, null=True, doc="MKL's code branch, which runs torch's matmuls (null without MKL)")
     device: str = ranged(doc="the torch device trained on")
     gpu: str | None = ranged(None, doc="the GPU's name, on CUDA")
 
