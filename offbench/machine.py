@@ -48,7 +48,7 @@ def environment_info(device: str) -> dict[str, Any]:
 
 KERNEL_KEYS = ("torch_cpu_capability", "numpy_simd", "mkl_branch")  # what decides the last bits of CPU arithmetic
 
-# oneMKL's code branches (mkl_cbwr.h): a branch is a set of kernels, the same bits on every CPU that runs it
+# oneMKL's code branches (mkl_cbwr.h). MKL_CBWR=<branch> fixes one, the same kernels on every CPU that supports it
 MKL_BRANCHES = {
     2: "AUTO",
     3: "COMPATIBLE",
@@ -69,7 +69,7 @@ MKL_CBWR_BRANCH, MKL_CBWR_BRANCH_OFF = 1, 1
 def mkl_branch() -> str | None:
     """The code branch of MKL, which runs torch's CPU matmuls, on this machine: the one MKL's own dispatch picks
     for this CPU (an Intel instruction set, or AUTO on CPUs it has no branch for, such as AMD's), or "CNR <branch>"
-    where `MKL_CBWR` fixes one. Two machines at the same torch and NumPy kernels still differ in their bits where
+    where `MKL_CBWR` fixes one. Two machines at the same torch and NumPy kernels may still differ in their bits where
     this differs. None where torch has no MKL, or does not export MKL's query (only Linux wheels are known to)."""
     import ctypes
 

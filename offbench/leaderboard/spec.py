@@ -22,7 +22,7 @@
     [dataset_made_on."pendulum-scripted"] # optional, generated data: the SIMD kernels the pinned copy was made on
     torch_cpu_capability = "AVX512"       # (its card's made_on; `offbench download` warns where this machine's differ)
     numpy_simd = ["X86_V3", "X86_V4", "AVX512_ICL", "AVX512_SPR"]
-    mkl_branch = "AVX512_E1"              # optional: MKL's code branch there (torch's matmuls)
+    mkl_branch = "AVX2"                   # optional: MKL's code branch there (torch's matmuls; `offbench info` shows it)
     [behaviour]                           # optional: the data's own score (its behaviour policy's), a marked row
     "pendulum-scripted" = 77.43           # never ranked; `offbench leaderboard behaviour NAME` prints it from the data
     [[reported]]                          # published numbers shown beside ours, marked, never in our statistics
