@@ -54,6 +54,7 @@ def test_download_warns_where_a_board_pinned_a_copy_made_on_other_kernels_and_th
     assert load_native(isolated_home / "data" / "pendulum-scripted" / "data.h5").card["made_on"] == here
     info = run_cli("info", "pendulum-scripted", check=True).stdout
     assert f"torch {here['torch_cpu_capability']} kernels" in info and here["cpu"] in info
+    assert here["mkl_branch"] is None or f"MKL {here['mkl_branch']}" in " ".join(info.split())  # the table may wrap
 
 
 def test_generate_records_the_machine_in_the_card_it_writes(run_cli, isolated_home, tmp_path):
