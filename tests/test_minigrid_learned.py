@@ -211,6 +211,10 @@ def test_training_stops_at_the_band_and_the_nearest_checkpoint_acts(tmp_path):
     assert learned_tasks.choose_checkpoint([0.5, 0.1, 0.3], "medium", 0.5) == 2  # nor acts
     assert learned_tasks.choose_checkpoint([0.1, 0.25, 0.75], "replay", 0.5) == 1  # a jump over the band: the nearer, earlier
     assert learned_tasks.choose_checkpoint([0.1, 0.3, 0.7], "expert", 0.5) == 2
+    # no trained checkpoint succeeded: no success to be near, so the most trained acts (replay: the whole run)
+    assert learned_tasks.choose_checkpoint([0.0, 0.0, 0.0, 0.0], "medium", 0.5) == 3
+    assert learned_tasks.choose_checkpoint([0.2, 0.0, 0.0], "replay", 0.5) == 2  # the untrained one's luck counts for nothing
+    assert learned_tasks.choose_checkpoint([0.0, 0.0, 0.1, 0.0], "medium", 0.5) == 2  # one success is something to be near
 
 
 @pytest.mark.parametrize(

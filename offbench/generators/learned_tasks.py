@@ -14,8 +14,8 @@ policy, each episode from a stream seeded by its reset seed): their success rate
 `quality`:
 
   medium   training stops at the first trained checkpoint that reaches the band's lower edge; of the trained
-           checkpoints so far, the one nearest `target_success` plays `episodes_per_task` episodes (reset seeds
-           e = 0, 1, ..., so its evaluation episodes are the first ones)
+           checkpoints so far, the one nearest `target_success` (the last, where none succeeded at all) plays
+           `episodes_per_task` episodes (reset seeds e = 0, 1, ..., so its evaluation episodes are the first ones)
   replay   the same run and checkpoint; the data is every training episode that ended by that checkpoint, in the
            order they ended (D4RL's medium-replay): the agent's own actions, from its first, untrained policy on
   expert   training runs all its `timesteps`; the final policy plays `episodes_per_task` episodes
@@ -189,10 +189,13 @@ class SampledLanes:
 
 def choose_checkpoint(successes: Sequence[float], quality: str, target: float) -> int:
     """The acting checkpoint: expert's last; otherwise, of the trained ones (all but the first, whose untrained
-    policy acts at random), the one nearest the target success, the earliest of a tie."""
-    if quality == "expert":
+    policy acts at random), the one nearest the target success, the earliest of a tie. Where no trained checkpoint
+    succeeded at all there is no success to be near, and the earliest would be a policy that has barely (or, within
+    SAC's random first steps, never) learned: the last, most trained one acts, and replay keeps the whole run."""
+    trained = range(1, len(successes))
+    if quality == "expert" or not any(successes[i] > 0 for i in trained):
         return len(successes) - 1
-    return min(range(1, len(successes)), key=lambda i: (abs(successes[i] - target), i))
+    return min(trained, key=lambda i: (abs(successes[i] - target), i))
 
 
 class TrainingEpisodes(gym.Wrapper):
