@@ -3,6 +3,7 @@ of the training experience, a policy's histories (unlike the noisy planner's), s
 
 from __future__ import annotations
 
+import tempfile
 from collections import Counter, defaultdict
 from pathlib import Path
 from types import SimpleNamespace
@@ -147,8 +148,10 @@ def test_replay_is_every_training_episode_up_to_the_acting_checkpoint(tmp_path):
         assert np.array_equal(observation, replay.final_observations[episode])
 
 
-def test_same_seed_same_data_and_another_seed_other_data(quick, tmp_path):
+def test_same_seed_same_data_and_another_seed_other_data(quick, tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where SB3 puts a log folder per learn() unless told not to
     again = generate(QUICK, tmp_path / "again.h5")
+    assert not list(tmp_path.glob("SB3-*"))
     assert again.content_sha256() == quick.content_sha256() and again.card == quick.card
     assert quick.card["checkpoints"][DIST]["timesteps"] == [0, 1024, 2048]
     assert generate(QUICK, tmp_path / "other.h5", seed=1).content_sha256() != quick.content_sha256()

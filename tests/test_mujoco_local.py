@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import tempfile
 import threading
 from pathlib import Path
 
@@ -90,8 +91,10 @@ def test_the_registry_and_the_built_in_cards_name_the_generator():
     assert all(len(workspaces) == 1 for workspaces in runs.values()), runs  # an environment's four levels share one SAC run
 
 
-def test_same_seed_same_bytes_in_a_fresh_workspace(made, tmp_path):
+def test_same_seed_same_bytes_in_a_fresh_workspace(made, tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where SB3 puts a log folder per learn() unless told not to
     again = make("medium", tmp_path / "medium.h5")  # this test's own OFFBENCH_HOME: trained again from scratch
+    assert not list(tmp_path.glob("SB3-*"))
     assert again.read_bytes() == made["files"]["medium"].read_bytes()
     other_seed = make("medium", tmp_path / "seed1.h5", seed=1)
     assert not np.array_equal(load_native(other_seed).observations, load_native(again).observations)

@@ -55,6 +55,7 @@ from offbench.errors import OffbenchError
 from offbench.evaluation.lanes import run_lanes
 from offbench.generators.multitask import _claim_work_dir, _npz_bytes, task_stats
 from offbench.generators.random_state import global_random_state, set_global_random_state
+from offbench.generators.sb3_logging import without_log_folders
 from offbench.generators.torch_threads import one_torch_thread
 from offbench.generators.work_lock import held_elsewhere, work_lock
 from offbench.paths import work_dir
@@ -268,7 +269,7 @@ class TaskAgent:
             for j in range(n_envs)
         ]
         self.vec_env = DummyVecEnv([lambda env=env: env for env in self.envs])
-        self.model = self.learner.model(self.vec_env, episode_seed(seed, name, TRAINING) % 2**32)
+        self.model = without_log_folders(self.learner.model(self.vec_env, episode_seed(seed, name, TRAINING) % 2**32))
         self.pool = EnvPool(recipe.env)
         self.snapshots = snapshots_dir(recipe, task_id)
 

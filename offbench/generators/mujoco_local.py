@@ -40,6 +40,7 @@ from offbench.errors import require
 from offbench.generators import register_generator
 from offbench.generators.gym_episodes import rollout
 from offbench.generators.random_state import global_random_state, set_global_random_state
+from offbench.generators.sb3_logging import without_log_folders
 from offbench.generators.torch_threads import one_torch_thread
 from offbench.generators.work_lock import work_lock
 from offbench.paths import work_dir
@@ -182,7 +183,7 @@ def train(recipe: MujocoLocalRecipe, seed: int, workspace: Path, quiet: bool) ->
     if step >= recipe.train_steps:
         return checkpoints
     atomic_write_json(workspace / "training.json", {**recipe.training(), "seed": seed})
-    model = restore(recipe, checkpoints) if checkpoints else new_model(recipe, seed)
+    model = without_log_folders(restore(recipe, checkpoints) if checkpoints else new_model(recipe, seed))
     with progress_bar(quiet, f"SAC {recipe.env_id}", recipe.train_steps, unit="steps", completed=step, fields=("evaluated",)) as advance:
         while step < recipe.train_steps:
             segment = min(recipe.checkpoint_every, recipe.train_steps - step)
@@ -190,7 +191,7 @@ def train(recipe: MujocoLocalRecipe, seed: int, workspace: Path, quiet: bool) ->
             checkpoints.append(write_checkpoint(model, recipe, workspace, start=step))
             step = checkpoints[-1].step
             advance(0, evaluated=f"step {step:,}: return {checkpoints[-1].mean_return:.1f}")
-            model = restore(recipe, checkpoints, buffer=model.replay_buffer)  # as a resumed run would continue
+            model = without_log_folders(restore(recipe, checkpoints, buffer=model.replay_buffer))  # as a resumed run would continue
     return checkpoints
 
 
