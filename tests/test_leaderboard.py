@@ -93,6 +93,11 @@ def test_submit_rolls_up_with_rliable_statistics(bench, run_cli):
     shown = run_cli("leaderboard", "show", "tb")
     assert shown.returncode == 0 and "iql" in shown.stdout and "P(row > column)" in shown.stdout
 
+    for path in entries:  # every entry withdrawn: no figure of them is left behind
+        path.unlink()
+    render_benchmark(load_spec("tb"))
+    assert not list((folder / "figures").glob("*.svg")) and "No accepted entries yet" in (folder / "README.md").read_text()
+
 
 def _missing_summary(bench, runs):
     (runs[0] / "summary.json").unlink()

@@ -490,11 +490,21 @@ def render_to(board: Board, folder: Path) -> list[Path]:
     spec = board.spec
     results = compute_results(board)
     figures = write_figures(board, folder) if not board.scores.empty else []
+    remove_stale_figures(folder, figures)
     written = [write_results(board, results, folder / "results.json")]
     written += [folder / f.file for f in figures]
     written.append(atomic_write_text(folder / "README.md", render_markdown(spec, board, results, figures)))
     written.append(atomic_write_text(folder / "index.html", render_html(spec, board, results, figures)))
     return written
+
+
+def remove_stale_figures(folder: Path, figures: list[Figure]) -> None:
+    """Delete the SVGs under folder/figures that this render did not write: a figure of entries since withdrawn
+    (or of a kind of plot the board no longer has) must not outlive them."""
+    written = {folder / figure.file for figure in figures}
+    for path in (folder / "figures").glob("*.svg"):
+        if path not in written:
+            path.unlink()
 
 
 def render_benchmark(spec: BenchmarkSpec) -> list[Path]:
