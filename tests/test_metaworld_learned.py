@@ -119,6 +119,14 @@ def test_same_seed_same_data_and_another_seed_other_data(medium, tmp_path):
     assert generate(MEDIUM, tmp_path / "other.h5", seed=1).content_sha256() != medium.content_sha256()
 
 
+def test_sacs_checkpoints_before_its_first_update_neither_stop_the_run_nor_act(tmp_path):
+    # QUICK's 150-step checkpoint comes before SAC's first update (learning_starts 200): the untrained policy again.
+    # A band every checkpoint reaches stops the run at the first trained one, 300, which acts.
+    data = generate({**MEDIUM, "band": [0.0, 1.0], "target_success": 0.0}, tmp_path / "data.h5")
+    record = data.card["checkpoints"][REACH]
+    assert record["timesteps"] == [0, 150, 300] and record["acting"] == 2
+
+
 class Killed(Exception):
     """Stands for the process being killed right after a snapshot."""
 

@@ -195,11 +195,12 @@ def test_a_task_another_process_is_training_is_left_till_last(quick, tmp_path, m
 
 
 def test_training_stops_at_the_band_and_the_nearest_checkpoint_acts(tmp_path):
-    def stopped_at(successes: list[float], quality: str) -> list[float]:
+    def stopped_at(successes: list[float], quality: str, learning_starts: int = 0) -> list[float]:
         params = minigrid_learned.MiniGridLearnedParams(quality=quality, band=(0.4, 0.6), target_success=0.5)
         checkpoints = [SimpleNamespace(timesteps=i, success=s) for i, s in enumerate(successes)]
         agent = SimpleNamespace(
             recipe=SimpleNamespace(params=params),
+            learner=SimpleNamespace(learning_starts=learning_starts),
             name="task",
             checkpoints=lambda resumed: iter(checkpoints),
             snapshots=tmp_path / "none",  # no snapshot to resume from
@@ -210,6 +211,8 @@ def test_training_stops_at_the_band_and_the_nearest_checkpoint_acts(tmp_path):
     assert stopped_at([0.1, 0.3, 0.45, 0.7], "medium") == [0.1, 0.3, 0.45]
     assert stopped_at([0.5, 0.3, 0.45, 0.7], "replay") == [0.5, 0.3, 0.45]  # the untrained policy never stops it
     assert stopped_at([0.1, 0.3, 0.45, 0.7], "expert") == [0.1, 0.3, 0.45, 0.7]
+    # SAC's checkpoint at its learning_starts holds the untrained policy again: its luck does not stop the run either
+    assert stopped_at([0.1, 0.5, 0.3, 0.45], "medium", learning_starts=1) == [0.1, 0.5, 0.3, 0.45]
     assert learned_tasks.choose_checkpoint([0.1, 0.3, 0.45], "medium", 0.5) == 2
     assert learned_tasks.choose_checkpoint([0.5, 0.1, 0.3], "medium", 0.5) == 2  # nor acts
     assert learned_tasks.choose_checkpoint([0.1, 0.25, 0.75], "replay", 0.5) == 1  # a jump over the band: the nearer, earlier
@@ -218,6 +221,9 @@ def test_training_stops_at_the_band_and_the_nearest_checkpoint_acts(tmp_path):
     assert learned_tasks.choose_checkpoint([0.0, 0.0, 0.0, 0.0], "medium", 0.5) == 3
     assert learned_tasks.choose_checkpoint([0.2, 0.0, 0.0], "replay", 0.5) == 2  # the untrained one's luck counts for nothing
     assert learned_tasks.choose_checkpoint([0.0, 0.0, 0.1, 0.0], "medium", 0.5) == 2  # one success is something to be near
+    # nor does it act: MT10's drawer-close succeeded 0.3 untrained (at 0 and 10k steps, SAC's random warm-up) and 1.0 at 20k
+    assert learned_tasks.choose_checkpoint([0.3, 0.3, 1.0], "medium", 0.5, first_trained=2) == 2
+    assert learned_tasks.choose_checkpoint([0.0, 0.6, 0.0, 0.0], "replay", 0.5, first_trained=2) == 3
 
 
 @pytest.mark.parametrize(

@@ -13,9 +13,10 @@ k)`), apart from the evaluation episodes. Before training and every `checkpoint_
 policy, each episode from a stream seeded by its reset seed): their success rate is the checkpoint's. The recipe's
 `quality`:
 
-  medium   training stops at the first trained checkpoint that reaches the band's lower edge; of the trained
-           checkpoints so far, the one nearest `target_success` (the last, where none succeeded at all) plays
-           `episodes_per_task` episodes (reset seeds e = 0, 1, ..., so its evaluation episodes are the first ones)
+  medium   training stops at the first trained checkpoint (one after the agent's first update) that reaches the
+           band's lower edge; of the trained checkpoints so far, the one nearest `target_success` (the last, where
+           none succeeded at all) plays `episodes_per_task` episodes (reset seeds e = 0, 1, ..., so its evaluation
+           episodes are the first ones)
   replay   the same run and checkpoint; the data is every training episode that ended by that checkpoint, in the
            order they ended (D4RL's medium-replay): the agent's own actions, from its first, untrained policy on
   expert   training runs all its `timesteps`; the final policy plays `episodes_per_task` episodes
@@ -71,6 +72,7 @@ class Learner(Protocol):
 
     algorithm: str  # the card's name for it: "PPO", "SAC"
     n_envs: int  # parallel training environments
+    learning_starts: int  # environment steps before its first update: a checkpoint up to them holds the untrained policy
     action_dtype: type  # the data's action column: np.int64 (discrete) or np.float32
     settings: dict[str, Any]  # its hyper-parameters, recorded in the card's behaviour
 
@@ -188,12 +190,13 @@ class SampledLanes:
         self.rngs = [rng for rng, kept in zip(self.rngs, keep) if kept]
 
 
-def choose_checkpoint(successes: Sequence[float], quality: str, target: float) -> int:
-    """The acting checkpoint: expert's last; otherwise, of the trained ones (all but the first, whose untrained
-    policy acts at random), the one nearest the target success, the earliest of a tie. Where no trained checkpoint
-    succeeded at all there is no success to be near, and the earliest would be a policy that has barely (or, within
-    SAC's random first steps, never) learned: the last, most trained one acts, and replay keeps the whole run."""
-    trained = range(1, len(successes))
+def choose_checkpoint(successes: Sequence[float], quality: str, target: float, first_trained: int = 1) -> int:
+    """The acting checkpoint: expert's last; otherwise, of the trained ones (from `first_trained` on: the first
+    checkpoint's policy, and SAC's up to `learning_starts`, have never been updated and act at random), the one nearest
+    the target success, the earliest of a tie. Where no trained checkpoint succeeded at all there is no success to be
+    near, and the earliest would be a policy that has barely learned: the last, most trained one acts, and replay
+    keeps the whole run."""
+    trained = range(max(first_trained, 1), len(successes))
     if quality == "expert" or not any(successes[i] > 0 for i in trained):
         return len(successes) - 1
     return min(trained, key=lambda i: (abs(successes[i] - target), i))
@@ -326,12 +329,18 @@ def train(agent: TaskAgent, advance: Callable[..., None]) -> list[Checkpoint]:
     for checkpoint in agent.checkpoints(resumed=bool(checkpoints)):
         checkpoints.append(checkpoint)
         advance(params.checkpoint_every if checkpoint.timesteps else 0, success=f"{agent.name} {checkpoint.success:.2f}")
-        if params.quality != "expert" and checkpoint.timesteps and checkpoint.success >= params.band[0]:
+        if params.quality != "expert" and checkpoint.timesteps > agent.learner.learning_starts and checkpoint.success >= params.band[0]:
             break
         if checkpoint.timesteps < params.timesteps and agent.at_episode_starts():
             write_snapshot(agent, folder, checkpoints, saved)
             saved = len(checkpoints)
     return checkpoints
+
+
+def first_trained(timesteps: np.ndarray, learner: Learner) -> int:
+    """The index of the first checkpoint whose policy has been updated: after the learner's `learning_starts`
+    (SAC's 10,000 random steps make its 10,000-step checkpoint the untrained policy again)."""
+    return int(np.searchsorted(timesteps, learner.learning_starts, side="right"))
 
 
 def stops_at_band(params: LearnedParams) -> bool:
@@ -587,7 +596,7 @@ def learn_task(recipe: LearnedRecipe, task_id: int, advance: Callable[..., None]
     and checkpoints."""
     params, name = recipe.params, recipe.names[task_id]
     run = task_run(recipe, task_id, advance)
-    chosen = choose_checkpoint(run.success.tolist(), params.quality, params.target_success)
+    chosen = choose_checkpoint(run.success.tolist(), params.quality, params.target_success, first_trained(run.timesteps, recipe.learner))
     if params.quality == "replay":
         episodes = run.training_episodes(int(run.timesteps[chosen]), task_id)
         if episodes is None:

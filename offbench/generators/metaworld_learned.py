@@ -84,6 +84,7 @@ class SACLearner:
     action_dtype = np.float32
 
     def __init__(self, learning_starts: int):
+        self.learning_starts = learning_starts
         self.settings = {**SAC_SETTINGS, "learning_starts": learning_starts}
 
     def model(self, vec_env, seed: int):

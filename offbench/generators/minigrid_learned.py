@@ -73,6 +73,7 @@ class PPOLearner:
 
     algorithm = "PPO"
     n_envs = N_ENVS
+    learning_starts = 0  # PPO updates after every rollout, and checkpoints fall on rollouts' ends
     action_dtype = np.int64
     settings = PPO_SETTINGS
 
