@@ -172,6 +172,23 @@ def die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
 
 
+def carry_niceness_into_session() -> None:
+    """Give this process's session the process's own nice value (Linux autogroup; elsewhere a no-op).
+
+    Under autogroup scheduling the kernel shares CPU between sessions first and applies nice only inside one, so a
+    child started in a new session (start_new_session) would compete at nice 0 with every other session: `nice
+    offbench sweep` would leave the user's shell as slow as without it. Raising a session's nice needs no privilege;
+    a failure leaves the default. Call it in the child, after setsid (a Popen preexec_fn runs there)."""
+    niceness = os.getpriority(os.PRIO_PROCESS, 0) if hasattr(os, "getpriority") else 0
+    if niceness <= 0:
+        return
+    try:
+        with open("/proc/self/autogroup", "w") as group:
+            group.write(str(niceness))
+    except OSError:  # no autogroup (not Linux, or a kernel built without it): plain nice already applies
+        pass
+
+
 def keep_freed_memory() -> bool:
     """Have glibc's malloc keep freed blocks for reuse instead of handing them back to the kernel; True if it took.
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Protocol
 
 from offbench.errors import OffbenchError, require
-from offbench.utils import die_with_parent
+from offbench.utils import carry_niceness_into_session, die_with_parent
 
 EXIT_BAD_INPUT = 2  # offbench's exit code for input a retry cannot fix
 STOP_GRACE_S = 60  # how long a stopped run gets to exit on SIGINT before SIGKILL
@@ -67,9 +67,15 @@ def thread_env(threads: int) -> dict[str, str]:
     return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
 
 
+def prepare_run_process() -> None:
+    """In the run's process before it starts: it dies with the sweep, and runs at the sweep's niceness."""
+    die_with_parent()
+    carry_niceness_into_session()
+
+
 def spawn(job: Job) -> subprocess.Popen:
     """Start a run process in its own session (a terminal's Ctrl-C reaches only the sweep, which stops
-    its runs itself), its output appended to the job's log."""
+    its runs itself), at the sweep's niceness, its output appended to the job's log."""
     job.log.parent.mkdir(parents=True, exist_ok=True)
     with open(job.log, "ab") as log:
         return subprocess.Popen(
@@ -79,7 +85,7 @@ def spawn(job: Job) -> subprocess.Popen:
             stdin=subprocess.DEVNULL,
             env={**os.environ, **job.env},
             start_new_session=True,
-            preexec_fn=die_with_parent,
+            preexec_fn=prepare_run_process,
         )
 
 

@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -204,3 +205,16 @@ def test_off_a_terminal_each_ended_run_and_the_counts_are_plain_lines(tmp_path, 
     assert any(line.endswith(f"{runs[1].name} failed: error 1") for line in lines)
     assert any(line[8:].startswith(" 1 done, 1 failed") for line in lines)  # the periodic counts
     assert lines[-2].startswith("summary: 1 done, 1 failed")  # its own line, then the failed run's
+
+
+@pytest.mark.skipif(not Path("/proc/self/autogroup").exists(), reason="needs Linux autogroup scheduling (/proc/self/autogroup)")
+def test_a_run_in_its_own_session_runs_at_the_sweeps_niceness(tmp_path):
+    """A run gets its own session, and under autogroup a session shares the CPU at nice 0 whatever its processes'
+    nice: without carrying the sweep's niceness over, `nice offbench sweep` would not lower its runs' share."""
+    probe = "print(open('/proc/self/autogroup').read())"  # "/autogroup-N nice K"
+    sweep = (
+        "import os, sys; from pathlib import Path; from offbench.sweep.executors import Job, spawn; os.nice(7); "
+        f"spawn(Job('probe', [sys.executable, '-c', {probe!r}], {{}}, Path(sys.argv[1]))).wait()"
+    )
+    subprocess.run([sys.executable, "-c", sweep, str(tmp_path / "probe.log")], check=True)
+    assert (tmp_path / "probe.log").read_text().split()[-1] == str(min(19, os.getpriority(os.PRIO_PROCESS, 0) + 7))
