@@ -4,6 +4,7 @@ lower-is-better metrics (regret) end to end: best evaluation, ranking, probabili
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -229,15 +230,16 @@ def test_malformed_reported_rows_are_one_line_errors(tmp_path, change, problem):
 
 
 def test_the_repositorys_reported_rows_cover_their_benchmarks():
-    """CORL's rows cover all nine D4RL datasets and cite the README at a commit; the MT50 rows are fractions."""
+    """CORL's rows cover all nine D4RL datasets and cite the README at the commit they name; the MT50 rows are fractions."""
     from run_dirs import REPO_ROOT
 
     from offbench.leaderboard.spec import load_spec
 
     d4rl = load_spec("d4rl-locomotion", REPO_ROOT / "leaderboards")
-    assert [row.label for row in d4rl.reported] == ["BC", "CQL", "IQL", "DT"]
+    assert [row.label for row in d4rl.reported] == ["BC", "CQL", "IQL", "DT", "TD3+BC"]
     for row in d4rl.reported:
-        assert set(row.scores) == set(d4rl.datasets) and "/blob/eeeeef2671235fcce3a3eb255576a207d78840e6/" in row.source["url"]
+        commit = re.search(r"commit ([0-9a-f]{40})", row.source["version"])
+        assert set(row.scores) == set(d4rl.datasets) and commit and f"/blob/{commit[1]}/" in row.source["url"]
     mt50 = load_spec("metaworld-mt50", REPO_ROOT / "leaderboards")
     assert {row.label for row in mt50.reported} == {"MTBC", "MTIQL", "MTDT", "Prompt-DT", "HarmoDT-F"}
     assert all(set(row.scores) == set(mt50.datasets) and all(0 <= m <= 1 for m, _ in row.scores.values()) for row in mt50.reported)
