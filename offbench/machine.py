@@ -96,6 +96,41 @@ def made_on() -> dict[str, Any]:
     return {key: info[key] for key in ("cpu", "torch", "numpy", *KERNEL_KEYS)}
 
 
+# torch's x86 kernel builds, lowest first: ATEN_CPU_CAPABILITY selects any build at or below the CPU's own
+TORCH_CAPABILITIES = ("DEFAULT", "AVX2", "AVX512")
+
+
+def kernel_variables(there: Mapping[str, Any], here: Mapping[str, Any] | None = None) -> dict[str, str] | None:
+    """The environment variables that make a fresh process on this machine dispatch to the SIMD kernels recorded in
+    `there` (a pin's or a card's made_on), or None where no setting reaches them (kernels this CPU lacks, another
+    MKL branch, another architecture). Measured in benchmarks/studies/pinned-data-here.md: on an AVX-512 AMD EPYC these
+    variables give every probe's bits of an AVX2 one, SAC on Hopper included. They act only before torch and NumPy
+    load, so they are for a child process."""
+    here = environment_info("cpu") if here is None else here
+    variables: dict[str, str] = {}
+    torch_there, torch_here = there.get("torch_cpu_capability"), here.get("torch_cpu_capability")
+    if torch_there is not None and torch_there != torch_here:
+        if torch_there not in TORCH_CAPABILITIES or torch_here not in TORCH_CAPABILITIES:
+            return None
+        if TORCH_CAPABILITIES.index(torch_there) > TORCH_CAPABILITIES.index(torch_here):
+            return None
+        variables["ATEN_CPU_CAPABILITY"] = torch_there.lower()
+    numpy_there, numpy_here = there.get("numpy_simd"), list(here.get("numpy_simd") or [])
+    if numpy_there is not None and list(numpy_there) != numpy_here:
+        if not set(numpy_there) <= set(numpy_here):
+            return None
+        variables["NPY_DISABLE_CPU_FEATURES"] = " ".join(f for f in numpy_here if f not in numpy_there)
+        if "X86_V4" in numpy_here and "X86_V4" not in numpy_there:
+            # OpenBLAS's own AVX2 kernels, as it picks them on AVX2 CPUs (NumPy's matmuls; no generator uses them today)
+            variables["OPENBLAS_CORETYPE"] = "Haswell"
+    mkl_there, mkl_here = there.get("mkl_branch"), here.get("mkl_branch")
+    if mkl_there is not None and mkl_there != mkl_here:
+        if not str(mkl_there).startswith("CNR "):
+            return None  # MKL's own dispatch picks its branch from the CPU; only a fixed (CNR) branch can be asked for
+        variables["MKL_CBWR"] = str(mkl_there).removeprefix("CNR ")
+    return variables
+
+
 def kernel_difference(there: Mapping[str, Any]) -> str | None:
     """How the SIMD kernels recorded in `there` (a run's env, a card's made_on) differ from this machine's, or None
     when they agree or were not recorded."""

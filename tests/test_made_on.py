@@ -16,14 +16,14 @@ from offbench.data.store import load_native
 from offbench.errors import OffbenchError
 from offbench.leaderboard.entries import EntryDataset, _check_checksum
 from offbench.leaderboard.spec import load_spec, made_elsewhere
-from offbench.machine import made_on
+from offbench.machine import kernel_variables, made_on
 
 PINNED = "ab" * 32
 
 
 def other_kernels() -> dict:
-    here = made_on()
-    return {"torch_cpu_capability": "AVX2" if here["torch_cpu_capability"] != "AVX2" else "AVX512", "numpy_simd": ["X86_V3", "X86_V4"]}
+    """IBM Z's kernels: other than any test machine's, and out of its reach (no variable lowers an x86 CPU to them)."""
+    return {"torch_cpu_capability": "ZVECTOR", "numpy_simd": ["VX", "VXE"]}
 
 
 def pin(root, name: str, kernels: dict) -> None:
@@ -55,6 +55,63 @@ def test_download_warns_where_a_board_pinned_a_copy_made_on_other_kernels_and_th
     info = run_cli("info", "pendulum-scripted", check=True).stdout
     assert f"torch {here['torch_cpu_capability']} kernels" in info and here["cpu"] in info
     assert here["mkl_branch"] is None or f"MKL {here['mkl_branch']}" in " ".join(info.split())  # the table may wrap
+
+
+AVX512_AMD = {"torch_cpu_capability": "AVX512", "numpy_simd": ["X86_V3", "X86_V4", "AVX512_ICL"], "mkl_branch": "AUTO"}
+AVX2_AMD = {"torch_cpu_capability": "AVX2", "numpy_simd": ["X86_V3"], "mkl_branch": "AUTO"}
+
+
+@pytest.mark.parametrize(
+    "here, there, variables",
+    [
+        (
+            AVX512_AMD,
+            AVX2_AMD,
+            {"ATEN_CPU_CAPABILITY": "avx2", "NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL", "OPENBLAS_CORETYPE": "Haswell"},
+        ),
+        (AVX512_AMD, {**AVX512_AMD, "cpu": "another"}, {}),
+        (
+            AVX2_AMD,
+            {"torch_cpu_capability": "DEFAULT", "numpy_simd": []},
+            {"ATEN_CPU_CAPABILITY": "default", "NPY_DISABLE_CPU_FEATURES": "X86_V3"},
+        ),
+        (AVX512_AMD, {**AVX512_AMD, "mkl_branch": "CNR COMPATIBLE"}, {"MKL_CBWR": "COMPATIBLE"}),
+        (AVX2_AMD, AVX512_AMD, None),  # kernels this CPU lacks
+        (AVX512_AMD, {**AVX2_AMD, "numpy_simd": ["X86_V3", "AVX512_SPR"]}, None),
+        (AVX512_AMD, {**AVX2_AMD, "mkl_branch": "AVX2"}, None),  # an Intel CPU's own MKL branch: MKL picks it, no variable does
+        (AVX512_AMD, {"torch_cpu_capability": "ZVECTOR"}, None),
+    ],
+)
+def test_kernel_variables_lower_this_machine_to_kernels_it_has_and_to_no_others(here, there, variables):
+    assert kernel_variables(there, here) == variables
+
+
+@pytest.mark.skipif(made_on()["torch_cpu_capability"] not in ("AVX2", "AVX512"), reason="lowering to torch's DEFAULT kernels is x86's")
+def test_download_generates_on_the_kernels_a_board_pins_where_this_machine_reaches_them(run_cli, isolated_home, tmp_path, monkeypatch):
+    """An x86 machine can always reach torch's DEFAULT kernels and NumPy without SIMD dispatch: the copy is made on
+    them in a child process, records them, and holds the bytes a process started by hand with those variables makes."""
+    here = made_on()
+    lowered = {"torch_cpu_capability": "DEFAULT", "numpy_simd": [], "mkl_branch": here["mkl_branch"]}
+    root = tmp_path / "leaderboards"
+    monkeypatch.setenv("OFFBENCH_LEADERBOARDS", str(root))
+    pin(root, "lowered", lowered)
+
+    proc = run_cli("download", "pendulum-scripted", check=True)
+    assert (
+        "offbench: generating pendulum-scripted on the SIMD kernels leaderboard 'lowered' pins for it (ATEN_CPU_CAPABILITY=default"
+        in proc.stderr
+    )
+    assert "warning" not in proc.stderr, proc.stderr
+    made = load_native(isolated_home / "data" / "pendulum-scripted" / "data.h5")
+    assert {key: made.card["made_on"][key] for key in lowered} == lowered
+
+    monkeypatch.setenv("OFFBENCH_LEADERBOARDS", str(tmp_path / "no-boards"))
+    monkeypatch.setenv("OFFBENCH_HOME", str(tmp_path / "by-hand"))
+    for name, value in kernel_variables(lowered).items():
+        monkeypatch.setenv(name, value)
+    run_cli("download", "pendulum-scripted", check=True)
+    by_hand = load_native(tmp_path / "by-hand" / "data" / "pendulum-scripted" / "data.h5")
+    assert by_hand.card["made_on"] == made.card["made_on"] and by_hand.content_sha256() == made.content_sha256()
 
 
 def test_generate_records_the_machine_in_the_card_it_writes(run_cli, isolated_home, tmp_path):
@@ -101,3 +158,14 @@ def test_a_pin_made_on_another_mkl_branch_is_made_elsewhere_and_one_without_it_i
         f"{here['mkl_branch']} here): the copy made here will differ in its bits, and that board will refuse runs on it"
     ]
     assert "mkl_branch CNR SSE2" in load_spec("other-mkl", tmp_path).made_on_note("pendulum-scripted")
+
+
+def test_a_failure_in_the_child_is_this_process_s_one_line_error(isolated_home, tmp_path):
+    from offbench.data.cards import get_card
+    from offbench.generators.pinned_kernels import generate_in_child
+
+    in_the_way = tmp_path / "a-file"
+    in_the_way.write_text("not a folder")
+    with pytest.raises(OffbenchError) as failed:
+        generate_in_child(get_card("pendulum-scripted"), in_the_way / "data.h5", True, {})
+    assert str(failed.value) == f"cannot make folder {in_the_way}: {in_the_way} is not a folder"

@@ -35,6 +35,7 @@ SETTINGS: dict[str, dict[str, str]] = {
     "NumPy without AVX-512": {"NPY_DISABLE_CPU_FEATURES": NUMPY_ABOVE_AVX2},
     "OpenBLAS Nehalem": {"OPENBLAS_CORETYPE": "Nehalem"},
     "OpenBLAS on 2 threads": {"OMP_NUM_THREADS": "2"},
+    "AVX2 kernels, MKL AUTO": {"ATEN_CPU_CAPABILITY": "avx2", "NPY_DISABLE_CPU_FEATURES": NUMPY_ABOVE_AVX2},
     "portable": {
         "ATEN_CPU_CAPABILITY": "avx2",
         "MKL_CBWR": "COMPATIBLE",

@@ -47,11 +47,14 @@ def get_generator(name: str) -> Generator:
 
 
 def generate_from_card(card, out: Path, quiet: bool = False) -> Path:
-    """Generate the dataset a recipe card describes (used on first `offbench.load` of its id)."""
+    """Generate the dataset a recipe card describes (used on first `offbench.load` of its id). Where a leaderboard
+    pins the kernels its copy was made on and this machine can reach them, the generation runs on those kernels, in
+    a child process (`pinned_kernels`), so it makes the pinned bytes."""
     import os
     import sys
 
     from offbench.data.store import native_header, replace_card
+    from offbench.generators.pinned_kernels import generate_in_child, reachable_pin
     from offbench.leaderboard.spec import made_elsewhere
     from offbench.machine import made_on
     from offbench.utils import check_writable
@@ -59,6 +62,12 @@ def generate_from_card(card, out: Path, quiet: bool = False) -> Path:
     recipe = card.source.recipe
     generator = get_generator(recipe.generator)
     check_writable(out.parent)  # before the work, not after it
+    pin = reachable_pin(card.id)
+    if pin is not None:
+        board, variables = pin
+        setting = " ".join(f"{name}={value}" for name, value in variables.items())
+        print(f"offbench: generating {card.id} on the SIMD kernels leaderboard '{board}' pins for it ({setting})", file=sys.stderr)
+        return generate_in_child(card, out, quiet, variables)
     for line in made_elsewhere(card.id):
         print(f"offbench: warning: {line}", file=sys.stderr)
     staging = out.with_name(f".{out.name}.generating")

@@ -170,7 +170,8 @@ class BenchmarkFile:
     dataset_made_on: dict[str, MadeOn] = ranged(
         default_factory=dict,
         doc='`[dataset_made_on."ID"]`: for a pinned generated dataset, the SIMD kernels its pinned copy was made on '
-        "(table below); `offbench download` warns where this machine's differ, and a refused checksum names them",
+        "(table below); `offbench download` generates on them where this machine can reach them, warns where it cannot, "
+        "and a refused checksum names them",
     )
     reported: tuple[Reported, ...] = ranged(default_factory=tuple, doc="`[[reported]]`: published rows shown beside ours (table below)")
     behaviour: dict[str, float] = ranged(
@@ -358,19 +359,29 @@ def load_spec(name: str, root: str | Path | None = None) -> BenchmarkSpec:
     return read_toml(path, BenchmarkFile, "benchmark definition").resolve(name, path)
 
 
-def made_elsewhere(dataset_id: str, root: str | Path | None = None) -> list[str]:
-    """One line per benchmark whose pinned copy of `dataset_id` was made on other SIMD kernels than this machine's:
-    a copy generated here will differ in its bits, and that board refuses runs on it. Said before a generation that
-    may take hours; a benchmark that cannot be read is passed over (`leaderboard check` reports it)."""
-    from offbench.machine import kernel_difference
-
-    lines = []
+def pinned_kernels(dataset_id: str, root: str | Path | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """(benchmark, kernels) for every benchmark that pins the SIMD kernels its copy of `dataset_id` was made on
+    (`[dataset_made_on]`). A benchmark that cannot be read is passed over (`leaderboard check` reports it)."""
+    pins = []
     for name in known_benchmarks(root):
         try:
             made = load_spec(name, root).dataset_made_on.get(dataset_id)
         except OffbenchError:
             continue
-        difference = None if made is None else kernel_difference(made)
+        if made is not None:
+            pins.append((name, made))
+    return pins
+
+
+def made_elsewhere(dataset_id: str, root: str | Path | None = None) -> list[str]:
+    """One line per benchmark whose pinned copy of `dataset_id` was made on other SIMD kernels than this machine's:
+    a copy generated here will differ in its bits, and that board refuses runs on it. Said before a generation that
+    may take hours."""
+    from offbench.machine import kernel_difference
+
+    lines = []
+    for name, made in pinned_kernels(dataset_id, root):
+        difference = kernel_difference(made)
         if difference is not None:
             lines.append(
                 f"leaderboard '{name}' pins {dataset_id} as made on other SIMD kernels ({difference}): "

@@ -1,0 +1,73 @@
+"""Generate a recipe card's dataset on the SIMD kernels a leaderboard pins for it, where this machine can reach them.
+
+Data that a learner trains into existence (SAC, PPO) repeats bit for bit only on the kernels it was made on, and a
+board refuses runs on other bytes. A CPU with more instruction sets than the pinned machine's can still dispatch to
+its kernels: torch, NumPy and OpenBLAS read variables for that (`offbench.machine.kernel_variables`), but only when
+they load, so the generation runs in a child process started with them. The child records the kernels it ran on in
+the card's `made_on`, as every generation does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from offbench.errors import OffbenchError
+
+# Set in the child, so that it generates in place rather than starting another child when the variables do not reach
+# the pinned kernels after all (it then warns, as on a machine that cannot reach them)
+IN_CHILD = "OFFBENCH_PINNED_KERNELS_CHILD"
+
+
+def reachable_pin(dataset_id: str) -> tuple[str, dict[str, str]] | None:
+    """(benchmark, variables) for the first benchmark whose pinned kernels for `dataset_id` differ from this
+    machine's and that a child process can reach; None where none needs or allows it, or inside such a child."""
+    from offbench.leaderboard.spec import pinned_kernels
+    from offbench.machine import kernel_difference, kernel_variables
+
+    if os.environ.get(IN_CHILD):
+        return None
+    for name, made in pinned_kernels(dataset_id):
+        if kernel_difference(made) is None:
+            return None  # a board's pin is this machine's own kernels: generate here
+        variables = kernel_variables(made)
+        if variables:
+            return name, variables
+    return None
+
+
+def generate_in_child(card: Any, out: Path, quiet: bool, variables: dict[str, str]) -> Path:
+    """Run `generate_from_card(card, out)` in a fresh Python with `variables` set; its error, if any, as this
+    process's one-line error. The child dies with this process."""
+    from offbench.utils import die_with_parent
+
+    with tempfile.TemporaryDirectory(prefix="offbench-generate-") as scratch:
+        error = Path(scratch) / "error.txt"
+        command = [sys.executable, "-m", __name__, json.dumps(card.to_dict()), str(out), str(error), "quiet" if quiet else "loud"]
+        code = subprocess.call(command, env={**os.environ, **variables, IN_CHILD: "1"}, preexec_fn=die_with_parent)
+        message = error.read_text() if error.exists() else ""
+    if code != 0:
+        raise OffbenchError(message or f"generating {card.id} in a child process on the pinned kernels failed (exit {code})")
+    return out
+
+
+def main(argv: list[str]) -> int:
+    from offbench.data.cards import card_from_dict
+    from offbench.generators import generate_from_card
+
+    card_json, out, error, loudness = argv
+    try:
+        generate_from_card(card_from_dict(json.loads(card_json)), Path(out), quiet=loudness == "quiet")
+    except OffbenchError as failure:
+        Path(error).write_text(str(failure))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
