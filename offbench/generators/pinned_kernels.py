@@ -42,32 +42,23 @@ def reachable_pin(dataset_id: str) -> tuple[str, dict[str, str]] | None:
 
 
 def generate_in_child(card: Any, out: Path, quiet: bool, variables: dict[str, str]) -> Path:
-    """Run `generate_from_card(card, out)` in a fresh Python with `variables` set; its error, if any, as this
-    process's one-line error. The child dies with this process."""
+    """Run `generate_from_card(card, out)` in a fresh Python with `variables` set (`python -m offbench.generators`);
+    its error, if any, as this process's one-line error. The child dies with this process."""
     from offbench.utils import die_with_parent
 
     with tempfile.TemporaryDirectory(prefix="offbench-generate-") as scratch:
         error = Path(scratch) / "error.txt"
-        command = [sys.executable, "-m", __name__, json.dumps(card.to_dict()), str(out), str(error), "quiet" if quiet else "loud"]
+        command = [
+            sys.executable,
+            "-m",
+            "offbench.generators",
+            json.dumps(card.to_dict()),
+            str(out),
+            str(error),
+            "quiet" if quiet else "loud",
+        ]
         code = subprocess.call(command, env={**os.environ, **variables, IN_CHILD: "1"}, preexec_fn=die_with_parent)
         message = error.read_text() if error.exists() else ""
     if code != 0:
         raise OffbenchError(message or f"generating {card.id} in a child process on the pinned kernels failed (exit {code})")
     return out
-
-
-def main(argv: list[str]) -> int:
-    from offbench.data.cards import card_from_dict
-    from offbench.generators import generate_from_card
-
-    card_json, out, error, loudness = argv
-    try:
-        generate_from_card(card_from_dict(json.loads(card_json)), Path(out), quiet=loudness == "quiet")
-    except OffbenchError as failure:
-        Path(error).write_text(str(failure))
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
