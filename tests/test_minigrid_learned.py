@@ -258,3 +258,24 @@ def module_home(tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("OFFBENCH_HOME", str(tmp_path_factory.mktemp("module_home")))
         yield
+
+
+@pytest.mark.parametrize(
+    "lane_seeds, lanes",
+    [("per-lane", range(minigrid_learned.N_ENVS)), ("last-lane", [minigrid_learned.N_ENVS - 1] * minigrid_learned.N_ENVS)],
+)
+def test_training_lanes_reset_with_their_own_seeds_unless_the_recipe_keeps_the_last_lanes(lane_seeds, lanes):
+    """Lane j's k-th reset takes training seed 1 + j + n_envs * k; the pinned cards were made with every lane on the
+    last lane's sequence (a late-bound loop variable, before commit 9ec811a), and say so to stay re-makeable."""
+    recipe = minigrid_learned.learned_recipe({**QUICK, "lane_seeds": lane_seeds}, 0)
+    agent = learned_tasks.TaskAgent(recipe, 0, record=False)
+    n = minigrid_learned.N_ENVS
+    assert [[env.seed_of(k) for k in range(3)] for env in agent.envs] == [
+        [episode_seed(0, LAVA, learned_tasks.TRAINING + 1 + j + n * k) for k in range(3)] for j in lanes
+    ]
+    assert ("lane_seeds" in recipe.behaviour()) == (lane_seeds == "last-lane")  # the default keeps the run keys of before
+    pinned = [
+        read_card(path).source["recipe"]["params"].get("lane_seeds")
+        for path in (Path(__file__).resolve().parents[1] / "datasets" / "minigrid").glob("mt*-*.toml")
+    ]
+    assert pinned.count("last-lane") == 6

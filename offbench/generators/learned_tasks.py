@@ -117,6 +117,12 @@ class LearnedParams:
         le=1,
         doc="medium, replay: training stops at the first trained checkpoint reaching band[0]; the card states the band.",
     )
+    lane_seeds: Literal["per-lane", "last-lane"] = ranged(
+        "per-lane",
+        doc="How the agent's parallel training environments draw their reset seeds: 'per-lane', each lane its own "
+        "sequence; 'last-lane', every lane the last lane's sequence, as the generator did by mistake before commit 9ec811a (a "
+        "late-bound loop variable). The pinned MiniGrid medium and replay cards were made so and keep it, to stay re-makeable.",
+    )
 
     def check(self) -> None:
         if self.checkpoint_every % self.rollout_steps:
@@ -165,6 +171,8 @@ class LearnedRecipe:
         }
         if p.quality != "expert":
             record.update(target_success=p.target_success, band=list(p.band))
+        if p.lane_seeds != "per-lane":  # recorded only where it is not the default, so the default's run keys stay those of before
+            record["lane_seeds"] = p.lane_seeds
         return record
 
     def fingerprint(self) -> str:
@@ -267,8 +275,13 @@ class TaskAgent:
         self.recipe, self.task_id, self.name = recipe, task_id, recipe.names[task_id]
         self.learner = recipe.learner
         seed, name, n_envs = recipe.seed, self.name, self.learner.n_envs
+        shared = recipe.params.lane_seeds == "last-lane"
         self.envs = [
-            TrainingEpisodes(make_env(recipe.env, task_id), lambda k, j=j: episode_seed(seed, name, TRAINING + 1 + j + n_envs * k), record)
+            TrainingEpisodes(
+                make_env(recipe.env, task_id),
+                lambda k, j=(n_envs - 1 if shared else j): episode_seed(seed, name, TRAINING + 1 + j + n_envs * k),
+                record,
+            )
             for j in range(n_envs)
         ]
         self.vec_env = DummyVecEnv([lambda env=env: env for env in self.envs])
