@@ -172,6 +172,42 @@ def die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
 
 
+# Set in a child started on lowered kernels, so that it works in place instead of starting another child where the
+# variables did not reach the kernels after all
+IN_LOWERED_CHILD = "OFFBENCH_LOWERED_KERNELS_CHILD"
+
+
+def call_on_kernels(module: str, args: list[str], variables: dict[str, str]) -> None:
+    """Run `python -m module *args ERROR_FILE` with `variables` set before torch and NumPy load (the SIMD kernels
+    `offbench.machine.kernel_variables` chose); the child writes its one-line error to ERROR_FILE and exits 1. Its
+    error is raised here as the same one line; the child dies with this process."""
+    import subprocess
+    import sys
+
+    with tempfile.TemporaryDirectory(prefix="offbench-kernels-") as scratch:
+        error = Path(scratch) / "error.txt"
+        env = {**os.environ, **variables, IN_LOWERED_CHILD: "1"}
+        code = subprocess.call([sys.executable, "-m", module, *args, str(error)], env=env, preexec_fn=die_with_parent)
+        message = error.read_text() if error.exists() else ""
+    if code != 0:
+        raise OffbenchError(message or f"'python -m {module}' on the lowered kernels failed (exit {code})")
+
+
+def in_lowered_child() -> bool:
+    return bool(os.environ.get(IN_LOWERED_CHILD))
+
+
+def child_main(work: Callable[[list[str]], None], argv: list[str]) -> int:
+    """The child's side of `call_on_kernels`: `work(args)`, its OffbenchError written to the last argument."""
+    *args, error = argv
+    try:
+        work(args)
+    except OffbenchError as failure:
+        Path(error).write_text(str(failure))
+        return 1
+    return 0
+
+
 def carry_niceness_into_session() -> None:
     """Give this process's session the process's own nice value (Linux autogroup; elsewhere a no-op).
 

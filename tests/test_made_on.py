@@ -169,3 +169,32 @@ def test_a_failure_in_the_child_is_this_process_s_one_line_error(isolated_home, 
     with pytest.raises(OffbenchError) as failed:
         generate_in_child(get_card("pendulum-scripted"), in_the_way / "data.h5", True, {})
     assert str(failed.value) == f"cannot make folder {in_the_way}: {in_the_way} is not a folder"
+
+
+TINY_RUN = ["--steps", "20", "--set", "eval_every=10", "--set", "eval_episodes=2", "--set", "log_every=10", "--set", "checkpoint_every=20"]
+
+
+@pytest.mark.skipif(made_on()["torch_cpu_capability"] not in ("AVX2", "AVX512"), reason="lowering to torch's DEFAULT kernels is x86's")
+def test_a_run_made_on_kernels_this_machine_reaches_is_replayed_on_them_and_verified(run_cli, isolated_home, tmp_path, monkeypatch):
+    """A run trained on torch's DEFAULT kernels without NumPy's SIMD dispatch is replayed in a child lowered to them,
+    so verification holds it to exact equality rather than leaving it unverified as replayed on other kernels."""
+    import offbench.utils
+    from offbench.leaderboard.verify import verify_run
+    from offbench.tracking.read_run import read_run
+
+    lowered = kernel_variables({"torch_cpu_capability": "DEFAULT", "numpy_simd": []})
+    assert lowered
+    run_cli("download", "pendulum-scripted", check=True)
+    for name, value in lowered.items():
+        monkeypatch.setenv(name, value)
+    run_cli("run", "baseline", "bc", "--dataset", "pendulum-scripted", "--out", tmp_path / "runs", "--name", "bc", *TINY_RUN, check=True)
+    for name in lowered:
+        monkeypatch.delenv(name)
+
+    run = read_run(tmp_path / "runs" / "bc")
+    assert run.info["env"]["torch_cpu_capability"] == "DEFAULT" and run.info["env"]["numpy_simd"] == []
+    calls, call_on_kernels = [], offbench.utils.call_on_kernels
+    monkeypatch.setattr(offbench.utils, "call_on_kernels", lambda *args: (calls.append(args), call_on_kernels(*args))[1])
+    verification = verify_run(run)
+    assert verification["status"] == "verified" and verification["episodes"] == 2, verification
+    assert [(module, variables) for module, _, variables in calls] == [("offbench.leaderboard.verify", lowered)]

@@ -10,18 +10,8 @@ the card's `made_on`, as every generation does.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 from typing import Any
-
-from offbench.errors import OffbenchError
-
-# Set in the child, so that it generates in place rather than starting another child when the variables do not reach
-# the pinned kernels after all (it then warns, as on a machine that cannot reach them)
-IN_CHILD = "OFFBENCH_PINNED_KERNELS_CHILD"
 
 
 def reachable_pin(dataset_id: str) -> tuple[str, dict[str, str]] | None:
@@ -29,8 +19,9 @@ def reachable_pin(dataset_id: str) -> tuple[str, dict[str, str]] | None:
     machine's and that a child process can reach; None where none needs or allows it, or inside such a child."""
     from offbench.leaderboard.spec import pinned_kernels
     from offbench.machine import kernel_difference, kernel_variables
+    from offbench.utils import in_lowered_child
 
-    if os.environ.get(IN_CHILD):
+    if in_lowered_child():
         return None
     for name, made in pinned_kernels(dataset_id):
         if kernel_difference(made) is None:
@@ -43,22 +34,8 @@ def reachable_pin(dataset_id: str) -> tuple[str, dict[str, str]] | None:
 
 def generate_in_child(card: Any, out: Path, quiet: bool, variables: dict[str, str]) -> Path:
     """Run `generate_from_card(card, out)` in a fresh Python with `variables` set (`python -m offbench.generators`);
-    its error, if any, as this process's one-line error. The child dies with this process."""
-    from offbench.utils import die_with_parent
+    its error, if any, as this process's one-line error."""
+    from offbench.utils import call_on_kernels
 
-    with tempfile.TemporaryDirectory(prefix="offbench-generate-") as scratch:
-        error = Path(scratch) / "error.txt"
-        command = [
-            sys.executable,
-            "-m",
-            "offbench.generators",
-            json.dumps(card.to_dict()),
-            str(out),
-            str(error),
-            "quiet" if quiet else "loud",
-        ]
-        code = subprocess.call(command, env={**os.environ, **variables, IN_CHILD: "1"}, preexec_fn=die_with_parent)
-        message = error.read_text() if error.exists() else ""
-    if code != 0:
-        raise OffbenchError(message or f"generating {card.id} in a child process on the pinned kernels failed (exit {code})")
+    call_on_kernels("offbench.generators", [json.dumps(card.to_dict()), str(out), "quiet" if quiet else "loud"], variables)
     return out

@@ -2,8 +2,9 @@
 
 Evaluation is deterministic (fixed episode seeds, greedy or generator-seeded sampled actions, deterministic kernels
 on the CPU, replayed with the run's torch thread count), so a run recorded on the CPU must replay to the very same
-returns, episode for episode. A replay that differs on a machine whose SIMD kernels differ from the run's (AVX-512
-against AVX2 round some results differently) leaves the run unverified rather than refused. A run
+returns, episode for episode. Where this machine's SIMD kernels differ from the run's and can be lowered to them, the
+replay runs in a child process on the run's kernels; where they cannot (AVX-512 against AVX2 round some results
+differently), a replay that differs leaves the run unverified rather than refused. A run
 recorded on CUDA is replayed on CUDA where there is one, each return within `CUDA_RTOL` of the recorded one (CUDA
 kernels may sum in another order from call to call); without CUDA it stays unverified. What can be rebuilt:
 
@@ -17,6 +18,8 @@ A replay that differs refuses the run, naming the first differing episode.
 from __future__ import annotations
 
 import hashlib
+import json
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -65,8 +68,7 @@ def verify_run(run: FinishedRun) -> dict[str, Any]:
         return unverified(f"recorded on {run.info['env'].get('device')}, and this machine has no CUDA to replay it on")
     final_step = run.summary["final"]["step"]
     try:
-        with recorded_threads(run):
-            replayed = replay(run, method, device, final_step)
+        replayed = replay_on_run_kernels(run, method, device, final_step)
     except OffbenchError as exc:
         raise Refused(run.path, "verify", f"cannot replay the final evaluation: {exc}") from None
     recorded = [row for row in run.evaluations if row["step"] == final_step]
@@ -111,6 +113,39 @@ def _other_kernels(run: FinishedRun) -> str | None:
     from offbench.machine import kernel_difference
 
     return kernel_difference(run.info.get("env", {}))
+
+
+def replay_on_run_kernels(run: FinishedRun, method: dict[str, Any], device: str, step: int) -> list[dict[str, Any]]:
+    """`replay` under the run's torch thread count, and on the run's SIMD kernels where this machine's differ and
+    can be lowered to them (an AVX-512 machine replaying an AVX2 run): then in a child process started with the
+    variables that select them (`offbench.machine.kernel_variables`), so the replay can be held to exact equality."""
+    from offbench.machine import kernel_variables
+    from offbench.utils import call_on_kernels, in_lowered_child
+
+    variables = None
+    if device == "cpu" and not in_lowered_child() and _other_kernels(run) is not None:
+        variables = kernel_variables(run.info.get("env", {}))
+    if not variables:
+        with recorded_threads(run):
+            return replay(run, method, device, step)
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="offbench-replay-") as scratch:
+        out = Path(scratch) / "replayed.json"
+        call_on_kernels(__name__, [str(run.path), str(step), str(out)], variables)
+        return json.loads(out.read_text())
+
+
+def _replay_in_child(args: list[str]) -> None:
+    """The child's side of `replay_on_run_kernels`: the run's final evaluation replayed, written as JSON (floats
+    round-trip exactly)."""
+    from offbench.tracking.read_run import read_run
+
+    path, step, out = args
+    run = read_run(path)
+    with recorded_threads(run):
+        replayed = replay(run, method_of(run), "cpu", int(step))
+    Path(out).write_text(json.dumps(replayed))
 
 
 def _replay_device(run: FinishedRun) -> str | None:
@@ -214,3 +249,9 @@ def same_weights(a: list[list[Any]] | None, b: list[list[Any]] | None) -> bool:
     shared = {digest for digest, _ in a} & {digest for digest, _ in b}
     smaller = min(sum(n for _, n in a), sum(n for _, n in b))
     return sum(n for digest, n in a if digest in shared) >= SAME_WEIGHTS_SHARE * smaller
+
+
+if __name__ == "__main__":
+    from offbench.utils import child_main
+
+    sys.exit(child_main(_replay_in_child, sys.argv[1:]))
