@@ -18,15 +18,15 @@ def reachable_pin(dataset_id: str) -> tuple[str, dict[str, str]] | None:
     """(benchmark, variables) for the first benchmark whose pinned kernels for `dataset_id` differ from this
     machine's and that a child process can reach; None where none needs or allows it, or inside such a child."""
     from offbench.leaderboard.spec import pinned_kernels
-    from offbench.machine import kernel_difference, kernel_variables
+    from offbench.machine import kernel_variables
     from offbench.utils import in_lowered_child
 
     if in_lowered_child():
         return None
     for name, made in pinned_kernels(dataset_id):
-        if kernel_difference(made) is None:
-            return None  # a board's pin is this machine's own kernels: generate here
         variables = kernel_variables(made)
+        if variables == {}:
+            return None  # a board's pin is this machine's own kernels: generate here
         if variables:
             return name, variables
     return None

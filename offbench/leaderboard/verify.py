@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
+import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -122,14 +123,10 @@ def replay_on_run_kernels(run: FinishedRun, method: dict[str, Any], device: str,
     from offbench.machine import kernel_variables
     from offbench.utils import call_on_kernels, in_lowered_child
 
-    variables = None
-    if device == "cpu" and not in_lowered_child() and _other_kernels(run) is not None:
-        variables = kernel_variables(run.info.get("env", {}))
-    if not variables:
+    variables = kernel_variables(run.info.get("env", {})) if device == "cpu" and not in_lowered_child() else None
+    if not variables:  # the run's own kernels ({}), or kernels no setting reaches (None)
         with recorded_threads(run):
             return replay(run, method, device, step)
-    import tempfile
-
     with tempfile.TemporaryDirectory(prefix="offbench-replay-") as scratch:
         out = Path(scratch) / "replayed.json"
         call_on_kernels(__name__, [str(run.path), str(step), str(out)], variables)
