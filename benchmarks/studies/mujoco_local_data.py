@@ -2,12 +2,15 @@
 
     python benchmarks/studies/mujoco_local_data.py speed --env Hopper-v4
     python benchmarks/studies/mujoco_local_data.py curve RUN_FOLDER    # the recipe's folder under $OFFBENCH_HOME, work, mujoco-local
+    python benchmarks/studies/mujoco_local_data.py policy mujoco-local/hopper-medium --episodes 30
 
 `speed` times each stage of offbench/generators/mujoco_local.py with torch on one thread: the random warm-up, SAC
 training (one gradient step of batch 256 per environment step, 256x256 networks), a checkpoint's write (with its
 10-episode evaluation) and restore, and the sampled-policy rollouts that make the medium and expert data. Wall-clock
 rates depend on what else runs on the machine; the rates per CPU second are what one dedicated core would give.
 `curve` prints a run's checkpoints (step, mean evaluated return) from its workspace, while it trains or after.
+`policy` scores the card's medium and expert checkpoints acting on their mean action and on sampled actions (the
+data's): the first is what a perfect imitator of the policy's mean action, such as BC trained to convergence, would reach.
 
 Answer: benchmarks/studies/mujoco-local-data.md
 """
@@ -92,6 +95,49 @@ def curve(workspace: Path) -> None:
         print(path.name, json.loads(path.read_text()))
 
 
+def policy(dataset_id: str, num_episodes: int, seed_base: int) -> None:
+    import numpy as np
+    import torch
+
+    from offbench import records
+    from offbench.data.cards import get_card
+    from offbench.generators import mujoco_local as gen
+
+    card = get_card(dataset_id)
+    recipe = records.from_dict(gen.MujocoLocalRecipe, card.source.recipe.params, dataset_id)
+    checkpoints = gen.finished_checkpoints(gen.workspace_dir(recipe, card.source.recipe.seed))
+    if not checkpoints:
+        sys.exit(f"{dataset_id}: no SAC run on this machine (offbench download {dataset_id} makes it)")
+    expert = gen.choose_expert(checkpoints)
+    medium = gen.choose_medium(checkpoints, expert, recipe.medium_fraction)
+
+    def mean_action(actor):
+        def act(observation):
+            with torch.no_grad():
+                mean, _, _ = actor.get_action_dist_params(torch.as_tensor(observation, dtype=torch.float32)[None])
+                return torch.tanh(mean)[0].numpy()
+
+        return act
+
+    def normalised(returns: list[float]) -> np.ndarray:
+        return 100 * (np.array(returns) - card.scores.ref_min) / (card.scores.ref_max - card.scores.ref_min)
+
+    env, seeds = gen.make_env(recipe), range(seed_base, seed_base + num_episodes)
+    print(f"| checkpoint | actions | normalised score: mean (sd, min-max) over {num_episodes} episodes | mean length |")
+    print("|---|---|---|--:|")
+    with gen.one_torch_thread():
+        for name, checkpoint in (("medium", medium), ("expert", expert)):
+            actor = gen.load_actor(checkpoint)
+            for actions, act in (("mean", mean_action(actor)), ("sampled", gen.sampled_actions(actor, seed_base))):
+                played = list(gen.episodes(env, act, iter(seeds)))
+                score = normalised([gen.episode_return(e) for e in played])
+                length = np.mean([len(e["rewards"]) for e in played])
+                print(
+                    f"| {name} (SAC step {checkpoint.step:,}) | {actions} | {score.mean():.1f} ({score.std():.1f}, "
+                    f"{score.min():.1f}-{score.max():.1f}) | {length:.0f} |"
+                )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -102,11 +148,17 @@ def main() -> None:
     timing.add_argument("--rollout-steps", type=int, default=5000, help="sampled-policy steps timed")
     learning = commands.add_parser("curve", help="a run's checkpoints and returns")
     learning.add_argument("workspace", type=Path)
+    scoring = commands.add_parser("policy", help="the medium and expert checkpoints on mean and sampled actions")
+    scoring.add_argument("dataset", help="a mujoco-local card, e.g. mujoco-local/hopper-medium")
+    scoring.add_argument("--episodes", type=int, default=30)
+    scoring.add_argument("--seed-base", type=int, default=10_000, help="reset seeds seed_base..; torch seed of the sampled actions")
     args = parser.parse_args()
     if args.command == "speed":
         speed(args.env, args.warmup, args.sac_steps, args.rollout_steps)
-    else:
+    elif args.command == "curve":
         curve(args.workspace)
+    else:
+        policy(args.dataset, args.episodes, args.seed_base)
 
 
 if __name__ == "__main__":
