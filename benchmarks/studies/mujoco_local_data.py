@@ -113,14 +113,10 @@ def policy(dataset_id: str, num_episodes: int, seed_base: int) -> None:
 
     def mean_action(actor):
         def act(observation):
-            with torch.no_grad():
-                mean, _, _ = actor.get_action_dist_params(torch.as_tensor(observation, dtype=torch.float32)[None])
-                return torch.tanh(mean)[0].numpy()
+            with torch.no_grad():  # sb3's deterministic action of a squashed Gaussian: tanh of its mean
+                return actor(torch.as_tensor(observation, dtype=torch.float32)[None], deterministic=True)[0].numpy()
 
         return act
-
-    def normalised(returns: list[float]) -> np.ndarray:
-        return 100 * (np.array(returns) - card.scores.ref_min) / (card.scores.ref_max - card.scores.ref_min)
 
     env, seeds = gen.make_env(recipe), range(seed_base, seed_base + num_episodes)
     print(f"| checkpoint | actions | normalised score: mean (sd, min-max) over {num_episodes} episodes | mean length |")
@@ -130,7 +126,7 @@ def policy(dataset_id: str, num_episodes: int, seed_base: int) -> None:
             actor = gen.load_actor(checkpoint)
             for actions, act in (("mean", mean_action(actor)), ("sampled", gen.sampled_actions(actor, seed_base))):
                 played = list(gen.episodes(env, act, iter(seeds)))
-                score = normalised([gen.episode_return(e) for e in played])
+                score = card.normalise(np.array([gen.episode_return(e) for e in played]))
                 length = np.mean([len(e["rewards"]) for e in played])
                 print(
                     f"| {name} (SAC step {checkpoint.step:,}) | {actions} | {score.mean():.1f} ({score.std():.1f}, "
