@@ -9,8 +9,9 @@ training (one gradient step of batch 256 per environment step, 256x256 networks)
 10-episode evaluation) and restore, and the sampled-policy rollouts that make the medium and expert data. Wall-clock
 rates depend on what else runs on the machine; the rates per CPU second are what one dedicated core would give.
 `curve` prints a run's checkpoints (step, mean evaluated return) from its workspace, while it trains or after.
-`policy` scores the card's medium and expert checkpoints acting on their mean action and on sampled actions (the
-data's): the first is what a perfect imitator of the policy's mean action, such as BC trained to convergence, would reach.
+`policy` scores the card's medium and expert checkpoints acting on their mean action, on sampled actions (the data's)
+and on their expected action (the mean of the squashed Gaussian): the last is what BC trained with MSE on the data
+converges to, so it is the score a perfect behaviour cloner would reach.
 
 Answer: benchmarks/studies/mujoco-local-data.md
 """
@@ -118,13 +119,31 @@ def policy(dataset_id: str, num_episodes: int, seed_base: int) -> None:
 
         return act
 
+    def expected_action(actor, draws: int = 256):
+        """The mean of the squashed Gaussian, E[tanh(mean + std * noise)]: what a behaviour cloner trained with MSE on
+        the policy's sampled actions converges to, which tanh(mean) is not when the policy's std is large."""
+        generator = torch.Generator().manual_seed(seed_base)
+
+        def act(observation):
+            with torch.no_grad():
+                mean, log_std, _ = actor.get_action_dist_params(torch.as_tensor(observation, dtype=torch.float32)[None])
+                noise = torch.randn((draws, mean.shape[-1]), generator=generator)
+                return torch.tanh(mean + log_std.exp() * noise).mean(0).numpy()
+
+        return act
+
     env, seeds = gen.make_env(recipe), range(seed_base, seed_base + num_episodes)
     print(f"| checkpoint | actions | normalised score: mean (sd, min-max) over {num_episodes} episodes | mean length |")
     print("|---|---|---|--:|")
     with gen.one_torch_thread():
         for name, checkpoint in (("medium", medium), ("expert", expert)):
             actor = gen.load_actor(checkpoint)
-            for actions, act in (("mean", mean_action(actor)), ("sampled", gen.sampled_actions(actor, seed_base))):
+            kinds = (
+                ("mean", mean_action(actor)),
+                ("sampled", gen.sampled_actions(actor, seed_base)),
+                ("expected (256 draws)", expected_action(actor)),
+            )
+            for actions, act in kinds:
                 played = list(gen.episodes(env, act, iter(seeds)))
                 score = card.normalise(np.array([gen.episode_return(e) for e in played]))
                 length = np.mean([len(e["rewards"]) for e in played])
@@ -144,7 +163,7 @@ def main() -> None:
     timing.add_argument("--rollout-steps", type=int, default=5000, help="sampled-policy steps timed")
     learning = commands.add_parser("curve", help="a run's checkpoints and returns")
     learning.add_argument("workspace", type=Path)
-    scoring = commands.add_parser("policy", help="the medium and expert checkpoints on mean and sampled actions")
+    scoring = commands.add_parser("policy", help="the medium and expert checkpoints on mean, sampled and expected actions")
     scoring.add_argument("dataset", help="a mujoco-local card, e.g. mujoco-local/hopper-medium")
     scoring.add_argument("--episodes", type=int, default=30)
     scoring.add_argument("--seed-base", type=int, default=10_000, help="reset seeds seed_base..; torch seed of the sampled actions")
