@@ -3,6 +3,7 @@
     python benchmarks/studies/mujoco_local_data.py speed --env Hopper-v4
     python benchmarks/studies/mujoco_local_data.py curve RUN_FOLDER    # the recipe's folder under $OFFBENCH_HOME, work, mujoco-local
     python benchmarks/studies/mujoco_local_data.py policy mujoco-local/hopper-medium --episodes 30
+    python benchmarks/studies/mujoco_local_data.py episodes mujoco-local/hopper-medium
 
 `speed` times each stage of offbench/generators/mujoco_local.py with torch on one thread: the random warm-up, SAC
 training (one gradient step of batch 256 per environment step, 256x256 networks), a checkpoint's write (with its
@@ -11,7 +12,8 @@ rates depend on what else runs on the machine; the rates per CPU second are what
 `curve` prints a run's checkpoints (step, mean evaluated return) from its workspace, while it trains or after.
 `policy` scores the card's medium and expert checkpoints acting on their mean action, on sampled actions (the data's)
 and on their expected action (the mean of the squashed Gaussian): the last is what BC trained with MSE on the data
-converges to, so it is the score a perfect behaviour cloner would reach.
+converges to, so it is the score a perfect behaviour cloner would reach. `episodes` groups the data's episodes by
+length: their score, reward per step and discounted return from the start, the quantity a critic ranks them by.
 
 Answer: benchmarks/studies/mujoco-local-data.md
 """
@@ -96,6 +98,29 @@ def curve(workspace: Path) -> None:
         print(path.name, json.loads(path.read_text()))
 
 
+def episodes_by_length(dataset_id: str, discount: float, edges: list[int]) -> None:
+    import numpy as np
+
+    import offbench
+    from offbench.data.cards import get_card
+
+    data, card = offbench.load(dataset_id), get_card(dataset_id)
+    lengths, returns = np.asarray(data.episode_lengths), data.episode_returns()
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    discounted = np.array([data.rewards[s : s + n] @ discount ** np.arange(n) for s, n in zip(starts, lengths)])
+    scores, bins = card.normalise(returns), np.digitize(lengths, edges)
+    print(f"| episode length | episodes | normalised score | reward per step | discounted return from the start ({discount}) |")
+    print("|---|--:|--:|--:|--:|")
+    for b in np.unique(bins):
+        chosen = bins == b
+        low, high = edges[b - 1] if b > 0 else 0, edges[b] - 1 if b < len(edges) else lengths.max()
+        print(
+            f"| {low}-{high} | {chosen.sum()} | {scores[chosen].mean():.1f} | "
+            f"{(returns[chosen] / lengths[chosen]).mean():.2f} | {discounted[chosen].mean():.1f} |"
+        )
+    print(f"| all | {len(lengths)} | {scores.mean():.1f} | {(returns / lengths).mean():.2f} | {discounted.mean():.1f} |")
+
+
 def policy(dataset_id: str, num_episodes: int, seed_base: int) -> None:
     import numpy as np
     import torch
@@ -167,11 +192,17 @@ def main() -> None:
     scoring.add_argument("dataset", help="a mujoco-local card, e.g. mujoco-local/hopper-medium")
     scoring.add_argument("--episodes", type=int, default=30)
     scoring.add_argument("--seed-base", type=int, default=10_000, help="reset seeds seed_base..; torch seed of the sampled actions")
+    lengths = commands.add_parser("episodes", help="the data's episodes by length: score, reward per step, discounted return")
+    lengths.add_argument("dataset", help="a mujoco-local card, e.g. mujoco-local/hopper-medium")
+    lengths.add_argument("--discount", type=float, default=0.99, help="the baselines' discount (CORL's for every method)")
+    lengths.add_argument("--edges", type=int, nargs="+", default=[250, 300, 350, 400, 500, 700, 1000])
     args = parser.parse_args()
     if args.command == "speed":
         speed(args.env, args.warmup, args.sac_steps, args.rollout_steps)
     elif args.command == "curve":
         curve(args.workspace)
+    elif args.command == "episodes":
+        episodes_by_length(args.dataset, args.discount, args.edges)
     else:
         policy(args.dataset, args.episodes, args.seed_base)
 
