@@ -105,8 +105,7 @@ def episodes_by_length(dataset_id: str, discount: float, edges: list[int]) -> No
     from offbench.data.cards import get_card
 
     data, card = offbench.load(dataset_id), get_card(dataset_id)
-    lengths, returns = np.asarray(data.episode_lengths), data.episode_returns()
-    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    lengths, returns, starts = np.asarray(data.episode_lengths), data.episode_returns(), data.episode_starts[:-1]
     discounted = np.array([data.rewards[s : s + n] @ discount ** np.arange(n) for s, n in zip(starts, lengths)])
     scores, bins = card.normalise(returns), np.digitize(lengths, edges)
     print(f"| episode length | episodes | normalised score | reward per step | discounted return from the start ({discount}) |")
@@ -144,19 +143,6 @@ def policy(dataset_id: str, num_episodes: int, seed_base: int) -> None:
 
         return act
 
-    def expected_action(actor, draws: int = 256):
-        """The mean of the squashed Gaussian, E[tanh(mean + std * noise)]: what a behaviour cloner trained with MSE on
-        the policy's sampled actions converges to, which tanh(mean) is not when the policy's std is large."""
-        generator = torch.Generator().manual_seed(seed_base)
-
-        def act(observation):
-            with torch.no_grad():
-                mean, log_std, _ = actor.get_action_dist_params(torch.as_tensor(observation, dtype=torch.float32)[None])
-                noise = torch.randn((draws, mean.shape[-1]), generator=generator)
-                return torch.tanh(mean + log_std.exp() * noise).mean(0).numpy()
-
-        return act
-
     env, seeds = gen.make_env(recipe), range(seed_base, seed_base + num_episodes)
     print(f"| checkpoint | actions | normalised score: mean (sd, min-max) over {num_episodes} episodes | mean length |")
     print("|---|---|---|--:|")
@@ -166,7 +152,7 @@ def policy(dataset_id: str, num_episodes: int, seed_base: int) -> None:
             kinds = (
                 ("mean", mean_action(actor)),
                 ("sampled", gen.sampled_actions(actor, seed_base)),
-                ("expected (256 draws)", expected_action(actor)),
+                ("expected (256 draws)", gen.sampled_actions(actor, seed_base, draws=256)),
             )
             for actions, act in kinds:
                 played = list(gen.episodes(env, act, iter(seeds)))

@@ -351,8 +351,11 @@ def load_actor(checkpoint: Checkpoint):
     return SAC.load(checkpoint.folder / "model.zip", device="cpu").actor
 
 
-def sampled_actions(actor, torch_seed: int) -> Callable[[np.ndarray], np.ndarray]:
-    """The policy's actions drawn from its squashed Gaussian with a torch generator of its own (`torch_seed`)."""
+def sampled_actions(actor, torch_seed: int, draws: int = 1) -> Callable[[np.ndarray], np.ndarray]:
+    """The policy's actions drawn from its squashed Gaussian with a torch generator of its own (`torch_seed`).
+
+    With `draws` > 1 each action is the mean of that many draws, an estimate of the expected action
+    E[tanh(mean + std * noise)]: what a behaviour cloner trained with MSE on the sampled actions converges to."""
     import torch
 
     generator = torch.Generator().manual_seed(torch_seed)
@@ -360,8 +363,8 @@ def sampled_actions(actor, torch_seed: int) -> Callable[[np.ndarray], np.ndarray
     def act(observation: np.ndarray) -> np.ndarray:
         with torch.no_grad():
             mean, log_std, _ = actor.get_action_dist_params(torch.as_tensor(observation, dtype=torch.float32)[None])
-            noise = torch.randn(mean.shape, generator=generator)
-            return torch.tanh(mean + log_std.exp() * noise)[0].numpy()
+            noise = torch.randn((draws, mean.shape[-1]), generator=generator)
+            return torch.tanh(mean + log_std.exp() * noise).mean(0).numpy()
 
     return act
 
