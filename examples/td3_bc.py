@@ -218,6 +218,8 @@ def parse_args() -> argparse.Namespace:
         "--eval-every", type=int, default=5000, help="steps between evaluations (CORL: 5000; the board's protocol may differ)"
     )
     parser.add_argument("--episodes", type=int, default=10, help="episodes per evaluation (CORL: 10)")
+    parser.add_argument("--alpha", type=float, default=defaults.alpha, help="weight of Q against the BC term (the paper: 2.5)")
+    parser.add_argument("--discount", type=float, default=defaults.discount, help="the critic's discount (the paper: 0.99)")
     parser.add_argument("--log-every", type=int, default=defaults.log_every, help="steps between metrics.jsonl lines")
     parser.add_argument("--out", default="runs", help="folder the run directory is made in")
     parser.add_argument("--name", default=None, help="the run directory's name (default: td3-bc-<dataset>-s<seed>-<time>)")
@@ -227,7 +229,7 @@ def parse_args() -> argparse.Namespace:
 if __name__ == "__main__":
     args = parse_args()
     train(
-        TD3BCConfig(seed=args.seed, steps=args.steps, log_every=args.log_every),
+        TD3BCConfig(seed=args.seed, steps=args.steps, alpha=args.alpha, discount=args.discount, log_every=args.log_every),
         args.dataset,
         args.out,
         args.name,

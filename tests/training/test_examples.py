@@ -60,8 +60,13 @@ def test_td3_bc_trains_reproducibly_and_its_runs_are_verified(pendulum, tmp_path
     run_examples(
         "td3_bc.py",
         *(
-            ["--dataset", "pendulum-scripted", "--seed", seed, *TD3_BC_TINY, "--out", runs, "--name", name]
-            for seed, name in ((0, "s0"), (1, "s1"), (0, "s0-again"))
+            ["--dataset", "pendulum-scripted", "--seed", seed, *TD3_BC_TINY, "--out", runs, "--name", name, *flags]
+            for seed, name, flags in (
+                (0, "s0", []),
+                (1, "s1", []),
+                (0, "s0-again", []),
+                (0, "s0-loose", ["--alpha", 10, "--discount", 0.999]),
+            )
         ),
     )
 
@@ -73,6 +78,10 @@ def test_td3_bc_trains_reproducibly_and_its_runs_are_verified(pendulum, tmp_path
     assert all(math.isfinite(m[key]) for m in metrics for key in ("critic_loss", "actor_loss", "bc_loss", "q_mean"))
     assert len({m["critic_loss"] for m in metrics}) == len(metrics)  # the critic learns
     assert (runs / "s0" / "evaluations.jsonl").read_bytes() == (runs / "s0-again" / "evaluations.jsonl").read_bytes()
+    loose = read_run(runs / "s0-loose")  # the flags reach the update and the recorded config
+    assert (loose.info["config"]["alpha"], loose.info["config"]["discount"]) == (10, 0.999)
+    assert (record.info["config"]["alpha"], record.info["config"]["discount"]) == (2.5, 0.99)
+    assert (runs / "s0-loose" / "metrics.jsonl").read_bytes() != (runs / "s0" / "metrics.jsonl").read_bytes()
 
     [entry] = submit(board, [runs / "s0", runs / "s1"], verify=True)
     assert entry["method"]["kind"] == "own-code" and entry["label"] == "td3-bc"
