@@ -13,7 +13,8 @@ rates depend on what else runs on the machine; the rates per CPU second are what
 `policy` scores the card's medium and expert checkpoints acting on their mean action, on sampled actions (the data's)
 and on their expected action (the mean of the squashed Gaussian): the last is what BC trained with MSE on the data
 converges to, so it is the score a perfect behaviour cloner would reach. `episodes` groups the data's episodes by
-length: their score, reward per step and discounted return from the start, the quantity a critic ranks them by.
+length: their score, reward per step and discounted return from the start, the quantity a critic ranks them by, and
+the mean discounted return to go over every step, the scale a critic of the data's values reaches.
 
 Answer: benchmarks/studies/mujoco-local-data.md
 """
@@ -106,7 +107,8 @@ def episodes_by_length(dataset_id: str, discount: float, edges: list[int]) -> No
 
     data, card = offbench.load(dataset_id), get_card(dataset_id)
     lengths, returns, starts = np.asarray(data.episode_lengths), data.episode_returns(), data.episode_starts[:-1]
-    discounted = np.array([data.rewards[s : s + n] @ discount ** np.arange(n) for s, n in zip(starts, lengths)])
+    to_go = [discounted_to_go(data.rewards[s : s + n], discount) for s, n in zip(starts, lengths)]
+    discounted = np.array([episode[0] for episode in to_go])
     scores, bins = card.normalise(returns), np.digitize(lengths, edges)
     print(f"| episode length | episodes | normalised score | reward per step | discounted return from the start ({discount}) |")
     print("|---|--:|--:|--:|--:|")
@@ -118,6 +120,15 @@ def episodes_by_length(dataset_id: str, discount: float, edges: list[int]) -> No
             f"{(returns[chosen] / lengths[chosen]).mean():.2f} | {discounted[chosen].mean():.1f} |"
         )
     print(f"| all | {len(lengths)} | {scores.mean():.1f} | {(returns / lengths).mean():.2f} | {discounted.mean():.1f} |")
+    print(f"\nMean discounted return to go over every step ({discount}): {np.concatenate(to_go).mean():.1f}")
+
+
+def discounted_to_go(rewards, discount: float):
+    """sum_k discount^k r[t+k] for every step t of one episode (a reverse cumulative sum of the weighted rewards)."""
+    import numpy as np
+
+    weights = discount ** np.arange(len(rewards))
+    return np.cumsum((np.asarray(rewards, dtype=np.float64) * weights)[::-1])[::-1] / weights
 
 
 def policy(dataset_id: str, num_episodes: int, seed_base: int) -> None:
