@@ -2,7 +2,9 @@
 
 Behaviour (per step, on the expert's action a = policy.get_action(obs)):
   near-optimal  a + N(0, 0.1^2), clipped to [-1, 1]
-  sub-optimal   with probability 0.5 a uniform random action in [-1, 1]^4, otherwise a + N(0, 0.5^2), clipped
+  noisy-expert  with probability 0.5 a uniform random action in [-1, 1]^4, otherwise a + N(0, 0.5^2), clipped
+                (the expert with per-step noise, not a worse policy's coherent experience, which the published
+                "sub-optimal" Meta-World sets hold, MTDiff's: for that, see generator metaworld-learned)
   mixed         one of the two, by a fair coin per episode (the `behaviour` column says which)
 The levels were chosen by measuring MT10 (seed 0, 10 episodes per task): σ = 0.1 keeps the expert at ~100%
 success; σ = 0.5 with ε = 0.5 drops push / pick-place / peg-insert-side / door-open to 20-70% while the easy
@@ -25,9 +27,9 @@ from offbench.errors import OffbenchError
 from offbench.generators import register_generator
 from offbench.generators.multitask import Collection, Recipe, check_recipe_params, collect, lane_behaviour, recipe_from_params
 
-NOISE = {
+NOISE = {  # the qualities besides mixed, in behaviour-column order
     "near-optimal": {"gaussian_std": 0.1, "epsilon": 0.0},
-    "sub-optimal": {"gaussian_std": 0.5, "epsilon": 0.5},
+    "noisy-expert": {"gaussian_std": 0.5, "epsilon": 0.5},
 }
 CHUNK_EPISODES = 10  # 5,000 steps per job: fine-grained enough to keep 16 cores busy on MT10
 

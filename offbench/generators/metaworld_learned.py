@@ -1,11 +1,11 @@
 """Meta-World MT10 / MT50 offline data from learning agents: one SAC agent per task, kept at checkpoints.
 
 The published sub-optimal Meta-World sets (MTDiff's, which HarmoDT and DaCe-DT use) are SAC agents' experience
-during training: coherent trajectories of worse policies. Generator "metaworld"'s sub-optimal data is the
-scripted expert with per-step noise instead, which no policy acts like; this generator's medium and replay data is
-a learning agent's. What medium, replay and expert hold, the band, the run cache and the resume are
-`learned_tasks`'; this module is its SAC agent and its Meta-World suites. The scripted expert's near-optimal cards
-stay the expert level.
+during training: coherent trajectories of worse policies. Generator "metaworld"'s noisy-expert data (its quality
+formerly named sub-optimal) is the scripted expert with per-step noise instead, which no policy acts like; this
+generator's medium and replay data is a learning agent's. What medium, replay and expert hold, the band, the run
+cache and the resume are `learned_tasks`'; this module is its SAC agent and its Meta-World suites. The scripted
+expert's near-optimal cards stay the expert level.
 
 Per task, stable-baselines3's SAC (`SAC_SETTINGS`: the 256 x 256 networks, learning rate, batch, tau and
 one gradient step per environment step of rl-baselines3-zoo's MuJoCo settings, as mujoco-local uses; the first

@@ -23,7 +23,7 @@ OUT_HELP = "Write DIR/data.h5 and DIR/card.toml here instead of registering the 
 
 def generate_metaworld(
     suite: str = typer.Option("MT10", help="MT10 | MT50 (their goal draws), or MT1 (any tasks, each drawn alone)."),
-    quality: str = typer.Option("near-optimal", help=QUALITY_HELP.format(noisy="sub-optimal")),
+    quality: str = typer.Option("near-optimal", help=QUALITY_HELP.format(noisy="noisy-expert")),
     episodes: int = typer.Option(1000, help="Episodes per task."),
     tasks: Optional[str] = typer.Option(None, help="Comma-separated task names (default: all of the suite's)."),
     seed: int = typer.Option(0, help="Seeds the goal draws and every episode's goal and noise."),
