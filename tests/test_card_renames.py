@@ -1,6 +1,7 @@
 """A renamed card lists its old ids in `formerly`: asking for one (get_card, `offbench load` / `info`) gives the
 renamed card, `offbench list` shows only the new id, data already on disk under an old id's folder is used as it
-is, and a former id that two cards claim or that is still a card's id is one error line."""
+is, a former id that two cards claim or that is still a card's id is one error line, and no board names a former
+id."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from offbench.data import cards
 from offbench.data.cards import all_cards, get_card, read_card
 from offbench.data.resolve import open_dataset
 from offbench.errors import OffbenchError
+from offbench.leaderboard.entries import load_entries
+from offbench.leaderboard.spec import known_benchmarks, load_spec
 from offbench.paths import builtin_dir, data_dir, user_cards_dir
 
 RENAMED = {
@@ -54,6 +57,23 @@ def test_offbench_list_shows_only_the_new_id(run_cli):
     listed = run_cli("list", "--kind", "multi-task", check=True).stdout
     assert "minigrid/mt3-noisy-planner" in listed and "minigrid/mt3-sub-optimal" not in listed
     assert "metaworld/mt10-small-noisy-expert" in listed and "metaworld/mt10-small-sub-optimal" not in listed
+
+
+def test_no_board_names_a_former_id():
+    """A board's datasets, pins, behaviour and reported rows and its entries carry the renamed ids, and each entry's
+    file name the new id's slug (the pinned checksums are the data's, which the rename did not change)."""
+    for name in known_benchmarks():
+        spec = load_spec(name)
+        named = {*spec.datasets, *spec.dataset_checksums, *spec.behaviour, *(d for row in spec.reported for d in row.scores)}
+        assert not named & RENAMED.keys(), name
+        for path, entry in load_entries(spec):
+            dataset_id = entry["dataset"]["id"]
+            assert dataset_id not in RENAMED and dataset_id in spec.datasets, path
+            assert path.name.split("--")[2] == dataset_id.replace("/", "-"), path
+    mt10, mt50 = load_spec("metaworld-mt10"), load_spec("metaworld-mt50")
+    assert mt10.datasets == ("metaworld/mt10-small-near-optimal", "metaworld/mt10-small-noisy-expert")
+    assert mt10.dataset_checksums["metaworld/mt10-small-noisy-expert"].startswith("2666f325")  # as pinned under the old id
+    assert mt50.datasets == ("metaworld/mt50-near-optimal", "metaworld/mt50-noisy-expert")
 
 
 def test_data_under_a_former_ids_folder_is_used_not_made_again(run_cli, monkeypatch):
