@@ -5,7 +5,7 @@ task? Times the recipes and prints the per-task success and return.
 
 Answer: benchmarks/studies/multitask-data.md.
 
-Meta-World: collects MT10 near-optimal and sub-optimal with `--metaworld-episodes` per task (the full cards
+Meta-World: collects MT10 near-optimal and noisy-expert with `--metaworld-episodes` per task (the full cards
 use 1000; pass 1000 for the full figures), prints per-task success rate and mean return, and the core-seconds
 per 500-step episode, from which the full recipes' times are estimated. MiniGrid: collects MT7 (whose tasks
 include every MT3 and MT5 task, with the same episodes: seeds hash the task name) at both qualities.
@@ -65,7 +65,7 @@ def main(
         print("## tiny test recipes (one process)")
         for card_id in (
             "metaworld/tiny-near-optimal",
-            "metaworld/tiny-sub-optimal",
+            "metaworld/tiny-noisy-expert",
             "minigrid/tiny-near-optimal",
             "minigrid/tiny-noisy-planner",
         ):
@@ -80,7 +80,7 @@ def main(
         task_goals("MT10", 0, "reach-v3")
         print(f"\nMT10(seed=0) goal draws: {time.perf_counter() - start:.1f} s (once per collection)")
 
-        collections = (("MT10", "metaworld", metaworld_episodes, "sub-optimal"), ("MT7", "minigrid", minigrid_episodes, "noisy-planner"))
+        collections = (("MT10", "metaworld", metaworld_episodes, "noisy-expert"), ("MT7", "minigrid", minigrid_episodes, "noisy-planner"))
         for suite, generator, episodes, noisy in collections:
             if episodes == 0:
                 continue
